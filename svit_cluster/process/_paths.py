@@ -1,0 +1,125 @@
+"""Absolute namespace paths, process ids and script names (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import re
+
+from svit_cluster.errors import ErrorCode, InvalidInput
+
+__all__ = [
+    "GUEST_WRITABLE_ROOTS",
+    "ROOT_KEYS",
+    "Path",
+    "format_path",
+    "is_guest_writable",
+    "parse_path",
+    "validate_process_id",
+    "validate_script_name",
+]
+
+Path = tuple[str, ...]
+
+#: The root map has exactly these keys (DESIGN.md §1 "Namespace").
+ROOT_KEYS: tuple[str, ...] = (
+    "children",
+    "inbox",
+    "lib",
+    "memory",
+    "mounts",
+    "ports",
+    "system",
+    "tasks",
+    "thread",
+)
+
+#: Hosts and guests may write or remove only below these roots.
+GUEST_WRITABLE_ROOTS = ("memory", "lib")
+
+_SCRIPT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_MAX_PATH_BYTES = 4096
+_MAX_PROCESS_ID_BYTES = 256
+
+
+def parse_path(path: object) -> Path:
+    """Parse an absolute ``/``-separated path into its segments.
+
+    ``"/"`` is the root (``()``). Array children are decimal indexes; whether a
+    segment names an index is decided when the path is resolved against a tree.
+
+    Args:
+        path: a string such as ``"/memory/items/0"``, at most 4096 bytes.
+
+    Returns:
+        The tuple of segments, e.g. ``("memory", "items", "0")``.
+
+    Raises:
+        InvalidInput: (``invalid_path``) not a string, not absolute, too long,
+            or containing an empty, ``.`` or ``..`` segment.
+    """
+    if type(path) is not str:
+        raise InvalidInput("path must be a string", code=ErrorCode.INVALID_PATH)
+    if len(path) > _MAX_PATH_BYTES or len(path.encode("utf-8")) > _MAX_PATH_BYTES:
+        raise InvalidInput("path is too long", code=ErrorCode.INVALID_PATH)
+    if not path.startswith("/"):
+        raise InvalidInput(f"path {path[:64]!r} is not absolute", code=ErrorCode.INVALID_PATH)
+    if path == "/":
+        return ()
+    segments = tuple(path[1:].split("/"))
+    for seg in segments:
+        if seg in ("", ".", ".."):
+            raise InvalidInput(
+                f"path {path[:64]!r} has an empty, '.' or '..' segment",
+                code=ErrorCode.INVALID_PATH,
+            )
+    return segments
+
+
+def format_path(path: Path) -> str:
+    """Inverse of :func:`parse_path`: ``("memory", "x")`` -> ``"/memory/x"``."""
+    return "/" + "/".join(path)
+
+
+def validate_script_name(name: object) -> str:
+    """Check a script name: 1-64 bytes of ``[A-Za-z0-9_.-]`` and not ``.``/``..``.
+
+    Raises:
+        InvalidInput: (``invalid_script_name``) otherwise.
+    """
+    if type(name) is not str or not _SCRIPT_NAME.fullmatch(name) or name in (".", ".."):
+        raise InvalidInput(
+            f"invalid script name {str(name)[:80]!r}", code=ErrorCode.INVALID_SCRIPT_NAME
+        )
+    return name
+
+
+def is_guest_writable(path: Path) -> bool:
+    """True for paths strictly below ``/memory``, and for ``/lib/<name>`` exactly.
+
+    Writing ``/memory`` itself is not allowed (it must stay a map); below
+    ``/lib`` only whole scripts are written.
+    """
+    if len(path) >= 2 and path[0] == "memory":
+        return True
+    return len(path) == 2 and path[0] == "lib"
+
+
+def validate_process_id(process_id: object) -> str:
+    """Check a process id: ``svit://`` + non-empty rest, no whitespace, <= 256 bytes.
+
+    Raises:
+        InvalidInput: (``invalid_process_id``) otherwise.
+    """
+    if type(process_id) is not str:
+        raise InvalidInput("process id must be a string", code=ErrorCode.INVALID_PROCESS_ID)
+    if (
+        not process_id.startswith("svit://")
+        or len(process_id) == len("svit://")
+        or len(process_id.encode("utf-8")) > _MAX_PROCESS_ID_BYTES
+        or any(ch.isspace() or not ch.isprintable() for ch in process_id)
+    ):
+        raise InvalidInput(
+            f"invalid process id {process_id[:80]!r}: need svit://<rest>, no whitespace, "
+            f"at most {_MAX_PROCESS_ID_BYTES} bytes",
+            code=ErrorCode.INVALID_PROCESS_ID,
+        )
+    return process_id

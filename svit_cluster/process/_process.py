@@ -1,0 +1,431 @@
+"""The Svit process: versioned, hashed state with host operations (DESIGN.md §1).
+
+A :class:`Process` is *not* thread-safe: one owner serializes calls (the
+control protocol's controller does). Every state-changing call either commits
+exactly one new version (``version + 1``) and returns its :class:`Change`, or
+raises and leaves the process exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from svit_cluster.errors import (
+    ConflictError,
+    CorruptData,
+    ErrorCode,
+    InvalidInput,
+    LimitExceeded,
+    SvitError,
+)
+from svit_cluster.process._limits import Limits
+from svit_cluster.process._namespace import (
+    SNAPSHOT_FORMAT,
+    build_root,
+    decode_root,
+    encode_node,
+    with_system,
+)
+from svit_cluster.process._paths import parse_path, validate_process_id
+from svit_cluster.process._transaction import GENESIS_HASH, Transaction
+from svit_cluster.process._tree import ArrayNode, MapNode, Node, ScriptNode, get_node, value_from_node
+from svit_cluster.process._values import Script, Value, canonical_json, strict_json_loads
+from svit_cluster.process._working import Change, Transition, WorkingCopy, apply_mutation
+
+__all__ = ["MAX_SNAPSHOT_BYTES", "Committer", "Process"]
+
+#: Restore refuses snapshots larger than this (128 MiB).
+MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
+
+#: Called with each sealed transition *before* it is applied. Raising aborts the
+#: commit and leaves the process unchanged (the fenced store plugs in here).
+Committer = Callable[[Transition], None]
+
+_SNAPSHOT_FIELDS = frozenset({"format", "id", "version", "root", "root_hash", "limits"})
+
+
+class Process:
+    """One Svit process: id, version, hashed root, limits and transaction chain.
+
+    Attributes (read-only properties):
+        id: the ``svit://`` process id.
+        version: starts at 0; every commit adds exactly 1.
+        root_hash: 64-hex SHA-256 of the whole state.
+        position: position of the last transaction record (0 before any).
+        chain_head: ``event_hash`` of the last record (:data:`GENESIS_HASH` first).
+    """
+
+    __slots__ = ("_chain_head", "_committer", "_id", "_limits", "_position", "_root", "_version")
+
+    def __init__(
+        self,
+        process_id: str,
+        root: MapNode,
+        *,
+        version: int = 0,
+        limits: Limits | None = None,
+        position: int = 0,
+        chain_head: str = GENESIS_HASH,
+    ) -> None:
+        """Low-level constructor; prefer :meth:`create` or :meth:`restore`."""
+        self._id = validate_process_id(process_id)
+        self._root: Node = root
+        self._version = version
+        self._limits = (limits or Limits()).validate()
+        self._position = position
+        self._chain_head = chain_head
+        self._committer: Committer | None = None
+
+    # -- construction -----------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        process_id: str,
+        *,
+        limits: Limits | None = None,
+        memory: Value = None,
+        scripts: dict[str, Script | str] | None = None,
+        authenticated: bool = False,
+    ) -> Process:
+        """Create a process at version 0.
+
+        Args:
+            process_id: ``svit://<rest>``, no whitespace, at most 256 bytes.
+            limits: defaults to :class:`Limits` ().
+            memory: initial ``/memory`` map of plain values.
+            scripts: initial ``/lib``: name -> :class:`Script` or source text.
+            authenticated: recorded in ``/system/identity/authenticated``.
+
+        Raises:
+            InvalidInput: bad id, memory not a map, bad script name or value.
+            LimitExceeded: memory or scripts exceed the limits.
+        """
+        lim = (limits or Limits()).validate()
+        lib = {
+            name: (s if isinstance(s, Script) else Script(s)) for name, s in (scripts or {}).items()
+        }
+        for script in lib.values():
+            if len(script.source.encode("utf-8")) > lim.max_script_bytes:
+                raise LimitExceeded("script source exceeds max_script_bytes")
+        root = build_root(process_id, lim, memory=memory, scripts=lib, authenticated=authenticated)
+        return cls(process_id, root, limits=lim)
+
+    # -- read side ------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @property
+    def root(self) -> Node:
+        """The current immutable root node (safe to share: it never changes)."""
+        return self._root
+
+    @property
+    def root_hash(self) -> str:
+        return self._root.hex
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @property
+    def chain_head(self) -> str:
+        return self._chain_head
+
+    def read(self, path: str) -> Value:
+        """The plain value at ``path``; a missing path reads as ``None``.
+
+        Raises:
+            InvalidInput: (``invalid_path``) malformed path.
+        """
+        node = get_node(self._root, parse_path(path))
+        return None if node is None else value_from_node(node)
+
+    def read_versioned(self, path: str) -> tuple[Value, int]:
+        """``(value, version)`` from one observation (events reference: read_versioned)."""
+        return self.read(path), self._version
+
+    def node(self, path: str) -> Node | None:
+        """The node at ``path`` (with its digest), or None."""
+        return get_node(self._root, parse_path(path))
+
+    def discover(self, path: str) -> list[str]:
+        """Sorted child names of a map, or indexes of an array; ``[]`` otherwise."""
+        node = self.node(path)
+        if isinstance(node, MapNode):
+            return node.keys()
+        if isinstance(node, ArrayNode):
+            return [str(i) for i in range(len(node.items))]
+        return []
+
+    def stat(self, path: str) -> dict[str, Value] | None:
+        """``{kind, hash, size}`` of the node at ``path`` or None when missing.
+
+        ``size`` is the number of children of a container, else 0.
+        """
+        node = self.node(path)
+        if node is None:
+            return None
+        size = len(node) if isinstance(node, MapNode) else (
+            len(node.items) if isinstance(node, ArrayNode) else 0
+        )
+        return {"kind": node.kind, "hash": node.hex, "size": size}
+
+    # -- commits ------------------------------------------------------------------
+
+    def set_committer(self, committer: Committer | None) -> None:
+        """Install the durable commit hook (see :data:`Committer`)."""
+        self._committer = committer
+
+    def working_copy(self) -> WorkingCopy:
+        """A fresh working copy over the current root (for activations)."""
+        return WorkingCopy(self._root, self._limits)
+
+    def seal(self, wc: WorkingCopy, source: str) -> Transition:
+        """Seal a working copy into the next transition (not yet applied)."""
+        return wc.seal(
+            address=self._id,
+            position=self._position + 1,
+            previous_hash=self._chain_head,
+            version_before=self._version,
+            source=source,
+        )
+
+    def commit(self, transition: Transition) -> Change:
+        """Durably commit (via the committer) and apply a sealed transition.
+
+        Raises:
+            ConflictError: the transition was sealed against another version.
+            Any error the committer raises; the process is then unchanged.
+        """
+        rec = transition.record
+        if rec.process_version_before != self._version or rec.previous_hash != self._chain_head:
+            raise ConflictError(
+                "transition was sealed against another version",
+                expected_version=rec.process_version_before,
+                actual_version=self._version,
+            )
+        if self._committer is not None:
+            self._committer(transition)
+        self._root = transition.root
+        self._version = rec.process_version_after
+        self._position = rec.position
+        self._chain_head = rec.event_hash
+        return transition.change
+
+    def _host_commit(self, source: str, stage: Callable[[WorkingCopy], object]) -> Change:
+        wc = self.working_copy()
+        stage(wc)
+        return self.commit(self.seal(wc, source))
+
+    def write(self, path: str, value: Value) -> Change:
+        """Host write of ``value`` at ``path`` (only below ``/memory`` or ``/lib/<name>``).
+
+        Returns:
+            The :class:`Change` of the new version (``version + 1``).
+
+        Raises:
+            InvalidInput: (``invalid_path``/``invalid_script_name``/``invalid_value``).
+            LimitExceeded: value or tree bounds.
+        """
+        return self._host_commit("host.write", lambda wc: wc.write(path, value))
+
+    def remove(self, path: str) -> Change:
+        """Host remove of an existing key below ``/memory`` or a ``/lib/<name>``.
+
+        Raises:
+            InvalidInput: (``invalid_path``) e.g. ``/memory`` itself.
+            NotFound: (``not_found``) nothing at ``path``.
+        """
+        return self._host_commit("host.remove", lambda wc: wc.remove(path))
+
+    def inbox_append(self, message: Value) -> Change:
+        """Append ``message`` to ``/inbox`` (one new version).
+
+        Raises:
+            InvalidInput, LimitExceeded: the message is not a valid value or too big.
+        """
+        return self._host_commit("inbox.append", lambda wc: wc.append("/inbox", message))
+
+    def inbox_head_hash(self) -> str | None:
+        """Hex content hash of ``/inbox/0``, or None when the inbox is empty."""
+        head = get_node(self._root, ("inbox", "0"))
+        return None if head is None else head.hex
+
+    def inbox_ack(self, expected_head_hash: str) -> Change:
+        """Acknowledge (remove) the inbox head, which must have ``expected_head_hash``.
+
+        Raises:
+            ConflictError: (``inbox_conflict``) the inbox is empty or its head
+                has another hash.
+        """
+        if self.inbox_head_hash() != expected_head_hash:
+            raise ConflictError(
+                "inbox head does not match the expected hash", code=ErrorCode.INBOX_CONFLICT
+            )
+        return self._host_commit("inbox.ack", lambda wc: wc.remove_front("/inbox"))
+
+    # -- replay -------------------------------------------------------------------
+
+    def replay(self, records: Iterable[Transaction]) -> int:
+        """Apply recorded transactions in order, verifying each; never runs guest code.
+
+        Each record must continue the chain (``previous_hash``), step the version
+        by exactly +1 from the current one, advance ``position`` by 1, name this
+        process, and produce its ``resulting_root_hash``. On the first failure
+        the process is left at the last verified record.
+
+        Returns:
+            The number of records applied.
+
+        Raises:
+            svit_cluster.errors.CorruptData: (``corrupt_log``) a broken chain, a
+                bad version step or position, a foreign address, a mutation that
+                does not apply, or a root-hash mismatch; the message names the
+                process id and position.
+        """
+        n = 0
+        for rec in records:
+            where = f"{self._id} at position {rec.position}"
+            if rec.address != self._id:
+                raise CorruptData(f"record for another process in {where}")
+            if rec.previous_hash != self._chain_head:
+                raise CorruptData(f"broken hash chain in {where}")
+            if rec.process_version_before != self._version:
+                raise CorruptData(f"version step {rec.process_version_before}->"
+                                  f"{rec.process_version_after} does not follow "
+                                  f"{self._version} in {where}")
+            if rec.position != self._position + 1:
+                raise CorruptData(f"position gap after {self._position} in {where}")
+            root = self._root
+            try:
+                for mut in rec.mutations:
+                    root = apply_mutation(root, mut, self._limits)
+            except SvitError as exc:
+                raise CorruptData(f"mutation does not apply in {where}: {exc.message}") from exc
+            if root.hex != rec.resulting_root_hash:
+                raise CorruptData(f"root hash mismatch in {where}")
+            self._root = root
+            self._version = rec.process_version_after
+            self._position = rec.position
+            self._chain_head = rec.event_hash
+            n += 1
+        return n
+
+    # -- snapshot / restore / fork ---------------------------------------------------
+
+    def snapshot_document(self) -> dict[str, Any]:
+        """The snapshot as a JSON-ready ``dict`` (see :meth:`snapshot`)."""
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "id": self._id,
+            "version": self._version,
+            "root": encode_node(self._root),
+            "root_hash": self.root_hash,
+            "limits": self._limits.to_dict(),
+        }
+
+    def snapshot(self) -> bytes:
+        """Strict canonical JSON ``{format, id, version, root, root_hash, limits}``.
+
+        The same state always gives the same bytes.
+        """
+        return canonical_json(self.snapshot_document())
+
+    @classmethod
+    def restore(
+        cls,
+        data: bytes,
+        *,
+        max_bytes: int = MAX_SNAPSHOT_BYTES,
+        position: int = 0,
+        chain_head: str = GENESIS_HASH,
+    ) -> Process:
+        """Rebuild a process from :meth:`snapshot` bytes.
+
+        Args:
+            data: the snapshot bytes.
+            max_bytes: refuse larger input (default 128 MiB).
+            position, chain_head: where the transaction chain continues (the
+                durable store keeps these beside the snapshot).
+
+        Raises:
+            InvalidInput: (``invalid_snapshot``) too large, not strict JSON,
+                trailing bytes, unknown format, wrong fields, limits above the
+                hard maxima, an invalid root (checked before the hash), or a
+                root-hash mismatch. (``decode_error``) for unparsable JSON.
+        """
+        def bad(msg: str) -> InvalidInput:
+            return InvalidInput(f"snapshot rejected: {msg}", code=ErrorCode.INVALID_SNAPSHOT)
+
+        if len(data) > max_bytes:
+            raise bad(f"larger than {max_bytes} bytes")
+        try:
+            doc = strict_json_loads(data, what="snapshot")
+        except InvalidInput as exc:
+            raise bad(exc.message) from None
+        if type(doc) is not dict or set(doc) != _SNAPSHOT_FIELDS:
+            raise bad("fields must be exactly " + ",".join(sorted(_SNAPSHOT_FIELDS)))
+        if doc["format"] != SNAPSHOT_FORMAT:
+            raise bad(f"unknown format {str(doc['format'])[:64]!r}")
+        if type(doc["version"]) is not int or doc["version"] < 0:
+            raise bad("version must be a non-negative integer")
+        try:
+            process_id = validate_process_id(doc["id"])
+            limits = Limits.from_dict(doc["limits"])
+            root = decode_root(doc["root"], process_id, limits)
+        except (InvalidInput, LimitExceeded) as exc:
+            raise bad(exc.message) from None
+        if root.hex != doc["root_hash"]:
+            raise bad("root hash mismatch")
+        proc = cls(
+            process_id,
+            root,
+            version=doc["version"],
+            limits=limits,
+            position=position,
+            chain_head=chain_head,
+        )
+        lim_node = get_node(root, ("system", "limits"))
+        if lim_node is None or value_from_node(lim_node) != limits.to_dict():
+            raise bad("/system/limits does not match the snapshot limits")
+        return proc
+
+    def fork(self, new_id: str) -> Process:
+        """A copy at the same version with a new identity and an empty outbox.
+
+        The child records this process as its lineage parent, starts a new
+        transaction chain, and shares no future mutations with the parent
+        (unchanged subtrees keep their hashes).
+
+        Raises:
+            InvalidInput: (``invalid_process_id``) ``new_id`` is invalid.
+        """
+        validate_process_id(new_id)
+        assert isinstance(self._root, MapNode)
+        root = with_system(self._root, new_id, self._limits, self._id)
+        return Process(new_id, root, version=self._version, limits=self._limits)
+
+    def scripts(self) -> dict[str, Script]:
+        """All stored scripts by name."""
+        lib = get_node(self._root, ("lib",))
+        assert isinstance(lib, MapNode)
+        out: dict[str, Script] = {}
+        for name, node in lib.items():
+            assert isinstance(node, ScriptNode)
+            out[name] = node.script
+        return out
+
+    def __repr__(self) -> str:
+        return f"Process({self._id!r}, version={self._version}, root_hash={self.root_hash[:12]}…)"

@@ -1,0 +1,248 @@
+"""``svit-transaction@1`` records: one per commit, hash-chained, replayable.
+
+A record states *what changed* as typed mutations, so that replaying the
+records from a base state re-creates the exact root hash **without running any
+guest code** (DESIGN.md §1 "Transactions").
+
+Wire shape (canonical JSON, keys sorted)::
+
+    {"format": "svit-transaction@1", "address": "svit://...", "position": 8,
+     "previous_hash": "<64 hex>", "process_version_before": 7,
+     "process_version_after": 8,
+     "mutations": [{"op": "set", "path": "/memory/x", "value": <tagged>},
+                   {"op": "remove", "path": "/memory/y"},
+                   {"op": "append", "path": "/inbox", "value": <tagged>},
+                   {"op": "remove_front", "path": "/inbox"}],
+     "touched_paths": ["/memory/x", ...], "source": "activation",
+     "resulting_root_hash": "<64 hex>", "event_hash": "<64 hex>"}
+
+``event_hash`` is SHA-256 over the canonical JSON of every other field;
+``previous_hash`` is the previous record's ``event_hash`` (:data:`GENESIS_HASH`
+for the first record of a chain).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from svit_cluster.errors import ErrorCode, InvalidInput
+from svit_cluster.process._values import (
+    Value,
+    canonical_json,
+    decode_value,
+    encode_value,
+    strict_json_loads,
+)
+
+__all__ = [
+    "GENESIS_HASH",
+    "SOURCES",
+    "TRANSACTION_FORMAT",
+    "Mutation",
+    "Transaction",
+]
+
+TRANSACTION_FORMAT = "svit-transaction@1"
+GENESIS_HASH = "0" * 64
+#: Every allowed ``source``.
+SOURCES = frozenset(
+    {"activation", "host.write", "host.remove", "inbox.append", "inbox.ack", "host.event"}
+)
+_OPS_WITH_VALUE = frozenset({"set", "append"})
+_OPS = frozenset({"set", "remove", "append", "remove_front"})
+_FIELDS = frozenset(
+    {
+        "format",
+        "address",
+        "position",
+        "previous_hash",
+        "process_version_before",
+        "process_version_after",
+        "mutations",
+        "touched_paths",
+        "source",
+        "resulting_root_hash",
+        "event_hash",
+    }
+)
+
+
+def _bad(msg: str) -> InvalidInput:
+    return InvalidInput(msg, code=ErrorCode.INVALID_TRANSACTION)
+
+
+def _is_hex64(v: object) -> bool:
+    return (
+        type(v) is str
+        and len(v) == 64
+        and all(c in "0123456789abcdef" for c in v)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    """One typed change: ``op`` in ``set|remove|append|remove_front``.
+
+    ``value`` is set for ``set`` and ``append`` only.
+    """
+
+    op: str
+    path: str
+    value: Value = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"op": self.op, "path": self.path}
+        if self.op in _OPS_WITH_VALUE:
+            out["value"] = encode_value(self.value)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    """An immutable ``svit-transaction@1`` record. Build with :meth:`seal`."""
+
+    address: str
+    position: int
+    previous_hash: str
+    process_version_before: int
+    process_version_after: int
+    mutations: tuple[Mutation, ...]
+    touched_paths: tuple[str, ...]
+    source: str
+    resulting_root_hash: str
+    event_hash: str
+
+    def _body(self) -> dict[str, Any]:
+        return {
+            "format": TRANSACTION_FORMAT,
+            "address": self.address,
+            "position": self.position,
+            "previous_hash": self.previous_hash,
+            "process_version_before": self.process_version_before,
+            "process_version_after": self.process_version_after,
+            "mutations": [m.to_json() for m in self.mutations],
+            "touched_paths": list(self.touched_paths),
+            "source": self.source,
+            "resulting_root_hash": self.resulting_root_hash,
+        }
+
+    @classmethod
+    def seal(
+        cls,
+        *,
+        address: str,
+        position: int,
+        previous_hash: str,
+        version_before: int,
+        mutations: tuple[Mutation, ...],
+        touched_paths: tuple[str, ...],
+        source: str,
+        resulting_root_hash: str,
+    ) -> Transaction:
+        """Build a record and compute its ``event_hash``.
+
+        The version after is always ``version_before + 1``.
+        """
+        tmp = cls(
+            address,
+            position,
+            previous_hash,
+            version_before,
+            version_before + 1,
+            mutations,
+            touched_paths,
+            source,
+            resulting_root_hash,
+            "",
+        )
+        body = tmp._body()
+        digest = hashlib.sha256(canonical_json(body)).hexdigest()
+        return cls(
+            address,
+            position,
+            previous_hash,
+            version_before,
+            version_before + 1,
+            mutations,
+            touched_paths,
+            source,
+            resulting_root_hash,
+            digest,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The full record as a JSON-ready ``dict`` (includes ``event_hash``)."""
+        body = self._body()
+        body["event_hash"] = self.event_hash
+        return body
+
+    def encode(self) -> bytes:
+        """Canonical JSON bytes of :meth:`to_json`."""
+        return canonical_json(self.to_json())
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> Transaction:
+        """Strictly decode and verify one record.
+
+        Raises:
+            InvalidInput: (``invalid_transaction``) malformed JSON, duplicate,
+                unknown or missing fields, wrong types, a version step other
+                than +1, an unknown mutation or source, or an ``event_hash`` that
+                does not match the other fields.
+        """
+        try:
+            raw = strict_json_loads(data, what="transaction")
+        except InvalidInput as exc:
+            raise _bad(exc.message) from None
+        return cls.from_json(raw)
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Transaction:
+        """Like :meth:`decode`, from already-parsed JSON."""
+        if type(raw) is not dict or set(raw) != _FIELDS:
+            raise _bad("transaction must have exactly the svit-transaction@1 fields")
+        if raw["format"] != TRANSACTION_FORMAT:
+            raise _bad(f"unknown transaction format {str(raw['format'])[:64]!r}")
+        for name in ("position", "process_version_before", "process_version_after"):
+            if type(raw[name]) is not int or raw[name] < 0:
+                raise _bad(f"{name} must be a non-negative integer")
+        if raw["process_version_after"] != raw["process_version_before"] + 1:
+            raise _bad("version step must be exactly +1")
+        for name in ("previous_hash", "resulting_root_hash", "event_hash"):
+            if not _is_hex64(raw[name]):
+                raise _bad(f"{name} must be 64 lowercase hex characters")
+        if type(raw["address"]) is not str or raw["source"] not in SOURCES:
+            raise _bad("bad address or source")
+        touched = raw["touched_paths"]
+        if type(touched) is not list or any(type(p) is not str for p in touched):
+            raise _bad("touched_paths must be a list of strings")
+        if touched != sorted(set(touched)):
+            raise _bad("touched_paths must be sorted and unique")
+        muts_raw = raw["mutations"]
+        if type(muts_raw) is not list:
+            raise _bad("mutations must be a list")
+        muts: list[Mutation] = []
+        for m in muts_raw:
+            if type(m) is not dict or m.get("op") not in _OPS or type(m.get("path")) is not str:
+                raise _bad("bad mutation")
+            want = {"op", "path", "value"} if m["op"] in _OPS_WITH_VALUE else {"op", "path"}
+            if set(m) != want:
+                raise _bad(f"mutation {m['op']} has the wrong fields")
+            value = decode_value(m["value"]) if "value" in m else None
+            muts.append(Mutation(m["op"], m["path"], value))
+        record = cls.seal(
+            address=raw["address"],
+            position=raw["position"],
+            previous_hash=raw["previous_hash"],
+            version_before=raw["process_version_before"],
+            mutations=tuple(muts),
+            touched_paths=tuple(touched),
+            source=raw["source"],
+            resulting_root_hash=raw["resulting_root_hash"],
+        )
+        if record.event_hash != raw["event_hash"]:
+            raise _bad(f"event_hash mismatch at position {raw['position']}")
+        return record
+

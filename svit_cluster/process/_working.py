@@ -1,0 +1,251 @@
+"""A working copy: staged mutations over a persistent root, and the commit shapes.
+
+Host operations and activations both stage their changes in a
+:class:`WorkingCopy`, then seal them into one :class:`Transition` (a new root,
+its ``svit-transaction@1`` record and the :class:`Change`). Nothing is visible
+until the owning :class:`~svit_cluster.process.Process` applies the transition,
+so a failure anywhere leaves the process unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded
+from svit_cluster.process._limits import Limits
+from svit_cluster.process._paths import (
+    Path,
+    format_path,
+    is_guest_writable,
+    parse_path,
+    validate_script_name,
+)
+from svit_cluster.process._transaction import Mutation, Transaction
+from svit_cluster.process._tree import (
+    ArrayNode,
+    Node,
+    ScriptNode,
+    get_node,
+    node_from_value,
+    remove_node,
+    set_node,
+)
+from svit_cluster.process._values import Script, Value
+
+__all__ = ["Change", "Transition", "WorkingCopy", "apply_mutation", "script_from_value"]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one commit changed (events reference: ``Committed(Change)``).
+
+    Attributes:
+        version: the process version after the commit.
+        paths: sorted paths whose content hash differs from before the commit.
+        hashes: hex content hash for every changed path *and each ancestor up to*
+            ``"/"``; ``None`` for a removed path. No values: a Change is an
+            invalidation, not a payload.
+    """
+
+    version: int
+    paths: tuple[str, ...]
+    hashes: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A sealed, not yet applied commit: new root, record, change."""
+
+    root: Node
+    record: Transaction
+    change: Change
+
+
+def script_from_value(value: Value, limits: Limits) -> Script:
+    """Accept a :class:`Script`, or a map ``{source, documentation?}`` of strings.
+
+    Raises:
+        InvalidInput: (``invalid_value``) any other shape.
+        LimitExceeded: the source exceeds ``max_script_bytes``.
+    """
+    if isinstance(value, Script):
+        script = value
+    elif isinstance(value, dict) and set(value) <= {"source", "documentation"}:
+        src = value.get("source")
+        doc = value.get("documentation")
+        if type(src) is not str or (doc is not None and type(doc) is not str):
+            raise InvalidInput(
+                "a script needs a string source and optional string documentation",
+                code=ErrorCode.INVALID_VALUE,
+            )
+        script = Script(src, doc)
+    else:
+        raise InvalidInput(
+            "/lib/<name> holds only script records {source, documentation}",
+            code=ErrorCode.INVALID_VALUE,
+        )
+    if len(script.source.encode("utf-8")) > limits.max_script_bytes:
+        raise LimitExceeded("script source exceeds max_script_bytes")
+    return script
+
+
+def _value_node(path: Path, value: Value, limits: Limits) -> Node:
+    if path[0] == "lib":
+        return ScriptNode(script_from_value(value, limits))
+    return node_from_value(
+        value,
+        max_depth=limits.max_value_depth,
+        max_entries=limits.max_value_entries,
+        max_text_bytes=limits.max_text_bytes,
+    )
+
+
+def apply_mutation(root: Node, mut: Mutation, limits: Limits) -> Node:
+    """Apply one recorded mutation to ``root`` (used by replay; never runs guest code).
+
+    Raises:
+        InvalidInput: the mutation does not apply (bad path, missing parent,
+            ``remove_front`` on an empty array).
+    """
+    path = parse_path(mut.path)
+    if mut.op == "set":
+        return set_node(root, path, _value_node(path, mut.value, limits))
+    if mut.op == "remove":
+        return remove_node(root, path)
+    target = get_node(root, path)
+    if not isinstance(target, ArrayNode):
+        raise InvalidInput(f"{mut.op} needs an array at {mut.path[:200]}", code=ErrorCode.INVALID_PATH)
+    if mut.op == "append":
+        node = node_from_value(
+            mut.value,
+            max_depth=limits.max_value_depth,
+            max_entries=limits.max_value_entries,
+            max_text_bytes=limits.max_text_bytes,
+        )
+        return set_node(root, path, ArrayNode((*target.items, node)))
+    if not target.items:
+        raise InvalidInput(f"remove_front on empty {mut.path[:200]}", code=ErrorCode.INVALID_PATH)
+    return set_node(root, path, ArrayNode(target.items[1:]))
+
+
+class WorkingCopy:
+    """Staged changes over an immutable base root.
+
+    Every method validates first and raises without staging anything, so a
+    failed call leaves the working copy as it was.
+    """
+
+    __slots__ = ("base", "limits", "mutations", "root", "touched")
+
+    def __init__(self, root: Node, limits: Limits) -> None:
+        self.base = root
+        self.root = root
+        self.limits = limits
+        self.mutations: list[Mutation] = []
+        self.touched: set[str] = set()
+
+    # -- guest and host writes -------------------------------------------------
+
+    def write(self, path_text: str, value: Value) -> Path:
+        """Stage ``set path value`` under the guest write rules (DESIGN.md §1).
+
+        Raises:
+            InvalidInput: (``invalid_path``) not writable or parent missing;
+                (``invalid_script_name``) bad ``/lib`` name; (``invalid_value``).
+            LimitExceeded: value or tree bounds.
+        """
+        path = parse_path(path_text)
+        self._check_writable(path, path_text)
+        node = _value_node(path, value, self.limits)
+        if isinstance(node, ScriptNode):
+            value = node.script
+        self._stage(set_node(self.root, path, node), Mutation("set", path_text, value))
+        return path
+
+    def remove(self, path_text: str) -> Path:
+        """Stage ``remove path``. Removing a missing key is an error.
+
+        Raises:
+            InvalidInput: (``invalid_path``) not writable, e.g. ``/memory`` itself.
+            NotFound: (``not_found``) nothing at ``path``.
+        """
+        path = parse_path(path_text)
+        self._check_writable(path, path_text)
+        self._stage(remove_node(self.root, path), Mutation("remove", path_text))
+        return path
+
+    def append(self, path_text: str, value: Value) -> None:
+        """Stage ``append`` to the array at ``path`` (host-only: inbox, outbox)."""
+        mut = Mutation("append", path_text, value)
+        self._stage(apply_mutation(self.root, mut, self.limits), mut)
+
+    def remove_front(self, path_text: str) -> None:
+        """Stage ``remove_front`` of the array at ``path`` (host-only: inbox acknowledge)."""
+        mut = Mutation("remove_front", path_text)
+        self._stage(apply_mutation(self.root, mut, self.limits), mut)
+
+    def _check_writable(self, path: Path, text: str) -> None:
+        if not is_guest_writable(path):
+            raise InvalidInput(
+                f"{text[:200]} is not writable: only below /memory and /lib/<name>",
+                code=ErrorCode.INVALID_PATH,
+            )
+        if path[0] == "lib":
+            validate_script_name(path[1])
+
+    def _stage(self, new_root: Node, mut: Mutation) -> None:
+        if new_root.size > self.limits.max_tree_nodes:
+            raise LimitExceeded("process tree exceeds max_tree_nodes")
+        if new_root.text > self.limits.max_tree_text_bytes:
+            raise LimitExceeded("process tree exceeds max_tree_text_bytes")
+        self.root = new_root
+        self.mutations.append(mut)
+        self.touched.add(mut.path)
+
+    # -- sealing ---------------------------------------------------------------
+
+    def change(self, version: int) -> Change:
+        """The :class:`Change` between the base and the current root."""
+        old, new = self.base, self.root
+        changed: list[str] = []
+        for text in sorted(self.touched):
+            path = parse_path(text)
+            a = get_node(old, path)
+            b = get_node(new, path)
+            if (a.digest if a else None) != (b.digest if b else None):
+                changed.append(text)
+        hashes: dict[str, str | None] = {}
+        for text in changed:
+            path = parse_path(text)
+            for k in range(len(path), -1, -1):
+                key = format_path(path[:k])
+                if key in hashes:
+                    break
+                node = get_node(new, path[:k])
+                hashes[key] = node.hex if node is not None else None
+        return Change(version, tuple(changed), MappingProxyType(hashes))
+
+    def seal(
+        self,
+        *,
+        address: str,
+        position: int,
+        previous_hash: str,
+        version_before: int,
+        source: str,
+    ) -> Transition:
+        """Seal the staged mutations into one :class:`Transition` (version + 1)."""
+        record = Transaction.seal(
+            address=address,
+            position=position,
+            previous_hash=previous_hash,
+            version_before=version_before,
+            mutations=tuple(self.mutations),
+            touched_paths=tuple(sorted(self.touched)),
+            source=source,
+            resulting_root_hash=self.root.hex,
+        )
+        return Transition(self.root, record, self.change(version_before + 1))
+
