@@ -1,0 +1,305 @@
+{{/*
+Names
+*/}}
+{{- define "svit.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Resource name prefix, at most 40 characters so that suffixes such as
+"-ray-workers" and StatefulSet pod ordinals stay within the 63-character limits.
+The release name alone when it contains the chart name or is a prefix of it
+(release "svit" gives "svit-gateway", "svit-etcd-0", ...); otherwise
+<release>-<chart>.
+*/}}
+{{- define "svit.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if or (contains $name .Release.Name) (hasPrefix .Release.Name $name) -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "svit.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Labels. Call with (dict "ctx" $ "component" "gateway").
+*/}}
+{{- define "svit.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "svit.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "svit.labels" -}}
+helm.sh/chart: {{ include "svit.chart" .ctx }}
+{{ include "svit.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: svit-cluster
+{{- end -}}
+
+{{/*
+Selector for every pod of this release's svit components that may talk to
+etcd and Redis (the gateway and the Ray worker hosts). NetworkPolicy selectors
+use only the instance and component labels: KubeRay may rewrite
+app.kubernetes.io/name on the pods it creates.
+*/}}
+{{- define "svit.dataClientSelector" -}}
+matchLabels:
+  app.kubernetes.io/instance: {{ .Release.Name }}
+matchExpressions:
+  - key: app.kubernetes.io/component
+    operator: In
+    values:
+      - gateway
+      - ray-worker
+{{- end -}}
+
+{{/*
+Selector for every Ray node of this release (head, worker hosts and, when it
+joins Ray, the gateway).
+*/}}
+{{- define "svit.rayPeerSelector" -}}
+matchLabels:
+  app.kubernetes.io/instance: {{ .Release.Name }}
+matchExpressions:
+  - key: app.kubernetes.io/component
+    operator: In
+    values:
+      - ray-head
+      - ray-worker
+      {{- if .Values.gateway.joinRay }}
+      - gateway
+      {{- end }}
+{{- end -}}
+
+{{/*
+Images
+*/}}
+{{- define "svit.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+Addresses
+*/}}
+{{- define "svit.etcdHeadless" -}}
+{{- printf "%s-etcd-headless" (include "svit.fullname" .) -}}
+{{- end -}}
+
+{{- define "svit.etcdEndpoints" -}}
+{{- if .Values.etcd.enabled -}}
+{{- $full := include "svit.fullname" . -}}
+{{- $eps := list -}}
+{{- range $i := until (int .Values.etcd.replicas) -}}
+{{- $eps = append $eps (printf "%s-etcd-%d.%s.%s.svc.%s:%d" $full $i (include "svit.etcdHeadless" $) $.Release.Namespace $.Values.clusterDomain (int $.Values.etcd.clientPort)) -}}
+{{- end -}}
+{{- join "," $eps -}}
+{{- else -}}
+{{- join "," .Values.etcd.external.endpoints -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "svit.redisHost" -}}
+{{- printf "%s-redis.%s.svc.%s" (include "svit.fullname" .) .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
+{{- define "svit.rayHeadService" -}}
+{{- if eq .Values.ray.mode "kuberay" -}}
+{{- printf "%s-ray-head-svc" (include "svit.fullname" .) -}}
+{{- else -}}
+{{- printf "%s-ray-head" (include "svit.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "svit.rayAddress" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "svit.rayHeadService" .) .Release.Namespace .Values.clusterDomain (int .Values.ray.gcsPort) -}}
+{{- end -}}
+
+{{- define "svit.gatewayService" -}}
+{{- printf "%s-gateway" (include "svit.fullname" .) -}}
+{{- end -}}
+
+{{/*
+Secrets
+*/}}
+{{- define "svit.tokensSecretName" -}}
+{{- if .Values.auth.generateSecret -}}
+{{- printf "%s-tokens" (include "svit.fullname" .) -}}
+{{- else -}}
+{{- required "auth.existingSecret is required when auth.generateSecret is false" .Values.auth.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "svit.tokensKey" -}}
+{{- if .Values.auth.generateSecret -}}tokens.json{{- else -}}{{ .Values.auth.tokensKey }}{{- end -}}
+{{- end -}}
+
+{{- define "svit.adminTokenKey" -}}
+{{- if .Values.auth.generateSecret -}}admin-token{{- else -}}{{ .Values.auth.adminTokenKey }}{{- end -}}
+{{- end -}}
+
+{{/* Secret holding SVIT_REDIS_URL under key redis-url (or the external one). */}}
+{{- define "svit.redisUrlSecretName" -}}
+{{- if and (not .Values.redis.enabled) .Values.redis.external.existingSecret -}}
+{{- .Values.redis.external.existingSecret -}}
+{{- else -}}
+{{- printf "%s-redis" (include "svit.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "svit.redisUrlSecretKey" -}}
+{{- if and (not .Values.redis.enabled) .Values.redis.external.existingSecret -}}
+{{- .Values.redis.external.existingSecretKey -}}
+{{- else -}}redis-url{{- end -}}
+{{- end -}}
+
+{{- define "svit.rayAuthSecretName" -}}
+{{- default (printf "%s-ray-auth" (include "svit.fullname" .)) .Values.ray.auth.existingSecret -}}
+{{- end -}}
+
+{{- define "svit.rayAuthSecretKey" -}}
+{{- if .Values.ray.auth.existingSecret -}}{{ .Values.ray.auth.existingSecretKey }}{{- else -}}auth_token{{- end -}}
+{{- end -}}
+
+{{/*
+Reuse a value already stored in a Secret of this release, so that generated
+credentials survive upgrades. Call with (dict "ctx" $ "name" NAME "key" KEY "length" N).
+Outside a cluster (helm template, lint) lookup returns nothing and a fresh value is made.
+*/}}
+{{- define "svit.persistentRandom" -}}
+{{- $existing := lookup "v1" "Secret" .ctx.Release.Namespace .name -}}
+{{- if and $existing $existing.data (hasKey $existing.data .key) -}}
+{{- index $existing.data .key | b64dec -}}
+{{- else -}}
+{{- randAlphaNum (int .length) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Container environment shared by every svit container (gateway, Ray nodes, test).
+*/}}
+{{- define "svit.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: SVIT_HOST_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: SVIT_NODE_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: HOME
+  value: /tmp
+- name: SVIT_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "svit.redisUrlSecretName" . }}
+      key: {{ include "svit.redisUrlSecretKey" . }}
+{{- if eq .Values.ray.auth.mode "token" }}
+- name: RAY_AUTH_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "svit.rayAuthSecretName" . }}
+      key: {{ include "svit.rayAuthSecretKey" . }}
+{{- end }}
+{{- with .Values.runtime.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "svit.envFrom" -}}
+- configMapRef:
+    name: {{ include "svit.fullname" . }}-config
+{{- end -}}
+
+{{/* Writable scratch space for Ray and Python with a read-only root filesystem. */}}
+{{- define "svit.scratchVolumes" -}}
+- name: tmp
+  emptyDir: {}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.ray.shmSizeLimit }}
+{{- end -}}
+
+{{- define "svit.scratchMounts" -}}
+- name: tmp
+  mountPath: /tmp
+- name: dshm
+  mountPath: /dev/shm
+{{- end -}}
+
+{{/*
+Pod securityContext for the etcd and Redis pods: the given settings, with
+runAsNonRoot and the RuntimeDefault seccomp profile always on.
+*/}}
+{{- define "svit.forcedPodSecurityContext" -}}
+{{- $forced := dict "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- toYaml (merge $forced (deepCopy .)) -}}
+{{- end -}}
+
+{{- define "svit.containerSecurityContext" -}}
+{{ toYaml .Values.containerSecurityContext }}
+{{- end -}}
+
+{{/*
+Cross-field checks the JSON schema cannot express.
+*/}}
+{{- define "svit.validate" -}}
+{{- if and .Values.gateway.autoscaling.enabled (gt (int .Values.gateway.autoscaling.minReplicas) (int .Values.gateway.autoscaling.maxReplicas)) -}}
+{{- fail "gateway.autoscaling.minReplicas must not exceed gateway.autoscaling.maxReplicas" -}}
+{{- end -}}
+{{- if and (eq .Values.ray.mode "kuberay") (gt (int .Values.ray.kuberay.minReplicas) (int .Values.ray.kuberay.maxReplicas)) -}}
+{{- fail "ray.kuberay.minReplicas must not exceed ray.kuberay.maxReplicas" -}}
+{{- end -}}
+{{- if eq .Values.ray.mode "kuberay" -}}
+{{- $r := int .Values.ray.workers.replicas -}}
+{{- if or (lt $r (int .Values.ray.kuberay.minReplicas)) (gt $r (int .Values.ray.kuberay.maxReplicas)) -}}
+{{- fail "ray.workers.replicas must lie between ray.kuberay.minReplicas and ray.kuberay.maxReplicas" -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not .Values.redis.enabled) .Values.redis.external.url .Values.redis.external.existingSecret -}}
+{{- fail "set only one of redis.external.url and redis.external.existingSecret" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Probes of a host-agent container: `svit-cluster healthcheck --agent` exits 0
+while the agent holds its lease and its raylet is up.
+*/}}
+{{- define "svit.hostAgentProbes" -}}
+startupProbe:
+  exec:
+    command: ["svit-cluster", "healthcheck", "--agent"]
+  periodSeconds: 5
+  timeoutSeconds: 10
+  failureThreshold: 60
+livenessProbe:
+  exec:
+    command: ["svit-cluster", "healthcheck", "--agent"]
+  periodSeconds: 10
+  timeoutSeconds: 10
+  failureThreshold: 3
+readinessProbe:
+  exec:
+    command: ["svit-cluster", "healthcheck", "--agent"]
+  periodSeconds: 5
+  timeoutSeconds: 10
+  failureThreshold: 2
+{{- end -}}
