@@ -1,0 +1,260 @@
+"""``svit-cluster``: run a local cluster, its gateway, faults, and the demo.
+
+Every command that acts on a local cluster finds it through
+``--state-dir`` (default ``./.svit``), where ``up`` writes ``cluster.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from svit_cluster import __version__
+from svit_cluster.errors import SvitError
+
+__all__ = ["main"]
+
+DEFAULT_STATE_DIR = Path(".svit")
+_state_dir = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    help="Folder holding the local cluster's data, logs and cluster.json.",
+)
+
+
+def _fail(exc: SvitError) -> None:
+    click.echo(f"error: {exc.code}: {exc.message}", err=True)
+    raise SystemExit(2)
+
+
+def _progress(message: str) -> None:
+    click.echo(f"  … {message}", err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="svit-cluster")
+def cli() -> None:
+    """Fenced, durable hosting of Svit processes on Ray, etcd and Redis.
+
+    \b
+    Local cluster on this machine (loopback only):
+      svit-cluster up --hosts 3          start etcd, Redis, Ray head + 3 hosts, gateway
+      svit-cluster status                hosts, leases, owners, live actors
+      svit-cluster kill-host h2          SIGKILL a host's raylet and its workers
+      svit-cluster pause-host h2         SIGSTOP a host (resume-host to continue)
+      svit-cluster down                  stop everything by PID
+      svit-cluster demo                  the end-to-end demo (starts and stops its own cluster)
+
+    \b
+    Components (what the Helm chart runs):
+      svit-cluster gateway               the authenticated HTTP gateway
+      svit-cluster host-agent            this Ray node's host agent
+      svit-cluster healthcheck           exit 0 when a gateway or agent is healthy
+      svit-cluster smoke --url URL       one authenticated activation against a gateway
+    """
+
+
+@cli.command()
+@_state_dir
+@click.option("--hosts", default=3, show_default=True, type=click.IntRange(1, 16),
+              help="Number of Ray worker hosts (each runs one host agent).")
+@click.option("--lease-ttl", "lease_ttl_s", default=5, show_default=True,
+              type=click.IntRange(1, 300), help="Host lease TTL in seconds.")
+@click.option("--snapshot-every", default=100, show_default=True, type=click.IntRange(1),
+              help="Commits between snapshots of a process.")
+@click.option("--passivate-after", "passivate_after_s", default=300.0, show_default=True,
+              type=click.FloatRange(0.1), help="Idle seconds before an actor passivates.")
+def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
+       passivate_after_s: float) -> None:
+    """Start a complete local cluster in the background and wait until it is healthy.
+
+    Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
+    component's PID. etcd and redis-server must be on PATH
+    (apt-get install etcd-server redis-server).
+    """
+    from svit_cluster.local import ClusterSpec, LocalCluster
+
+    try:
+        cluster = LocalCluster.up(
+            ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
+                        snapshot_every=snapshot_every, passivate_after_s=passivate_after_s),
+            progress=_progress,
+        )
+    except SvitError as exc:
+        _fail(exc)
+    doc = cluster.doc
+    click.echo(f"cluster up: gateway {doc['gateway']['url']}, hosts "
+               f"{', '.join(sorted(doc['hosts']))}")
+    click.echo(f"admin token in {cluster.path} (tokens.admin)")
+
+
+@cli.command()
+@_state_dir
+def down(state_dir: Path) -> None:
+    """Stop every component of the local cluster by PID."""
+    from svit_cluster.local import LocalCluster
+
+    try:
+        LocalCluster.load(state_dir).down(progress=_progress)
+    except SvitError as exc:
+        _fail(exc)
+    click.echo("cluster down")
+
+
+@cli.command()
+@_state_dir
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def status(state_dir: Path, as_json: bool) -> None:
+    """Hosts, leases, owners and live actors of the local cluster."""
+    from svit_cluster.local import LocalCluster
+    from svit_cluster.local._status import cluster_status
+
+    try:
+        info = cluster_status(LocalCluster.load(state_dir))
+    except SvitError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    click.echo(f"gateway {info['gateway']['url']}: "
+               f"{'healthy' if info['gateway']['healthy'] else 'UNHEALTHY'}")
+    for host in info["hosts"]:
+        click.echo(f"  {host['name']}: process {'up' if host['alive'] else 'DOWN'}, "
+                   f"lease {host.get('lease') or '-'}, owners {host.get('owners', 0)}")
+    click.echo(f"owners: {len(info['owners'])}")
+
+
+def _host_command(name: str, action: str) -> Any:
+    @cli.command(name=name)
+    @_state_dir
+    @click.argument("host")
+    def command(state_dir: Path, host: str) -> None:
+        from svit_cluster.local import LocalCluster
+
+        try:
+            cluster = LocalCluster.load(state_dir)
+            pids = getattr(cluster, action)(host)
+        except SvitError as exc:
+            _fail(exc)
+        click.echo(f"{name} {host}: signalled {len(pids)} processes")
+
+    command.__doc__ = {
+        "kill_host": "SIGKILL HOST's raylet and all its worker processes.",
+        "pause_host": "SIGSTOP every process of HOST (a frozen, stale owner).",
+        "resume_host": "SIGCONT every process of HOST.",
+    }[action]
+    return command
+
+
+_host_command("kill-host", "kill_host")
+_host_command("pause-host", "pause_host")
+_host_command("resume-host", "resume_host")
+
+
+@cli.command()
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Use (and keep) this folder; default: a fresh temporary folder.")
+@click.option("--hosts", default=3, show_default=True, type=click.IntRange(2, 8))
+@click.option("--clients", default=4, show_default=True, type=click.IntRange(1, 32),
+              help="Concurrent clients racing on the counter.")
+@click.option("--ops", default=60, show_default=True, type=click.IntRange(10, 10_000),
+              help="Committed increments each client makes.")
+@click.option("--lease-ttl", "lease_ttl_s", default=3, show_default=True,
+              type=click.IntRange(1, 60))
+def demo(state_dir: Path | None, hosts: int, clients: int, ops: int, lease_ttl_s: int) -> None:
+    """The main job: a 3-host cluster, the reference request, racing clients, a host kill.
+
+    Exits non-zero if any check fails. Everything it starts is stopped again.
+    """
+    from svit_cluster.demo import run_demo
+
+    ok = run_demo(state_dir=state_dir, hosts=hosts, clients=clients, ops=ops,
+                  lease_ttl_s=lease_ttl_s)
+    raise SystemExit(0 if ok else 1)
+
+
+@cli.command()
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Read the cluster from STATE_DIR/cluster.json; default: SVIT_* env vars.")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Bind address.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--max-request-bytes", default=None, type=click.IntRange(1),
+              help="Request body cap (default: cluster setting or SVIT_MAX_REQUEST_BYTES).")
+def gateway(state_dir: Path | None, host: str, port: int, max_request_bytes: int | None
+            ) -> None:
+    """Run the authenticated HTTP gateway (Ray driver + etcd route cache + uvicorn)."""
+    from svit_cluster.cluster.serve import serve_gateway
+
+    try:
+        asyncio.run(serve_gateway(state_dir=state_dir, host=host, port=port,
+                                  max_request_bytes=max_request_bytes))
+    except SvitError as exc:
+        _fail(exc)
+
+
+@cli.command(name="host-agent")
+@click.option("--host-id", envvar="SVIT_HOST_ID", required=True,
+              help="This host's name (its Ray node carries resource svit_host:<name>).")
+def host_agent(host_id: str) -> None:
+    """Start this Ray node's host agent from SVIT_* env vars and keep it alive."""
+    from svit_cluster.cluster.serve import run_host_agent
+
+    try:
+        run_host_agent(host_id)
+    except SvitError as exc:
+        _fail(exc)
+
+
+@cli.command()
+@click.option("--url", default="http://127.0.0.1:8080/healthz", show_default=True)
+@click.option("--timeout", "timeout_s", default=3.0, show_default=True)
+def healthcheck(url: str, timeout_s: float) -> None:
+    """Exit 0 when URL answers 200 (for container health checks)."""
+    import httpx
+
+    try:
+        ok = httpx.get(url, timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        ok = False
+    raise SystemExit(0 if ok else 1)
+
+
+@cli.command()
+@click.option("--url", required=True, help="Gateway base URL.")
+@click.option("--token", envvar="SVIT_TOKEN", required=True, help="Bearer token (SVIT_TOKEN).")
+@click.option("--tenant", default="smoke", show_default=True)
+def smoke(url: str, token: str, tenant: str) -> None:
+    """Create a process and run one authenticated activation; exit 0 on success."""
+    import uuid
+
+    from svit_cluster.client import SvitClient
+
+    pid = f"svit://{tenant}/smoke-{uuid.uuid4().hex[:8]}"
+    script = '(define (main input) (do (write "/memory/n" (+ 1 (read "/memory/n"))) 1))'
+    try:
+        with SvitClient(url, token) as client:
+            client.create_process(pid, memory={"n": 0}, scripts={"inc": script})
+            resp = client.activate(pid, "inc", None, expected_version=0)
+    except SvitError as exc:
+        _fail(exc)
+    ok = resp.outcome.status == "committed"
+    click.echo(f"smoke {pid}: {resp.outcome.status}")
+    raise SystemExit(0 if ok else 1)
+
+
+def main() -> None:
+    """Console entry point."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    cli(prog_name="svit-cluster")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Cluster hosting on Ray: host agents (control plane), process actors (data path),
+the route cache and the gateway's Ray router.
+
+Public names, by importance:
+
+* :class:`RayRouter` -- the gateway's router: cached routes, placement by load.
+* :class:`RouteCache`, :class:`Route` -- owners and hosts from one etcd watch.
+* :class:`HostAgent` -- per-host lease, activation, passivation, self-fencing.
+* :class:`ProcessActor` -- serves one process under one fencing token.
+* :class:`ClusterConfig` -- what every component needs to join a cluster.
+* :func:`start_agents` -- create the detached agents (used by ``svit-cluster up``).
+"""
+
+from svit_cluster.cluster._actor import ProcessActor
+from svit_cluster.cluster._agent import HostAgent, actor_name, agent_name, hosts_prefix
+from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._router import RayRouter
+from svit_cluster.cluster._routes import Route, RouteCache
+from svit_cluster.cluster.bootstrap import start_agents
+
+__all__ = [
+    "ClusterConfig",
+    "HostAgent",
+    "ProcessActor",
+    "RayRouter",
+    "Route",
+    "RouteCache",
+    "actor_name",
+    "agent_name",
+    "hosts_prefix",
+    "start_agents",
+]

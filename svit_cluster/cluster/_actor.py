@@ -1,0 +1,228 @@
+"""The data path: one Ray actor per active Svit process.
+
+A :class:`ProcessActor` is created by its host agent *after* the agent won the
+etcd ownership transaction, so it starts with a fencing token. Before it
+serves it claims the Redis fence with that token and restores (snapshot +
+tail, hash chain verified). Every commit then goes through the fenced Redis
+commit log; a newer owner's claim makes any later commit of this actor fail
+with ``fenced``, after which the actor stops serving for good.
+
+Calls return plain dicts (``{"error": {...}}`` on failure) so that errors cross
+the Ray boundary without pickling exception classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.control import ProcessController, decode_request
+from svit_cluster.errors import (
+    ConflictError,
+    FencedError,
+    NotFound,
+    SvitError,
+    UnavailableError,
+)
+from svit_cluster.process import Process, encode_value
+
+__all__ = ["ProcessActor", "error_dict"]
+
+log = logging.getLogger(__name__)
+
+
+def error_dict(exc: SvitError) -> dict[str, Any]:
+    """``{"error": {"code", "message", "fields"}}`` for a project error."""
+    fields = {k: v for k, v in exc.fields.items() if isinstance(v, str | int | float | bool)}
+    return {"error": {"code": str(exc.code), "message": exc.message, "fields": fields}}
+
+
+class ProcessActor:
+    """Serves one process for one fencing token (wrapped with ``ray.remote`` by the agent).
+
+    Args:
+        config: :meth:`ClusterConfig.to_dict` output.
+        host: the host this actor is pinned to.
+        process_id: the process.
+        token: the fencing token from the etcd ownership record.
+        agent_name: the Ray name of this host's agent (for passivation).
+    """
+
+    def __init__(
+        self, config: dict[str, Any], host: str, process_id: str, token: int, agent_name: str
+    ) -> None:
+        self.cfg = ClusterConfig.from_dict(config)
+        self.host = host
+        self.process_id = process_id
+        self.token = token
+        self.agent_name = agent_name
+        self._ctrl: ProcessController | None = None
+        self._closed: str | None = None
+        self._last_used = time.monotonic()
+        self._inflight = 0
+        self._watchdog: asyncio.Task[None] | None = None
+        self._backend: Any = None
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def _guard(self) -> None:
+        if self._closed is not None:
+            raise UnavailableError(f"{self.process_id} is not served here: {self._closed}")
+
+    async def start(self, create: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Claim the fence, then create or restore the process.
+
+        Args:
+            create: None to restore an existing process; ``{"memory", "scripts"}``
+                to create one at version 0; ``{"snapshot": bytes}`` to create
+                one from a fork's snapshot.
+
+        Returns:
+            ``{"status": "serving", "version", "root_hash", "restore"}`` or an
+            error dict (``not_found``, ``conflict`` if it already exists,
+            ``fenced``, ``unavailable``, ``corrupt_log``).
+        """
+        try:
+            return await asyncio.to_thread(self._start_sync, create)
+        except SvitError as exc:
+            self._closed = f"start failed: {exc.code}"
+            return error_dict(exc)
+
+    def _start_sync(self, create: dict[str, Any] | None) -> dict[str, Any]:
+        from svit_cluster.store import RedisBackend, StoreConfig, connect
+
+        client = connect(self.cfg.redis_for(self.host))
+        backend = RedisBackend(
+            client,
+            self.process_id,
+            self.token,
+            StoreConfig(max_receipts=self.cfg.max_receipts,
+                        snapshot_every=self.cfg.snapshot_every),
+            guard=self._guard,
+        )
+        if self.cfg.unsafe_disable_fencing:
+            from svit_cluster.store.testing import disable_fencing_for_negative_control
+
+            disable_fencing_for_negative_control(backend)
+        backend.claim()
+        restore: dict[str, Any] = {}
+        if create is None:
+            proc = backend.restore()
+            if proc is None:
+                raise NotFound(f"unknown process {self.process_id}")
+            stats = backend.last_restore
+            if stats is not None:
+                restore = {"snapshot_version": stats.snapshot_version,
+                           "tail_entries": stats.tail_entries,
+                           "duration_s": stats.duration_s}
+        elif "snapshot" in create:
+            proc = Process.restore(create["snapshot"])
+            if proc.id != self.process_id:
+                raise ConflictError("fork snapshot names another process")
+            backend.create(proc)
+        else:
+            proc = Process.create(self.process_id, memory=create.get("memory"),
+                                  scripts=create.get("scripts") or {})
+            backend.create(proc)
+        self._backend = backend
+        self._ctrl = ProcessController(proc, backend)
+        return {"status": "serving", "version": proc.version, "root_hash": proc.root_hash,
+                "restore": restore}
+
+    async def serve(self) -> None:
+        """Start the passivation watchdog (called by the agent after ``start``)."""
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().create_task(self._idle_loop())
+
+    async def _idle_loop(self) -> None:
+        period = max(0.05, min(1.0, self.cfg.passivate_after_s / 4))
+        while self._closed is None:
+            await asyncio.sleep(period)
+            idle = time.monotonic() - self._last_used
+            if self._inflight == 0 and idle >= self.cfg.passivate_after_s:
+                self._closed = "passivated"
+                await self._leave("passivated")
+                return
+
+    async def _leave(self, reason: str) -> None:
+        """Ask the agent to release ownership (if still ours) and kill this actor."""
+        import ray
+
+        try:
+            agent = ray.get_actor(self.agent_name, namespace=self.cfg.namespace)
+            agent.release.remote(self.process_id, self.token, reason)
+        except Exception:  # the agent may be gone with its host; the lease expiry cleans up
+            log.warning("could not reach agent %s to release %s", self.agent_name,
+                        self.process_id)
+
+    async def fence_out(self, reason: str) -> None:
+        """Stop serving at once (lease SUSPENDED/LOST or ownership lost)."""
+        if self._closed is None:
+            self._closed = reason
+
+    # -- requests ---------------------------------------------------------------------
+
+    async def _run(self, fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+        if self._closed is not None or self._ctrl is None:
+            return error_dict(UnavailableError(f"{self.process_id} is not served here: "
+                                               f"{self._closed or 'starting'}"))
+        self._inflight += 1
+        self._last_used = time.monotonic()
+        try:
+            return await asyncio.to_thread(fn, *args, **kw)
+        except FencedError as exc:
+            self._closed = "fenced"
+            await self._leave("fenced")
+            return error_dict(exc)
+        except SvitError as exc:
+            return error_dict(exc)
+        finally:
+            self._inflight -= 1
+            self._last_used = time.monotonic()
+
+    async def control(self, body: bytes, partition: str) -> dict[str, Any]:
+        """Run one svit-control@1 request. Returns ``{"response": bytes, "host", "token"}``."""
+        def run() -> dict[str, Any]:
+            assert self._ctrl is not None
+            response = self._ctrl.execute(decode_request(body), tenant=partition)
+            return {"response": response.model_dump_json().encode(), "host": self.host,
+                    "token": self.token}
+
+        return await self._run(run)
+
+    async def state(self, path: str) -> dict[str, Any]:
+        """``{"value": tagged, "version"}`` from one observation."""
+        def run() -> dict[str, Any]:
+            assert self._ctrl is not None
+            value, version = self._ctrl.read_versioned(path)
+            return {"value": encode_value(value), "version": version}
+
+        return await self._run(run)
+
+    async def snapshot(self) -> dict[str, Any]:
+        """``{"snapshot": bytes}`` of the current state."""
+        def run() -> dict[str, Any]:
+            assert self._ctrl is not None
+            with self._ctrl.locked():
+                return {"snapshot": self._ctrl.process.snapshot()}
+
+        return await self._run(run)
+
+    async def fork_snapshot(self, new_process_id: str) -> dict[str, Any]:
+        """``{"snapshot": bytes}`` of a fork of the current state into ``new_process_id``."""
+        def run() -> dict[str, Any]:
+            assert self._ctrl is not None
+            with self._ctrl.locked():
+                return {"snapshot": self._ctrl.process.fork(new_process_id).snapshot()}
+
+        return await self._run(run)
+
+    async def info(self) -> dict[str, Any]:
+        """``{"process_id", "host", "token", "closed", "version"}``."""
+        version = self._ctrl.process.version if self._ctrl is not None else None
+        return {"process_id": self.process_id, "host": self.host, "token": self.token,
+                "closed": self._closed, "version": version,
+                "idle_s": time.monotonic() - self._last_used}

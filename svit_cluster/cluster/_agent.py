@@ -1,0 +1,238 @@
+"""The control plane on each host: one :class:`HostAgent` Ray actor per Ray node.
+
+The agent holds the host's etcd lease (keepalive in the background), registers
+``/svit/<cluster>/hosts/<host>`` under it, and activates processes on demand:
+it wins the ownership transaction (token = create revision), then starts a
+:class:`~svit_cluster.cluster.ProcessActor` pinned to this host with a name
+that includes the token, so it can never collide with an earlier owner's actor
+still registered on a dead node.
+
+When the lease becomes SUSPENDED the agent fences its actors out (they stop
+starting commits); when it is LOST it kills them and rejoins with a fresh lease.
+Safety never depends on this: the Redis fence refuses any stale commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from svit_cluster.cluster._actor import ProcessActor, error_dict
+from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.errors import ConflictError, SvitError, UnavailableError
+from svit_cluster.local._ray import host_resource
+
+__all__ = ["HostAgent", "actor_name", "agent_name", "hosts_prefix"]
+
+log = logging.getLogger(__name__)
+
+
+def agent_name(host: str) -> str:
+    """Ray name of host ``host``'s agent."""
+    return f"agent:{host}"
+
+
+def actor_name(process_id: str, token: int) -> str:
+    """Ray name of the actor serving ``process_id`` under ``token`` (never reused)."""
+    return f"svit:{process_id}:{token}"
+
+
+def hosts_prefix(cluster: str) -> bytes:
+    """etcd prefix of live host registrations."""
+    return f"/svit/{cluster}/hosts/".encode()
+
+
+class HostAgent:
+    """One host's agent (wrapped with ``ray.remote`` by :func:`start_agents`).
+
+    Args:
+        config: :meth:`ClusterConfig.to_dict` output.
+        host: this host's name (its Ray node carries the ``svit_host:<host>`` resource).
+    """
+
+    def __init__(self, config: dict[str, Any], host: str) -> None:
+        self.cfg = ClusterConfig.from_dict(config)
+        self.host = host
+        self.lease: Any = None
+        self.incarnation = 0
+        self.actors: dict[str, tuple[int, Any, Any]] = {}  # pid -> (token, handle, ownership)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._rejoin: asyncio.Task[None] | None = None
+        self.activations = 0
+        self.started_at = time.time()
+
+    # -- lease ---------------------------------------------------------------------------
+
+    async def start(self) -> dict[str, Any]:
+        """Grant the lease, register the host, start the rejoin loop. Idempotent."""
+        if self.lease is None:
+            await self._join()
+            self._rejoin = asyncio.get_running_loop().create_task(self._rejoin_loop())
+        return await self.status()
+
+    async def _join(self) -> None:
+        from svit_cluster.ownership import HostLease, open_client
+
+        client = open_client(self.cfg.etcd_for(self.host))
+        lease = HostLease(client, ttl_s=self.cfg.lease_ttl_s,
+                          safety_margin_s=min(1.0, self.cfg.lease_ttl_s / 4))
+        await lease.grant()
+        lease.add_listener(self._on_lease)
+        value = json.dumps({"host": self.host, "agent": agent_name(self.host),
+                            "incarnation": self.incarnation + 1}).encode()
+        await asyncio.wait_for(
+            client.put(hosts_prefix(self.cfg.cluster) + self.host.encode(), value,
+                       lease=lease.lease_id),
+            timeout=5,
+        )
+        self.lease = lease
+        self.incarnation += 1
+        log.info("host %s joined with lease %s", self.host, lease.lease_id)
+
+    def _on_lease(self, state: Any) -> None:
+        from svit_cluster.ownership import LeaseState
+
+        if state in (LeaseState.SUSPENDED, LeaseState.LOST):
+            for _, handle, _ in list(self.actors.values()):
+                handle.fence_out.remote(f"host lease {state}")
+
+    async def _rejoin_loop(self) -> None:
+        """Never dies: after LOST, kill every actor and join again with a new lease."""
+        from svit_cluster.ownership import LeaseState
+
+        while True:
+            try:
+                await asyncio.sleep(0.25)
+                if self.lease is not None and self.lease.state is LeaseState.LOST:
+                    log.warning("host %s lost its lease; dropping %d actors and rejoining",
+                                self.host, len(self.actors))
+                    self._kill_all("lease lost")
+                    old, self.lease = self.lease, None
+                    try:
+                        await old.close()
+                    except Exception:
+                        log.exception("closing the old lease failed")
+                if self.lease is None:
+                    await self._join()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("host %s rejoin round failed; retrying", self.host)
+                await asyncio.sleep(0.5)
+
+    def _kill_all(self, reason: str) -> None:
+        import ray
+
+        for _pid, (_token, handle, _own) in list(self.actors.items()):
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:
+                log.exception("killing an actor failed (%s)", reason)
+        self.actors.clear()
+
+    # -- activation ----------------------------------------------------------------------
+
+    async def activate(self, process_id: str, create: dict[str, Any] | None = None
+                       ) -> dict[str, Any]:
+        """Own ``process_id`` and start its actor here (single-flight per process).
+
+        Returns:
+            ``{"status": "serving", "actor", "host", "token", ...}``;
+            ``{"status": "owned", "host", "token"}`` when another host owns it;
+            or an error dict (``not_found``, ``conflict``, ``unavailable``, ...).
+        """
+        lock = self._locks.setdefault(process_id, asyncio.Lock())
+        async with lock:
+            current = self.actors.get(process_id)
+            if current is not None and create is None:
+                token, _handle, _own = current
+                return {"status": "serving", "actor": actor_name(process_id, token),
+                        "host": self.host, "token": token}
+            try:
+                return await self._activate(process_id, create)
+            except SvitError as exc:
+                return error_dict(exc)
+
+    async def _activate(self, process_id: str, create: dict[str, Any] | None
+                        ) -> dict[str, Any]:
+        import ray
+
+        from svit_cluster.ownership import Owners
+
+        if self.lease is None:
+            raise UnavailableError(f"host {self.host} has no lease yet")
+        owners = Owners(self.lease, cluster=self.cfg.cluster, host=self.host,
+                        address=agent_name(self.host))
+        try:
+            ownership = await owners.acquire(process_id)
+        except ConflictError as exc:
+            return {"status": "owned", "host": exc.fields.get("owner_host"),
+                    "token": exc.fields.get("token")}
+        name = actor_name(process_id, ownership.token)
+        remote_cls = ray.remote(ProcessActor)
+        handle = remote_cls.options(  # type: ignore[attr-defined]
+            name=name,
+            namespace=self.cfg.namespace,
+            resources={host_resource(self.host): 1},
+            num_cpus=0,
+            max_restarts=0,
+            max_concurrency=64,
+            lifetime="detached",
+        ).remote(self.cfg.to_dict(), self.host, process_id, ownership.token,
+                 agent_name(self.host))
+        try:
+            result = await asyncio.wait_for(handle.start.remote(create), timeout=60)
+        except Exception as exc:
+            result = error_dict(UnavailableError(f"actor start failed: {type(exc).__name__}"))
+        if "error" in result:
+            ray.kill(handle, no_restart=True)
+            try:
+                await owners.release(ownership)
+            except SvitError:
+                log.exception("release after failed start of %s", process_id)
+            return result
+        await handle.serve.remote()
+        self.actors[process_id] = (ownership.token, handle, (owners, ownership))
+        self.activations += 1
+        return {"status": "serving", "actor": name, "host": self.host,
+                "token": ownership.token, **result}
+
+    async def release(self, process_id: str, token: int, reason: str = "") -> bool:
+        """Release ``process_id`` if still owned under ``token``, then kill its actor."""
+        import ray
+
+        current = self.actors.get(process_id)
+        if current is None or current[0] != token:
+            return False
+        _token, handle, (owners, ownership) = current
+        del self.actors[process_id]
+        released = False
+        try:
+            released = await owners.release(ownership)
+        except SvitError:
+            log.exception("release of %s failed (%s); the lease expiry cleans up",
+                          process_id, reason)
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:
+            log.exception("killing the actor of %s failed", process_id)
+        return released
+
+    async def status(self) -> dict[str, Any]:
+        """``{"host", "lease_state", "lease_id", "incarnation", "actors", "activations"}``."""
+        state = None if self.lease is None else str(self.lease.state)
+        return {
+            "host": self.host,
+            "lease_state": state,
+            "lease_id": None if self.lease is None else self.lease.lease_id,
+            "incarnation": self.incarnation,
+            "actors": len(self.actors),
+            "processes": sorted(self.actors),
+            "activations": self.activations,
+        }
+
+    async def ping(self) -> bool:
+        return True

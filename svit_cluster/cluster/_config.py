@@ -1,0 +1,105 @@
+"""Cluster configuration shared by host agents, process actors and gateways."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from svit_cluster.errors import ConfigurationError
+
+__all__ = ["ClusterConfig"]
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Everything a component needs to join one svit cluster.
+
+    Attributes:
+        cluster: cluster name; etcd keys live under ``/svit/<cluster>/``.
+        etcd_endpoint: ``host:port`` of etcd (control plane).
+        redis_url: ``redis://host:port/db`` of the commit log (data path).
+        ray_address: ``host:port`` of the Ray GCS.
+        lease_ttl_s: host lease TTL in seconds (default 5).
+        snapshot_every: commits between snapshots (default 100).
+        passivate_after_s: idle seconds before a process actor passivates (300).
+        max_receipts: durable receipts per process (1..4096, default 256).
+        call_timeout_s: gateway -> actor call deadline in seconds (default 5).
+        host_endpoints: per-host overrides ``{host: {"etcd": ..., "redis": ...}}``
+            (the chaos harness routes a host through its own proxies).
+        unsafe_disable_fencing: TEST-ONLY negative control for the chaos
+            checker; process actors then commit without the fence check. Never
+            read from the environment or any CLI flag.
+    """
+
+    cluster: str = "local"
+    etcd_endpoint: str = "127.0.0.1:2379"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    ray_address: str = ""
+    lease_ttl_s: int = 5
+    snapshot_every: int = 100
+    passivate_after_s: float = 300.0
+    max_receipts: int = 256
+    call_timeout_s: float = 5.0
+    host_endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
+    unsafe_disable_fencing: bool = False
+
+    @property
+    def namespace(self) -> str:
+        """The Ray namespace of this cluster's named actors."""
+        return f"svit-{self.cluster}"
+
+    def etcd_for(self, host: str) -> str:
+        return self.host_endpoints.get(host, {}).get("etcd", self.etcd_endpoint)
+
+    def redis_for(self, host: str) -> str:
+        return self.host_endpoints.get(host, {}).get("redis", self.redis_url)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> ClusterConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in names})
+
+    @classmethod
+    def from_cluster_json(cls, path: str | Path) -> ClusterConfig:
+        """Read a local cluster's ``cluster.json`` (written by ``svit-cluster up``)."""
+        doc = json.loads(Path(path).read_text())
+        return cls(
+            cluster=doc["cluster"],
+            etcd_endpoint=doc["etcd"]["endpoint"],
+            redis_url=doc["redis"]["url"],
+            ray_address=doc["ray"]["address"],
+            lease_ttl_s=int(doc["lease_ttl_s"]),
+            snapshot_every=int(doc["snapshot_every"]),
+            passivate_after_s=float(doc["passivate_after_s"]),
+            host_endpoints={h: v["endpoints"] for h, v in doc.get("hosts", {}).items()
+                            if v.get("endpoints")},
+            unsafe_disable_fencing=bool(doc.get("unsafe_disable_fencing", False)),
+        )
+
+    @classmethod
+    def from_env(cls) -> ClusterConfig:
+        """Read ``SVIT_*`` variables (the Helm chart's contract).
+
+        Raises:
+            ConfigurationError: a number does not parse.
+        """
+        env = os.environ
+        try:
+            return cls(
+                cluster=env.get("SVIT_CLUSTER", "default"),
+                etcd_endpoint=env.get("SVIT_ETCD_ENDPOINTS", "127.0.0.1:2379").split(",")[0],
+                redis_url=env.get("SVIT_REDIS_URL", "redis://127.0.0.1:6379/0"),
+                ray_address=env.get("SVIT_RAY_ADDRESS", ""),
+                lease_ttl_s=int(env.get("SVIT_LEASE_TTL_S", "5")),
+                snapshot_every=int(env.get("SVIT_SNAPSHOT_EVERY", "100")),
+                passivate_after_s=float(env.get("SVIT_PASSIVATE_AFTER_S", "300")),
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"bad SVIT_* setting: {exc}") from exc

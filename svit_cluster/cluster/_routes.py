@@ -1,0 +1,135 @@
+"""Route cache: owner records and live hosts, kept current by one etcd watch.
+
+The request path reads routes from memory; it never asks etcd in the common
+case (STYLE.md §6). The cache loads ``/svit/<cluster>/`` once, then follows a
+prefix watch from the next revision. If the watch breaks (etcd restart, network
+cut) it reloads and watches again; the loop never dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Route", "RouteCache"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a process is served: host, token (create revision), actor name."""
+
+    process_id: str
+    host: str
+    token: int
+
+    @property
+    def actor(self) -> str:
+        return f"svit:{self.process_id}:{self.token}"
+
+
+class RouteCache:
+    """Owners and hosts of one cluster, from etcd, in memory.
+
+    Args:
+        client: an ``aetcd.Client``.
+        cluster: cluster name.
+    """
+
+    def __init__(self, client: Any, cluster: str) -> None:
+        self.client = client
+        self.prefix = f"/svit/{cluster}/".encode()
+        self._owners_p = self.prefix + b"owners/"
+        self._hosts_p = self.prefix + b"hosts/"
+        self.routes: dict[str, Route] = {}
+        self.hosts: dict[str, dict[str, Any]] = {}
+        self.revision = 0
+        self.ready = asyncio.Event()
+        self.changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._watch: Any = None
+
+    def start(self) -> RouteCache:
+        """Start the load-and-watch loop on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._cancel_watch()
+
+    def load(self) -> dict[str, int]:
+        """Live processes per live host (for placement by load)."""
+        counts = {h: 0 for h in self.hosts}
+        for route in self.routes.values():
+            if route.host in counts:
+                counts[route.host] += 1
+        return counts
+
+    def _apply(self, key: bytes, value: bytes | None, create_revision: int) -> None:
+        if key.startswith(self._owners_p):
+            pid = key[len(self._owners_p):].decode()
+            if value is None:
+                self.routes.pop(pid, None)
+            else:
+                try:
+                    host = str(json.loads(value)["host"])
+                except (ValueError, KeyError, TypeError):
+                    return
+                self.routes[pid] = Route(pid, host, create_revision)
+        elif key.startswith(self._hosts_p):
+            host = key[len(self._hosts_p):].decode()
+            if value is None:
+                self.hosts.pop(host, None)
+            else:
+                try:
+                    self.hosts[host] = dict(json.loads(value))
+                except (ValueError, TypeError):
+                    self.hosts[host] = {"host": host}
+        self.changed.set()
+
+    async def _reload(self) -> None:
+        got = await asyncio.wait_for(self.client.get_prefix(self.prefix), timeout=5)
+        self.routes.clear()
+        self.hosts.clear()
+        for kv in got:
+            self._apply(bytes(kv.key), bytes(kv.value), int(kv.create_revision))
+        self.revision = int(got.header.revision)
+        self.ready.set()
+
+    async def _cancel_watch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(watch.cancel(), 1.0)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._reload()
+                self._watch = await asyncio.wait_for(
+                    self.client.watch_prefix(self.prefix, start_revision=self.revision + 1),
+                    timeout=5,
+                )
+                async for event in self._watch:
+                    kv = event.kv
+                    value = None if event.kind == "DELETE" else bytes(kv.value)
+                    self._apply(bytes(kv.key), value, int(kv.create_revision))
+                    self.revision = max(self.revision, int(kv.mod_revision))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.info("route watch broke (%s); reloading", type(exc).__name__)
+            finally:
+                await self._cancel_watch()
+            await asyncio.sleep(0.2)

@@ -1,0 +1,76 @@
+"""Start (or check) the detached host agents of a cluster, as a short-lived Ray driver.
+
+Usage::
+
+    python -m svit_cluster.cluster.bootstrap STATE_DIR/cluster.json agents
+
+Creates one detached ``HostAgent`` per host listed in ``cluster.json``, pinned
+to that host's Ray node, and waits until each holds its etcd lease. Prints one
+JSON line per host. Exits non-zero if any host fails.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from svit_cluster.cluster._agent import HostAgent, agent_name
+from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.local._ray import host_resource
+
+__all__ = ["start_agents"]
+
+
+def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 120.0
+                 ) -> list[dict[str, object]]:
+    """Create (or find) each host's agent and start it; returns their statuses.
+
+    Must run inside a connected Ray driver (``ray.init(address=...)``).
+
+    Raises:
+        ray.exceptions.GetTimeoutError: an agent did not start in ``timeout_s``.
+    """
+    import ray
+
+    remote_agent = ray.remote(HostAgent)
+    handles = []
+    for host in hosts:
+        handle = remote_agent.options(  # type: ignore[attr-defined]
+            name=agent_name(host),
+            namespace=config.namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            resources={host_resource(host): 1},
+            num_cpus=0,
+            max_restarts=0,
+            max_concurrency=256,
+        ).remote(config.to_dict(), host)
+        handles.append(handle)
+    refs = [h.start.remote() for h in handles]
+    statuses: list[dict[str, object]] = ray.get(refs, timeout=timeout_s)
+    return statuses
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[1] != "agents":
+        print(__doc__, file=sys.stderr)
+        return 2
+    import ray
+
+    path = Path(args[0])
+    doc = json.loads(path.read_text())
+    config = ClusterConfig.from_cluster_json(path)
+    ray.init(address=config.ray_address, namespace=config.namespace,
+             logging_level="ERROR", log_to_driver=False)
+    try:
+        for status in start_agents(config, sorted(doc["hosts"])):
+            print(json.dumps(status))
+    finally:
+        ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""Long-running cluster processes: the gateway server and the host-agent launcher."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.errors import ConfigurationError
+
+__all__ = ["run_host_agent", "serve_gateway"]
+
+log = logging.getLogger(__name__)
+
+
+def _load(state_dir: Path | None) -> tuple[ClusterConfig, str, int]:
+    """Config, tokens file and body cap from ``cluster.json`` or ``SVIT_*`` variables."""
+    if state_dir is not None:
+        path = state_dir.resolve() / "cluster.json"
+        if not path.exists():
+            raise ConfigurationError(f"no cluster.json in {state_dir}")
+        doc = json.loads(path.read_text())
+        return (ClusterConfig.from_cluster_json(path), doc["tokens_file"],
+                int(doc["max_request_bytes"]))
+    tokens = os.environ.get("SVIT_TOKENS_FILE")
+    if not tokens:
+        raise ConfigurationError("set SVIT_TOKENS_FILE (or pass --state-dir)")
+    cap = int(os.environ.get("SVIT_MAX_REQUEST_BYTES", str(1024 * 1024)))
+    return ClusterConfig.from_env(), tokens, cap
+
+
+async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
+                        max_request_bytes: int | None) -> None:
+    """Connect to Ray and etcd, then serve the gateway until interrupted.
+
+    Raises:
+        ConfigurationError: missing configuration or tokens file.
+    """
+    import ray
+    import uvicorn
+
+    from svit_cluster.cluster._router import RayRouter
+    from svit_cluster.cluster._routes import RouteCache
+    from svit_cluster.gateway import GatewayMetrics, TokenStore, create_app
+    from svit_cluster.ownership import open_client
+
+    config, tokens_file, cap = _load(state_dir)
+    tokens = TokenStore.from_file(tokens_file)
+    ray.init(address=config.ray_address or "auto", namespace=config.namespace,
+             logging_level="ERROR", log_to_driver=False)
+    cache = RouteCache(open_client(config.etcd_endpoint), config.cluster).start()
+    metrics = GatewayMetrics()
+    router = RayRouter(config, cache, metrics)
+    app = create_app(router, tokens, max_request_bytes=max_request_bytes or cap,
+                     metrics=metrics)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                           lifespan="off"))
+    try:
+        await server.serve()
+    finally:
+        await cache.close()
+        ray.shutdown()
+
+
+def run_host_agent(host_id: str) -> None:
+    """Create this node's detached host agent (Kubernetes), then watch it until it dies.
+
+    Exits (raises) when the agent is gone, so the container restarts.
+    """
+    import ray
+
+    from svit_cluster.cluster.bootstrap import start_agents
+
+    config = ClusterConfig.from_env()
+    ray.init(address=config.ray_address or "auto", namespace=config.namespace,
+             logging_level="ERROR", log_to_driver=False)
+    start_agents(config, [host_id])
+    from svit_cluster.cluster._agent import agent_name
+
+    handle = ray.get_actor(agent_name(host_id), namespace=config.namespace)
+    while True:
+        ray.get(handle.ping.remote(), timeout=30)
+        time.sleep(5)
+

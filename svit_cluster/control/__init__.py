@@ -1,0 +1,59 @@
+"""svit-control@1: canonical wire types, generated schema, and the VAST controller.
+
+``reference/control-protocol.md`` is normative. Public names, by importance:
+
+* :class:`ProcessController` -- the serialization point for one process.
+* :func:`decode_request`, :class:`ControlRequest`, :class:`ControlResponse` and
+  the outcome models :class:`Committed`, :class:`Conflict`, :class:`Rejected`.
+* :class:`CommitBackend`, :class:`MemoryBackend`, :class:`Receipt` -- where
+  receipts and commits go.
+"""
+
+from svit_cluster.control._backend import (
+    DEFAULT_RECEIPTS,
+    MAX_RECEIPTS,
+    CommitBackend,
+    MemoryBackend,
+    Receipt,
+    validate_receipt_limit,
+)
+from svit_cluster.control._controller import ProcessController, request_fingerprint
+from svit_cluster.control._wire import (
+    PROTOCOL,
+    ActivateCommand,
+    Activation,
+    Committed,
+    Conflict,
+    ControlRequest,
+    ControlResponse,
+    Failure,
+    Message,
+    Rejected,
+    decode_request,
+    decode_response,
+    wire,
+)
+
+__all__ = [
+    "DEFAULT_RECEIPTS",
+    "MAX_RECEIPTS",
+    "PROTOCOL",
+    "ActivateCommand",
+    "Activation",
+    "CommitBackend",
+    "Committed",
+    "Conflict",
+    "ControlRequest",
+    "ControlResponse",
+    "Failure",
+    "MemoryBackend",
+    "Message",
+    "ProcessController",
+    "Receipt",
+    "Rejected",
+    "decode_request",
+    "decode_response",
+    "request_fingerprint",
+    "validate_receipt_limit",
+    "wire",
+]

@@ -1,0 +1,139 @@
+"""Where the controller keeps receipts and commits: the commit backend contract.
+
+The controller (control protocol: VAST) is the same in one process and in the
+cluster. Only the backend differs:
+
+* :class:`MemoryBackend` -- in-process: receipts in a bounded FIFO, commits
+  applied directly. Loses everything with the process (reference behaviour).
+* ``svit_cluster.store.RedisBackend`` -- the fenced Redis commit log: the
+  transaction, receipt and outbox intents commit in one atomic script, only
+  under the current fencing token.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from svit_cluster.errors import ConfigurationError, ErrorCode
+from svit_cluster.process import Transition
+
+__all__ = [
+    "DEFAULT_RECEIPTS",
+    "MAX_RECEIPTS",
+    "CommitBackend",
+    "MemoryBackend",
+    "Receipt",
+    "validate_receipt_limit",
+]
+
+DEFAULT_RECEIPTS = 256
+MAX_RECEIPTS = 4096
+
+
+def validate_receipt_limit(limit: object) -> int:
+    """Check a receipt bound: an int in ``1..4096``.
+
+    Raises:
+        ConfigurationError: (``invalid_control_configuration``) otherwise.
+    """
+    if type(limit) is not int or not 1 <= limit <= MAX_RECEIPTS:
+        raise ConfigurationError(
+            f"receipt limit must be an integer in 1..{MAX_RECEIPTS}, got {limit!r}",
+            code=ErrorCode.INVALID_CONTROL_CONFIGURATION,
+        )
+    return limit
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A stored response for one idempotency key (control protocol: retry safety).
+
+    Attributes:
+        tenant: trusted tenant partition ("" in-process); never client-chosen.
+        client_id, request_id: the idempotency key from the envelope.
+        fingerprint: SHA-256 hex of the canonical JSON of the whole decoded
+            request; an identical retry has the same fingerprint.
+        response: canonical JSON bytes of the response with ``replayed: false``.
+    """
+
+    tenant: str
+    client_id: str
+    request_id: str
+    fingerprint: str
+    response: bytes
+
+
+class CommitBackend(Protocol):
+    """Receipt lookup and atomic commit, as the controller needs them.
+
+    Every method either completes fully or raises and stores nothing.
+    """
+
+    def get_receipt(self, tenant: str, client_id: str, request_id: str) -> Receipt | None:
+        """The stored receipt for the key, or None (never stored or evicted).
+
+        Raises:
+            UnavailableError: the store cannot be reached.
+        """
+        ...
+
+    def commit(
+        self, transition: Transition, receipt: Receipt, intents: Sequence[dict[str, Any]]
+    ) -> None:
+        """Durably commit ``transition`` with its receipt and outbox intents, atomically.
+
+        Raises:
+            FencedError: a newer owner holds the process (durable backends).
+            ConflictError: the durable head is not ``transition``'s base version.
+            UnavailableError: the store failed; the outcome may be unknown.
+        """
+        ...
+
+    def put_receipt(self, receipt: Receipt, *, version: int) -> None:
+        """Store a conflict or rejected receipt observed at ``version``.
+
+        Raises:
+            FencedError, UnavailableError: as :meth:`commit`.
+        """
+        ...
+
+
+class MemoryBackend:
+    """In-process backend: bounded FIFO receipts; commits are not durable.
+
+    Args:
+        max_receipts: receipt bound, ``1..4096`` (default 256). The oldest
+            receipt is evicted first.
+
+    Raises:
+        ConfigurationError: ``max_receipts`` is out of range.
+    """
+
+    def __init__(self, max_receipts: int = DEFAULT_RECEIPTS) -> None:
+        self.max_receipts = validate_receipt_limit(max_receipts)
+        self._receipts: OrderedDict[tuple[str, str, str], Receipt] = OrderedDict()
+        self.outbox: list[dict[str, Any]] = []
+
+    def get_receipt(self, tenant: str, client_id: str, request_id: str) -> Receipt | None:
+        return self._receipts.get((tenant, client_id, request_id))
+
+    def _store(self, receipt: Receipt) -> None:
+        key = (receipt.tenant, receipt.client_id, receipt.request_id)
+        self._receipts[key] = receipt
+        while len(self._receipts) > self.max_receipts:
+            self._receipts.popitem(last=False)
+
+    def commit(
+        self, transition: Transition, receipt: Receipt, intents: Sequence[dict[str, Any]]
+    ) -> None:
+        self._store(receipt)
+        self.outbox.extend(intents)
+
+    def put_receipt(self, receipt: Receipt, *, version: int) -> None:
+        self._store(receipt)
+
+    def __len__(self) -> int:
+        return len(self._receipts)

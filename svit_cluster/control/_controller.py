@@ -1,0 +1,248 @@
+"""The VAST controller: one serialization point for one process.
+
+Order of checks (DESIGN.md §2; control protocol: retry safety):
+
+1. receipt lookup on ``(tenant, client_id, request_id)``: an identical request
+   replays the stored response with ``replayed: true``; different content gets
+   ``request_id_reused`` (not stored);
+2. ``process_mismatch``, then command validation (neither stored);
+3. the version check: ``conflict`` (stored);
+4. the activation: ``committed`` or ``rejected`` (both stored).
+
+Guarantee: for a process at version N, a request with ``expected_version == N``
+either commits exactly one version N+1 or leaves the process at N. Every
+response is safe to retry with the same ids: a retained receipt replays it, and
+after eviction the version precondition still prevents a second commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from svit_cluster.control._backend import CommitBackend, MemoryBackend, Receipt
+from svit_cluster.control._wire import (
+    PROTOCOL,
+    Activation,
+    Committed,
+    Conflict,
+    ControlRequest,
+    ControlResponse,
+    Failure,
+    Message,
+    Rejected,
+    decode_response,
+    wire,
+)
+from svit_cluster.errors import (
+    ConflictError,
+    ErrorCode,
+    FencedError,
+    InvalidInput,
+    SvitError,
+    UnavailableError,
+)
+from svit_cluster.process import Process, canonical_json, validate_script_name
+from svit_cluster.process._activation import prepare_activation
+from svit_cluster.process._tree import node_from_value
+
+__all__ = ["ProcessController", "request_fingerprint"]
+
+
+def request_fingerprint(request: ControlRequest) -> str:
+    """SHA-256 hex of the canonical JSON of the decoded request.
+
+    Two requests are identical iff their fingerprints are equal; typed values
+    keep integer ``1`` and number ``1.0`` apart.
+    """
+    return hashlib.sha256(canonical_json(request.model_dump(mode="json"))).hexdigest()
+
+
+class ProcessController:
+    """Thread-safe svit-control@1 controller for one :class:`Process`.
+
+    Args:
+        process: the process this controller serializes. Nothing else may
+            change it while the controller is in use.
+        backend: receipts and commits; default :class:`MemoryBackend` (256
+            receipts, in memory).
+        clock: monotonic seconds for the activation wall-clock limit.
+    """
+
+    def __init__(
+        self,
+        process: Process,
+        backend: CommitBackend | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._process = process
+        self._backend: CommitBackend = backend if backend is not None else MemoryBackend()
+        self._lock = threading.Lock()
+        self._clock = clock
+
+    @property
+    def process(self) -> Process:
+        """The controlled process. Read it only while no request is in flight."""
+        return self._process
+
+    @property
+    def backend(self) -> CommitBackend:
+        return self._backend
+
+    def observe(self) -> tuple[int, str]:
+        """``(version, root_hash)`` from one observation."""
+        with self._lock:
+            return self._process.version, self._process.root_hash
+
+    def read_versioned(self, path: str) -> tuple[Any, int]:
+        """``(value, version)`` of ``path`` from one observation."""
+        with self._lock:
+            return self._process.read_versioned(path)
+
+    def locked(self) -> threading.Lock:
+        """The serialization lock (for host operations that must not interleave)."""
+        return self._lock
+
+    def execute(self, request: ControlRequest, *, tenant: str = "") -> ControlResponse:
+        """Evaluate one decoded request at the serialization point.
+
+        Args:
+            request: a decoded request (see ``decode_request``).
+            tenant: trusted receipt partition, set by the gateway from the
+                authenticated token and never from the envelope; ``""`` in-process.
+
+        Returns:
+            The response; ``outcome.status`` is ``committed``, ``conflict`` or
+            ``rejected``.
+
+        Raises:
+            FencedError: the durable backend refused the commit because a newer
+                owner holds the process; this controller must stop serving.
+            UnavailableError: the backend failed; the outcome may be unknown,
+                so retry with the same ids.
+        """
+        with self._lock:
+            return self._execute(request, tenant)
+
+    def _execute(self, request: ControlRequest, tenant: str) -> ControlResponse:
+        proc = self._process
+        backend = self._backend
+        fingerprint = request_fingerprint(request)
+        stored = backend.get_receipt(tenant, request.client_id, request.request_id)
+        if stored is not None:
+            if stored.fingerprint == fingerprint:
+                replay = decode_response(stored.response)
+                return replay.model_copy(update={"replayed": True})
+            return self._rejected(
+                request,
+                ErrorCode.REQUEST_ID_REUSED,
+                "request id was already used for a different request",
+            )
+        if request.process_id != proc.id:
+            return self._rejected(
+                request, ErrorCode.PROCESS_MISMATCH, "request addressed a different process"
+            )
+        try:
+            self._validate(request)
+        except SvitError as exc:
+            return self._rejected(request, exc.code, exc.message)
+
+        if request.expected_version != proc.version:
+            response = self._response(
+                request,
+                Conflict(
+                    status="conflict",
+                    expected_version=request.expected_version,
+                    actual_version=proc.version,
+                    root_hash=proc.root_hash,
+                ),
+            )
+            backend.put_receipt(self._receipt(tenant, request, fingerprint, response),
+                                version=proc.version)
+            return response
+
+        cmd = request.command
+        previous = proc.version
+        try:
+            result = prepare_activation(proc, cmd.script, cmd.input, clock=self._clock)
+        except SvitError as exc:
+            response = self._rejected(request, exc.code, exc.message)
+            backend.put_receipt(self._receipt(tenant, request, fingerprint, response),
+                                version=proc.version)
+            return response
+        activation = Activation(
+            output=wire(result.output),
+            logs=list(result.logs),
+            messages=[
+                Message(id=m["id"], to=m["to"], body=wire(m["body"])) for m in result.messages
+            ],
+            version=result.version,
+            root_hash=result.root_hash,
+            changed=list(result.changed),
+        )
+        response = self._response(
+            request,
+            Committed(status="committed", previous_version=previous, activation=activation),
+        )
+        receipt = self._receipt(tenant, request, fingerprint, response)
+        try:
+            backend.commit(result.transition, receipt, result.messages)
+        except (FencedError, UnavailableError):
+            raise
+        except ConflictError as exc:
+            # The durable head moved under us: another owner committed. This
+            # controller's view is stale; it must re-restore before serving.
+            raise FencedError(
+                f"durable head moved: {exc.message}", code=ErrorCode.FENCED, **exc.fields
+            ) from exc
+        proc.commit(result.transition)
+        return response
+
+    def _validate(self, request: ControlRequest) -> None:
+        cmd = request.command
+        validate_script_name(cmd.script)
+        lim = self._process.limits
+        node_from_value(
+            cmd.input,
+            max_depth=lim.max_value_depth,
+            max_entries=lim.max_value_entries,
+            max_text_bytes=lim.max_text_bytes,
+        )
+
+    def _response(self, request: ControlRequest, outcome: Any) -> ControlResponse:
+        return ControlResponse(
+            protocol=PROTOCOL,
+            client_id=request.client_id,
+            request_id=request.request_id,
+            process_id=self._process.id,
+            replayed=False,
+            outcome=outcome,
+        )
+
+    def _rejected(self, request: ControlRequest, code: str, message: str) -> ControlResponse:
+        failure = InvalidInput(message)  # sanitizes and caps the message
+        return self._response(
+            request,
+            Rejected(
+                status="rejected",
+                version=self._process.version,
+                root_hash=self._process.root_hash,
+                failure=Failure(code=str(code), message=failure.message),
+            ),
+        )
+
+    @staticmethod
+    def _receipt(
+        tenant: str, request: ControlRequest, fingerprint: str, response: ControlResponse
+    ) -> Receipt:
+        return Receipt(
+            tenant=tenant,
+            client_id=request.client_id,
+            request_id=request.request_id,
+            fingerprint=fingerprint,
+            response=canonical_json(response.model_dump(mode="json")),
+        )

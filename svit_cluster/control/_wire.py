@@ -1,0 +1,319 @@
+"""Canonical svit-control@1 wire types (pydantic v2).
+
+These models are the single source of the JSON shapes: ``schemas/`` is
+generated from them (``python -m svit_cluster.control.schema``).
+
+Versioning rule (the only place it is written down): within major
+``svit-control@1``, decoders **ignore unknown fields** on every message
+(envelope, command, response, outcome, activation); new fields are additive
+and optional. A new ``operation`` is never silently accepted: it fails decoding
+unless both sides negotiated the capability that introduces it (gateway
+``initialize``). A breaking change needs a new major, ``svit-control@2``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+    ValidationError,
+    WithJsonSchema,
+)
+
+from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, SvitError
+from svit_cluster.process import (
+    PROTOCOL,
+    Value,
+    decode_value,
+    encode_value,
+    strict_json_loads,
+    validate_process_id,
+)
+
+__all__ = [
+    "PROTOCOL",
+    "ActivateCommand",
+    "Activation",
+    "Committed",
+    "Conflict",
+    "ControlRequest",
+    "ControlResponse",
+    "Failure",
+    "Message",
+    "Outcome",
+    "Rejected",
+    "decode_request",
+    "decode_response",
+]
+
+#: Placeholder emitted by pydantic; ``schema.py`` swaps it for a ``$ref``.
+TAGGED_PLACEHOLDER: dict[str, Any] = {"x-svit-tagged-value": True}
+TAGGED_VALUE_DEF: dict[str, Any] = {
+    "description": "A tagged Svit value (process core: values).",
+    "oneOf": [
+        {
+            "type": "object",
+            "properties": {"type": {"const": "null"}},
+            "required": ["type"],
+        },
+        {
+            "type": "object",
+            "properties": {"type": {"const": "bool"}, "value": {"type": "boolean"}},
+            "required": ["type", "value"],
+        },
+        {
+            "type": "object",
+            "properties": {
+                "type": {"const": "integer"},
+                "value": {
+                    "type": "integer",
+                    "minimum": -9223372036854775808,
+                    "maximum": 9223372036854775807,
+                },
+            },
+            "required": ["type", "value"],
+        },
+        {
+            "type": "object",
+            "properties": {"type": {"const": "number"}, "value": {"type": "number"}},
+            "required": ["type", "value"],
+        },
+        {
+            "type": "object",
+            "properties": {"type": {"const": "string"}, "value": {"type": "string"}},
+            "required": ["type", "value"],
+        },
+        {
+            "type": "object",
+            "properties": {
+                "type": {"const": "array"},
+                "value": {"type": "array", "items": {"$ref": "#/$defs/TaggedValue"}},
+            },
+            "required": ["type", "value"],
+        },
+        {
+            "type": "object",
+            "properties": {
+                "type": {"const": "map"},
+                "value": {
+                    "type": "object",
+                    "additionalProperties": {"$ref": "#/$defs/TaggedValue"},
+                },
+            },
+            "required": ["type", "value"],
+        },
+        {
+            "type": "object",
+            "properties": {
+                "type": {"const": "script"},
+                "value": {
+                    "type": "object",
+                    "properties": {
+                        "source": {"type": "string"},
+                        "documentation": {"type": ["string", "null"]},
+                    },
+                    "required": ["source"],
+                },
+            },
+            "required": ["type", "value"],
+        },
+    ],
+}
+
+
+def _decode_tagged(data: Any) -> Value:
+    if isinstance(data, _Decoded):
+        return data.value
+    try:
+        return decode_value(data)
+    except SvitError as exc:
+        raise ValueError(f"{exc.code}: {exc.message}") from None
+
+
+class _Decoded:
+    """Marks an already-decoded value so model construction from Python skips decoding."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Value) -> None:
+        self.value = value
+
+
+def wire(value: Value) -> Any:
+    """Wrap a plain value for model construction from Python code."""
+    return _Decoded(value)
+
+
+TaggedValue = Annotated[
+    Any,
+    BeforeValidator(_decode_tagged),
+    PlainSerializer(encode_value, return_type=dict),
+    WithJsonSchema(TAGGED_PLACEHOLDER),
+]
+
+Identifier = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,128}$", min_length=1, max_length=128)
+]
+
+
+def _check_pid(v: Any) -> str:
+    try:
+        return validate_process_id(v)
+    except SvitError as exc:
+        raise ValueError(exc.message) from None
+
+
+ProcessId = Annotated[
+    str,
+    BeforeValidator(_check_pid),
+    WithJsonSchema({"type": "string", "pattern": "^svit://\\S+$", "maxLength": 256}),
+]
+Version = Annotated[int, Field(ge=0, le=2**63 - 1, strict=True)]
+Hash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+_LENIENT = ConfigDict(extra="ignore", strict=True, frozen=True)
+
+
+class ActivateCommand(BaseModel):
+    """Run ``/lib/<script>`` with ``input`` as one transaction."""
+
+    model_config = _LENIENT
+    operation: Literal["activate"]
+    script: str
+    input: TaggedValue
+
+
+# One operation today. New operations join this union (discriminated by
+# ``operation``) only behind a negotiated capability.
+Command = ActivateCommand
+
+
+class ControlRequest(BaseModel):
+    """The svit-control@1 request envelope (control protocol: VAST)."""
+
+    model_config = _LENIENT
+    protocol: Literal["svit-control@1"]
+    client_id: Identifier
+    request_id: Identifier
+    process_id: ProcessId
+    expected_version: Version
+    command: Command
+
+
+class Message(BaseModel):
+    """An outbox intent staged by ``send!``: id ``<sender>:<version>:<index>``."""
+
+    model_config = _LENIENT
+    id: str
+    to: str
+    body: TaggedValue
+
+
+class Activation(BaseModel):
+    """What a committed activation produced."""
+
+    model_config = _LENIENT
+    output: TaggedValue
+    logs: list[str]
+    messages: list[Message]
+    version: Version
+    root_hash: Hash
+    changed: list[str]
+
+
+class Failure(BaseModel):
+    """A stable code and a sanitized message of at most 1024 bytes."""
+
+    model_config = _LENIENT
+    code: str
+    message: str
+
+
+class Committed(BaseModel):
+    model_config = _LENIENT
+    status: Literal["committed"]
+    previous_version: Version
+    activation: Activation
+
+
+class Conflict(BaseModel):
+    model_config = _LENIENT
+    status: Literal["conflict"]
+    expected_version: Version
+    actual_version: Version
+    root_hash: Hash
+
+
+class Rejected(BaseModel):
+    model_config = _LENIENT
+    status: Literal["rejected"]
+    version: Version
+    root_hash: Hash
+    failure: Failure
+
+
+Outcome = Annotated[Committed | Conflict | Rejected, Field(discriminator="status")]
+
+
+class ControlResponse(BaseModel):
+    """The svit-control@1 response envelope."""
+
+    model_config = _LENIENT
+    protocol: Literal["svit-control@1"]
+    client_id: Identifier
+    request_id: Identifier
+    process_id: ProcessId
+    replayed: bool
+    outcome: Outcome
+
+
+def _decode(model: type[BaseModel], data: Any, what: str) -> Any:
+    try:
+        raw = (
+            strict_json_loads(data, what=what)
+            if isinstance(data, bytes | bytearray | str)
+            else data
+        )
+        return model.model_validate(raw)
+    except InvalidInput:
+        raise
+    except ValidationError as exc:
+        err = exc.errors(include_url=False, include_input=False)[0]
+        loc = ".".join(str(p) for p in err.get("loc", ())) or what
+        code = ErrorCode.DECODE_ERROR
+        if loc in ("client_id", "request_id"):
+            code = ErrorCode.INVALID_CONTROL_ID
+        elif loc == "process_id":
+            code = ErrorCode.INVALID_PROCESS_ID
+        msg = str(err.get("msg", "invalid"))
+        if "resource_limit_exceeded" in msg:
+            raise LimitExceeded(f"{what} {loc}: {msg}") from None
+        raise InvalidInput(f"{what} {loc}: {msg}", code=code) from None
+    except RecursionError:
+        raise InvalidInput(f"{what} is nested too deeply", code=ErrorCode.DECODE_ERROR) from None
+
+
+def decode_request(data: Any) -> ControlRequest:
+    """Decode one request from JSON bytes/text, or from already-parsed JSON (any type).
+
+    Raises:
+        InvalidInput: ``decode_error`` (malformed JSON, wrong types, missing
+            fields, unknown protocol or operation, unrepresentable numbers),
+            ``invalid_control_id`` (bad client/request id),
+            ``invalid_process_id``.
+        LimitExceeded: a value bound was exceeded while decoding.
+    """
+    result: ControlRequest = _decode(ControlRequest, data, "request")
+    return result
+
+
+def decode_response(data: Any) -> ControlResponse:
+    """Decode one response; raises like :func:`decode_request`."""
+    result: ControlResponse = _decode(ControlResponse, data, "response")
+    return result

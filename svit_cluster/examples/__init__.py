@@ -1,0 +1,1 @@
+"""Runnable examples: ``python -m svit_cluster.examples.<name>``."""

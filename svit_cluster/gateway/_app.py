@@ -1,0 +1,250 @@
+"""The gateway ASGI app: svit-control@1 over HTTP, plus the host API.
+
+Layers, outermost first (each its own module and tests):
+
+1. :class:`ByteCapMiddleware` -- body byte cap, before any decoding (413);
+2. :class:`BearerAuthMiddleware` -- bearer token -> principal (401);
+3. the endpoint decodes the envelope, then :func:`authorize` checks the
+   process tenant (403) **before** the router performs any receipt lookup;
+   receipts are partitioned by the authenticated principal.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse, Response
+
+from svit_cluster import __version__
+from svit_cluster.control import ControlRequest, ControlResponse, decode_request
+from svit_cluster.errors import ErrorCode, FencedError, InvalidInput, SvitError, UnavailableError
+from svit_cluster.gateway._auth import BearerAuthMiddleware, Principal, TokenStore, authorize
+from svit_cluster.gateway._bytecap import DEFAULT_MAX_REQUEST_BYTES, ByteCapMiddleware
+from svit_cluster.gateway._errors import error_response, from_exception
+from svit_cluster.gateway._metrics import GatewayMetrics
+from svit_cluster.gateway._router import Router
+from svit_cluster.process import (
+    PROTOCOL,
+    Script,
+    decode_value,
+    encode_value,
+    from_plain_json,
+    parse_path,
+    script_from_value,
+    strict_json_loads,
+    validate_process_id,
+)
+from svit_cluster.process import Limits as _Limits
+
+__all__ = ["CAPABILITIES", "create_app"]
+
+#: Optional behaviours this gateway offers (negotiated by ``initialize``).
+CAPABILITIES: tuple[str, ...] = ("host-api", "fenced-receipts")
+IMPLEMENTATION = {"name": "svit-cluster", "version": __version__}
+
+
+class CreateProcess(BaseModel):
+    """``POST /v1/processes`` body."""
+
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    memory: Any = Field(default=None, description="initial /memory map")
+    memory_encoding: str = Field(default="plain", pattern="^(plain|tagged)$")
+    scripts: dict[str, Any] = Field(
+        default_factory=dict, description="name -> Svit Lisp source, or {source, documentation}"
+    )
+
+
+class ProcessRef(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+
+
+class ForkProcess(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    new_process_id: str
+
+
+class Initialize(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    protocols: list[str] = Field(default_factory=lambda: [PROTOCOL])
+    capabilities: list[str] = Field(default_factory=list)
+    client: dict[str, Any] = Field(default_factory=dict)
+
+
+def _principal(request: Request) -> Principal:
+    principal = request.scope.get("svit.principal")
+    assert isinstance(principal, Principal)
+    return principal
+
+
+def _forbidden(process_id: str) -> JSONResponse:
+    return error_response(
+        403, str(ErrorCode.FORBIDDEN), f"token may not act on {process_id[:200]}"
+    )
+
+
+def create_app(
+    router: Router,
+    tokens: TokenStore,
+    *,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    metrics: GatewayMetrics | None = None,
+) -> Any:
+    """Build the gateway ASGI app.
+
+    Args:
+        router: where processes live (``LocalRouter`` or the Ray router).
+        tokens: accepted bearer tokens (hashed).
+        max_request_bytes: body cap in bytes (default 1 MiB).
+        metrics: a metrics registry; a fresh one by default.
+
+    Returns:
+        The ASGI app (byte cap -> auth -> FastAPI routes).
+    """
+    m = metrics or GatewayMetrics()
+    api = FastAPI(
+        title="svit-cluster gateway",
+        version=__version__,
+        description="svit-control@1 over HTTP with bearer authentication.",
+    )
+    api.state.metrics = m
+    api.state.router = router
+
+    @api.exception_handler(RequestValidationError)
+    async def _bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = ".".join(str(x) for x in first.get("loc", ()))
+        return error_response(400, str(ErrorCode.DECODE_ERROR), f"{loc}: {first.get('msg', '')}")
+
+    @api.exception_handler(SvitError)
+    async def _svit_error(_: Request, exc: SvitError) -> JSONResponse:
+        if isinstance(exc, FencedError):
+            m.fenced.inc()
+        if isinstance(exc, FencedError | UnavailableError):
+            m.unavailable.inc()
+        return from_exception(exc)
+
+    @api.get("/healthz")
+    async def healthz() -> JSONResponse:
+        health = await router.health()
+        return JSONResponse(health, status_code=200 if health.get("ok") else 503)
+
+    @api.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @api.post("/v1/initialize")
+    async def initialize(body: Initialize) -> dict[str, Any]:
+        """Negotiate protocol major, capabilities, implementation, auth scheme."""
+        chosen = PROTOCOL if PROTOCOL in body.protocols else None
+        if chosen is None:
+            raise InvalidInput(
+                f"no common protocol major; this gateway speaks {PROTOCOL}",
+                code=ErrorCode.DECODE_ERROR,
+            )
+        return {
+            "protocol": chosen,
+            "protocols": [PROTOCOL],
+            "capabilities": [c for c in CAPABILITIES if c in body.capabilities]
+            if body.capabilities else list(CAPABILITIES),
+            "implementation": IMPLEMENTATION,
+            "authentication": {"scheme": "bearer", "header": "Authorization"},
+            "limits": {"max_request_bytes": max_request_bytes},
+        }
+
+    @api.post(
+        "/v1/control",
+        response_model=ControlResponse,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ControlRequest"}}},
+            }
+        },
+    )
+    async def control(request: Request) -> Response:
+        """Run one svit-control@1 request (decode -> authorize -> controller)."""
+        start = time.perf_counter()
+        ctype = request.headers.get("content-type", "")
+        if not ctype.split(";")[0].strip().lower() == "application/json":
+            return error_response(415, str(ErrorCode.DECODE_ERROR),
+                                  "content type must be application/json")
+        body = await request.body()
+        decoded: ControlRequest = decode_request(body)
+        principal = _principal(request)
+        if not authorize(principal, decoded.process_id):
+            return _forbidden(decoded.process_id)
+        response = await router.control(decoded, principal.partition)
+        outcome = response.outcome
+        m.outcomes.labels(outcome.status).inc()
+        if outcome.status == "rejected":
+            m.rejections.labels(outcome.failure.code).inc()
+        m.latency.labels("control").observe(time.perf_counter() - start)
+        return Response(response.model_dump_json(), media_type="application/json")
+
+    @api.post("/v1/processes", status_code=201)
+    async def create_process(request: Request, body: CreateProcess) -> JSONResponse:
+        """Create a process with initial memory and a script library."""
+        pid = validate_process_id(body.process_id)
+        if not authorize(_principal(request), pid):
+            return _forbidden(pid)
+        lim = _Limits()
+        memory = (
+            decode_value(body.memory) if body.memory_encoding == "tagged"
+            else from_plain_json(body.memory)
+        ) if body.memory is not None else {}
+        scripts: dict[str, Script] = {}
+        for name, src in body.scripts.items():
+            scripts[name] = script_from_value(
+                src if isinstance(src, dict) else {"source": src}, lim
+            )
+        info = await router.create(pid, memory, scripts)
+        return JSONResponse(info, status_code=201)
+
+    @api.get("/v1/processes/state")
+    async def state(
+        request: Request,
+        process_id: str = Query(..., description="svit:// process id"),
+        path: str = Query("/", description="absolute path, e.g. /memory/count"),
+    ) -> JSONResponse:
+        """Value and version of ``path`` from one observation."""
+        pid = validate_process_id(process_id)
+        parse_path(path)
+        if not authorize(_principal(request), pid):
+            return _forbidden(pid)
+        value, version = await router.state(pid, path)
+        return JSONResponse(
+            {"process_id": pid, "path": path, "version": version, "value": encode_value(value)}
+        )
+
+    @api.post("/v1/processes/snapshot")
+    async def snapshot(request: Request, body: ProcessRef) -> JSONResponse:
+        """The process snapshot (strict JSON document)."""
+        pid = validate_process_id(body.process_id)
+        if not authorize(_principal(request), pid):
+            return _forbidden(pid)
+        data = await router.snapshot(pid)
+        doc = strict_json_loads(data, what="snapshot")
+        return JSONResponse({"process_id": pid, "version": doc["version"], "snapshot": doc})
+
+    @api.post("/v1/processes/fork", status_code=201)
+    async def fork(request: Request, body: ForkProcess) -> JSONResponse:
+        """Fork a process into a new id (same version, new identity, empty outbox)."""
+        pid = validate_process_id(body.process_id)
+        new_pid = validate_process_id(body.new_process_id)
+        principal = _principal(request)
+        for target in (pid, new_pid):
+            if not authorize(principal, target):
+                return _forbidden(target)
+        info = await router.fork(pid, new_pid)
+        return JSONResponse(info, status_code=201)
+
+    return ByteCapMiddleware(BearerAuthMiddleware(api, tokens), max_request_bytes)

@@ -1,0 +1,109 @@
+"""The gateway's view of where processes live: the :class:`Router` contract.
+
+* :class:`LocalRouter` keeps processes in this Python process (tests, and the
+  single-host ``svit-cluster serve``); not durable.
+* ``svit_cluster.cluster.RayRouter`` routes to Ray process actors through the
+  etcd owner cache, activating processes on demand (cluster hosting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from svit_cluster.control import ControlRequest, ControlResponse, MemoryBackend, ProcessController
+from svit_cluster.errors import ErrorCode, InvalidInput, NotFound
+from svit_cluster.process import Process, Script, Value
+
+__all__ = ["LocalRouter", "ProcessInfo", "Router"]
+
+ProcessInfo = dict[str, Any]
+
+
+class Router(Protocol):
+    """Process operations behind the gateway. Every method is safe to retry
+    except :meth:`create` and :meth:`fork`, which fail with ``conflict`` when
+    the target already exists."""
+
+    async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
+        """Run one control request; ``partition`` is the trusted receipt partition."""
+        ...
+
+    async def create(
+        self, process_id: str, memory: Value, scripts: dict[str, Script]
+    ) -> ProcessInfo:
+        """Create a process at version 0; returns ``{process_id, version, root_hash}``."""
+        ...
+
+    async def state(self, process_id: str, path: str) -> tuple[Value, int]:
+        """``(value, version)`` from one observation."""
+        ...
+
+    async def snapshot(self, process_id: str) -> bytes:
+        """The process snapshot bytes."""
+        ...
+
+    async def fork(self, process_id: str, new_process_id: str) -> ProcessInfo:
+        """Fork into ``new_process_id``; returns its info."""
+        ...
+
+    async def health(self) -> dict[str, Any]:
+        """``{"ok": bool, ...details}``."""
+        ...
+
+
+class LocalRouter:
+    """In-memory router: one :class:`ProcessController` per process, no durability."""
+
+    def __init__(self, max_receipts: int = 256) -> None:
+        self._controllers: dict[str, ProcessController] = {}
+        self._max_receipts = max_receipts
+        self._lock = asyncio.Lock()
+
+    def _get(self, process_id: str) -> ProcessController:
+        ctrl = self._controllers.get(process_id)
+        if ctrl is None:
+            raise NotFound(f"unknown process {process_id[:200]}")
+        return ctrl
+
+    async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
+        ctrl = self._get(request.process_id)
+        return await asyncio.to_thread(ctrl.execute, request, tenant=partition)
+
+    async def create(
+        self, process_id: str, memory: Value, scripts: dict[str, Script]
+    ) -> ProcessInfo:
+        async with self._lock:
+            if process_id in self._controllers:
+                raise InvalidInput(f"process {process_id[:200]} already exists",
+                                   code=ErrorCode.CONFLICT)
+            proc = Process.create(process_id, memory=memory, scripts=dict(scripts))
+            self._controllers[process_id] = ProcessController(
+                proc, MemoryBackend(self._max_receipts)
+            )
+        return {"process_id": process_id, "version": proc.version, "root_hash": proc.root_hash}
+
+    async def state(self, process_id: str, path: str) -> tuple[Value, int]:
+        return self._get(process_id).read_versioned(path)
+
+    async def snapshot(self, process_id: str) -> bytes:
+        ctrl = self._get(process_id)
+        with ctrl.locked():
+            return ctrl.process.snapshot()
+
+    async def fork(self, process_id: str, new_process_id: str) -> ProcessInfo:
+        ctrl = self._get(process_id)
+        async with self._lock:
+            if new_process_id in self._controllers:
+                raise InvalidInput(f"process {new_process_id[:200]} already exists",
+                                   code=ErrorCode.CONFLICT)
+            with ctrl.locked():
+                child = ctrl.process.fork(new_process_id)
+            self._controllers[new_process_id] = ProcessController(
+                child, MemoryBackend(self._max_receipts)
+            )
+        return {"process_id": new_process_id, "version": child.version,
+                "root_hash": child.root_hash}
+
+    async def health(self) -> dict[str, Any]:
+        return {"ok": True, "processes": len(self._controllers)}

@@ -1,0 +1,329 @@
+"""The embedded local cluster: etcd, Redis, a Ray head, N Ray hosts and the gateway.
+
+:class:`LocalCluster` starts everything on this machine (loopback only), one
+component after another, and records each component's PIDs, ports and the
+tokens in ``<state_dir>/cluster.json`` so that later commands (``down``,
+``kill-host``, ``status``) can act on it by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from svit_cluster.errors import ConfigurationError, UnavailableError
+from svit_cluster.local._ray import PortAllocator, RayNode, ray_env
+from svit_cluster.local._servers import EtcdServer, RedisServer
+
+__all__ = ["ClusterSpec", "LocalCluster", "stop_pid"]
+
+Progress = Callable[[str], None]
+#: ``(host, etcd_endpoint, redis_url) -> (etcd_endpoint, redis_url)`` for that host.
+ProxyFactory = Callable[[str, str, str], tuple[str, str]]
+
+
+def stop_pid(pid: int | None, *, grace_s: float = 10.0) -> None:
+    """SIGTERM ``pid`` (and SIGCONT it, in case it is paused), then SIGKILL after ``grace_s``."""
+    if pid is None:
+        return
+    try:
+        proc = psutil.Process(pid)
+        os.kill(pid, signal.SIGCONT)
+        proc.terminate()
+        proc.wait(grace_s)
+    except psutil.TimeoutExpired:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        pass
+
+
+@dataclass
+class ClusterSpec:
+    """What ``up`` starts.
+
+    Attributes:
+        state_dir: all data, logs, Ray temp dirs and ``cluster.json``.
+        hosts: number of Ray worker hosts (each one host agent), >= 1.
+        lease_ttl_s: etcd lease TTL of every host, seconds (default 5).
+        snapshot_every: commits between snapshots (default 100).
+        passivate_after_s: idle seconds before an actor passivates (default 300).
+        max_request_bytes: gateway body cap (default 1 MiB).
+        cluster: cluster name (etcd prefix ``/svit/<cluster>/``).
+    """
+
+    state_dir: Path
+    hosts: int = 3
+    lease_ttl_s: int = 5
+    snapshot_every: int = 100
+    passivate_after_s: float = 300.0
+    max_request_bytes: int = 1024 * 1024
+    cluster: str = "local"
+
+    def validate(self) -> ClusterSpec:
+        if not 1 <= self.hosts <= 16:
+            raise ConfigurationError("hosts must be in 1..16")
+        if not 1 <= self.lease_ttl_s <= 300:
+            raise ConfigurationError("lease TTL must be 1..300 seconds")
+        if self.snapshot_every < 1 or self.passivate_after_s <= 0:
+            raise ConfigurationError("snapshot_every and passivate_after_s must be positive")
+        return self
+
+
+@dataclass
+class LocalCluster:
+    """A running (or recorded) local cluster; see :meth:`up` and :meth:`load`.
+
+    Attributes:
+        redis, etcd: the server handles when this process started the cluster
+            (``kill9``/``restart``/``stop`` for fault injection); None after
+            :meth:`load`.
+    """
+
+    spec: ClusterSpec
+    doc: dict[str, Any] = field(default_factory=dict)
+    redis: RedisServer | None = None
+    etcd: EtcdServer | None = None
+    _proxy_factory: ProxyFactory | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> Path:
+        return self.spec.state_dir / "cluster.json"
+
+    # -- up --------------------------------------------------------------------------
+
+    @classmethod
+    def up(
+        cls,
+        spec: ClusterSpec,
+        *,
+        progress: Progress = lambda _m: None,
+        proxy_factory: ProxyFactory | None = None,
+        unsafe_disable_fencing: bool = False,
+    ) -> LocalCluster:
+        """Start every component, wait until healthy, write ``cluster.json``.
+
+        On any failure everything already started is stopped again.
+
+        Args:
+            spec: what to start.
+            progress: called with one line per step.
+            proxy_factory: gives each host its own etcd/Redis endpoints (the
+                chaos harness interposes proxies to cut a host off).
+            unsafe_disable_fencing: TEST-ONLY negative control: process actors
+                commit without the Redis fence check. Only the chaos harness
+                passes it; no CLI flag or environment variable reaches it.
+
+        Raises:
+            ConfigurationError: a cluster is already recorded in ``state_dir``.
+            UnavailableError: a component failed to start (message names it).
+        """
+        spec.validate()
+        state = spec.state_dir.resolve()
+        spec.state_dir = state
+        state.mkdir(parents=True, exist_ok=True)
+        self = cls(spec)
+        self._proxy_factory = proxy_factory
+        if self.path.exists():
+            raise ConfigurationError(
+                f"{self.path} exists: run `svit-cluster down --state-dir {state}` first"
+            )
+        admin = secrets.token_urlsafe(24)
+        tenant = secrets.token_urlsafe(24)
+        tokens_file = state / "tokens.json"
+        tokens_file.write_text(json.dumps({"tokens": [
+            {"token": admin, "admin": True}, {"token": tenant, "tenant": "local"},
+        ]}))
+        tokens_file.chmod(0o600)
+        self.doc = {
+            "cluster": spec.cluster,
+            "state_dir": str(state),
+            "lease_ttl_s": spec.lease_ttl_s,
+            "snapshot_every": spec.snapshot_every,
+            "passivate_after_s": spec.passivate_after_s,
+            "max_request_bytes": spec.max_request_bytes,
+            "tokens": {"admin": admin, "local": tenant},
+            "tokens_file": str(tokens_file),
+            "hosts": {},
+            "started_at": time.time(),
+            "unsafe_disable_fencing": bool(unsafe_disable_fencing),
+        }
+        try:
+            self._start_all(progress)
+        except BaseException:
+            progress("start failed; stopping what was started")
+            self.down(progress=progress)
+            raise
+        self._save()
+        return self
+
+    def _start_all(self, progress: Progress) -> None:
+        state = self.spec.state_dir
+        ports = PortAllocator()
+        progress("starting etcd")
+        etcd = self.etcd = EtcdServer(state)
+        etcd.start()
+        self.doc["etcd"] = {"pid": etcd.pid, "endpoint": etcd.endpoint, "port": etcd.port}
+        self._save()
+        progress("starting redis-server (appendonly yes, appendfsync always)")
+        redis = self.redis = RedisServer(state)
+        redis.start()
+        self.doc["redis"] = {"pid": redis.pid, "url": redis.url, "port": redis.port}
+        self._save()
+        progress("starting Ray head")
+        head = RayNode("head", state / "ray", state / "logs" / "ray-head.log", head=True)
+        head.start(ports)
+        address = f"127.0.0.1:{head.gcs_port}"
+        self.doc["ray"] = {"address": address, "head": head.to_json()}
+        self._save()
+        for i in range(self.spec.hosts):
+            name = f"h{i + 1}"
+            progress(f"starting Ray host {name}")
+            node = RayNode(name, state / "ray", state / "logs" / f"ray-{name}.log",
+                           address=address)
+            node.start(ports)
+            entry = node.to_json()
+            if self._proxy_factory is not None:
+                etcd_ep, redis_url = self._proxy_factory(name, etcd.endpoint, redis.url)
+                entry["endpoints"] = {"etcd": etcd_ep, "redis": redis_url}
+            self.doc["hosts"][name] = entry
+            self._save()
+        progress("starting host agents")
+        self._run_driver(["agents"])
+        progress("starting gateway")
+        gw_port = ports.take()
+        log = open(state / "logs" / "gateway.log", "ab")  # noqa: SIM115
+        gateway = subprocess.Popen(
+            [sys.executable, "-m", "svit_cluster.cli", "gateway", "--state-dir", str(state),
+             "--host", "127.0.0.1", "--port", str(gw_port)],
+            stdout=log, stderr=subprocess.STDOUT, env=ray_env(), start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{gw_port}"
+        self.doc["gateway"] = {"pid": gateway.pid, "url": url, "port": gw_port}
+        self._save()
+        self.wait_healthy(timeout_s=90.0)
+
+    def _run_driver(self, args: list[str]) -> None:
+        """Run ``python -m svit_cluster.cluster.bootstrap ARGS`` against this cluster."""
+        self._save()
+        result = subprocess.run(
+            [sys.executable, "-m", "svit_cluster.cluster.bootstrap", str(self.path), *args],
+            env=ray_env(), capture_output=True, text=True, timeout=180,
+        )
+        if result.returncode != 0:
+            raise UnavailableError(
+                f"bootstrap {' '.join(args)} failed: {(result.stderr or result.stdout)[-800:]}"
+            )
+
+    def wait_healthy(self, *, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Poll the gateway's ``/healthz`` until every host is live.
+
+        Raises:
+            UnavailableError: not healthy within ``timeout_s``.
+        """
+        url = self.doc["gateway"]["url"] + "/healthz"
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            gw = self.doc["gateway"]["pid"]
+            if not psutil.pid_exists(gw):
+                raise UnavailableError("gateway exited; see logs/gateway.log")
+            try:
+                r = httpx.get(url, timeout=2.0)
+                last = r.json()
+                if r.status_code == 200 and last.get("hosts_live") == self.spec.hosts:
+                    return dict(last)
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.3)
+        raise UnavailableError(f"cluster not healthy after {timeout_s} s: {last}")
+
+    def _save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.doc, indent=2, sort_keys=True))
+        tmp.chmod(0o600)
+        tmp.replace(self.path)
+
+    # -- load / down / faults ------------------------------------------------------------
+
+    @classmethod
+    def load(cls, state_dir: Path) -> LocalCluster:
+        """The cluster recorded in ``state_dir/cluster.json``.
+
+        Raises:
+            ConfigurationError: nothing is recorded there.
+        """
+        path = state_dir.resolve() / "cluster.json"
+        if not path.exists():
+            raise ConfigurationError(
+                f"no cluster in {state_dir}: start one with `svit-cluster up --state-dir "
+                f"{state_dir}`"
+            )
+        doc = json.loads(path.read_text())
+        spec = ClusterSpec(
+            state_dir=state_dir.resolve(),
+            hosts=len(doc.get("hosts", {})) or 1,
+            lease_ttl_s=doc["lease_ttl_s"],
+            snapshot_every=doc["snapshot_every"],
+            passivate_after_s=doc["passivate_after_s"],
+            max_request_bytes=doc["max_request_bytes"],
+            cluster=doc["cluster"],
+        )
+        return cls(spec, doc)
+
+    def node(self, name: str) -> RayNode:
+        """The Ray node of host ``name``.
+
+        Raises:
+            ConfigurationError: no such host (the message lists the hosts).
+        """
+        hosts = self.doc.get("hosts", {})
+        if name not in hosts:
+            raise ConfigurationError(f"no host {name!r}; hosts: {', '.join(sorted(hosts))}")
+        return RayNode.from_json(hosts[name])
+
+    def kill_host(self, name: str) -> list[int]:
+        """SIGKILL host ``name``'s raylet and all its worker processes."""
+        return self.node(name).kill()
+
+    def pause_host(self, name: str) -> list[int]:
+        """SIGSTOP every process of host ``name``."""
+        return self.node(name).pause()
+
+    def resume_host(self, name: str) -> list[int]:
+        """SIGCONT every process of host ``name``."""
+        return self.node(name).resume()
+
+    def down(self, *, progress: Progress = lambda _m: None) -> None:
+        """Stop every recorded component by PID, newest first, and forget the cluster."""
+        gw = self.doc.get("gateway")
+        if gw:
+            progress("stopping gateway")
+            stop_pid(gw.get("pid"))
+        for name in sorted(self.doc.get("hosts", {}), reverse=True):
+            progress(f"stopping Ray host {name}")
+            RayNode.from_json(self.doc["hosts"][name]).stop()
+        head = self.doc.get("ray", {}).get("head")
+        if head:
+            progress("stopping Ray head")
+            RayNode.from_json(head).stop()
+        for svc in ("redis", "etcd"):
+            if svc in self.doc:
+                progress(f"stopping {svc}")
+                stop_pid(self.doc[svc].get("pid"))
+        if self.path.exists():
+            self.path.unlink()

@@ -1,0 +1,300 @@
+"""Ray nodes for the local cluster: start one after another, kill, pause, resume.
+
+Each node is a ``ray start --block`` child process; its raylet, GCS and worker
+processes are that process's descendants, found with psutil. Killing a host
+SIGKILLs the raylet *and* every worker (DESIGN.md §5: workers outlive a killed
+raylet by seconds). Nothing is ever matched by name (no ``pkill``).
+
+Ports come from :class:`PortAllocator`, below the kernel's ephemeral range so
+that outgoing connections cannot steal them between choosing and binding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from svit_cluster.errors import UnavailableError
+
+__all__ = ["PortAllocator", "RayNode", "host_resource", "ray_env"]
+
+_RAY_HEALTH = {
+    "RAY_health_check_period_ms": "500",
+    "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_timeout_ms": "500",
+    "RAY_health_check_initial_delay_ms": "1000",
+}
+
+
+def ray_env() -> dict[str, str]:
+    """Environment for Ray processes and drivers of the local cluster.
+
+    Token auth off (a loopback-only cluster), usage stats off, and the tuned
+    health checks from DESIGN.md §5 (node death noticed in ~1.5 s).
+    """
+    env = dict(os.environ)
+    env.update(_RAY_HEALTH)
+    env["RAY_AUTH_MODE"] = "disabled"
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env["RAY_SCHEDULER_EVENTS"] = "0"
+    return env
+
+
+def host_resource(host: str) -> str:
+    """The Ray custom resource that pins actors to host ``host``."""
+    return f"svit_host:{host}"
+
+
+class PortAllocator:
+    """Hands out distinct free loopback ports from ``[base, base + span)``.
+
+    Args:
+        base: first port to try (default 20000; below Linux's ephemeral range).
+        span: how many ports to scan (default 9000).
+    """
+
+    def __init__(self, base: int = 20000, span: int = 9000) -> None:
+        self._next = base
+        self._end = base + span
+        self._given: set[int] = set()
+
+    def take(self) -> int:
+        """One free port (never the same twice from this allocator).
+
+        Raises:
+            UnavailableError: no free port is left in the range.
+        """
+        while self._next < self._end:
+            port = self._next
+            self._next += 1
+            if port in self._given:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            self._given.add(port)
+            return port
+        raise UnavailableError("no free loopback port left in the allocator's range")
+
+    def take_range(self, count: int) -> tuple[int, int]:
+        """``count`` consecutive free ports as ``(first, last)``."""
+        while True:
+            first = self.take()
+            ports = [first]
+            while len(ports) < count:
+                p = self.take()
+                if p != ports[-1] + 1:
+                    break
+                ports.append(p)
+            if len(ports) == count:
+                return ports[0], ports[-1]
+
+
+@dataclass
+class RayNode:
+    """One Ray node run as ``ray start --block``.
+
+    Attributes:
+        name: host name (``head`` for the head node).
+        temp_dir: Ray's ``--temp-dir`` (under the cluster's state dir).
+        log_path: where the node's own output goes.
+        head: True for the head node (GCS; hosts no Svit processes).
+        gcs_port: the GCS port (head only; workers get ``address``).
+    """
+
+    name: str
+    temp_dir: Path
+    log_path: Path
+    head: bool = False
+    gcs_port: int = 0
+    address: str = ""
+    pid: int | None = None
+    node_manager_port: int = 0
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, object]:
+        """What ``cluster.json`` records about this node."""
+        return {
+            "name": self.name,
+            "head": self.head,
+            "pid": self.pid,
+            "gcs_port": self.gcs_port,
+            "address": self.address,
+            "node_manager_port": self.node_manager_port,
+            "temp_dir": str(self.temp_dir),
+            "log_path": str(self.log_path),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, object]) -> RayNode:
+        """Rebuild a node handle from :meth:`to_json` (for a later CLI call)."""
+        return cls(
+            name=str(doc["name"]),
+            temp_dir=Path(str(doc["temp_dir"])),
+            log_path=Path(str(doc["log_path"])),
+            head=bool(doc["head"]),
+            gcs_port=int(str(doc["gcs_port"])),
+            address=str(doc["address"]),
+            pid=None if doc["pid"] is None else int(str(doc["pid"])),
+            node_manager_port=int(str(doc["node_manager_port"])),
+        )
+
+    def command(self, ports: PortAllocator, ray_bin: str) -> list[str]:
+        lo, hi = ports.take_range(64)
+        self.node_manager_port = ports.take()
+        cmd = [
+            ray_bin,
+            "start",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+            "--include-log-monitor=false",
+            f"--node-manager-port={self.node_manager_port}",
+            f"--object-manager-port={ports.take()}",
+            f"--dashboard-agent-listen-port={ports.take()}",
+            f"--dashboard-agent-grpc-port={ports.take()}",
+            f"--runtime-env-agent-port={ports.take()}",
+            f"--metrics-export-port={ports.take()}",
+            f"--min-worker-port={lo}",
+            f"--max-worker-port={hi}",
+            "--object-store-memory=78643200",
+        ]
+        if self.head:
+            self.gcs_port = self.gcs_port or ports.take()
+            cmd += [
+                "--head",
+                f"--port={self.gcs_port}",
+                f"--ray-client-server-port={ports.take()}",
+                "--include-dashboard=false",
+                "--num-cpus=0",
+            ]
+        else:
+            cmd += [
+                f"--address={self.address}",
+                "--num-cpus=2",
+                "--resources=" + json.dumps({host_resource(self.name): 10000}),
+            ]
+        return cmd
+
+    def start(self, ports: PortAllocator, *, timeout_s: float = 60.0) -> None:
+        """Start the node and wait until its raylet listens.
+
+        Raises:
+            UnavailableError: the node did not come up within ``timeout_s``;
+                its log path is in the message.
+        """
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        self.temp_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = self.command(ports, ray_bin)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=ray_env(),
+                start_new_session=True,
+            )
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise UnavailableError(
+                    f"ray node {self.name} exited with {self.proc.returncode}; see {self.log_path}"
+                )
+            if _listening(self.node_manager_port) and (not self.head or _listening(self.gcs_port)):
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise UnavailableError(f"ray node {self.name} did not start in {timeout_s} s; "
+                               f"see {self.log_path}")
+
+    def pids(self) -> list[int]:
+        """The ``ray start`` process and every descendant (raylet, GCS, workers)."""
+        if self.pid is None:
+            return []
+        try:
+            root = psutil.Process(self.pid)
+            return [root.pid] + [c.pid for c in root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def raylet_pid(self) -> int | None:
+        for pid in self.pids():
+            try:
+                if psutil.Process(pid).name() == "raylet":
+                    return pid
+            except psutil.NoSuchProcess:
+                continue
+        return None
+
+    def _signal_all(self, sig: int) -> list[int]:
+        pids = self.pids()
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def kill(self) -> list[int]:
+        """SIGKILL the raylet and every worker of this node at once; returns the PIDs."""
+        pids = self._signal_all(signal.SIGKILL)
+        self._reap()
+        return pids
+
+    def _reap(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def pause(self) -> list[int]:
+        """SIGSTOP every process of this node (a stale owner, frozen mid-flight)."""
+        return self._signal_all(signal.SIGSTOP)
+
+    def resume(self) -> list[int]:
+        """SIGCONT every process of this node."""
+        return self._signal_all(signal.SIGCONT)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM the node, then SIGKILL whatever is left of it after ``timeout_s``."""
+        pids = self.pids()
+        self._signal_all(signal.SIGCONT)
+        if self.pid is not None and pids:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            psutil.wait_procs([_proc(p) for p in pids if _proc(p)], timeout=timeout_s)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._reap()
+
+
+def _proc(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False

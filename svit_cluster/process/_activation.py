@@ -1,0 +1,252 @@
+"""Activation = one transaction (DESIGN.md §1 "Activation").
+
+Steps, in order:
+
+1. resolve ``/lib/<script>`` (``invalid_script_name``, ``script_not_found``);
+2. validate the input against the process limits;
+3. run ``main(input)`` in a fresh interpreter against a working copy;
+4. validate the output, and compile every staged script;
+5. stamp outbox intents ``<sender>:<new version>:<index>`` onto ``/system/outbox``;
+6. seal: version N -> N+1 with every change, or nothing at all.
+
+:func:`prepare_activation` does 1-6 without committing; the caller commits the
+returned :class:`~svit_cluster.process.Transition` (directly, or through the
+fenced store) and then applies it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from svit_cluster.errors import ErrorCode, LimitExceeded, NotFound, ScriptFailed, SvitError
+from svit_cluster.process._limits import Limits
+from svit_cluster.process._paths import parse_path, validate_script_name
+from svit_cluster.process._process import Process
+from svit_cluster.process._tree import (
+    ArrayNode,
+    MapNode,
+    Node,
+    ScriptNode,
+    get_node,
+    node_from_value,
+    value_from_node,
+)
+from svit_cluster.process._values import Value
+from svit_cluster.process._working import Transition, WorkingCopy
+
+__all__ = ["ActivationResult", "activate", "prepare_activation"]
+
+_MAX_LOG_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationResult:
+    """The result of one committed activation (control protocol: ``activation``).
+
+    Attributes:
+        output: ``main``'s return value.
+        logs: ``log-info!`` records, in order.
+        messages: outbox intents ``{id, to, body}`` in order.
+        version: the new process version.
+        root_hash: hex root hash after the commit.
+        changed: sorted changed paths.
+        fuel_used: deterministic fuel spent (see ``Limits.max_fuel``).
+        transition: the sealed transition (record + change).
+    """
+
+    output: Value
+    logs: tuple[str, ...]
+    messages: tuple[dict[str, Any], ...]
+    version: int
+    root_hash: str
+    changed: tuple[str, ...]
+    fuel_used: int
+    transition: Transition
+
+
+def _value_or_none(node: Node | None) -> Value:
+    return None if node is None else value_from_node(node)
+
+
+class _Session:
+    """The :class:`svit_cluster.lisp.GuestHost` of one activation (shared by nested exec)."""
+
+    def __init__(self, process: Process, wc: WorkingCopy, meter: Any) -> None:
+        self.process = process
+        self.limits: Limits = process.limits
+        self.wc = wc
+        self.meter = meter
+        self.logs: list[str] = []
+        self.log_bytes = 0
+        self.messages: list[dict[str, Any]] = []
+        self.staged_scripts: set[str] = set()
+        self.depth = 0
+        self.new_version = process.version + 1
+
+    # -- reads ----------------------------------------------------------------
+    def read(self, path: str) -> Value:
+        return _value_or_none(get_node(self.wc.root, parse_path(path)))
+
+    def discover(self, path: str) -> Value:
+        node = get_node(self.wc.root, parse_path(path))
+        if isinstance(node, MapNode):
+            return list(node.keys())
+        if isinstance(node, ArrayNode):
+            return [str(i) for i in range(len(node.items))]
+        return []
+
+    def stat(self, path: str) -> Value:
+        node = get_node(self.wc.root, parse_path(path))
+        if node is None:
+            return None
+        size = len(node) if isinstance(node, MapNode) else (
+            len(node.items) if isinstance(node, ArrayNode) else 0
+        )
+        return {"kind": node.kind, "hash": node.hex, "size": size}
+
+    # -- writes ---------------------------------------------------------------
+    def write(self, path: str, value: Value) -> None:
+        segs = self.wc.write(path, value)
+        if segs[0] == "lib":
+            self.staged_scripts.add(segs[1])
+            if len(self.staged_scripts) > self.limits.max_staged_scripts:
+                raise LimitExceeded("too many staged scripts (max_staged_scripts)")
+
+    def remove(self, path: str) -> None:
+        self.wc.remove(path)
+
+    def send(self, to: str, body: Value) -> str:
+        if type(to) is not str or not to:
+            raise ScriptFailed("send! needs a non-empty string address")
+        if len(self.messages) >= self.limits.max_messages:
+            raise LimitExceeded("too many messages (max_messages)")
+        node_from_value(
+            body,
+            max_depth=self.limits.max_value_depth,
+            max_entries=self.limits.max_value_entries,
+            max_text_bytes=self.limits.max_text_bytes,
+        )
+        intent_id = f"{self.process.id}:{self.new_version}:{len(self.messages)}"
+        self.messages.append({"id": intent_id, "to": to, "body": body})
+        return intent_id
+
+    def log_info(self, message: str) -> None:
+        if len(self.logs) >= self.limits.max_logs:
+            raise LimitExceeded("too many log records (max_logs)")
+        text = message if type(message) is str else str(message)
+        self.log_bytes += len(text.encode("utf-8"))
+        if self.log_bytes > self.limits.max_text_bytes:
+            raise LimitExceeded("log records exceed max_text_bytes")
+        self.logs.append(text)
+
+    def exec(self, script: str, input: Value) -> Value:
+        name = script[len("/lib/") :] if script.startswith("/lib/") else script
+        if "/" in name:
+            raise ScriptFailed("exec may only run scripts stored under /lib")
+        if self.depth + 1 > self.limits.max_exec_depth:
+            raise LimitExceeded("nested exec depth exceeded (max_exec_depth)")
+        program = self._program(name)
+        self._check_input(input)
+        self.depth += 1
+        try:
+            return program.run_main(input, self, self.meter)  # type: ignore[no-any-return]
+        finally:
+            self.depth -= 1
+
+    # -- helpers --------------------------------------------------------------
+    def _program(self, name: str) -> Any:
+        from svit_cluster.lisp import compile_script
+
+        validate_script_name(name)
+        node = get_node(self.wc.root, ("lib", name))
+        if not isinstance(node, ScriptNode):
+            raise NotFound(f"script /lib/{name} not found", code=ErrorCode.SCRIPT_NOT_FOUND)
+        return compile_script(node.script.source, name=name, limits=self.limits)
+
+    def _check_input(self, value: Value) -> None:
+        node_from_value(
+            value,
+            max_depth=self.limits.max_value_depth,
+            max_entries=self.limits.max_value_entries,
+            max_text_bytes=self.limits.max_text_bytes,
+        )
+
+
+def prepare_activation(
+    process: Process,
+    script: str,
+    input: Value,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> ActivationResult:
+    """Run one activation against a working copy and seal it, without committing.
+
+    Args:
+        process: the process (read only; it is not changed).
+        script: a script name (``"counter"``) in ``/lib``.
+        input: the activation input (plain value).
+        clock: monotonic seconds for the wall-clock limit; fuel is deterministic.
+
+    Returns:
+        An :class:`ActivationResult` whose ``transition`` must be committed.
+
+    Raises:
+        InvalidInput: ``invalid_script_name``, ``invalid_value``, ``invalid_path``.
+        NotFound: ``script_not_found``.
+        LimitExceeded: ``execution_limit_exceeded`` (fuel, time) or
+            ``resource_limit_exceeded`` (stack, memory, counts, sizes).
+        ScriptFailed: ``script_failed`` (panic, type/arity error, missing main,
+            a staged script that does not compile).
+    """
+    from svit_cluster.lisp import Meter, compile_script
+
+    wc = process.working_copy()
+    meter = Meter(process.limits, clock=clock)
+    session = _Session(process, wc, meter)
+    program = session._program(script)
+    session._check_input(input)
+    try:
+        output = program.run_main(input, session, meter)
+    except SvitError:
+        raise
+    except Exception as exc:  # fail closed: never a traceback, never a partial commit
+        raise ScriptFailed(f"internal interpreter error ({type(exc).__name__})") from exc
+    lim = process.limits
+    node_from_value(
+        output,
+        max_depth=lim.max_value_depth,
+        max_entries=lim.max_value_entries,
+        max_text_bytes=lim.max_text_bytes,
+    )
+    for name in sorted(session.staged_scripts):
+        staged = get_node(wc.root, ("lib", name))
+        if isinstance(staged, ScriptNode):
+            compile_script(staged.script.source, name=name, limits=lim)
+    for intent in session.messages:
+        wc.append("/system/outbox", intent)
+    transition = process.seal(wc, "activation")
+    return ActivationResult(
+        output=output,
+        logs=tuple(session.logs),
+        messages=tuple(session.messages),
+        version=transition.record.process_version_after,
+        root_hash=transition.record.resulting_root_hash,
+        changed=transition.change.paths,
+        fuel_used=int(getattr(meter, "fuel_used", 0)),
+        transition=transition,
+    )
+
+
+def activate(
+    process: Process, script: str, input: Value, *, clock: Callable[[], float] = time.monotonic
+) -> ActivationResult:
+    """Prepare and commit one activation (see :func:`prepare_activation`).
+
+    On success the process is at ``version + 1``; on any error it is unchanged.
+    """
+    result = prepare_activation(process, script, input, clock=clock)
+    process.commit(result.transition)
+    return result
