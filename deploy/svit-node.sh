@@ -95,7 +95,9 @@ case "$role" in
         exec ray start --head --port="$gcs_port" --num-cpus=0 --block $dash $(common_flags) "$@"
         ;;
     host)
-        start_ray_node "$@"
+        : "${SVIT_HOST_ID:?SVIT_HOST_ID must be set (the pod name)}"
+        # The host agent pins its process actors with this custom resource.
+        start_ray_node --resources="{\"svit_host:${SVIT_HOST_ID}\": 10000}" "$@"
         log "Ray node up; starting the host agent"
         exec svit-cluster host-agent
         ;;

@@ -104,7 +104,7 @@ class _Base:
     def _retry_kwargs(self) -> dict[str, Any]:
         return {
             "stop": stop_after_attempt(self.attempts),
-            "wait": wait_exponential_jitter(initial=0.05, max=self.max_wait_s),
+            "wait": wait_exponential_jitter(multiplier=0.05, max=self.max_wait_s, jitter=0.05),
             "retry": retry_if_exception_type(_RETRYABLE),
             "reraise": True,
         }

@@ -213,6 +213,7 @@ class LocalCluster:
             stdout=log, stderr=subprocess.STDOUT, env=ray_env(), start_new_session=True,
         )
         url = f"http://127.0.0.1:{gw_port}"
+        self.doc["next_port"] = ports.next_port
         self.doc["gateway"] = {"pid": gateway.pid, "url": url, "port": gw_port}
         self._save()
         self.wait_healthy(timeout_s=90.0)
@@ -299,6 +300,35 @@ class LocalCluster:
     def kill_host(self, name: str) -> list[int]:
         """SIGKILL host ``name``'s raylet and all its worker processes."""
         return self.node(name).kill()
+
+    def restart_host(self, name: str, *, timeout_s: float = 90.0) -> None:
+        """Start host ``name`` again (after :meth:`kill_host`) and its agent.
+
+        Raises:
+            ConfigurationError: no such host.
+            UnavailableError: the node or its agent did not come up.
+        """
+        old = self.node(name)
+        old.kill()  # whatever may be left of it
+        node = RayNode(name, old.temp_dir, old.log_path, address=self.doc["ray"]["address"])
+        ports = PortAllocator(base=int(self.doc.get("next_port", 25000)))
+        node.start(ports)
+        self.doc["next_port"] = ports.next_port
+        entry = node.to_json()
+        if "endpoints" in self.doc["hosts"][name]:
+            entry["endpoints"] = self.doc["hosts"][name]["endpoints"]
+        self.doc["hosts"][name] = entry
+        self._save()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._run_driver(["agents"])
+                break
+            except UnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+        self.wait_healthy(timeout_s=timeout_s)
 
     def pause_host(self, name: str) -> list[int]:
         """SIGSTOP every process of host ``name``."""

@@ -67,6 +67,11 @@ class PortAllocator:
         self._end = base + span
         self._given: set[int] = set()
 
+    @property
+    def next_port(self) -> int:
+        """Where the next scan starts (record it to continue in a later process)."""
+        return self._next
+
     def take(self) -> int:
         """One free port (never the same twice from this allocator).
 

@@ -1,0 +1,381 @@
+"""Launchers for the local redis-server and etcd processes (tests, benchmarks, ``up``).
+
+Each launcher starts one real server on a free loopback port with its own data
+directory under a given state directory, waits until it answers, and stops it
+*by its PID* (SIGTERM, then SIGKILL after a grace period). Nothing here ever
+signals a process it did not start itself.
+
+Durability of the defaults (see ``svit_cluster/store/README.md``):
+
+* Redis runs with ``appendonly yes`` and ``appendfsync always``: a write is
+  fsynced to the append-only file before Redis replies, so an acknowledged
+  commit survives ``kill -9`` of the server and :meth:`RedisServer.restart`.
+* etcd keeps its write-ahead log in its own data directory and fsyncs before
+  acknowledging, so :meth:`EtcdServer.restart` keeps keys and revisions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from svit_cluster.errors import UnavailableError
+
+__all__ = ["EtcdServer", "RedisServer", "ServerError", "free_port"]
+
+_LOOPBACK = "127.0.0.1"
+
+
+class ServerError(UnavailableError):
+    """A local server could not be started (binary missing, exited, not ready in time).
+
+    Fields: ``binary`` (the executable name) and, when known, ``log`` (path of
+    the server's log file) and ``reason`` (``"exited"`` or ``"timeout"``).
+    """
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((_LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def _find_binary(binary: str, package: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        raise ServerError(
+            f"{binary} not found on PATH; install it with `apt-get install {package}`",
+            binary=binary,
+        )
+    return path
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Ask Linux to SIGKILL this child when the thread that started it exits."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _tail(path: Path, max_bytes: int = 2000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-max_bytes:].decode("utf-8", errors="replace")
+
+
+class _Server:
+    """Common process handling: start, readiness wait, stop by PID, restart."""
+
+    _binary = ""
+    _package = ""
+    _name = ""
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        startup_timeout_s: float,
+        die_with_parent: bool,
+    ) -> None:
+        if startup_timeout_s <= 0:
+            raise ValueError("startup_timeout_s must be positive")
+        self.state_dir = Path(state_dir)
+        self.data_dir = self.state_dir / self._name
+        self.log_path = self.state_dir / f"{self._name}.log"
+        self.startup_timeout_s = startup_timeout_s
+        self.die_with_parent = die_with_parent
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- subclass hooks ---------------------------------------------------------
+
+    def _command(self, binary: str) -> list[str]:
+        raise NotImplementedError
+
+    def _allocate_ports(self) -> None:
+        self.port = free_port()
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    # -- lifecycle --------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running server, or None when it is not running."""
+        if self._proc is None or self._proc.poll() is not None:
+            return None
+        return self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def start(self) -> None:
+        """Start the server and wait until it answers.
+
+        The first start picks free loopback port(s) (and picks again, up to 3
+        times, if the server exits at once, e.g. because another process took
+        the port meanwhile); later starts reuse them.
+
+        Raises:
+            ServerError: the binary is missing (the message says how to install
+                it), the server exited, or it was not ready within
+                ``startup_timeout_s``. The server is stopped before raising.
+        """
+        if self.running:
+            return
+        binary = _find_binary(self._binary, self._package)
+        chosen = not self.port
+        for attempt in range(3 if chosen else 1):
+            if chosen:
+                self._allocate_ports()
+            try:
+                self._start_once(binary)
+                return
+            except ServerError as exc:
+                if not chosen or attempt == 2 or exc.fields.get("reason") != "exited":
+                    raise
+
+    def _start_once(self, binary: str) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self._proc = subprocess.Popen(
+                self._command(binary),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
+            )
+        finally:
+            log.close()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise ServerError(
+                    f"{self._binary} exited with {self._proc.returncode}: "
+                    f"{_tail(self.log_path)[-400:]}",
+                    binary=self._binary,
+                    log=str(self.log_path),
+                    reason="exited",
+                )
+            if self._ready():
+                return
+            time.sleep(0.02)
+        self.stop()
+        raise ServerError(
+            f"{self._binary} not ready within {self.startup_timeout_s} s",
+            binary=self._binary,
+            log=str(self.log_path),
+            reason="timeout",
+        )
+
+    def _signal(self, sig: signal.Signals) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
+
+    def stop(self, *, grace_s: float = 10.0) -> None:
+        """Stop the server by PID: SIGTERM, then SIGKILL after ``grace_s`` seconds.
+
+        Safe to call when it is not running. Lets Redis flush its AOF on SIGTERM.
+        """
+        proc = self._proc
+        if proc is None:
+            return
+        self._signal(signal.SIGCONT)  # a paused server cannot handle SIGTERM
+        self._signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self._signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def kill9(self) -> None:
+        """SIGKILL the server by PID and reap it (no flush, no clean shutdown)."""
+        proc = self._proc
+        if proc is None:
+            return
+        self._signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def pause(self) -> None:
+        """SIGSTOP the server (it keeps its sockets but answers nothing)."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        self._signal(signal.SIGCONT)
+
+    def restart(self) -> None:
+        """Stop (if running) and start again on the same port(s) and data directory.
+
+        Raises:
+            ServerError: as :meth:`start`.
+        """
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> _Server:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class RedisServer(_Server):
+    """A local ``redis-server`` with a durable append-only file.
+
+    Args:
+        state_dir: parent directory; the data lives in ``<state_dir>/redis`` and
+            the log in ``<state_dir>/redis.log``.
+        appendfsync: ``"always"`` (default: fsync before every reply),
+            ``"everysec"`` or ``"no"``; only ``always`` keeps every
+            acknowledged commit across ``kill -9``.
+        startup_timeout_s: how long :meth:`start` waits for ``PING`` (default 10 s).
+        die_with_parent: SIGKILL the server when the *thread* that started it
+            exits (Linux ``PR_SET_PDEATHSIG``; default False). Tests set it so a
+            crashed test run leaves no server behind.
+
+    Attributes:
+        port: the TCP port (0 before the first start).
+        url: ``redis://127.0.0.1:<port>/0``.
+    """
+
+    _binary = "redis-server"
+    _package = "redis-server"
+    _name = "redis"
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        appendfsync: str = "always",
+        startup_timeout_s: float = 10.0,
+        die_with_parent: bool = False,
+    ) -> None:
+        if appendfsync not in ("always", "everysec", "no"):
+            raise ValueError(f"appendfsync must be always|everysec|no, got {appendfsync!r}")
+        super().__init__(
+            state_dir, startup_timeout_s=startup_timeout_s, die_with_parent=die_with_parent
+        )
+        self.appendfsync = appendfsync
+
+    @property
+    def url(self) -> str:
+        return f"redis://{_LOOPBACK}:{self.port}/0"
+
+    def _command(self, binary: str) -> list[str]:
+        return [
+            binary,
+            "--port", str(self.port),
+            "--bind", _LOOPBACK,
+            "--dir", str(self.data_dir),
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
+            "--save", "",
+            "--daemonize", "no",
+            "--protected-mode", "yes",
+        ]
+
+    def _ready(self) -> bool:
+        # A raw PING, so the launcher does not depend on a client library; a
+        # server still loading its AOF answers -LOADING and is not ready yet.
+        try:
+            with socket.create_connection((_LOOPBACK, self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+
+class EtcdServer(_Server):
+    """A local single-member ``etcd`` with its own data directory.
+
+    Args:
+        state_dir: parent directory; the data lives in ``<state_dir>/etcd`` and
+            the log in ``<state_dir>/etcd.log``.
+        startup_timeout_s: how long :meth:`start` waits for ``/health`` (default 15 s).
+        die_with_parent: as for :class:`RedisServer`.
+
+    Attributes:
+        port: the client port; ``peer_port``: the peer port.
+        endpoint: ``127.0.0.1:<port>``; ``url``: ``http://127.0.0.1:<port>``.
+    """
+
+    _binary = "etcd"
+    _package = "etcd-server"
+    _name = "etcd"
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        startup_timeout_s: float = 15.0,
+        die_with_parent: bool = False,
+    ) -> None:
+        super().__init__(
+            state_dir, startup_timeout_s=startup_timeout_s, die_with_parent=die_with_parent
+        )
+        self.peer_port = 0
+
+    def _allocate_ports(self) -> None:
+        self.port = free_port()
+        self.peer_port = free_port()
+        while self.peer_port == self.port:
+            self.peer_port = free_port()
+
+    @property
+    def host(self) -> str:
+        return _LOOPBACK
+
+    @property
+    def endpoint(self) -> str:
+        return f"{_LOOPBACK}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{_LOOPBACK}:{self.port}"
+
+    def _command(self, binary: str) -> list[str]:
+        peer = f"http://{_LOOPBACK}:{self.peer_port}"
+        return [
+            binary,
+            "--name", "svit",
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", self.url,
+            "--advertise-client-urls", self.url,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"svit={peer}",
+            "--initial-cluster-state", "new",
+        ]
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=0.5) as resp:
+                return b'"true"' in resp.read()
+        except (OSError, urllib.error.URLError):
+            return False

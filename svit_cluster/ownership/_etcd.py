@@ -1,0 +1,80 @@
+"""The etcd boundary: client construction and explicit error conversion (aetcd/gRPC).
+
+Every aetcd, gRPC, timeout or socket error raised inside :func:`etcd_boundary`
+becomes an :class:`~svit_cluster.errors.UnavailableError` that keeps the
+original as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import aetcd
+from aetcd import rpc as _rpc
+
+from svit_cluster.errors import SvitError, UnavailableError
+
+__all__ = ["DEFAULT_REQUEST_TIMEOUT_S", "etcd_call", "open_client"]
+
+#: Default deadline of one etcd request, in seconds.
+DEFAULT_REQUEST_TIMEOUT_S = 2.0
+
+T = TypeVar("T")
+
+# Reconnect quickly after etcd restarts (gRPC's default backoff grows to 120 s).
+_CHANNEL = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1000,
+}
+
+_CONVERTED = (aetcd.ClientError, _rpc.RpcError, TimeoutError, OSError)
+
+
+def open_client(
+    endpoint: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+) -> Any:
+    """An ``aetcd.Client`` for ``host:port`` (connects lazily, on first use).
+
+    Args:
+        endpoint: ``"127.0.0.1:2379"`` form.
+        request_timeout_s: gRPC deadline of every request (default 2 s).
+
+    Raises:
+        ValueError: ``endpoint`` is not ``host:port`` or the timeout is not positive.
+    """
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"etcd endpoint must be host:port, got {endpoint!r}")
+    if request_timeout_s <= 0:
+        raise ValueError("request_timeout_s must be positive")
+    return aetcd.Client(host=host, port=int(port), timeout=request_timeout_s, options=_CHANNEL)
+
+
+async def etcd_call(op: str, awaitable: Awaitable[T], *, timeout_s: float,
+                    outcome: str = "none", **fields: Any) -> T:
+    """Await one etcd operation with a deadline, converting its failures.
+
+    Args:
+        op: operation name for the error's ``fields["op"]``.
+        awaitable: the aetcd coroutine.
+        timeout_s: local deadline in seconds (guards against a hung channel).
+        outcome: ``"none"`` or ``"unknown"`` (a write may have been applied).
+        fields: extra structured fields for the error (``process_id`` ...).
+
+    Raises:
+        UnavailableError: (``unavailable``) etcd is down, slow or refused.
+    """
+    try:
+        return await asyncio.wait_for(awaitable, timeout_s)
+    except SvitError:
+        raise
+    except _CONVERTED as exc:
+        raise UnavailableError(
+            f"etcd {op} failed: {type(exc).__name__}: {exc}",
+            op=op,
+            outcome=outcome,
+            **fields,
+        ) from exc

@@ -1,0 +1,35 @@
+"""The fenced, durable commit log of Svit processes on Redis (DESIGN.md §3).
+
+Public names, by importance:
+
+* :class:`RedisBackend` -- one process's log for one owner token: ``claim``,
+  ``create``, ``commit`` (the controller's ``CommitBackend``), ``get_receipt``,
+  ``put_receipt``, ``snapshot``, ``restore``, ``head``, ``entries``.
+* :class:`StoreConfig` -- key prefix, receipt bound, snapshot cadence, trim margin.
+* :func:`connect` -- a redis-py client with client-side retries disabled.
+* :class:`ProcessKeys` -- the Redis keys of one process (hash tag ``{<process>}``).
+* :class:`Head`, :class:`LogEntry`, :class:`StoredSnapshot`, :class:`RestoreStats`
+  -- typed views of stored data.
+
+The test-only fencing-off switch lives in :mod:`svit_cluster.store.testing`.
+Durability under other Redis settings: see ``README.md`` in this package.
+"""
+
+from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
+from svit_cluster.store._log import RedisBackend, StoreConfig
+from svit_cluster.store._records import Head, LogEntry, StoredSnapshot
+from svit_cluster.store._redis import DEFAULT_TIMEOUT_S, connect
+from svit_cluster.store._snapshots import RestoreStats
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "DEFAULT_TIMEOUT_S",
+    "Head",
+    "LogEntry",
+    "ProcessKeys",
+    "RedisBackend",
+    "RestoreStats",
+    "StoreConfig",
+    "StoredSnapshot",
+    "connect",
+]

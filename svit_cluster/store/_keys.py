@@ -1,0 +1,101 @@
+"""Redis key names for one process; every key shares the hash tag ``{<process>}``.
+
+Sharing the tag puts all of a process's keys in one Redis Cluster hash slot, so
+one Lua script may touch them all atomically (DESIGN.md §3 "Commit under the
+token").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from svit_cluster.errors import ErrorCode, InvalidInput
+from svit_cluster.process import validate_process_id
+
+__all__ = ["DEFAULT_PREFIX", "ProcessKeys", "receipt_field"]
+
+DEFAULT_PREFIX = "svit"
+_PREFIX = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+
+
+def receipt_field(tenant: str, client_id: str, request_id: str) -> bytes:
+    """The receipts-hash field for one idempotency key: ``tenant\\0client_id\\0request_id``."""
+    return f"{tenant}\x00{client_id}\x00{request_id}".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessKeys:
+    """The Redis keys of one process, ``<prefix>:{<process>}:<name>``.
+
+    Args:
+        process_id: a valid ``svit://`` id without ``{`` or ``}``.
+        prefix: key namespace (default ``"svit"``); ``[A-Za-z0-9_.:-]{1,64}``.
+
+    Raises:
+        InvalidInput: (``invalid_process_id``) the id is invalid or contains a
+            brace (it would break the hash tag); (``invalid_value``) bad prefix.
+    """
+
+    process_id: str
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        validate_process_id(self.process_id)
+        if "{" in self.process_id or "}" in self.process_id:
+            raise InvalidInput(
+                "process id must not contain '{' or '}' (Redis hash tag)",
+                code=ErrorCode.INVALID_PROCESS_ID,
+            )
+        if type(self.prefix) is not str or not _PREFIX.fullmatch(self.prefix):
+            raise InvalidInput("key prefix must match [A-Za-z0-9_.:-]{1,64}")
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}:{{{self.process_id}}}:{name}"
+
+    @property
+    def stream(self) -> str:
+        """Stream of committed transactions; entry id ``<version>-0``."""
+        return self._key("stream")
+
+    @property
+    def head(self) -> str:
+        """Hash ``{version, chain_head, root_hash, position, token}`` of the last commit."""
+        return self._key("head")
+
+    @property
+    def fence(self) -> str:
+        """String: the highest fencing token that has claimed or committed."""
+        return self._key("fence")
+
+    @property
+    def receipts(self) -> str:
+        """Hash: receipt field -> ``<fingerprint>\\n<response bytes>``."""
+        return self._key("receipts")
+
+    @property
+    def receipts_order(self) -> str:
+        """List of receipt fields, oldest first (FIFO eviction)."""
+        return self._key("receipts:order")
+
+    @property
+    def outbox(self) -> str:
+        """Stream of committed outbox intents (consumed by the dispatcher)."""
+        return self._key("outbox")
+
+    @property
+    def snapshot(self) -> str:
+        """Hash ``{data, version, position, chain_head, root_hash, token}``."""
+        return self._key("snapshot")
+
+    def all(self) -> tuple[str, ...]:
+        """Every key of the process (for deletion in tests and tools)."""
+        return (
+            self.stream,
+            self.head,
+            self.fence,
+            self.receipts,
+            self.receipts_order,
+            self.outbox,
+            self.snapshot,
+        )

@@ -1,0 +1,477 @@
+"""The fenced Redis commit log of one process, seen by one owner (one token).
+
+:class:`RedisBackend` implements the controller's
+:class:`~svit_cluster.control._backend.CommitBackend` (receipts + atomic
+commit) plus what an owner needs around it: claim, create, restore and
+snapshots. It is thread-safe (redis-py pools connections); commits to one
+process must still be serialized by its owner, as the process itself is.
+
+Guarantees, per call:
+
+* **commit** -- on success the record, its receipt, its outbox intents and the
+  new head are stored together, in one Lua script, under a token no lower than
+  the fence. On ``FencedError``/``ConflictError``/``NotFound`` nothing was
+  stored. On ``UnavailableError`` with ``fields["outcome"] == "unknown"`` the
+  commit may or may not have happened: retrying the *same request id* is safe
+  (the receipt replays); re-sealing and committing anew is not (it conflicts
+  or, if the first attempt failed, commits once).
+* **claim** -- raises the fence to this token (atomic max); safe to retry.
+* **restore** -- read-only; safe to retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from svit_cluster.control._backend import Receipt, validate_receipt_limit
+from svit_cluster.errors import (
+    ConfigurationError,
+    ConflictError,
+    FencedError,
+    InvalidInput,
+    NotFound,
+    SvitError,
+)
+from svit_cluster.process import Limits, Process, Transition, canonical_json
+from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys, receipt_field
+from svit_cluster.store._records import (
+    Head,
+    LogEntry,
+    corrupt,
+    decode_receipt,
+    encode_receipt,
+    parse_entry,
+    parse_head,
+    parse_snapshot,
+)
+from svit_cluster.store._redis import redis_boundary
+from svit_cluster.store._scripts import Scripts
+from svit_cluster.store._snapshots import (
+    RestoreStats,
+    limits_of,
+    process_after,
+    verify_and_restore,
+)
+
+__all__ = ["RedisBackend", "StoreConfig"]
+
+log = logging.getLogger(__name__)
+
+#: A callable run before every commit; it raises to refuse (self-fencing).
+Guard = Callable[[], None]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Options of the commit log; validated on construction.
+
+    Attributes:
+        prefix: key namespace (default ``"svit"``).
+        max_receipts: receipts kept per process, FIFO-evicted, ``1..4096``
+            (default 256).
+        snapshot_every: store a snapshot after this many commits (default 64).
+        snapshot_max_tail_bytes: ... or earlier once the records since the last
+            snapshot reach this many bytes (default 4 MiB).
+        trim_margin: stream entries kept *below* a new snapshot when trimming
+            (default 16; 0 keeps none).
+
+    Raises:
+        ConfigurationError: a value is out of range.
+    """
+
+    prefix: str = DEFAULT_PREFIX
+    max_receipts: int = 256
+    snapshot_every: int = 64
+    snapshot_max_tail_bytes: int = 4 * 1024 * 1024
+    trim_margin: int = 16
+
+    def __post_init__(self) -> None:
+        validate_receipt_limit(self.max_receipts)
+        for name in ("snapshot_every", "snapshot_max_tail_bytes"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
+        if type(self.trim_margin) is not int or self.trim_margin < 0:
+            raise ConfigurationError(f"trim_margin must be >= 0, got {self.trim_margin!r}")
+
+
+def _status(reply: Any) -> tuple[str, list[bytes]]:
+    return reply[0].decode(), list(reply[1:])
+
+
+class RedisBackend:
+    """The commit log of one process for the owner holding fencing ``token``.
+
+    Args:
+        client: a redis-py client (see :func:`svit_cluster.store.connect`).
+        process_id: the ``svit://`` id (no braces).
+        token: this owner's fencing token (etcd create revision), >= 1.
+        config: :class:`StoreConfig` (defaults as documented there).
+        guard: optional check run before every commit, receipt and snapshot
+            write; it raises to refuse (e.g. the host lease is not HELD).
+
+    Raises:
+        InvalidInput: (``invalid_process_id``) bad id; bad token.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        process_id: str,
+        token: int,
+        config: StoreConfig | None = None,
+        *,
+        guard: Guard | None = None,
+    ) -> None:
+        if type(token) is not int or token < 1:
+            raise InvalidInput(f"fencing token must be a positive integer, got {token!r}")
+        self.config = config or StoreConfig()
+        self.keys = ProcessKeys(process_id, self.config.prefix)
+        self.process_id = process_id
+        self.token = token
+        self._client = client
+        self._scripts = Scripts.register(client)
+        k = self.keys
+        self._commit_keys = (k.stream, k.head, k.fence, k.receipts, k.receipts_order, k.outbox)
+        self._guard = guard
+        self._lock = threading.Lock()
+        self._limits: Limits | None = None
+        self._since_snapshot = 0
+        self._tail_bytes = 0
+        #: Statistics of the last :meth:`restore` (None before one).
+        self.last_restore: RestoreStats | None = None
+
+    # -- helpers ----------------------------------------------------------------
+
+    def _fenced(self, fence: bytes, op: str) -> FencedError:
+        return FencedError(
+            f"{op} refused for {self.process_id}: token {self.token} is below the fence "
+            f"{int(fence)}",
+            token=self.token,
+            fence=int(fence),
+            process_id=self.process_id,
+        )
+
+    def _check_guard(self) -> None:
+        if self._guard is not None:
+            self._guard()
+
+    # -- ownership -----------------------------------------------------------------
+
+    def claim(self) -> int:
+        """Raise the stored fence to this token (atomic max). Safe to retry.
+
+        Returns:
+            The fence after the claim (this token).
+
+        Raises:
+            FencedError: a higher token has already claimed or committed
+                (fields ``token`` and ``fence``); nothing changed.
+            UnavailableError: Redis failed.
+        """
+        with redis_boundary("claim", self.process_id):
+            reply = self._scripts.claim(keys=[self.keys.fence], args=[self.token])
+        status, rest = _status(reply)
+        if status == "fenced":
+            raise self._fenced(rest[0], "claim")
+        return int(rest[0])
+
+    def fence(self) -> int:
+        """The stored fence (0 when nobody has claimed). Raises UnavailableError."""
+        with redis_boundary("fence", self.process_id):
+            raw = self._client.get(self.keys.fence)
+        return 0 if raw is None else int(raw)
+
+    # -- receipts (CommitBackend) ---------------------------------------------------
+
+    def get_receipt(self, tenant: str, client_id: str, request_id: str) -> Receipt | None:
+        """The stored receipt for the key, or None (never stored or evicted).
+
+        Raises:
+            UnavailableError: Redis failed.
+            CorruptData: the stored value is malformed.
+        """
+        with redis_boundary("get_receipt", self.process_id):
+            raw = self._client.hget(
+                self.keys.receipts, receipt_field(tenant, client_id, request_id)
+            )
+        if raw is None:
+            return None
+        return decode_receipt(self.process_id, tenant, client_id, request_id, raw)
+
+    def put_receipt(self, receipt: Receipt, *, version: int) -> None:
+        """Store a conflict or rejected receipt observed at ``version`` (fenced).
+
+        Raises:
+            FencedError: a newer owner holds the process; nothing stored.
+            UnavailableError: Redis failed; the receipt may or may not be stored
+                (storing it again is harmless).
+        """
+        self._check_guard()
+        field = receipt_field(receipt.tenant, receipt.client_id, receipt.request_id)
+        with redis_boundary("put_receipt", self.process_id, outcome="unknown"):
+            reply = self._scripts.put_receipt(
+                keys=[self.keys.fence, self.keys.receipts, self.keys.receipts_order],
+                args=[self.token, field, encode_receipt(receipt), self.config.max_receipts],
+            )
+        status, rest = _status(reply)
+        if status == "fenced":
+            raise self._fenced(rest[0], "put_receipt")
+
+    # -- commit (CommitBackend) -------------------------------------------------------
+
+    def commit(
+        self,
+        transition: Transition,
+        receipt: Receipt | None = None,
+        intents: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        """Durably commit ``transition`` with its receipt and outbox intents, atomically.
+
+        Host operations pass no receipt. After every ``snapshot_every`` commits
+        (or ``snapshot_max_tail_bytes`` of records) a snapshot of the new state
+        is stored and the stream trimmed; a failed snapshot is logged and
+        retried after the next commit, never failing the commit.
+
+        Raises:
+            FencedError: a newer owner holds the process (fields ``token``,
+                ``fence``); nothing stored.
+            ConflictError: the durable head is not the transition's base
+                (fields ``expected_version``, ``actual_version``); nothing stored.
+            NotFound: the process was never created (see :meth:`create`).
+            CorruptData: the stream already holds an entry at the new version.
+            UnavailableError: Redis failed; ``fields["outcome"]`` is
+                ``"unknown"`` (see the module docstring).
+        """
+        self._check_guard()
+        rec = transition.record
+        record = rec.encode()
+        if receipt is None:
+            field, value = b"", b""
+        else:
+            field = receipt_field(receipt.tenant, receipt.client_id, receipt.request_id)
+            value = encode_receipt(receipt)
+        args: list[Any] = [
+            self.token,
+            rec.process_version_before,
+            rec.previous_hash,
+            record,
+            rec.event_hash,
+            rec.resulting_root_hash,
+            rec.position,
+            field,
+            value,
+            self.config.max_receipts,
+            rec.process_version_after,
+        ]
+        args.extend(canonical_json(intent) for intent in intents)
+        with redis_boundary("commit", self.process_id, outcome="unknown"):
+            reply = self._scripts.commit(keys=self._commit_keys, args=args)
+        status, rest = _status(reply)
+        if status == "ok":
+            self._after_commit(transition, len(record))
+            return
+        if status == "fenced":
+            raise self._fenced(rest[0], "commit")
+        if status == "conflict":
+            raise ConflictError(
+                f"commit refused for {self.process_id}: head is at version {int(rest[0])}, "
+                f"not {rec.process_version_before}",
+                expected_version=rec.process_version_before,
+                actual_version=int(rest[0]),
+                process_id=self.process_id,
+            )
+        if status == "missing":
+            raise NotFound(f"process {self.process_id} was never created in the store",
+                           process_id=self.process_id)
+        raise corrupt(self.process_id, f"stream refused version {rec.process_version_after}: "
+                      f"{rest[0].decode(errors='replace') if rest else status}",
+                      version=rec.process_version_after)
+
+    def committer(self) -> Callable[[Transition], None]:
+        """A :data:`~svit_cluster.process.Committer` for host operations (no receipt)."""
+
+        def commit(transition: Transition) -> None:
+            self.commit(transition)
+
+        return commit
+
+    # -- create / snapshot -------------------------------------------------------------
+
+    def create(self, process: Process) -> None:
+        """Store ``process`` as the start of a new log (head + snapshot), fenced.
+
+        Raises:
+            ConflictError: the process already exists in the store.
+            FencedError: a newer owner holds the process.
+            UnavailableError: Redis failed (the create may or may not be stored).
+            InvalidInput: ``process`` has another id.
+        """
+        if process.id != self.process_id:
+            raise InvalidInput("process id does not match the store's process id")
+        self._check_guard()
+        keys = self.keys
+        with redis_boundary("create", self.process_id, outcome="unknown"):
+            reply = self._scripts.create(
+                keys=[keys.fence, keys.head, keys.snapshot],
+                args=[self.token, process.version, process.position, process.chain_head,
+                      process.root_hash, process.snapshot()],
+            )
+        status, rest = _status(reply)
+        if status == "fenced":
+            raise self._fenced(rest[0], "create")
+        if status == "exists":
+            raise ConflictError(f"process {self.process_id} already exists in the store",
+                                process_id=self.process_id)
+        with self._lock:
+            self._limits = process.limits
+            self._since_snapshot = 0
+            self._tail_bytes = 0
+
+    def snapshot(self, process: Process) -> bool:
+        """Store a snapshot of ``process`` (which must be at the durable head), fenced.
+
+        Trims the stream below ``process.version - trim_margin + 1``.
+
+        Returns:
+            True if stored; False if a snapshot at least as new already exists.
+
+        Raises:
+            FencedError: a newer owner holds the process; nothing stored.
+            ConflictError: ``process`` is not at the durable head.
+            NotFound: the process was never created.
+            UnavailableError: Redis failed.
+        """
+        self._check_guard()
+        minid = process.version - self.config.trim_margin + 1
+        keys = self.keys
+        with redis_boundary("snapshot", self.process_id, outcome="unknown"):
+            reply = self._scripts.snapshot(
+                keys=[keys.fence, keys.snapshot, keys.head, keys.stream],
+                args=[self.token, process.version, process.position, process.chain_head,
+                      process.root_hash, process.snapshot(),
+                      f"{minid}-0" if minid > 1 else ""],
+            )
+        status, rest = _status(reply)
+        if status == "fenced":
+            raise self._fenced(rest[0], "snapshot")
+        if status == "missing":
+            raise NotFound(f"process {self.process_id} was never created in the store",
+                           process_id=self.process_id)
+        if status == "not_head":
+            raise ConflictError(
+                f"snapshot of version {process.version} refused: head is at {int(rest[0])}",
+                expected_version=process.version, actual_version=int(rest[0]),
+                process_id=self.process_id,
+            )
+        with self._lock:
+            self._since_snapshot = 0
+            self._tail_bytes = 0
+        return status == "ok"
+
+    def _after_commit(self, transition: Transition, record_bytes: int) -> None:
+        with self._lock:
+            self._since_snapshot += 1
+            self._tail_bytes += record_bytes
+            due = (
+                self._since_snapshot >= self.config.snapshot_every
+                or self._tail_bytes >= self.config.snapshot_max_tail_bytes
+            )
+            if not due:
+                return
+            if self._limits is None:
+                self._limits = limits_of(self.process_id, transition)
+            limits = self._limits
+        try:
+            self.snapshot(process_after(self.process_id, transition, limits))
+        except SvitError as exc:
+            log.warning("snapshot after version %d of %s failed: %s",
+                        transition.record.process_version_after, self.process_id, exc)
+
+    # -- read side ----------------------------------------------------------------------
+
+    def head(self) -> Head | None:
+        """The durable head, or None if the process was never created.
+
+        Raises:
+            UnavailableError: Redis failed.  CorruptData: malformed head.
+        """
+        with redis_boundary("head", self.process_id):
+            raw = self._client.hgetall(self.keys.head)
+        return parse_head(self.process_id, raw)
+
+    def entries(self, after_version: int = 0) -> list[LogEntry]:
+        """Stream entries with version > ``after_version``, in order (tools, checkers).
+
+        Raises:
+            UnavailableError: Redis failed.  CorruptData: a malformed entry.
+        """
+        with redis_boundary("entries", self.process_id):
+            raw = self._client.xrange(self.keys.stream, min=f"{after_version + 1}-0")
+        return [parse_entry(self.process_id, eid, fields) for eid, fields in raw or ()]
+
+    def restore(self) -> Process | None:
+        """Rebuild the process from the latest snapshot and the stream tail.
+
+        Reads snapshot, tail (entries after the snapshot), head and fence in one
+        ``MULTI``/``EXEC`` view, then verifies and replays without guest code.
+        Costs O(snapshot + tail), not O(history). Records statistics in
+        :attr:`last_restore`. Safe to retry (read-only).
+
+        Returns:
+            The process at the durable head (no committer installed), or None
+            if the process was never created.
+
+        Raises:
+            CorruptData: (``corrupt_log``) the log does not verify; the message
+                and fields name the process and the version/position. Nothing
+                is repaired.
+            UnavailableError: Redis failed.
+        """
+        started = time.perf_counter()
+        keys = self.keys
+        with redis_boundary("restore", self.process_id):
+            hint_raw = self._client.hget(keys.snapshot, "version")
+            hint = int(hint_raw) if hint_raw is not None and hint_raw.isdigit() else 0
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hgetall(keys.snapshot)
+            pipe.xrange(keys.stream, min=f"{hint + 1}-0")
+            pipe.hgetall(keys.head)
+            pipe.get(keys.fence)
+            snap_raw, tail_raw, head_raw, fence_raw = pipe.execute()
+        snap = parse_snapshot(self.process_id, snap_raw)
+        head = parse_head(self.process_id, head_raw)
+        if snap is None and head is None:
+            if tail_raw:
+                raise corrupt(self.process_id, "stream entries without head or snapshot")
+            return None
+        if snap is None or head is None:
+            raise corrupt(self.process_id, "head without snapshot or snapshot without head")
+        if snap.version < hint:
+            raise corrupt(self.process_id, f"snapshot went back from {hint} to {snap.version}",
+                          version=snap.version)
+        if fence_raw is not None and not fence_raw.isdigit():
+            raise corrupt(self.process_id, "fence is not a decimal integer")
+        fence = 0 if fence_raw is None else int(fence_raw)
+        entries = [parse_entry(self.process_id, eid, fields) for eid, fields in tail_raw or ()]
+        proc = verify_and_restore(self.process_id, snap, entries, head, fence)
+        tail = [e for e in entries if e.version > snap.version]
+        with self._lock:
+            self._limits = proc.limits
+            self._since_snapshot = len(tail)
+            self._tail_bytes = sum(len(e.record) for e in tail)
+        self.last_restore = RestoreStats(
+            snapshot_version=snap.version,
+            snapshot_bytes=len(snap.data),
+            tail_entries=len(tail),
+            duration_s=time.perf_counter() - started,
+        )
+        return proc
+

@@ -1,0 +1,202 @@
+"""The Lua scripts of the fenced commit log (each one runs atomically in Redis).
+
+Every script checks first and writes last: the first write happens only after
+every check has passed, and the only write that can fail on bad data (the
+``XADD`` with an explicit id) is the first one, run under ``redis.pcall``. So a
+script either applies all of its writes or none (Redis does not roll back a
+script that errors half-way; this ordering is what makes it all-or-nothing).
+
+Tokens and versions travel as decimal strings and are compared with
+``tonumber`` (exact up to 2**53). Replies are arrays whose first element is a
+status string: ``ok``, ``fenced`` (with the stored fence), ``conflict`` (with
+the head version and chain head), ``missing`` (no such process), ``exists``,
+``stale`` (a snapshot at least as new exists), ``not_head`` or ``corrupt``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+from redis.commands.core import Script
+
+__all__ = ["CLAIM", "COMMIT", "CREATE", "PUT_RECEIPT", "SNAPSHOT", "Scripts", "commit_source"]
+
+# Shared helpers, prepended to the scripts that need them.
+_FENCE = """
+local function fence_check(fence_key, token_arg)
+  local raw = redis.call('GET', fence_key) or '0'
+  if tonumber(token_arg) < tonumber(raw) then
+    return raw, false
+  end
+  return raw, true
+end
+local function raise_fence(fence_key, raw, token_arg)
+  if tonumber(token_arg) > tonumber(raw) then
+    redis.call('SET', fence_key, token_arg)
+  end
+end
+"""
+
+_RECEIPT = """
+local function store_receipt(hash_key, order_key, field, value, max)
+  if redis.call('HSET', hash_key, field, value) == 1 then
+    local n = redis.call('RPUSH', order_key, field)
+    for _ = 1, n - tonumber(max) do
+      redis.call('HDEL', hash_key, redis.call('LPOP', order_key))
+    end
+  end
+end
+"""
+
+# KEYS: stream, head, fence, receipts, receipts_order, outbox
+# ARGV: token, base_version, base_hash, record, event_hash, root_hash, position,
+#       receipt_field ('' = none), receipt_value, max_receipts, new_version, intents...
+_COMMIT_BODY = """
+local token = ARGV[1]
+local fence_raw, fence_ok = fence_check(KEYS[3], token)
+if not fence_ok then
+  return {'fenced', fence_raw}
+end
+local head = redis.call('HMGET', KEYS[2], 'version', 'chain_head')
+if not head[1] then
+  return {'missing'}
+end
+if head[1] ~= ARGV[2] or head[2] ~= ARGV[3] then
+  return {'conflict', head[1], head[2]}
+end
+local new_version = ARGV[11]
+local added = redis.pcall('XADD', KEYS[1], new_version .. '-0',
+  'record', ARGV[4], 'token', token, 'version', new_version)
+if type(added) == 'table' and added.err then
+  return {'corrupt', added.err}
+end
+raise_fence(KEYS[3], fence_raw, token)
+if ARGV[8] ~= '' then
+  store_receipt(KEYS[4], KEYS[5], ARGV[8], ARGV[9], ARGV[10])
+end
+for i = 12, #ARGV do
+  redis.call('XADD', KEYS[6], '*', 'intent', ARGV[i], 'version', new_version)
+end
+redis.call('HSET', KEYS[2], 'version', new_version, 'chain_head', ARGV[5],
+  'root_hash', ARGV[6], 'position', ARGV[7], 'token', token)
+return {'ok', new_version}
+"""
+
+# The negative-control variant has no fence check at all (see ``testing``).
+_UNFENCED_CHECK = """
+local function fence_check(fence_key, token_arg)
+  return redis.call('GET', fence_key) or '0', true
+end
+"""
+
+
+def commit_source(*, fenced: bool = True) -> str:
+    """The commit script's Lua source; ``fenced=False`` only for the negative control."""
+    if fenced:
+        return _FENCE + _RECEIPT + _COMMIT_BODY
+    return _FENCE + _UNFENCED_CHECK + _RECEIPT + _COMMIT_BODY
+
+
+COMMIT = commit_source()
+
+# KEYS: fence, receipts, receipts_order
+# ARGV: token, field, value, max_receipts
+PUT_RECEIPT = _FENCE + _RECEIPT + """
+local fence_raw, fence_ok = fence_check(KEYS[1], ARGV[1])
+if not fence_ok then
+  return {'fenced', fence_raw}
+end
+raise_fence(KEYS[1], fence_raw, ARGV[1])
+store_receipt(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4])
+return {'ok'}
+"""
+
+# KEYS: fence
+# ARGV: token
+CLAIM = """
+local raw = redis.call('GET', KEYS[1]) or '0'
+if tonumber(raw) > tonumber(ARGV[1]) then
+  return {'fenced', raw}
+end
+if tonumber(raw) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return {'ok', ARGV[1]}
+"""
+
+# KEYS: fence, head, snapshot
+# ARGV: token, version, position, chain_head, root_hash, data
+CREATE = _FENCE + """
+local fence_raw, fence_ok = fence_check(KEYS[1], ARGV[1])
+if not fence_ok then
+  return {'fenced', fence_raw}
+end
+if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 1 then
+  return {'exists'}
+end
+raise_fence(KEYS[1], fence_raw, ARGV[1])
+redis.call('HSET', KEYS[2], 'version', ARGV[2], 'chain_head', ARGV[4],
+  'root_hash', ARGV[5], 'position', ARGV[3], 'token', ARGV[1])
+redis.call('HSET', KEYS[3], 'data', ARGV[6], 'version', ARGV[2], 'position', ARGV[3],
+  'chain_head', ARGV[4], 'root_hash', ARGV[5], 'token', ARGV[1])
+return {'ok'}
+"""
+
+# Only a snapshot of the current head is accepted, so every entry after it was
+# committed after it was written, under a token >= the snapshot's token.
+# KEYS: fence, snapshot, head, stream
+# ARGV: token, version, position, chain_head, root_hash, data, trim_minid ('' = none)
+SNAPSHOT = _FENCE + """
+local fence_raw, fence_ok = fence_check(KEYS[1], ARGV[1])
+if not fence_ok then
+  return {'fenced', fence_raw}
+end
+local current = redis.call('HGET', KEYS[2], 'version')
+if current and tonumber(current) >= tonumber(ARGV[2]) then
+  return {'stale', current}
+end
+local head = redis.call('HMGET', KEYS[3], 'version', 'chain_head')
+if not head[1] then
+  return {'missing'}
+end
+if ARGV[2] ~= head[1] or ARGV[4] ~= head[2] then
+  return {'not_head', head[1]}
+end
+raise_fence(KEYS[1], fence_raw, ARGV[1])
+redis.call('HSET', KEYS[2], 'data', ARGV[6], 'version', ARGV[2], 'position', ARGV[3],
+  'chain_head', ARGV[4], 'root_hash', ARGV[5], 'token', ARGV[1])
+if ARGV[7] ~= '' then
+  redis.call('XTRIM', KEYS[4], 'MINID', ARGV[7])
+end
+return {'ok'}
+"""
+
+
+@dataclass(slots=True)
+class Scripts:
+    """The scripts registered on one client (``EVALSHA``, reloaded on ``NOSCRIPT``).
+
+    redis-py's :class:`~redis.commands.core.Script` sends ``EVALSHA`` and, on a
+    ``NOSCRIPT`` reply (for example after a Redis restart emptied the script
+    cache), loads the source and retries once; a script that never ran is safe
+    to send again.
+    """
+
+    commit: Script
+    put_receipt: Script
+    claim: Script
+    create: Script
+    snapshot: Script
+
+    @classmethod
+    def register(cls, client: redis.Redis) -> Scripts:
+        """Register every script on ``client`` (no round trip until first use)."""
+        return cls(
+            commit=client.register_script(COMMIT),
+            put_receipt=client.register_script(PUT_RECEIPT),
+            claim=client.register_script(CLAIM),
+            create=client.register_script(CREATE),
+            snapshot=client.register_script(SNAPSHOT),
+        )
+

@@ -1,0 +1,25 @@
+"""Test-only helpers for the fenced commit log. Never import this in production code.
+
+The one switch here exists for the chaos harness's *negative control*: a run
+with fencing switched off must be able to fail, which proves that the checks
+would notice a stale owner committing. It is reachable only by calling it from
+Python; no configuration, environment variable or command line enables it.
+"""
+
+from __future__ import annotations
+
+from svit_cluster.store._log import RedisBackend
+from svit_cluster.store._scripts import commit_source
+
+__all__ = ["disable_fencing_for_negative_control"]
+
+
+def disable_fencing_for_negative_control(backend: RedisBackend) -> None:
+    """Make ``backend`` commit WITHOUT the fence check (negative control only).
+
+    After this call, :meth:`RedisBackend.commit` on this one backend object
+    still checks the version and chain head but no longer compares its token
+    with the stored fence, so a stale owner can commit. Other backends, and
+    the scripts stored in Redis under the fenced script's SHA, are unaffected.
+    """
+    backend._scripts.commit = backend._client.register_script(commit_source(fenced=False))

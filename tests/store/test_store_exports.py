@@ -1,0 +1,33 @@
+"""Pin the public surface of the store, ownership and local packages."""
+
+from __future__ import annotations
+
+import svit_cluster.local as local
+import svit_cluster.ownership as ownership
+import svit_cluster.store as store
+import svit_cluster.store.testing as store_testing
+
+
+def test_store_exports() -> None:
+    assert sorted(store.__all__) == [
+        "DEFAULT_PREFIX", "DEFAULT_TIMEOUT_S", "Head", "LogEntry", "ProcessKeys",
+        "RedisBackend", "RestoreStats", "StoreConfig", "StoredSnapshot", "connect",
+    ]
+    assert store_testing.__all__ == ["disable_fencing_for_negative_control"]
+
+
+def test_ownership_exports() -> None:
+    assert sorted(ownership.__all__) == [
+        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_TTL_S", "HostLease", "LeaseState",
+        "OwnerRecord", "Owners", "Ownership", "OwnershipWatch", "open_client", "owner_key",
+    ]
+    assert [s.value for s in ownership.LeaseState] == ["held", "suspended", "lost"]
+
+
+def test_local_exports_include_the_server_launchers() -> None:
+    assert {"EtcdServer", "RedisServer", "ServerError", "free_port"} <= set(local.__all__)
+
+
+def test_fencing_switch_is_not_reachable_from_the_package() -> None:
+    assert not hasattr(store, "disable_fencing_for_negative_control")
+    assert "testing" not in store.__all__

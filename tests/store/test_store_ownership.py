@@ -1,0 +1,146 @@
+"""Ownership on a real etcd: racing acquisitions, tokens, release, watch, lease states."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from svit_cluster.errors import ConflictError, ErrorCode, FencedError, UnavailableError
+from svit_cluster.local import EtcdServer
+from svit_cluster.ownership import HostLease, LeaseState, Owners, owner_key
+
+pytestmark = pytest.mark.servers
+
+MakeLease = Callable[..., Any]
+
+
+async def test_hosts_racing_to_acquire_one_process_exactly_one_wins(
+    make_lease: MakeLease, cluster: str, pid: str
+) -> None:
+    hosts = [Owners(await make_lease(), cluster=cluster, host=f"h{i}") for i in range(6)]
+    results = await asyncio.gather(*(h.acquire(pid) for h in hosts), return_exceptions=True)
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    assert len(winners) == 1
+    for r in results:
+        if isinstance(r, BaseException):
+            assert isinstance(r, ConflictError)
+            assert r.fields["owner_host"] == winners[0].host
+            assert r.fields["token"] == winners[0].token
+    record = await hosts[0].owner_of(pid)
+    assert record is not None and record.token == winners[0].token
+
+
+async def test_tokens_strictly_increase_across_acquisitions(
+    make_lease: MakeLease, cluster: str, pid: str
+) -> None:
+    a = Owners(await make_lease(), cluster=cluster, host="a", address="10.0.0.1:9")
+    b = Owners(await make_lease(), cluster=cluster, host="b")
+    tokens = []
+    for i in range(6):
+        host = (a, b)[i % 2]
+        own = await host.acquire(pid)
+        assert (await host.acquire(pid)) == own  # a retry by the winner is idempotent
+        tokens.append(own.token)
+        other = await host.acquire(pid + "-other")  # any acquisition in the cluster
+        tokens.append(other.token)
+        assert await host.release(own) and await host.release(other)
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+    await a.acquire(pid)
+    record = await b.owner_of(pid)
+    assert record is not None and (record.host, record.address) == ("a", "10.0.0.1:9")
+
+
+async def test_release_deletes_only_if_still_ours(
+    make_lease: MakeLease, cluster: str, pid: str
+) -> None:
+    lease_a = await make_lease()
+    a = Owners(lease_a, cluster=cluster, host="a")
+    b = Owners(await make_lease(), cluster=cluster, host="b")
+    own_a = await a.acquire(pid)
+    await lease_a.revoke()  # A's record goes with its lease
+    own_b = await b.acquire(pid)
+    assert own_b.token > own_a.token
+    assert await a.release(own_a) is False
+    record = await b.owner_of(pid)
+    assert record is not None and record.token == own_b.token
+    assert await b.release(own_b) is True
+    assert await b.owner_of(pid) is None
+
+
+async def test_watch_reports_loss_when_the_record_goes(
+    make_lease: MakeLease, cluster: str, pid: str
+) -> None:
+    lease = await make_lease()
+    owners = Owners(lease, cluster=cluster, host="a")
+    own = await owners.acquire(pid)
+    watch = owners.watch(own)
+    assert not await watch.wait_lost(timeout_s=0.3)
+    watch.ensure_owned()
+    await lease.client.delete(owner_key(cluster, pid))  # e.g. removed by an operator
+    assert await watch.wait_lost(timeout_s=5)
+    assert watch.reason == "deleted"
+    with pytest.raises(FencedError) as info:
+        watch.ensure_owned()
+    assert info.value.fields["token"] == own.token
+    with pytest.raises(FencedError):
+        owners.guard(own, watch)()
+    await watch.cancel()
+
+
+async def test_watch_reports_loss_when_the_lease_expires(
+    make_lease: MakeLease, cluster: str, pid: str
+) -> None:
+    lease = await make_lease()
+    owners = Owners(lease, cluster=cluster, host="a")
+    own = await owners.acquire(pid)
+    watch = owners.watch(own)
+    lease.stop_keepalive()
+    assert await watch.wait_lost(timeout_s=6)
+    assert watch.reason in ("lease_lost", "deleted")
+    assert lease.state is LeaseState.LOST
+    with pytest.raises(UnavailableError):
+        await owners.acquire(pid)  # a LOST host does not acquire
+    await watch.cancel()
+
+
+async def test_lease_states_follow_etcd_outage(make_lease: MakeLease,
+                                               fresh_etcd: EtcdServer) -> None:
+    seen: list[LeaseState] = []
+    lease: HostLease = await make_lease(fresh_etcd, ttl_s=5, safety_margin_s=1.0,
+                                        keepalive_interval_s=0.5)
+    lease.add_listener(seen.append)
+    assert lease.state is LeaseState.HELD
+    lease.ensure_held()
+
+    fresh_etcd.stop()
+    assert await lease.wait_for(LeaseState.SUSPENDED, timeout_s=3)
+    with pytest.raises(UnavailableError) as info:
+        lease.ensure_held()
+    assert info.value.code is ErrorCode.UNAVAILABLE
+    assert info.value.fields["lease_state"] == "suspended"
+
+    fresh_etcd.start()  # back before the deadline: the lease is still alive
+    assert await lease.wait_for(LeaseState.HELD, timeout_s=4)
+
+    fresh_etcd.stop()
+    assert await lease.wait_for(LeaseState.SUSPENDED, timeout_s=3)
+    assert await lease.wait_for(LeaseState.LOST, timeout_s=6)
+    fresh_etcd.start()
+    await asyncio.sleep(1.0)
+    assert lease.state is LeaseState.LOST  # terminal
+    assert seen == [LeaseState.SUSPENDED, LeaseState.HELD, LeaseState.SUSPENDED,
+                    LeaseState.LOST]
+
+
+async def test_etcd_down_is_unavailable_with_cause(make_lease: MakeLease,
+                                                   fresh_etcd: EtcdServer, pid: str) -> None:
+    lease = await make_lease(fresh_etcd, ttl_s=5, safety_margin_s=1.0)
+    owners = Owners(lease, cluster="down", host="a")
+    fresh_etcd.stop()
+    with pytest.raises(UnavailableError) as info:
+        await owners.owner_of(pid)
+    assert info.value.__cause__ is not None
+    assert info.value.fields["op"] == "get_owner"

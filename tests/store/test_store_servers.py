@@ -1,0 +1,56 @@
+"""The local server launchers: start, readiness, stop by PID, kill -9, restart."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import redis
+
+from svit_cluster.errors import ErrorCode, UnavailableError
+from svit_cluster.local import EtcdServer, RedisServer, ServerError
+
+pytestmark = pytest.mark.servers
+
+
+def test_missing_binary_says_how_to_install(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ServerError) as info:
+        RedisServer(tmp_path).start()
+    assert "apt-get install redis-server" in info.value.message
+    assert isinstance(info.value, UnavailableError)
+    with pytest.raises(ServerError) as info:
+        EtcdServer(tmp_path).start()
+    assert "apt-get install etcd-server" in info.value.message
+    assert info.value.code is ErrorCode.UNAVAILABLE
+
+
+def test_redis_kill9_and_restart_keep_acknowledged_writes(fresh_redis: RedisServer) -> None:
+    port, pid = fresh_redis.port, fresh_redis.pid
+    assert pid is not None and fresh_redis.url.endswith(f":{port}/0")
+    client = redis.Redis.from_url(fresh_redis.url)
+    client.set("k", "v")
+    client.close()
+    fresh_redis.kill9()
+    assert fresh_redis.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    fresh_redis.restart()
+    assert fresh_redis.port == port and fresh_redis.pid not in (None, pid)
+    client = redis.Redis.from_url(fresh_redis.url)
+    assert client.get("k") == b"v"
+    assert client.config_get("appendfsync")["appendfsync"] == "always"
+    client.close()
+    fresh_redis.stop()
+    assert not fresh_redis.running
+    fresh_redis.stop()  # idempotent
+
+
+def test_etcd_restart_keeps_port_and_data_dir(fresh_etcd: EtcdServer) -> None:
+    endpoint, pid = fresh_etcd.endpoint, fresh_etcd.pid
+    assert (fresh_etcd.data_dir / "member").is_dir()
+    fresh_etcd.restart()
+    assert fresh_etcd.endpoint == endpoint and fresh_etcd.pid != pid
+    assert fresh_etcd.running
