@@ -1,0 +1,63 @@
+"""The guest environment: an explicit allowlist of builtins and constants.
+
+Nothing is seeded from Python's namespaces: a guest sees exactly the names in
+:data:`BUILTINS` and :data:`CONSTANTS`, the global ``input``, and what it
+defines itself. ``apply`` and ``safe-call`` call guest functions, so the
+evaluator implements them (their ``fn`` is never called directly).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from svit_cluster.lisp._builtins_core import CORE
+from svit_cluster.lisp._builtins_seq import SEQ
+from svit_cluster.lisp._builtins_svit import SVIT, SVIT_NOT_INLINE
+from svit_cluster.lisp._errors import script_failed
+from svit_cluster.lisp._meter import Run
+from svit_cluster.lisp._types import SP_APPLY, SP_SAFE, Builtin
+
+__all__ = ["BUILTINS", "CONSTANTS", "SVIT_VERSION"]
+
+#: Value of ``*svit-version*``.
+SVIT_VERSION = "Svit Lisp 2"
+
+
+def _evaluator_only(r: Run, args: Sequence[Any]) -> Any:  # pragma: no cover - defensive
+    raise script_failed("this function is implemented by the evaluator")
+
+
+#: Integer fast paths of binary arithmetic and comparison: (operator, range-checked).
+_FAST: dict[str, tuple[Callable[[Any, Any], Any], bool]] = {
+    "+": (operator.add, True),
+    "-": (operator.sub, True),
+    "*": (operator.mul, True),
+    "=": (operator.eq, False),
+    "/=": (operator.ne, False),
+    "<": (operator.lt, False),
+    "<=": (operator.le, False),
+    ">": (operator.gt, False),
+    ">=": (operator.ge, False),
+}
+
+
+def _table() -> dict[str, Builtin]:
+    table: dict[str, Builtin] = {}
+    for source in (CORE, SEQ, SVIT):
+        for name, fn in source.items():
+            assert name not in table, name
+            table[name] = Builtin(
+                name, fn, inline=name not in SVIT_NOT_INLINE, fast=_FAST.get(name)
+            )
+    table["apply"] = Builtin("apply", _evaluator_only, special=SP_APPLY)
+    table["safe-call"] = Builtin("safe-call", _evaluator_only, special=SP_SAFE)
+    return table
+
+
+#: Every builtin function, by Lisp name.
+BUILTINS: dict[str, Builtin] = _table()
+
+#: Named constants.
+CONSTANTS: dict[str, Any] = {"*svit-version*": SVIT_VERSION}

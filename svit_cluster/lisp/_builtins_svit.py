@@ -1,0 +1,425 @@
+"""The Svit surface: process primitives, typed values, maps, JSON, results.
+
+Process primitives call the :class:`~svit_cluster.lisp.GuestHost`; an error the
+host raises propagates unchanged (it is never re-located). Values cross to the
+host through :func:`~svit_cluster.lisp._types.to_value` (``()`` becomes null,
+lists become arrays; functions, symbols and keywords are refused).
+
+Result maps are ``{"ok": true, "value": v}`` and ``{"ok": false, "error": e}``
+(``safe-call`` and ``-safe`` helpers add ``"code"``). They never catch limit
+failures (see :func:`~svit_cluster.lisp._errors.catchable`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from svit_cluster.errors import ScriptFailed, SvitError
+from svit_cluster.lisp._builtins_core import arity, expect_str
+from svit_cluster.lisp._errors import (
+    catchable,
+    invalid_path,
+    invalid_value,
+    resource_limit,
+    script_failed,
+)
+from svit_cluster.lisp._meter import Run
+from svit_cluster.lisp._types import (
+    container_height,
+    display,
+    height,
+    remember,
+    to_value,
+    type_name,
+    utf8len,
+)
+from svit_cluster.process._values import from_plain_json, strict_json_loads, to_plain_json
+
+__all__ = ["SVIT", "SVIT_NOT_INLINE", "result_error", "result_ok"]
+
+Args = Sequence[Any]
+_MISSING = object()
+
+
+def _path(name: str, value: Any) -> str:
+    if type(value) is str:
+        return value
+    raise script_failed(f"{name} path must be a string, got {type_name(value)}")
+
+
+def _incoming(r: Run, value: Any) -> Any:
+    """Charge for a value the host handed over (it crosses without copying)."""
+    t = type(value)
+    if t is str or t is list or t is dict:
+        r.touch(len(value))
+    return value
+
+
+# -- typed values ------------------------------------------------------------------
+
+
+def b_value_get(r: Run, a: Args) -> Any:
+    arity("value-get", a, 2)
+    v = to_value(r, a[0])
+    path = _path("value-get", a[1])
+    if path == "" or path == "/":
+        return v
+    if path[0] != "/":
+        segments = [path]
+    else:
+        segments = path[1:].split("/")
+        for seg in segments:
+            if seg == "" or seg == "." or seg == "..":
+                raise invalid_path(f"invalid value path {path[:200]}")
+    cur = v
+    for seg in segments:
+        t = type(cur)
+        if t is dict:
+            cur = cur.get(seg, _MISSING)
+            if cur is _MISSING:
+                return None
+        elif t is list:
+            if not (seg.isascii() and seg.isdigit()):
+                raise invalid_path(f"array index {seg[:40]!r} is not decimal in {path[:200]}")
+            index = int(seg)
+            if index >= len(cur):
+                return None
+            cur = cur[index]
+        else:
+            raise invalid_path(f"value path {path[:200]} crosses a {type_name(cur)}")
+    return cur
+
+
+def b_value_map(r: Run, a: Args) -> Any:
+    if len(a) % 2:
+        raise script_failed("value-map expects key/value pairs")
+    pairs: dict[str, Any] = {}
+    for i in range(0, len(a), 2):
+        key = a[i]
+        if type(key) is not str:
+            raise script_failed(f"value-map key must be a string, got {type_name(key)}")
+        if key in pairs:
+            raise invalid_value(f"duplicate map key: {key[:200]}")
+        pairs[key] = to_value(r, a[i + 1])
+    n = len(pairs)
+    r.alloc(16 + 16 * n)
+    r.touch(n)
+    out = pairs if n < 2 else dict(sorted(pairs.items()))
+    remember(r, out, container_height(r, out.values()))
+    return out
+
+
+def b_value_array(r: Run, a: Args) -> Any:
+    out = [to_value(r, v) for v in a]
+    r.alloc(16 + 8 * len(out))
+    r.touch(len(out))
+    remember(r, out, container_height(r, out))
+    return out
+
+
+def b_value_null(r: Run, a: Args) -> Any:
+    arity("value-null?", a, 1)
+    return a[0] is None
+
+
+# -- process primitives ----------------------------------------------------------
+
+
+def b_read(r: Run, a: Args) -> Any:
+    arity("read", a, 1)
+    path = _path("read", a[0])
+    try:
+        value = r.host.read(path)
+    except SvitError as e:
+        r.foreign = e
+        raise
+    return _incoming(r, value)
+
+
+def b_discover(r: Run, a: Args) -> Any:
+    arity("discover", a, 1)
+    path = _path("discover", a[0])
+    try:
+        value = r.host.discover(path)
+    except SvitError as e:
+        r.foreign = e
+        raise
+    return _incoming(r, value)
+
+
+def b_stat(r: Run, a: Args) -> Any:
+    arity("stat", a, 1)
+    path = _path("stat", a[0])
+    try:
+        value = r.host.stat(path)
+    except SvitError as e:
+        r.foreign = e
+        raise
+    return _incoming(r, value)
+
+
+def b_write(r: Run, a: Args) -> Any:
+    arity("write", a, 2)
+    path = _path("write", a[0])
+    value = to_value(r, a[1])
+    try:
+        r.host.write(path, value)
+    except SvitError as e:
+        r.foreign = e
+        raise
+    return ()
+
+
+def b_remove(r: Run, a: Args) -> Any:
+    arity("remove", a, 1)
+    path = _path("remove", a[0])
+    try:
+        r.host.remove(path)
+    except SvitError as e:
+        r.foreign = e
+        raise
+    return ()
+
+
+def b_exec(r: Run, a: Args) -> Any:
+    arity("exec", a, 2)
+    path = _path("exec", a[0])
+    if not path.startswith("/lib/") or len(path) == 5:
+        raise invalid_path(f"exec runs only scripts stored under /lib, not {path[:200]}")
+    value = to_value(r, a[1])
+    r.sync_out()
+    try:
+        out = r.host.exec(path, value)
+    except SvitError as e:
+        r.foreign = e
+        raise
+    finally:
+        r.sync_in()
+    return _incoming(r, out)
+
+
+def b_send(r: Run, a: Args) -> Any:
+    arity("send!", a, 2)
+    to = expect_str("send!", a[0])
+    body = to_value(r, a[1])
+    try:
+        return r.host.send(to, body)
+    except SvitError as e:
+        r.foreign = e
+        raise
+
+
+def b_log_info(r: Run, a: Args) -> Any:
+    arity("log-info!", a, 1, 2)
+    message = expect_str("log-info!", a[0])
+    if len(a) == 2:
+        message = f"{message} {_stringify(r, a[1])}"
+    try:
+        r.host.log_info(message)
+    except SvitError as e:
+        r.foreign = e
+        raise
+    return ()
+
+
+# -- JSON ---------------------------------------------------------------------------
+
+
+def _stringify(r: Run, value: Any) -> str:
+    plain = to_plain_json(to_value(r, value))
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    r.touch(len(text))
+    r.alloc(16 + len(text))
+    return text
+
+
+def b_json_parse(r: Run, a: Args) -> Any:
+    arity("json-parse", a, 1)
+    text = expect_str("json-parse", a[0])
+    limits = r.meter.limits
+    size = utf8len(text)
+    r.touch(size)
+    if size > limits.max_text_bytes:
+        raise resource_limit("text bytes", f"max_text_bytes={limits.max_text_bytes}")
+    r.alloc(16 + size)
+    data = strict_json_loads(text, what="json-parse input")
+    return from_plain_json(
+        data,
+        max_depth=r.max_depth,
+        max_entries=limits.max_value_entries,
+        max_text_bytes=limits.max_text_bytes,
+    )
+
+
+def b_json_stringify(r: Run, a: Args) -> Any:
+    arity("json-stringify", a, 1)
+    return _stringify(r, a[0])
+
+
+# -- maps -------------------------------------------------------------------------
+
+
+def _map(name: str, value: Any) -> dict[str, Any]:
+    if type(value) is dict:
+        return value
+    raise script_failed(f"{name} expects a map, got {type_name(value)}")
+
+
+def b_map_get(r: Run, a: Args) -> Any:
+    arity("map-get", a, 2, 3)
+    m = _map("map-get", a[0])
+    key = expect_str("map-get", a[1])
+    return m.get(key, a[2] if len(a) == 3 else None)
+
+
+def b_map_has(r: Run, a: Args) -> Any:
+    arity("map-has?", a, 2)
+    return expect_str("map-has?", a[1]) in _map("map-has?", a[0])
+
+
+def b_map_set(r: Run, a: Args) -> Any:
+    arity("map-set", a, 3)
+    m = _map("map-set", a[0])
+    key = expect_str("map-set", a[1])
+    value = to_value(r, a[2])
+    out = dict(m)
+    out[key] = value
+    r.touch(len(out))
+    r.alloc(16 + 16 * len(out))
+    remember(r, out, max(height(r, m), container_height(r, [value])))
+    return out
+
+
+# -- predicates ---------------------------------------------------------------------
+
+
+def b_is_list(r: Run, a: Args) -> Any:
+    arity("list?", a, 1)
+    return type(a[0]) is tuple or type(a[0]) is list
+
+
+def b_is_string(r: Run, a: Args) -> Any:
+    arity("string?", a, 1)
+    return type(a[0]) is str
+
+
+def b_is_number(r: Run, a: Args) -> Any:
+    arity("number?", a, 1)
+    return type(a[0]) is int or type(a[0]) is float
+
+
+def b_is_boolean(r: Run, a: Args) -> Any:
+    arity("boolean?", a, 1)
+    return type(a[0]) is bool
+
+
+def b_is_null(r: Run, a: Args) -> Any:
+    arity("null?", a, 1)
+    return a[0] is None or (type(a[0]) is tuple and not a[0])
+
+
+# -- results ------------------------------------------------------------------------
+
+
+def result_ok(r: Run, value: Any) -> dict[str, Any]:
+    """``{"ok": true, "value": v}`` for a Lisp value ``v``."""
+    plain = to_value(r, value)
+    r.alloc(48)
+    out = {"ok": True, "value": plain}
+    remember(r, out, container_height(r, [plain]))
+    return out
+
+
+def result_error(r: Run, error: SvitError) -> dict[str, Any]:
+    """``{"code": c, "error": message, "ok": false}`` for a caught error."""
+    r.alloc(64 + len(error.message))
+    out = {"code": str(error.code), "error": error.message, "ok": False}
+    remember(r, out, 1)
+    return out
+
+
+def b_result_ok(r: Run, a: Args) -> Any:
+    arity("result-ok", a, 1)
+    return result_ok(r, a[0])
+
+
+def b_result_error(r: Run, a: Args) -> Any:
+    arity("result-error", a, 1)
+    detail = to_value(r, a[0])
+    r.alloc(48)
+    out = {"error": detail, "ok": False}
+    remember(r, out, container_height(r, [detail]))
+    return out
+
+
+def _result_map(name: str, value: Any) -> dict[str, Any]:
+    if type(value) is dict and type(value.get("ok")) is bool:
+        return value
+    raise script_failed(f"{name} expects a result map, got {type_name(value)}")
+
+
+def b_result_is_ok(r: Run, a: Args) -> Any:
+    arity("result-ok?", a, 1)
+    return _result_map("result-ok?", a[0])["ok"]
+
+
+def b_result_value(r: Run, a: Args) -> Any:
+    arity("result-value", a, 1)
+    m = _result_map("result-value", a[0])
+    if m["ok"]:
+        return m.get("value")
+    raise ScriptFailed(f"result-value of an error result: {display(m.get('error'))[:800]}")
+
+
+def _safely(r: Run, fn: Callable[[Run, Args], Any], a: Args) -> Any:
+    try:
+        return result_ok(r, fn(r, a))
+    except SvitError as e:
+        if not catchable(e):
+            raise
+        return result_error(r, e)
+
+
+def b_json_parse_safe(r: Run, a: Args) -> Any:
+    return _safely(r, b_json_parse, a)
+
+
+def b_exec_safe(r: Run, a: Args) -> Any:
+    return _safely(r, b_exec, a)
+
+
+SVIT: dict[str, Callable[[Run, Args], Any]] = {
+    "value-get": b_value_get,
+    "value-map": b_value_map,
+    "value-array": b_value_array,
+    "value-null?": b_value_null,
+    "read": b_read,
+    "discover": b_discover,
+    "stat": b_stat,
+    "write": b_write,
+    "remove": b_remove,
+    "exec": b_exec,
+    "exec-safe": b_exec_safe,
+    "send!": b_send,
+    "log-info!": b_log_info,
+    "json-parse": b_json_parse,
+    "json-parse-safe": b_json_parse_safe,
+    "json-stringify": b_json_stringify,
+    "map-get": b_map_get,
+    "map-has?": b_map_has,
+    "map-set": b_map_set,
+    "list?": b_is_list,
+    "string?": b_is_string,
+    "number?": b_is_number,
+    "boolean?": b_is_boolean,
+    "null?": b_is_null,
+    "result-ok": b_result_ok,
+    "result-error": b_result_error,
+    "result-ok?": b_result_is_ok,
+    "result-value": b_result_value,
+}
+
+#: Builtins that re-enter the interpreter and therefore run from the evaluator loop.
+SVIT_NOT_INLINE = frozenset({"exec", "exec-safe"})
