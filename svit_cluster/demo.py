@@ -100,7 +100,7 @@ def _client_loop(url: str, token: str, n: int, ops: int, tally: _Tally,
                     done += 1
                 elif status == "conflict":
                     tally.conflicts += 1
-                else:
+                elif resp.outcome.status == "rejected":
                     tally.rejected += 1
                     tally.errors.append(f"client {n}: rejected {resp.outcome.failure.code}")
                     return
@@ -169,7 +169,8 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
             )
         doc = cluster.doc
         url, token = doc["gateway"]["url"], doc["tokens"]["admin"]
-        console.print(f"[bold]cluster up[/]: gateway {url}, hosts {', '.join(sorted(doc['hosts']))}")
+        hosts_up = ", ".join(sorted(doc["hosts"]))
+        console.print(f"[bold]cluster up[/]: gateway {url}, hosts {hosts_up}")
 
         # -- the reference request ----------------------------------------------------
         with SvitClient(url, token, client_id="demo-setup") as admin:

@@ -193,6 +193,15 @@ class ProcessActor:
 
         return await self._run(run)
 
+    async def inbox(self, message: Any, dedup_key: str | None) -> dict[str, Any]:
+        """Commit ``message`` to ``/inbox``; ``{"appended", "version"}``."""
+        def run() -> dict[str, Any]:
+            assert self._ctrl is not None
+            appended, version, _ = self._ctrl.append_inbox(message, dedup_key=dedup_key)
+            return {"appended": appended, "version": version}
+
+        return await self._run(run)
+
     async def state(self, path: str) -> dict[str, Any]:
         """``{"value": tagged, "version"}`` from one observation."""
         def run() -> dict[str, Any]:

@@ -172,8 +172,8 @@ class HostAgent:
             return {"status": "owned", "host": exc.fields.get("owner_host"),
                     "token": exc.fields.get("token")}
         name = actor_name(process_id, ownership.token)
-        remote_cls = ray.remote(ProcessActor)
-        handle = remote_cls.options(  # type: ignore[attr-defined]
+        remote_cls: Any = ray.remote(ProcessActor)
+        handle: Any = remote_cls.options(
             name=name,
             namespace=self.cfg.namespace,
             resources={host_resource(self.host): 1},
@@ -184,7 +184,8 @@ class HostAgent:
         ).remote(self.cfg.to_dict(), self.host, process_id, ownership.token,
                  agent_name(self.host))
         try:
-            result = await asyncio.wait_for(handle.start.remote(create), timeout=60)
+            result: dict[str, Any] = await asyncio.wait_for(handle.start.remote(create),
+                                                            timeout=60)
         except Exception as exc:
             result = error_dict(UnavailableError(f"actor start failed: {type(exc).__name__}"))
         if "error" in result:

@@ -107,7 +107,7 @@ class RayRouter:
             ref = getattr(handle, method).remote(*args)
             result: dict[str, Any] = await asyncio.wait_for(
                 ref, timeout=timeout_s or self.cfg.call_timeout_s)
-        except (TimeoutError, asyncio.TimeoutError, ray.exceptions.RayError) as exc:
+        except (TimeoutError, ray.exceptions.RayError) as exc:
             self._handles.pop(name, None)
             raise UnavailableError(
                 f"{name} did not answer ({type(exc).__name__}); outcome unknown, retry "
@@ -191,6 +191,11 @@ class RayRouter:
         route = await self._place(process_id, {"memory": memory, "scripts": dict(scripts)})
         return {"process_id": process_id, "version": 0, "host": route.host,
                 "token": route.token}
+
+    async def inbox(self, process_id: str, message: Value, dedup_key: str | None
+                    ) -> dict[str, Any]:
+        route = await self._route(process_id)
+        return raise_error_dict(await self._call(route.actor, "inbox", message, dedup_key))
 
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         route = await self._route(process_id)

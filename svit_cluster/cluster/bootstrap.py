@@ -12,8 +12,10 @@ JSON line per host. Exits non-zero if any host fails.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from svit_cluster.cluster._agent import HostAgent, agent_name
 from svit_cluster.cluster._config import ClusterConfig
@@ -33,10 +35,10 @@ def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 
     """
     import ray
 
-    remote_agent = ray.remote(HostAgent)
+    remote_agent: Any = ray.remote(HostAgent)
     handles = []
     for host in hosts:
-        handle = remote_agent.options(  # type: ignore[attr-defined]
+        handle = remote_agent.options(
             name=agent_name(host),
             namespace=config.namespace,
             lifetime="detached",
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = json.loads(path.read_text())
     config = ClusterConfig.from_cluster_json(path)
     ray.init(address=config.ray_address, namespace=config.namespace,
-             logging_level="ERROR", log_to_driver=False)
+             logging_level=logging.ERROR, log_to_driver=False)
     try:
         for status in start_agents(config, sorted(doc["hosts"])):
             print(json.dumps(status))

@@ -50,7 +50,7 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
     config, tokens_file, cap = _load(state_dir)
     tokens = TokenStore.from_file(tokens_file)
     ray.init(address=config.ray_address or "auto", namespace=config.namespace,
-             logging_level="ERROR", log_to_driver=False)
+             logging_level=logging.ERROR, log_to_driver=False)
     cache = RouteCache(open_client(config.etcd_endpoint), config.cluster).start()
     metrics = GatewayMetrics()
     router = RayRouter(config, cache, metrics)
@@ -76,7 +76,7 @@ def run_host_agent(host_id: str) -> None:
 
     config = ClusterConfig.from_env()
     ray.init(address=config.ray_address or "auto", namespace=config.namespace,
-             logging_level="ERROR", log_to_driver=False)
+             logging_level=logging.ERROR, log_to_driver=False)
     start_agents(config, [host_id])
     from svit_cluster.cluster._agent import agent_name
 

@@ -81,9 +81,14 @@ class CommitBackend(Protocol):
         ...
 
     def commit(
-        self, transition: Transition, receipt: Receipt, intents: Sequence[dict[str, Any]]
+        self,
+        transition: Transition,
+        receipt: Receipt | None = None,
+        intents: Sequence[dict[str, Any]] = (),
     ) -> None:
         """Durably commit ``transition`` with its receipt and outbox intents, atomically.
+
+        ``receipt`` is None for host operations (inbox append/acknowledge).
 
         Raises:
             FencedError: a newer owner holds the process (durable backends).
@@ -127,9 +132,13 @@ class MemoryBackend:
             self._receipts.popitem(last=False)
 
     def commit(
-        self, transition: Transition, receipt: Receipt, intents: Sequence[dict[str, Any]]
+        self,
+        transition: Transition,
+        receipt: Receipt | None = None,
+        intents: Sequence[dict[str, Any]] = (),
     ) -> None:
-        self._store(receipt)
+        if receipt is not None:
+            self._store(receipt)
         self.outbox.extend(intents)
 
     def put_receipt(self, receipt: Receipt, *, version: int) -> None:

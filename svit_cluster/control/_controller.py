@@ -25,7 +25,6 @@ from typing import Any
 
 from svit_cluster.control._backend import CommitBackend, MemoryBackend, Receipt
 from svit_cluster.control._wire import (
-    PROTOCOL,
     Activation,
     Committed,
     Conflict,
@@ -45,8 +44,15 @@ from svit_cluster.errors import (
     SvitError,
     UnavailableError,
 )
-from svit_cluster.process import Process, canonical_json, validate_script_name
+from svit_cluster.process import (
+    Change,
+    Process,
+    Transition,
+    canonical_json,
+    validate_script_name,
+)
 from svit_cluster.process._activation import prepare_activation
+from svit_cluster.process._inbox import prepare_inbox_ack, prepare_inbox_append
 from svit_cluster.process._tree import node_from_value
 
 __all__ = ["ProcessController", "request_fingerprint"]
@@ -189,8 +195,14 @@ class ProcessController:
             Committed(status="committed", previous_version=previous, activation=activation),
         )
         receipt = self._receipt(tenant, request, fingerprint, response)
+        self._durable_commit(result.transition, receipt, result.messages)
+        return response
+
+    def _durable_commit(
+        self, transition: Transition, receipt: Receipt | None, intents: Any
+    ) -> Change:
         try:
-            backend.commit(result.transition, receipt, result.messages)
+            self._backend.commit(transition, receipt, intents)
         except (FencedError, UnavailableError):
             raise
         except ConflictError as exc:
@@ -199,8 +211,42 @@ class ProcessController:
             raise FencedError(
                 f"durable head moved: {exc.message}", code=ErrorCode.FENCED, **exc.fields
             ) from exc
-        proc.commit(result.transition)
-        return response
+        return self._process.commit(transition)
+
+    # -- host operations (not part of svit-control@1) ---------------------------------
+
+    def append_inbox(self, message: Any, *, dedup_key: str | None = None
+                     ) -> tuple[bool, int, Change | None]:
+        """Commit ``message`` to ``/inbox`` at the serialization point.
+
+        Args:
+            message: a plain value, validated against the process limits.
+            dedup_key: when given and already delivered, nothing is committed.
+
+        Returns:
+            ``(appended, version, change)``; ``change`` is None for a duplicate.
+
+        Raises:
+            InvalidInput, LimitExceeded: the message is invalid or too big.
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        with self._lock:
+            transition = prepare_inbox_append(self._process, message, dedup_key=dedup_key)
+            if transition is None:
+                return False, self._process.version, None
+            change = self._durable_commit(transition, None, ())
+            return True, self._process.version, change
+
+    def ack_inbox(self, expected_head_hash: str) -> Change:
+        """Acknowledge the exact inbox head (``remove_front``) at the serialization point.
+
+        Raises:
+            ConflictError: (``inbox_conflict``) the head is not ``expected_head_hash``.
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        with self._lock:
+            transition = prepare_inbox_ack(self._process, expected_head_hash)
+            return self._durable_commit(transition, None, ())
 
     def _validate(self, request: ControlRequest) -> None:
         cmd = request.command
@@ -215,7 +261,7 @@ class ProcessController:
 
     def _response(self, request: ControlRequest, outcome: Any) -> ControlResponse:
         return ControlResponse(
-            protocol=PROTOCOL,
+            protocol="svit-control@1",
             client_id=request.client_id,
             request_id=request.request_id,
             process_id=self._process.id,

@@ -277,7 +277,7 @@ def _decode(model: type[BaseModel], data: Any, what: str) -> Any:
     try:
         raw = (
             strict_json_loads(data, what=what)
-            if isinstance(data, bytes | bytearray | str)
+            if isinstance(data, bytes | str)
             else data
         )
         return model.model_validate(raw)

@@ -45,7 +45,7 @@ def _swap_placeholders(node: Any) -> Any:
 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
-    schema = _swap_placeholders(model.model_json_schema(mode="validation"))
+    schema: dict[str, Any] = _swap_placeholders(model.model_json_schema(mode="validation"))
     schema.setdefault("$defs", {})["TaggedValue"] = TAGGED_VALUE_DEF
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$comment"] = (

@@ -33,7 +33,11 @@ def _request(client: str, rid: str, version: int, goal: str) -> dict[str, object
         "request_id": rid,
         "process_id": PID,
         "expected_version": version,
-        "command": {"operation": "activate", "script": "plan", "input": encode_value({"goal": goal})},
+        "command": {
+            "operation": "activate",
+            "script": "plan",
+            "input": encode_value({"goal": goal}),
+        },
     }
 
 

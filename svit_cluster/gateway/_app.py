@@ -59,6 +59,19 @@ class CreateProcess(BaseModel):
     )
 
 
+class InboxMessage(BaseModel):
+    """``POST /v1/processes/inbox`` body."""
+
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    message: Any = Field(description="the inbox item (plain JSON, or tagged)")
+    message_encoding: str = Field(default="plain", pattern="^(plain|tagged)$")
+    dedup_key: str | None = Field(
+        default=None, max_length=512,
+        description="deliver at most once per key (the outbox dispatcher sends the intent id)",
+    )
+
+
 class ProcessRef(BaseModel):
     model_config = ConfigDict(extra="ignore")
     process_id: str
@@ -166,7 +179,11 @@ def create_app(
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ControlRequest"}}},
+                "content": {
+                    "application/json": {
+                        "schema": {"$ref": "#/components/schemas/ControlRequest"}
+                    }
+                },
             }
         },
     )
@@ -225,6 +242,19 @@ def create_app(
             {"process_id": pid, "path": path, "version": version, "value": encode_value(value)}
         )
 
+    @api.post("/v1/processes/inbox")
+    async def inbox(request: Request, body: InboxMessage) -> JSONResponse:
+        """Commit one message to the process inbox, under the fence; size-checked first."""
+        pid = validate_process_id(body.process_id)
+        if not authorize(_principal(request), pid):
+            return _forbidden(pid)
+        message = (
+            decode_value(body.message) if body.message_encoding == "tagged"
+            else from_plain_json(body.message)
+        )
+        result = await router.inbox(pid, message, body.dedup_key)
+        return JSONResponse({"process_id": pid, **result})
+
     @api.post("/v1/processes/snapshot")
     async def snapshot(request: Request, body: ProcessRef) -> JSONResponse:
         """The process snapshot (strict JSON document)."""
@@ -247,4 +277,20 @@ def create_app(
         info = await router.fork(pid, new_pid)
         return JSONResponse(info, status_code=201)
 
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            spec = get_openapi(title=api.title, version=api.version,
+                               description=api.description, routes=api.routes)
+            request_schema = ControlRequest.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+            schemas.update(request_schema.pop("$defs", {}))
+            schemas["ControlRequest"] = request_schema
+            api.openapi_schema = spec
+        return api.openapi_schema
+
+    api.openapi = openapi  # type: ignore[method-assign]
     return ByteCapMiddleware(BearerAuthMiddleware(api, tokens), max_request_bytes)

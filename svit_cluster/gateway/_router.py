@@ -35,6 +35,12 @@ class Router(Protocol):
         """Create a process at version 0; returns ``{process_id, version, root_hash}``."""
         ...
 
+    async def inbox(self, process_id: str, message: Value, dedup_key: str | None
+                    ) -> dict[str, Any]:
+        """Commit ``message`` to ``/inbox`` (skipped if ``dedup_key`` was delivered);
+        returns ``{"appended": bool, "version": int}``."""
+        ...
+
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         """``(value, version)`` from one observation."""
         ...
@@ -82,6 +88,13 @@ class LocalRouter:
                 proc, MemoryBackend(self._max_receipts)
             )
         return {"process_id": process_id, "version": proc.version, "root_hash": proc.root_hash}
+
+    async def inbox(self, process_id: str, message: Value, dedup_key: str | None
+                    ) -> dict[str, Any]:
+        ctrl = self._get(process_id)
+        appended, version, _ = await asyncio.to_thread(ctrl.append_inbox, message,
+                                                       dedup_key=dedup_key)
+        return {"appended": appended, "version": version}
 
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         return self._get(process_id).read_versioned(path)

@@ -206,7 +206,7 @@ class LocalCluster:
         self._run_driver(["agents"])
         progress("starting gateway")
         gw_port = ports.take()
-        log = open(state / "logs" / "gateway.log", "ab")  # noqa: SIM115
+        log = open(state / "logs" / "gateway.log", "ab")
         gateway = subprocess.Popen(
             [sys.executable, "-m", "svit_cluster.cli", "gateway", "--state-dir", str(state),
              "--host", "127.0.0.1", "--port", str(gw_port)],

@@ -281,7 +281,8 @@ class RayNode:
                 os.kill(self.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-            psutil.wait_procs([_proc(p) for p in pids if _proc(p)], timeout=timeout_s)
+            alive = [p for p in (_proc(pid) for pid in pids) if p is not None]
+            psutil.wait_procs(alive, timeout=timeout_s)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -184,6 +184,9 @@ def test_health_metrics_openapi(client: TestClient) -> None:
     assert 'svit_control_outcomes_total{status="committed"} 1.0' in text
     spec = client.get("/openapi.json").json()
     assert "/v1/control" in spec["paths"]
+    body = spec["paths"]["/v1/control"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/ControlRequest"}
+    assert "ControlRequest" in spec["components"]["schemas"]
 
 
 def test_tokens_are_stored_hashed() -> None:
@@ -192,3 +195,20 @@ def test_tokens_are_stored_hashed() -> None:
     assert ADMIN.encode() not in repr(tokens._entries).encode()
     assert tokens.lookup(ADMIN) is not None
     assert tokens.lookup(ADMIN + "x") is None
+
+
+def test_inbox_append_dedups_on_key_and_checks_size(client: TestClient) -> None:
+    create(client, "svit://acme/p", ACME)
+    msg = {"process_id": "svit://acme/p", "message": {"text": "hi"}, "dedup_key": "k1"}
+    first = client.post("/v1/processes/inbox", json=msg, headers=auth(ACME))
+    assert first.status_code == 200, first.text
+    assert first.json()["appended"] is True
+    again = client.post("/v1/processes/inbox", json=msg, headers=auth(ACME))
+    assert again.json() == {**first.json(), "appended": False}
+    inbox = client.get("/v1/processes/state", params={"process_id": "svit://acme/p",
+                                                      "path": "/inbox"}, headers=auth(ACME))
+    assert len(inbox.json()["value"]["value"]) == 1
+    big = {"process_id": "svit://acme/p", "message": "x" * 5000}
+    assert client.post("/v1/processes/inbox", json=big, headers=auth(ACME)).status_code == 413
+    other = client.post("/v1/processes/inbox", json=msg, headers=auth(OTHER))
+    assert other.status_code == 403
