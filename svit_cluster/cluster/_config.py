@@ -31,8 +31,9 @@ class ClusterConfig:
         host_endpoints: per-host overrides ``{host: {"etcd": ..., "redis": ...}}``
             (the chaos harness routes a host through its own proxies).
         unsafe_disable_fencing: TEST-ONLY negative control for the chaos
-            checker; process actors then commit without the fence check. Never
-            read from the environment or any CLI flag.
+            checker; process actors then commit without the fence check. It is
+            never read from cluster.json, the environment or a CLI flag: only
+            ``LocalCluster.up(unsafe_disable_fencing=True)`` sets it, in Python.
     """
 
     cluster: str = "local"
@@ -80,7 +81,6 @@ class ClusterConfig:
             passivate_after_s=float(doc["passivate_after_s"]),
             host_endpoints={h: v["endpoints"] for h, v in doc.get("hosts", {}).items()
                             if v.get("endpoints")},
-            unsafe_disable_fencing=bool(doc.get("unsafe_disable_fencing", False)),
         )
 
     @classmethod

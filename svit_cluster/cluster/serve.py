@@ -55,7 +55,7 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
     metrics = GatewayMetrics()
     router = RayRouter(config, cache, metrics)
     app = create_app(router, tokens, max_request_bytes=max_request_bytes or cap,
-                     metrics=metrics)
+                     metrics=metrics, redis_url=config.redis_url)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                            lifespan="off"))
     try:

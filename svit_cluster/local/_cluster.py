@@ -99,6 +99,7 @@ class LocalCluster:
     redis: RedisServer | None = None
     etcd: EtcdServer | None = None
     _proxy_factory: ProxyFactory | None = field(default=None, repr=False)
+    _unsafe_disable_fencing: bool = field(default=False, repr=False)
 
     @property
     def path(self) -> Path:
@@ -138,6 +139,7 @@ class LocalCluster:
         state.mkdir(parents=True, exist_ok=True)
         self = cls(spec)
         self._proxy_factory = proxy_factory
+        self._unsafe_disable_fencing = unsafe_disable_fencing
         if self.path.exists():
             raise ConfigurationError(
                 f"{self.path} exists: run `svit-cluster down --state-dir {state}` first"
@@ -160,7 +162,6 @@ class LocalCluster:
             "tokens_file": str(tokens_file),
             "hosts": {},
             "started_at": time.time(),
-            "unsafe_disable_fencing": bool(unsafe_disable_fencing),
         }
         try:
             self._start_all(progress)
@@ -203,7 +204,7 @@ class LocalCluster:
             self.doc["hosts"][name] = entry
             self._save()
         progress("starting host agents")
-        self._run_driver(["agents"])
+        self._run_driver(self._agents_args())
         progress("starting gateway")
         gw_port = ports.take()
         log = open(state / "logs" / "gateway.log", "ab")
@@ -217,6 +218,11 @@ class LocalCluster:
         self.doc["gateway"] = {"pid": gateway.pid, "url": url, "port": gw_port}
         self._save()
         self.wait_healthy(timeout_s=90.0)
+
+    def _agents_args(self) -> list[str]:
+        if self._unsafe_disable_fencing:
+            return ["agents", "unsafe-disable-fencing-for-negative-control"]
+        return ["agents"]
 
     def _run_driver(self, args: list[str]) -> None:
         """Run ``python -m svit_cluster.cluster.bootstrap ARGS`` against this cluster."""
@@ -322,7 +328,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                self._run_driver(["agents"])
+                self._run_driver(self._agents_args())
                 break
             except UnavailableError:
                 if time.monotonic() > deadline:

@@ -123,9 +123,9 @@ class _Session:
             raise ScriptFailed("send! needs a non-empty string address")
         if len(self.messages) >= self.limits.max_messages:
             raise LimitExceeded("too many messages (max_messages)")
-        node_from_value(
+        node_from_value(  # the intent {id, to, body} wraps the body one level deeper
             body,
-            max_depth=self.limits.max_value_depth,
+            max_depth=max(0, self.limits.max_value_depth - 1),
             max_entries=self.limits.max_value_entries,
             max_text_bytes=self.limits.max_text_bytes,
         )

@@ -70,7 +70,8 @@ def prepare_inbox_ack(process: Process, expected_head_hash: str) -> Transition:
     Raises:
         ConflictError: (``inbox_conflict``) empty inbox or another head.
     """
-    if process.inbox_head_hash() != expected_head_hash:
+    head = process.inbox_head_hash()
+    if head is None or head != expected_head_hash:
         raise ConflictError("inbox head does not match the expected hash",
                             code=ErrorCode.INBOX_CONFLICT)
     wc = process.working_copy()

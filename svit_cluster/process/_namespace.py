@@ -101,7 +101,8 @@ def with_system(root: MapNode, process_id: str, limits: Limits, parent: str | No
     """Return ``root`` with a fresh ``/system`` for a fork (new identity, empty outbox)."""
     auth = get_node(root, ("system", "identity", "authenticated"))
     authenticated = isinstance(auth, ScalarNode) and auth.value is True
-    return root.with_key("system", node_from_value(_system(process_id, limits, authenticated, parent)))
+    system = node_from_value(_system(process_id, limits, authenticated, parent))
+    return root.with_key("system", system)
 
 
 def encode_node(node: Node) -> dict[str, Any]:
@@ -145,7 +146,12 @@ def decode_root(data: Any, process_id: str, limits: Limits) -> MapNode:
     for key in ROOT_KEYS:
         raw = sections[key]
         if key == "lib":
-            if type(raw) is not dict or raw.get("type") != "map" or type(raw.get("value")) is not dict:
+            if (
+                type(raw) is not dict
+                or len(raw) != 2
+                or raw.get("type") != "map"
+                or type(raw.get("value")) is not dict
+            ):
                 raise bad("/lib must be a map")
             lib: dict[str, Node] = {}
             for name, entry in raw["value"].items():

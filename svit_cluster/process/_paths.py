@@ -58,7 +58,10 @@ def parse_path(path: object) -> Path:
     """
     if type(path) is not str:
         raise InvalidInput("path must be a string", code=ErrorCode.INVALID_PATH)
-    if len(path) > _MAX_PATH_BYTES or len(path.encode("utf-8")) > _MAX_PATH_BYTES:
+    size = _utf8_len(path) if len(path) <= _MAX_PATH_BYTES else _MAX_PATH_BYTES + 1
+    if size < 0:
+        raise InvalidInput("path is not valid Unicode", code=ErrorCode.INVALID_PATH)
+    if size > _MAX_PATH_BYTES:
         raise InvalidInput("path is too long", code=ErrorCode.INVALID_PATH)
     if not path.startswith("/"):
         raise InvalidInput(f"path {path[:64]!r} is not absolute", code=ErrorCode.INVALID_PATH)
@@ -72,6 +75,16 @@ def parse_path(path: object) -> Path:
                 code=ErrorCode.INVALID_PATH,
             )
     return segments
+
+
+def _utf8_len(text: str) -> int:
+    """UTF-8 length, or -1 for text with a lone surrogate (not encodable)."""
+    if text.isascii():
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return -1
 
 
 def format_path(path: Path) -> str:
@@ -114,7 +127,8 @@ def validate_process_id(process_id: object) -> str:
     if (
         not process_id.startswith("svit://")
         or len(process_id) == len("svit://")
-        or len(process_id.encode("utf-8")) > _MAX_PROCESS_ID_BYTES
+        or len(process_id) > _MAX_PROCESS_ID_BYTES
+        or not 0 <= _utf8_len(process_id) <= _MAX_PROCESS_ID_BYTES
         or any(ch.isspace() or not ch.isprintable() for ch in process_id)
     ):
         raise InvalidInput(

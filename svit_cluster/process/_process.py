@@ -29,9 +29,28 @@ from svit_cluster.process._namespace import (
 )
 from svit_cluster.process._paths import parse_path, validate_process_id
 from svit_cluster.process._transaction import GENESIS_HASH, Transaction
-from svit_cluster.process._tree import ArrayNode, MapNode, Node, ScriptNode, get_node, value_from_node
-from svit_cluster.process._values import Script, Value, canonical_json, strict_json_loads
-from svit_cluster.process._working import Change, Transition, WorkingCopy, apply_mutation
+from svit_cluster.process._tree import (
+    ArrayNode,
+    MapNode,
+    Node,
+    ScriptNode,
+    get_node,
+    value_from_node,
+)
+from svit_cluster.process._values import (
+    Script,
+    Value,
+    canonical_json,
+    strict_json_loads,
+    values_equal,
+)
+from svit_cluster.process._working import (
+    Change,
+    Transition,
+    WorkingCopy,
+    apply_mutation,
+    script_from_value,
+)
 
 __all__ = ["MAX_SNAPSHOT_BYTES", "Committer", "Process"]
 
@@ -100,16 +119,19 @@ class Process:
 
         Raises:
             InvalidInput: bad id, memory not a map, bad script name or value.
-            LimitExceeded: memory or scripts exceed the limits.
+            LimitExceeded: memory or scripts exceed the limits, or the whole
+                tree exceeds ``max_tree_nodes`` / ``max_tree_text_bytes``.
         """
         lim = (limits or Limits()).validate()
         lib = {
-            name: (s if isinstance(s, Script) else Script(s)) for name, s in (scripts or {}).items()
+            name: script_from_value(s if isinstance(s, Script | dict) else Script(s), lim)
+            for name, s in (scripts or {}).items()
         }
-        for script in lib.values():
-            if len(script.source.encode("utf-8")) > lim.max_script_bytes:
-                raise LimitExceeded("script source exceeds max_script_bytes")
         root = build_root(process_id, lim, memory=memory, scripts=lib, authenticated=authenticated)
+        if root.size > lim.max_tree_nodes:
+            raise LimitExceeded("process tree exceeds max_tree_nodes")
+        if root.text > lim.max_tree_text_bytes:
+            raise LimitExceeded("process tree exceeds max_tree_text_bytes")
         return cls(process_id, root, limits=lim)
 
     # -- read side ------------------------------------------------------------------
@@ -206,11 +228,16 @@ class Process:
         """Durably commit (via the committer) and apply a sealed transition.
 
         Raises:
-            ConflictError: the transition was sealed against another version.
+            ConflictError: the transition was sealed against another version
+                or another process.
             Any error the committer raises; the process is then unchanged.
         """
         rec = transition.record
-        if rec.process_version_before != self._version or rec.previous_hash != self._chain_head:
+        if (
+            rec.address != self._id
+            or rec.process_version_before != self._version
+            or rec.previous_hash != self._chain_head
+        ):
             raise ConflictError(
                 "transition was sealed against another version",
                 expected_version=rec.process_version_before,
@@ -270,7 +297,8 @@ class Process:
             ConflictError: (``inbox_conflict``) the inbox is empty or its head
                 has another hash.
         """
-        if self.inbox_head_hash() != expected_head_hash:
+        head = self.inbox_head_hash()
+        if head is None or head != expected_head_hash:
             raise ConflictError(
                 "inbox head does not match the expected hash", code=ErrorCode.INBOX_CONFLICT
             )
@@ -281,46 +309,56 @@ class Process:
     def replay(self, records: Iterable[Transaction]) -> int:
         """Apply recorded transactions in order, verifying each; never runs guest code.
 
-        Each record must continue the chain (``previous_hash``), step the version
-        by exactly +1 from the current one, advance ``position`` by 1, name this
-        process, and produce its ``resulting_root_hash``. On the first failure
-        the process is left at the last verified record.
+        Each record must be internally consistent (:meth:`Transaction.verify`),
+        continue the chain (``previous_hash``), step the version by exactly +1
+        from the current one, advance ``position`` by 1, name this process, and
+        produce its ``resulting_root_hash``. Replay is all or nothing: on any
+        failure the process is left exactly as it was before the call.
 
         Returns:
             The number of records applied.
 
         Raises:
-            svit_cluster.errors.CorruptData: (``corrupt_log``) a broken chain, a
+            svit_cluster.errors.CorruptData: (``corrupt_log``) a record that is
+                not a :class:`Transaction` or does not verify, a broken chain, a
                 bad version step or position, a foreign address, a mutation that
                 does not apply, or a root-hash mismatch; the message names the
                 process id and position.
         """
+        root, version, position, head = self._root, self._version, self._position, self._chain_head
         n = 0
         for rec in records:
-            where = f"{self._id} at position {rec.position}"
+            if not isinstance(rec, Transaction):
+                raise CorruptData(f"replay of {self._id}: record {n} is not a transaction")
+            where = f"{self._id} at position {str(rec.position)[:24]}"
+            try:
+                rec.verify()
+            except InvalidInput as exc:
+                raise CorruptData(f"invalid record in {where}: {exc.message}") from None
             if rec.address != self._id:
                 raise CorruptData(f"record for another process in {where}")
-            if rec.previous_hash != self._chain_head:
+            if rec.previous_hash != head:
                 raise CorruptData(f"broken hash chain in {where}")
-            if rec.process_version_before != self._version:
+            if rec.process_version_before != version:
                 raise CorruptData(f"version step {rec.process_version_before}->"
                                   f"{rec.process_version_after} does not follow "
-                                  f"{self._version} in {where}")
-            if rec.position != self._position + 1:
-                raise CorruptData(f"position gap after {self._position} in {where}")
-            root = self._root
+                                  f"{version} in {where}")
+            if rec.position != position + 1:
+                raise CorruptData(f"position gap after {position} in {where}")
+            new_root = root
             try:
                 for mut in rec.mutations:
-                    root = apply_mutation(root, mut, self._limits)
+                    new_root = apply_mutation(new_root, mut, self._limits)
             except SvitError as exc:
                 raise CorruptData(f"mutation does not apply in {where}: {exc.message}") from exc
-            if root.hex != rec.resulting_root_hash:
+            if new_root.hex != rec.resulting_root_hash:
                 raise CorruptData(f"root hash mismatch in {where}")
-            self._root = root
-            self._version = rec.process_version_after
-            self._position = rec.position
-            self._chain_head = rec.event_hash
+            root = new_root
+            version = rec.process_version_after
+            position = rec.position
+            head = rec.event_hash
             n += 1
+        self._root, self._version, self._position, self._chain_head = root, version, position, head
         return n
 
     # -- snapshot / restore / fork ---------------------------------------------------
@@ -369,6 +407,10 @@ class Process:
         def bad(msg: str) -> InvalidInput:
             return InvalidInput(f"snapshot rejected: {msg}", code=ErrorCode.INVALID_SNAPSHOT)
 
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise bad("snapshot must be bytes")
+        if isinstance(data, memoryview):
+            data = data.tobytes()
         if len(data) > max_bytes:
             raise bad(f"larger than {max_bytes} bytes")
         try:
@@ -398,7 +440,8 @@ class Process:
             chain_head=chain_head,
         )
         lim_node = get_node(root, ("system", "limits"))
-        if lim_node is None or value_from_node(lim_node) != limits.to_dict():
+        wanted: Value = dict(limits.to_dict())
+        if lim_node is None or not values_equal(value_from_node(lim_node), wanted):
             raise bad("/system/limits does not match the snapshot limits")
         return proc
 

@@ -27,7 +27,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from svit_cluster.errors import ErrorCode, InvalidInput
+from svit_cluster.errors import ErrorCode, InvalidInput, SvitError
+from svit_cluster.process._paths import parse_path, validate_process_id
 from svit_cluster.process._values import (
     Value,
     canonical_json,
@@ -172,6 +173,50 @@ class Transaction:
             digest,
         )
 
+    def verify(self) -> Transaction:
+        """Check this record is internally consistent (what :meth:`from_json` checks).
+
+        A record built by :meth:`seal` or :meth:`decode` always passes; one built
+        with the plain constructor may not.
+
+        Returns:
+            ``self``, for chaining.
+
+        Raises:
+            InvalidInput: (``invalid_transaction``) a version step other than +1,
+                touched paths that are not the sorted paths of the mutations, or
+                an ``event_hash`` that does not match the other fields.
+        """
+        for n in (self.position, self.process_version_before, self.process_version_after):
+            if type(n) is not int or n < 0:
+                raise _bad("position and versions must be non-negative integers")
+        if self.process_version_after != self.process_version_before + 1:
+            raise _bad("version step must be exactly +1")
+        if (
+            type(self.mutations) is not tuple
+            or type(self.touched_paths) is not tuple
+            or any(type(m) is not Mutation or type(m.path) is not str for m in self.mutations)
+        ):
+            raise _bad("mutations and touched_paths must be tuples of the right types")
+        if list(self.touched_paths) != sorted({m.path for m in self.mutations}):
+            raise _bad("touched_paths must be the sorted paths of the mutations")
+        try:
+            resealed = Transaction.seal(
+                address=self.address,
+                position=self.position,
+                previous_hash=self.previous_hash,
+                version_before=self.process_version_before,
+                mutations=self.mutations,
+                touched_paths=self.touched_paths,
+                source=self.source,
+                resulting_root_hash=self.resulting_root_hash,
+            )
+        except SvitError as exc:
+            raise _bad(f"record does not encode: {exc.message}") from None
+        if resealed.event_hash != self.event_hash:
+            raise _bad(f"event_hash mismatch at position {self.position}")
+        return self
+
     def to_json(self) -> dict[str, Any]:
         """The full record as a JSON-ready ``dict`` (includes ``event_hash``)."""
         body = self._body()
@@ -189,7 +234,9 @@ class Transaction:
         Raises:
             InvalidInput: (``invalid_transaction``) malformed JSON, duplicate,
                 unknown or missing fields, wrong types, a version step other
-                than +1, an unknown mutation or source, or an ``event_hash`` that
+                than +1, an unknown mutation or source, an invalid address or
+                path, touched paths that are not the sorted mutation paths, a
+                mutation value that does not decode, or an ``event_hash`` that
                 does not match the other fields.
         """
         try:
@@ -213,25 +260,33 @@ class Transaction:
         for name in ("previous_hash", "resulting_root_hash", "event_hash"):
             if not _is_hex64(raw[name]):
                 raise _bad(f"{name} must be 64 lowercase hex characters")
-        if type(raw["address"]) is not str or raw["source"] not in SOURCES:
-            raise _bad("bad address or source")
+        if type(raw["source"]) is not str or raw["source"] not in SOURCES:
+            raise _bad("unknown source")
+        try:
+            validate_process_id(raw["address"])
+        except InvalidInput as exc:
+            raise _bad(exc.message) from None
         touched = raw["touched_paths"]
         if type(touched) is not list or any(type(p) is not str for p in touched):
             raise _bad("touched_paths must be a list of strings")
-        if touched != sorted(set(touched)):
-            raise _bad("touched_paths must be sorted and unique")
         muts_raw = raw["mutations"]
         if type(muts_raw) is not list:
             raise _bad("mutations must be a list")
         muts: list[Mutation] = []
         for m in muts_raw:
-            if type(m) is not dict or m.get("op") not in _OPS or type(m.get("path")) is not str:
+            if type(m) is not dict or type(m.get("op")) is not str or m["op"] not in _OPS:
                 raise _bad("bad mutation")
             want = {"op", "path", "value"} if m["op"] in _OPS_WITH_VALUE else {"op", "path"}
             if set(m) != want:
                 raise _bad(f"mutation {m['op']} has the wrong fields")
-            value = decode_value(m["value"]) if "value" in m else None
+            try:
+                parse_path(m["path"])
+                value = decode_value(m["value"]) if "value" in m else None
+            except SvitError as exc:
+                raise _bad(f"bad mutation: {exc.message}") from None
             muts.append(Mutation(m["op"], m["path"], value))
+        if touched != sorted({m.path for m in muts}):
+            raise _bad("touched_paths must be the sorted paths of the mutations")
         record = cls.seal(
             address=raw["address"],
             position=raw["position"],

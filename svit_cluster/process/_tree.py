@@ -22,7 +22,7 @@ import struct
 from collections.abc import Iterator
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, NotFound
-from svit_cluster.process._values import I64_MAX, I64_MIN, Script, Value
+from svit_cluster.process._values import I64_MAX, I64_MIN, Script, Value, utf8_len
 
 __all__ = [
     "LEAF_MAX",
@@ -72,7 +72,7 @@ class ScalarNode(Node):
 
     __slots__ = ("kind", "value")
 
-    def __init__(self, kind: str, value: None | bool | int | float | str, text: int = 0) -> None:
+    def __init__(self, kind: str, value: bool | int | float | str | None, text: int = 0) -> None:
         self.kind = kind
         self.value = value
         self.size = 1
@@ -102,6 +102,7 @@ class ScriptNode(Node):
     kind = "script"
 
     def __init__(self, script: Script) -> None:
+        """Build the node; the caller has checked the text is valid Unicode (``utf8_len``)."""
         self.script = script
         src = script.source.encode("utf-8")
         doc = None if script.documentation is None else script.documentation.encode("utf-8")
@@ -348,7 +349,10 @@ def node_from_value(
 
     Args:
         value: a plain value (see :mod:`svit_cluster.process._values`).
-        max_depth: containers may nest at most this deep (``max_value_depth``).
+        max_depth: deepest allowed node; ``value`` itself is at depth 0 and each
+            container adds 1, so with ``max_depth`` 0 only a scalar or an empty
+            container is accepted, and a negative bound rejects everything
+            (``max_value_depth``, measured like the reference).
         max_entries: at most this many nodes (``max_value_entries``).
         max_text_bytes: at most this many UTF-8 bytes across strings and keys.
         allow_script: a :class:`Script` is accepted only at the top level when set.
@@ -364,6 +368,8 @@ def node_from_value(
 
 
 def _to_node(value: Value, depth: int, w: _Walk) -> Node:
+    if depth > w.max_depth:
+        raise LimitExceeded("value is nested too deeply (max_value_depth)")
     w.entries += 1
     if w.entries > w.max_entries:
         raise LimitExceeded("value has too many entries (max_value_entries)")
@@ -371,6 +377,7 @@ def _to_node(value: Value, depth: int, w: _Walk) -> Node:
         return NULL_NODE
     t = type(value)
     if t is bool:
+        assert isinstance(value, bool)
         return ScalarNode("bool", value)
     if t is int:
         assert isinstance(value, int)
@@ -384,13 +391,11 @@ def _to_node(value: Value, depth: int, w: _Walk) -> Node:
         return ScalarNode("number", value)
     if t is str:
         assert isinstance(value, str)
-        n = len(value) if value.isascii() else len(value.encode("utf-8"))
+        n = utf8_len(value)
         w.text += n
         if w.text > w.max_text:
             raise LimitExceeded("value has too much text (max_text_bytes)")
         return ScalarNode("string", value, n)
-    if depth >= w.max_depth:
-        raise LimitExceeded("value is nested too deeply (max_value_depth)")
     if t is list:
         assert isinstance(value, list)
         return ArrayNode(tuple(_to_node(v, depth + 1, w) for v in value))
@@ -400,7 +405,7 @@ def _to_node(value: Value, depth: int, w: _Walk) -> Node:
         for k, v in value.items():
             if type(k) is not str:
                 raise InvalidInput("map keys must be strings", code=ErrorCode.INVALID_VALUE)
-            w.text += len(k.encode("utf-8"))
+            w.text += utf8_len(k)
             if w.text > w.max_text:
                 raise LimitExceeded("value has too much text (max_text_bytes)")
             items[k] = _to_node(v, depth + 1, w)
@@ -411,6 +416,8 @@ def _to_node(value: Value, depth: int, w: _Walk) -> Node:
             raise InvalidInput(
                 "a script record is allowed only at /lib/<name>", code=ErrorCode.INVALID_VALUE
             )
+        utf8_len(value.source)
+        utf8_len(value.documentation or "")
         node = ScriptNode(value)
         w.text += node.text
         if w.text > w.max_text:

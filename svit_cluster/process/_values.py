@@ -24,13 +24,14 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, TypeAlias, Union
+from typing import Any, TypeAlias
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded
 
 __all__ = [
     "I64_MAX",
     "I64_MIN",
+    "MAX_WALK_DEPTH",
     "Script",
     "Value",
     "canonical_json",
@@ -40,6 +41,7 @@ __all__ = [
     "kind_of",
     "strict_json_loads",
     "to_plain_json",
+    "utf8_len",
     "values_equal",
 ]
 
@@ -59,8 +61,17 @@ class Script:
     source: str
     documentation: str | None = None
 
+    def __post_init__(self) -> None:
+        if type(self.source) is not str or (
+            self.documentation is not None and type(self.documentation) is not str
+        ):
+            raise InvalidInput(
+                "a script needs a string source and optional string documentation",
+                code=ErrorCode.INVALID_VALUE,
+            )
 
-Value: TypeAlias = Union[None, bool, int, float, str, list["Value"], dict[str, "Value"], Script]
+
+Value: TypeAlias = bool | int | float | str | list["Value"] | dict[str, "Value"] | Script | None
 
 
 def kind_of(value: object) -> str:
@@ -90,20 +101,67 @@ def kind_of(value: object) -> str:
 
 
 def values_equal(a: Value, b: Value) -> bool:
-    """Type-strict structural equality: ``values_equal(1, 1.0)`` is ``False``."""
+    """Type-strict structural equality: ``values_equal(1, 1.0)`` is ``False``.
+
+    Raises:
+        LimitExceeded: the values nest deeper than :data:`MAX_WALK_DEPTH`.
+    """
+    return _equal(a, b, 0)
+
+
+def _equal(a: Value, b: Value, depth: int) -> bool:
     ta, tb = type(a), type(b)
     if ta is not tb:
         return False
+    if ta is list or ta is dict:
+        if depth >= MAX_WALK_DEPTH:
+            raise _too_deep()
     if ta is list:
         assert isinstance(a, list) and isinstance(b, list)
-        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(
+            _equal(x, y, depth + 1) for x, y in zip(a, b, strict=True)
+        )
     if ta is dict:
         assert isinstance(a, dict) and isinstance(b, dict)
-        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_equal(a[k], b[k], depth + 1) for k in a)
     if ta is float:
         assert isinstance(a, float) and isinstance(b, float)
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
     return a == b
+
+
+def utf8_len(s: str) -> int:
+    """UTF-8 byte length of ``s``.
+
+    Raises:
+        InvalidInput: (``invalid_value``) ``s`` holds a lone surrogate, which is
+            not a Unicode scalar value and cannot be encoded as UTF-8.
+    """
+    if s.isascii():
+        return len(s)
+    try:
+        return len(s.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInput(
+            "text is not valid Unicode (lone surrogate)", code=ErrorCode.INVALID_VALUE
+        ) from None
+
+
+def _check_keys(m: dict[Any, Any]) -> None:
+    for k in m:
+        if type(k) is not str:
+            raise InvalidInput("map keys must be strings", code=ErrorCode.INVALID_VALUE)
+
+
+#: Bound on recursion in the helpers that walk a plain value without limits
+#: (:func:`encode_value`, :func:`to_plain_json`, :func:`values_equal`). Values
+#: held by a process nest at most ``max_value_depth`` (hard maximum 128) below
+#: their section, so this only stops cycles and hostile inputs.
+MAX_WALK_DEPTH = 256
+
+
+def _too_deep() -> LimitExceeded:
+    return LimitExceeded("value is nested too deeply")
 
 
 def _check_int(v: int) -> int:
@@ -138,7 +196,7 @@ class _Budget:
             raise LimitExceeded("value is nested too deeply (max_value_depth)")
 
     def add_text(self, s: str) -> None:
-        self.text += len(s.encode("utf-8")) if not s.isascii() else len(s)
+        self.text += utf8_len(s)
         if self.text > self.max_text:
             raise LimitExceeded("value has too much text (max_text_bytes)")
 
@@ -156,7 +214,12 @@ def encode_value(value: Value) -> dict[str, Any]:
     Raises:
         InvalidInput: (``invalid_value``) a non-value, a non-finite float, an
             integer outside i64, or a non-string map key is found.
+        LimitExceeded: the value nests deeper than :data:`MAX_WALK_DEPTH` (or is cyclic).
     """
+    return _encode(value, 0)
+
+
+def _encode(value: Value, depth: int) -> dict[str, Any]:
     if value is None:
         return {"type": "null"}
     t = type(value)
@@ -170,16 +233,17 @@ def encode_value(value: Value) -> dict[str, Any]:
         return {"type": "number", "value": _check_float(value)}
     if t is str:
         return {"type": "string", "value": value}
+    if (t is list or t is dict) and depth >= MAX_WALK_DEPTH:
+        raise _too_deep()
     if t is list:
         assert isinstance(value, list)
-        return {"type": "array", "value": [encode_value(v) for v in value]}
+        return {"type": "array", "value": [_encode(v, depth + 1) for v in value]}
     if t is dict:
         assert isinstance(value, dict)
+        _check_keys(value)
         out: dict[str, Any] = {}
         for k in sorted(value):
-            if type(k) is not str:
-                raise InvalidInput("map keys must be strings", code=ErrorCode.INVALID_VALUE)
-            out[k] = encode_value(value[k])
+            out[k] = _encode(value[k], depth + 1)
         return {"type": "map", "value": out}
     if t is Script:
         assert isinstance(value, Script)
@@ -247,6 +311,7 @@ def _decode(data: Any, depth: int, budget: _Budget) -> Value:
     if tag == "array" and tv is list:
         return [_decode(item, depth + 1, budget) for item in v]
     if tag == "map" and tv is dict:
+        _check_keys(v)
         out: dict[str, Value] = {}
         for k in sorted(v):
             budget.add_text(k)
@@ -297,7 +362,10 @@ def _plain(data: Any, depth: int, budget: _Budget) -> Value:
     if t is int:
         if I64_MIN <= data <= I64_MAX:
             return int(data)
-        return _check_float(float(data))
+        try:
+            return _check_float(float(data))
+        except OverflowError:
+            raise InvalidInput("number is too large", code=ErrorCode.INVALID_VALUE) from None
     if t is float:
         return _check_float(data)
     if t is str:
@@ -306,10 +374,9 @@ def _plain(data: Any, depth: int, budget: _Budget) -> Value:
     if t is list:
         return [_plain(x, depth + 1, budget) for x in data]
     if t is dict:
+        _check_keys(data)
         out: dict[str, Value] = {}
         for k in sorted(data):
-            if type(k) is not str:
-                raise InvalidInput("object keys must be strings", code=ErrorCode.INVALID_VALUE)
             budget.add_text(k)
             out[k] = _plain(data[k], depth + 1, budget)
         return out
@@ -321,14 +388,25 @@ def to_plain_json(value: Value) -> Any:
 
     This loses the integer/number distinction for integral floats only in JSON
     text produced by other tools; Python's :mod:`json` keeps ``1.0`` as ``1.0``.
+
+    Raises:
+        InvalidInput: (``invalid_value``) a non-string map key.
+        LimitExceeded: the value nests deeper than :data:`MAX_WALK_DEPTH` (or is cyclic).
     """
+    return _to_plain(value, 0)
+
+
+def _to_plain(value: Value, depth: int) -> Any:
     t = type(value)
+    if (t is list or t is dict) and depth >= MAX_WALK_DEPTH:
+        raise _too_deep()
     if t is list:
         assert isinstance(value, list)
-        return [to_plain_json(v) for v in value]
+        return [_to_plain(v, depth + 1) for v in value]
     if t is dict:
         assert isinstance(value, dict)
-        return {k: to_plain_json(value[k]) for k in sorted(value)}
+        _check_keys(value)
+        return {k: _to_plain(value[k], depth + 1) for k in sorted(value)}
     if t is Script:
         assert isinstance(value, Script)
         return {"source": value.source, "documentation": value.documentation}
@@ -349,8 +427,14 @@ def canonical_json(obj: Any) -> bytes:
         return json.dumps(
             obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         ).encode("utf-8")
+    except RecursionError:
+        raise InvalidInput(
+            "not canonical JSON: nested too deeply", code=ErrorCode.INVALID_VALUE
+        ) from None
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"not canonical JSON: {exc}", code=ErrorCode.INVALID_VALUE) from exc
+        raise InvalidInput(
+            f"not canonical JSON: {str(exc)[:200]}", code=ErrorCode.INVALID_VALUE
+        ) from exc
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from svit_cluster.process._tree import (
     remove_node,
     set_node,
 )
-from svit_cluster.process._values import Script, Value
+from svit_cluster.process._values import Script, Value, utf8_len
 
 __all__ = ["Change", "Transition", "WorkingCopy", "apply_mutation", "script_from_value"]
 
@@ -67,8 +67,10 @@ def script_from_value(value: Value, limits: Limits) -> Script:
     """Accept a :class:`Script`, or a map ``{source, documentation?}`` of strings.
 
     Raises:
-        InvalidInput: (``invalid_value``) any other shape.
-        LimitExceeded: the source exceeds ``max_script_bytes``.
+        InvalidInput: (``invalid_value``) any other shape, or text that is not
+            valid Unicode.
+        LimitExceeded: the source exceeds ``max_script_bytes``, or source and
+            documentation together exceed ``max_text_bytes``.
     """
     if isinstance(value, Script):
         script = value
@@ -86,17 +88,25 @@ def script_from_value(value: Value, limits: Limits) -> Script:
             "/lib/<name> holds only script records {source, documentation}",
             code=ErrorCode.INVALID_VALUE,
         )
-    if len(script.source.encode("utf-8")) > limits.max_script_bytes:
+    source_bytes = utf8_len(script.source)
+    doc_bytes = 0 if script.documentation is None else utf8_len(script.documentation)
+    if source_bytes > limits.max_script_bytes:
         raise LimitExceeded("script source exceeds max_script_bytes")
+    if source_bytes + doc_bytes > limits.max_text_bytes:
+        raise LimitExceeded("script text exceeds max_text_bytes")
     return script
 
 
 def _value_node(path: Path, value: Value, limits: Limits) -> Node:
     if path[0] == "lib":
         return ScriptNode(script_from_value(value, limits))
+    # /memory is one persistent value (as in the reference): its nodes may sit at
+    # most max_value_depth below /memory, so a value written at /memory/a/b
+    # (depth 2) may itself nest at most max_value_depth - 2 more levels. This
+    # also bounds the depth of the whole tree, so snapshots always restore.
     return node_from_value(
         value,
-        max_depth=limits.max_value_depth,
+        max_depth=limits.max_value_depth - (len(path) - 1),
         max_entries=limits.max_value_entries,
         max_text_bytes=limits.max_text_bytes,
     )
@@ -105,18 +115,29 @@ def _value_node(path: Path, value: Value, limits: Limits) -> Node:
 def apply_mutation(root: Node, mut: Mutation, limits: Limits) -> Node:
     """Apply one recorded mutation to ``root`` (used by replay; never runs guest code).
 
+    ``set`` and ``remove`` follow the write rules of :meth:`WorkingCopy.write`
+    (only below ``/memory`` and at ``/lib/<name>``); ``append`` and
+    ``remove_front`` need an array at ``path``.
+
     Raises:
-        InvalidInput: the mutation does not apply (bad path, missing parent,
-            ``remove_front`` on an empty array).
+        InvalidInput: the mutation does not apply (bad or unwritable path,
+            missing parent, ``remove_front`` on an empty array, unknown op).
+        LimitExceeded: the value exceeds the value limits.
     """
     path = parse_path(mut.path)
+    if mut.op in ("set", "remove") and not _host_managed(path):
+        _check_writable(path, mut.path)
     if mut.op == "set":
         return set_node(root, path, _value_node(path, mut.value, limits))
     if mut.op == "remove":
         return remove_node(root, path)
+    if mut.op not in ("append", "remove_front"):
+        raise InvalidInput(f"unknown mutation {str(mut.op)[:32]!r}", code=ErrorCode.INVALID_VALUE)
     target = get_node(root, path)
     if not isinstance(target, ArrayNode):
-        raise InvalidInput(f"{mut.op} needs an array at {mut.path[:200]}", code=ErrorCode.INVALID_PATH)
+        raise InvalidInput(
+            f"{mut.op} needs an array at {mut.path[:200]}", code=ErrorCode.INVALID_PATH
+        )
     if mut.op == "append":
         node = node_from_value(
             mut.value,
@@ -128,6 +149,21 @@ def apply_mutation(root: Node, mut: Mutation, limits: Limits) -> Node:
     if not target.items:
         raise InvalidInput(f"remove_front on empty {mut.path[:200]}", code=ErrorCode.INVALID_PATH)
     return set_node(root, path, ArrayNode(target.items[1:]))
+
+
+def _host_managed(path: Path) -> bool:
+    """Paths only the host writes (``/thread/...``): allowed in records, never to guests."""
+    return len(path) >= 2 and path[0] == "thread"
+
+
+def _check_writable(path: Path, text: str) -> None:
+    if not is_guest_writable(path):
+        raise InvalidInput(
+            f"{text[:200]} is not writable: only below /memory and /lib/<name>",
+            code=ErrorCode.INVALID_PATH,
+        )
+    if path[0] == "lib":
+        validate_script_name(path[1])
 
 
 class WorkingCopy:
@@ -157,7 +193,7 @@ class WorkingCopy:
             LimitExceeded: value or tree bounds.
         """
         path = parse_path(path_text)
-        self._check_writable(path, path_text)
+        _check_writable(path, path_text)
         node = _value_node(path, value, self.limits)
         if isinstance(node, ScriptNode):
             value = node.script
@@ -172,7 +208,7 @@ class WorkingCopy:
             NotFound: (``not_found``) nothing at ``path``.
         """
         path = parse_path(path_text)
-        self._check_writable(path, path_text)
+        _check_writable(path, path_text)
         self._stage(remove_node(self.root, path), Mutation("remove", path_text))
         return path
 
@@ -181,19 +217,20 @@ class WorkingCopy:
         mut = Mutation("append", path_text, value)
         self._stage(apply_mutation(self.root, mut, self.limits), mut)
 
+    def host_set(self, path_text: str, value: Value) -> None:
+        """Stage ``set`` on a host-managed path (``/thread``), bypassing guest write rules."""
+        mut = Mutation("set", path_text, value)
+        self._stage(apply_mutation(self.root, mut, self.limits), mut)
+
+    def host_remove(self, path_text: str) -> None:
+        """Stage ``remove`` on a host-managed path (``/thread``)."""
+        mut = Mutation("remove", path_text)
+        self._stage(apply_mutation(self.root, mut, self.limits), mut)
+
     def remove_front(self, path_text: str) -> None:
         """Stage ``remove_front`` of the array at ``path`` (host-only: inbox acknowledge)."""
         mut = Mutation("remove_front", path_text)
         self._stage(apply_mutation(self.root, mut, self.limits), mut)
-
-    def _check_writable(self, path: Path, text: str) -> None:
-        if not is_guest_writable(path):
-            raise InvalidInput(
-                f"{text[:200]} is not writable: only below /memory and /lib/<name>",
-                code=ErrorCode.INVALID_PATH,
-            )
-        if path[0] == "lib":
-            validate_script_name(path[1])
 
     def _stage(self, new_root: Node, mut: Mutation) -> None:
         if new_root.size > self.limits.max_tree_nodes:
@@ -214,7 +251,8 @@ class WorkingCopy:
             path = parse_path(text)
             a = get_node(old, path)
             b = get_node(new, path)
-            if (a.digest if a else None) != (b.digest if b else None):
+            # "is not None", never truthiness: an empty MapNode has len() == 0
+            if (None if a is None else a.digest) != (None if b is None else b.digest):
                 changed.append(text)
         hashes: dict[str, str | None] = {}
         for text in changed:

@@ -22,7 +22,7 @@ EXEC = ErrorCode.EXECUTION_LIMIT_EXCEEDED
 RES = ErrorCode.RESOURCE_LIMIT_EXCEEDED
 
 #: Fuel, not the wall clock, must be what stops the CPU-bound scripts below.
-LIMITS = dataclasses.replace(Limits(), max_execution_millis=30_000)
+LIMITS = dataclasses.replace(Limits(), max_execution_millis=30_000, max_fuel=2_000_000)
 
 HOSTILE: list[tuple[str, str, type[SvitError], ErrorCode, str]] = [
     ("unbounded recursion",
