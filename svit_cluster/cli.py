@@ -71,8 +71,12 @@ def cli() -> None:
               help="Commits between snapshots of a process.")
 @click.option("--passivate-after", "passivate_after_s", default=300.0, show_default=True,
               type=click.FloatRange(0.1), help="Idle seconds before an actor passivates.")
+@click.option("--dispatchers", default=1, show_default=True, type=click.IntRange(0, 16),
+              help="Outbox dispatcher worker processes.")
+@click.option("--allow-webhook-host", "webhook_hosts", multiple=True,
+              help="Let the dispatcher call webhooks on HOST or HOST:PORT (repeatable).")
 def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
-       passivate_after_s: float) -> None:
+       passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...]) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
     Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
@@ -84,7 +88,9 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
     try:
         cluster = LocalCluster.up(
             ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
-                        snapshot_every=snapshot_every, passivate_after_s=passivate_after_s),
+                        snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
+                        dispatchers=dispatchers,
+                        dispatch_options={"webhook_hosts": list(webhook_hosts)}),
             progress=_progress,
         )
     except SvitError as exc:
@@ -156,6 +162,11 @@ def _host_command(name: str, action: str) -> Any:
 _host_command("kill-host", "kill_host")
 _host_command("pause-host", "pause_host")
 _host_command("resume-host", "resume_host")
+
+from svit_cluster.dispatch.cli import dead_letters, dispatcher  # noqa: E402
+
+cli.add_command(dispatcher)
+cli.add_command(dead_letters)
 
 
 @cli.command()

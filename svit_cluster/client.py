@@ -10,13 +10,21 @@ id for a retry.
 :meth:`SvitClient.activate_until_committed` is the one documented helper for
 "observe and recompute on conflict": each attempt reads the state, computes the
 input, and sends a *new* request against the observed version.
+
+Observers (reference: events.md): :meth:`AsyncSvitClient.events` and
+:meth:`AsyncSvitClient.outbox` are async iterators over Server-Sent Events,
+each with its own cursor and bounded buffer; a slow consumer gets
+:class:`~svit_cluster.events.Lagged` and recovers with ``recent_events`` /
+``recent_messages`` and ``read_versioned``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
@@ -36,9 +44,10 @@ from svit_cluster.errors import (
     SvitError,
     UnavailableError,
 )
+from svit_cluster.events import BoundedFeed, Lagged, Signal
 from svit_cluster.process import PROTOCOL, Value, decode_value, encode_value
 
-__all__ = ["AsyncSvitClient", "SvitClient", "new_request_id"]
+__all__ = ["AsyncSvitClient", "Subscription", "SvitClient", "new_request_id"]
 
 Compute = Callable[[Value, int], Value]
 
@@ -178,6 +187,41 @@ class SvitClient(_Base):
                                             json={"process_id": process_id})
         return result
 
+    def read_versioned(self, process_id: str, path: str = "/") -> tuple[Value, int]:
+        """``(value, version)`` of ``path`` from one observation (same as :meth:`state`)."""
+        return self.state(process_id, path)
+
+    def inbox(self, process_id: str, message: Any, *, dedup_key: str | None = None
+              ) -> dict[str, Any]:
+        """Commit ``message`` (plain JSON) to the process inbox: ``{appended, version}``.
+
+        Safe to retry only with a ``dedup_key`` (otherwise a retry may append twice).
+        """
+        body: dict[str, Any] = {"process_id": process_id, "message": message}
+        if dedup_key is not None:
+            body["dedup_key"] = dedup_key
+        result: dict[str, Any] = self._call("POST", "/v1/processes/inbox", json=body)
+        return result
+
+    def recent_events(self, process_id: str, limit: int = 64, *, session: str | None = None
+                      ) -> list[dict[str, Any]]:
+        """The newest ``limit`` (1..4096) canonical events, oldest first:
+        ``[{session, seq, token, event}]``."""
+        params: dict[str, Any] = {"process_id": process_id, "limit": limit}
+        if session:
+            params["session"] = session
+        doc = self._call("GET", "/v1/processes/events/recent", params=params)
+        return list(doc["events"])
+
+    def recent_messages(self, process_id: str, limit: int = 64, *, session: str | None = None
+                        ) -> list[dict[str, Any]]:
+        """Messages projected from the newest canonical events: ``[{session, seq, message}]``."""
+        params: dict[str, Any] = {"process_id": process_id, "limit": limit}
+        if session:
+            params["session"] = session
+        doc = self._call("GET", "/v1/processes/messages/recent", params=params)
+        return list(doc["messages"])
+
     def fork(self, process_id: str, new_process_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call(
             "POST", "/v1/processes/fork",
@@ -270,6 +314,65 @@ class AsyncSvitClient(_Base):
     async def send_raw(self, body: bytes) -> ControlResponse:
         return decode_response(await self._call("POST", "/v1/control", content=body))
 
+    async def read_versioned(self, process_id: str, path: str = "/") -> tuple[Value, int]:
+        """``(value, version)`` of ``path`` from one observation."""
+        return await self.state(process_id, path)
+
+    async def inbox(self, process_id: str, message: Any, *, dedup_key: str | None = None
+                    ) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.inbox`."""
+        body: dict[str, Any] = {"process_id": process_id, "message": message}
+        if dedup_key is not None:
+            body["dedup_key"] = dedup_key
+        result: dict[str, Any] = await self._call("POST", "/v1/processes/inbox", json=body)
+        return result
+
+    async def recent_events(self, process_id: str, limit: int = 64, *,
+                            session: str | None = None) -> list[dict[str, Any]]:
+        """Async form of :meth:`SvitClient.recent_events`."""
+        params: dict[str, Any] = {"process_id": process_id, "limit": limit}
+        if session:
+            params["session"] = session
+        doc = await self._call("GET", "/v1/processes/events/recent", params=params)
+        return list(doc["events"])
+
+    async def recent_messages(self, process_id: str, limit: int = 64, *,
+                              session: str | None = None) -> list[dict[str, Any]]:
+        """Async form of :meth:`SvitClient.recent_messages`."""
+        params: dict[str, Any] = {"process_id": process_id, "limit": limit}
+        if session:
+            params["session"] = session
+        doc = await self._call("GET", "/v1/processes/messages/recent", params=params)
+        return list(doc["messages"])
+
+    def events(self, process_id: str, *, after: str = "$",
+               kinds: Iterable[str] | None = None, buffer: int = 256) -> Subscription:
+        """An independent observer of ``process_id``'s signals (async iterator).
+
+        Use as ``async with client.events(pid) as sub: async for s in sub: ...``;
+        entering waits until the gateway confirmed the subscription, so
+        signals committed afterwards are all seen.
+
+        Args:
+            after: ``"$"`` (from now, default), ``"0"`` (oldest retained) or a
+                signal id to resume after.
+            kinds: only these signal kinds (``Lagged`` is always delivered).
+            buffer: signals buffered before the subscription lags (default 256).
+
+        Yields:
+            :class:`~svit_cluster.events.Signal` in stream order, or
+            :class:`~svit_cluster.events.Lagged` where signals were missed.
+
+        Raises (while iterating):
+            UnavailableError: the gateway stayed unreachable after the retries.
+            SvitError: the gateway refused the subscription (401/403/404).
+        """
+        return Subscription(self, process_id, after=after, kinds=kinds, buffer=buffer)
+
+    def outbox(self, process_id: str, *, after: str = "$", buffer: int = 256) -> Subscription:
+        """An independent observer of completed turns (``completion`` signals only)."""
+        return self.events(process_id, after=after, kinds=("completion",), buffer=buffer)
+
     async def activate(
         self, process_id: str, script: str, input: Value, *, expected_version: int,
         request_id: str | None = None,
@@ -291,3 +394,128 @@ class AsyncSvitClient(_Base):
                 return resp
         raise ConflictError(f"still conflicting after {max_attempts} attempts")
 
+
+
+class Subscription:
+    """One observer of one process over SSE: own cursor, bounded buffer, resumes.
+
+    Created by :meth:`AsyncSvitClient.events`. The background reader follows
+    the gateway's stream and reconnects after transport errors from its last
+    cursor (``Last-Event-ID``), so nothing is skipped except what it reports
+    as :class:`~svit_cluster.events.Lagged`.
+    """
+
+    def __init__(self, client: AsyncSvitClient, process_id: str, *, after: str,
+                 kinds: Iterable[str] | None, buffer: int) -> None:
+        self.client = client
+        self.process_id = process_id
+        self.cursor: str = after
+        self.kinds = ",".join(kinds) if kinds else None
+        self._feed: BoundedFeed[Signal] = BoundedFeed(buffer)
+        self._ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Subscription:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Signal | Lagged:
+        return await self._feed.get()
+
+    async def start(self) -> str:
+        """Connect and wait until the gateway confirmed the cursor; returns it.
+
+        Raises:
+            SvitError: the subscription was refused or the gateway is unreachable.
+        """
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return await asyncio.shield(self._ready)
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._stream()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except (httpx.TransportError, UnavailableError) as exc:
+                failures += 1
+                if failures >= self.client.attempts:
+                    self._fail(UnavailableError(f"event stream unavailable: "
+                                                f"{type(exc).__name__}"))
+                    return
+                await asyncio.sleep(min(self.client.max_wait_s, 0.05 * 2 ** failures))
+            except SvitError as exc:
+                self._fail(exc)
+                return
+
+    def _fail(self, exc: SvitError) -> None:
+        if not self._ready.done():
+            self._ready.set_exception(exc)
+            self._ready.exception()
+        self._feed.fail(exc)
+
+    async def _stream(self) -> None:
+        params: dict[str, Any] = {"process_id": self.process_id, "after": self.cursor}
+        if self.kinds:
+            params["kinds"] = self.kinds
+        timeout = httpx.Timeout(10.0, read=60.0)
+        async with self.client._http.stream(
+            "GET", self.client.url + "/v1/processes/events", params=params,
+            headers={**self.client.headers, "Accept": "text/event-stream"}, timeout=timeout,
+        ) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                _raise_for(resp)
+            event, eid = "", None
+            data: list[str] = []
+            async for line in resp.aiter_lines():
+                if line == "":
+                    if event or data:
+                        self._dispatch(event or "message", "\n".join(data), eid)
+                    event, data, eid = "", [], None
+                elif line.startswith(":"):
+                    continue
+                else:
+                    name, _, value = line.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if name == "event":
+                        event = value
+                    elif name == "data":
+                        data.append(value)
+                    elif name == "id":
+                        eid = value
+        raise UnavailableError("event stream ended")
+
+    def _dispatch(self, event: str, data: str, eid: str | None) -> None:
+        doc = json.loads(data) if data else {}
+        if event == "ready":
+            self.cursor = str(doc["cursor"])
+            if not self._ready.done():
+                self._ready.set_result(self.cursor)
+        elif event == "lagged":
+            lagged = Lagged(resume=str(doc["resume"]), oldest=doc.get("oldest"),
+                            source="server")
+            self.cursor = lagged.resume
+            self._feed.offer_lagged(lagged)
+        elif event == "error":
+            raise UnavailableError(str(doc.get("message", "event stream failed")))
+        else:
+            signal = Signal.from_json(doc)
+            self.cursor = signal.id
+            self._feed.offer(signal, signal.id)

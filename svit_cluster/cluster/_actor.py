@@ -43,11 +43,15 @@ def error_dict(exc: SvitError) -> dict[str, Any]:
 class ProcessActor:
     """Serves one process for one fencing token (wrapped with ``ray.remote`` by the agent).
 
+    The agent may create an actor ahead of need (a warm *spare*, with
+    ``process_id=""`` and ``token=0``) and :meth:`bind` it to a process once it
+    owns one, so that activation and failover do not wait for a new Ray worker.
+
     Args:
         config: :meth:`ClusterConfig.to_dict` output.
         host: the host this actor is pinned to.
-        process_id: the process.
-        token: the fencing token from the etcd ownership record.
+        process_id: the process ("" for a spare).
+        token: the fencing token from the etcd ownership record (0 for a spare).
         agent_name: the Ray name of this host's agent (for passivation).
     """
 
@@ -65,8 +69,31 @@ class ProcessActor:
         self._inflight = 0
         self._watchdog: asyncio.Task[None] | None = None
         self._backend: Any = None
+        self._events: Any = None
+        self._loop: Any = None  # svit_cluster.reasoning.TurnLoop, once serving
 
     # -- lifecycle --------------------------------------------------------------------
+
+    async def warm(self) -> bool:
+        """Import the data-path modules now, so a spare binds in milliseconds."""
+        import svit_cluster.events
+        import svit_cluster.lisp
+        import svit_cluster.reasoning
+        import svit_cluster.store  # noqa: F401
+
+        return True
+
+    async def bind(self, process_id: str, token: int) -> bool:
+        """Give a spare its process and fencing token (once; then call :meth:`start`).
+
+        Returns:
+            False if this actor is already bound.
+        """
+        if self.token:
+            return False
+        self.process_id = process_id
+        self.token = token
+        return True
 
     def _guard(self) -> None:
         if self._closed is not None:
@@ -92,6 +119,7 @@ class ProcessActor:
             return error_dict(exc)
 
     def _start_sync(self, create: dict[str, Any] | None) -> dict[str, Any]:
+        from svit_cluster.events import RedisEventLog
         from svit_cluster.store import RedisBackend, StoreConfig, connect
 
         client = connect(self.cfg.redis_for(self.host))
@@ -100,9 +128,13 @@ class ProcessActor:
             self.process_id,
             self.token,
             StoreConfig(max_receipts=self.cfg.max_receipts,
-                        snapshot_every=self.cfg.snapshot_every),
+                        snapshot_every=self.cfg.snapshot_every,
+                        signal_retention=self.cfg.signal_retention),
             guard=self._guard,
         )
+        self._events = RedisEventLog(client, self.process_id, self.token,
+                                     signal_retention=self.cfg.signal_retention,
+                                     guard=self._guard)
         if self.cfg.unsafe_disable_fencing:
             from svit_cluster.store.testing import disable_fencing_for_negative_control
 
@@ -133,14 +165,36 @@ class ProcessActor:
                 "restore": restore}
 
     async def serve(self) -> None:
-        """Start the passivation watchdog (called by the agent after ``start``)."""
+        """Start the passivation watchdog and the reasoning loop (called by the
+        agent after ``start``). The loop resumes pending inbox items at once."""
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().create_task(self._idle_loop())
+        if self._loop is None and self._ctrl is not None and self._closed is None:
+            from svit_cluster.reasoning import ReasonerConfig, TurnLoop, build_reasoner
+
+            rcfg = ReasonerConfig.from_dict(self.cfg.reasoner)
+            if rcfg.enabled:
+                self._loop = TurnLoop(self._ctrl, self._events, build_reasoner(rcfg),
+                                      config=rcfg, on_fenced=self._loop_fenced,
+                                      attempt_tag=str(self.token))
+                self._loop.start()
+
+    def _loop_fenced(self) -> None:
+        if self._closed is None:
+            self._closed = "fenced"
+            asyncio.get_running_loop().create_task(self._leave("fenced"))
+
+    async def _stop_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            await loop.stop()
 
     async def _idle_loop(self) -> None:
         period = max(0.05, min(1.0, self.cfg.passivate_after_s / 4))
         while self._closed is None:
             await asyncio.sleep(period)
+            if self._loop is not None and self._loop.busy:
+                self._last_used = time.monotonic()
             idle = time.monotonic() - self._last_used
             if self._inflight == 0 and idle >= self.cfg.passivate_after_s:
                 self._closed = "passivated"
@@ -162,6 +216,7 @@ class ProcessActor:
         """Stop serving at once (lease SUSPENDED/LOST or ownership lost)."""
         if self._closed is None:
             self._closed = reason
+        await self._stop_loop()
 
     # -- requests ---------------------------------------------------------------------
 
@@ -175,6 +230,7 @@ class ProcessActor:
             return await asyncio.to_thread(fn, *args, **kw)
         except FencedError as exc:
             self._closed = "fenced"
+            await self._stop_loop()
             await self._leave("fenced")
             return error_dict(exc)
         except SvitError as exc:
@@ -200,7 +256,10 @@ class ProcessActor:
             appended, version, _ = self._ctrl.append_inbox(message, dedup_key=dedup_key)
             return {"appended": appended, "version": version}
 
-        return await self._run(run)
+        result = await self._run(run)
+        if result.get("appended") and self._loop is not None:
+            self._loop.wake()
+        return result
 
     async def state(self, path: str) -> dict[str, Any]:
         """``{"value": tagged, "version"}`` from one observation."""
@@ -232,6 +291,10 @@ class ProcessActor:
     async def info(self) -> dict[str, Any]:
         """``{"process_id", "host", "token", "closed", "version"}``."""
         version = self._ctrl.process.version if self._ctrl is not None else None
+        loop = self._loop
         return {"process_id": self.process_id, "host": self.host, "token": self.token,
                 "closed": self._closed, "version": version,
-                "idle_s": time.monotonic() - self._last_used}
+                "idle_s": time.monotonic() - self._last_used,
+                "loop": None if loop is None else {
+                    "state": loop.state, "turns_completed": loop.turns_completed,
+                    "turns_failed": loop.turns_failed}}

@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import time
+import uuid
 from typing import Any
 
 from svit_cluster.cluster._actor import ProcessActor, error_dict
@@ -35,9 +36,9 @@ def agent_name(host: str) -> str:
     return f"agent:{host}"
 
 
-def actor_name(process_id: str, token: int) -> str:
-    """Ray name of the actor serving ``process_id`` under ``token`` (never reused)."""
-    return f"svit:{process_id}:{token}"
+def actor_name(host: str) -> str:
+    """A fresh, never reused Ray name for a process actor on ``host``."""
+    return f"svit:{host}:{uuid.uuid4().hex}"
 
 
 def hosts_prefix(cluster: str) -> bytes:
@@ -63,6 +64,9 @@ class HostAgent:
         self._rejoin: asyncio.Task[None] | None = None
         self.activations = 0
         self.started_at = time.time()
+        self._spares: list[tuple[str, Any]] = []  # warm, unbound process actors
+        self._refilling: asyncio.Task[None] | None = None
+        self.spare_target = 1
 
     # -- lease ---------------------------------------------------------------------------
 
@@ -71,7 +75,58 @@ class HostAgent:
         if self.lease is None:
             await self._join()
             self._rejoin = asyncio.get_running_loop().create_task(self._rejoin_loop())
+            self._refill()
         return await self.status()
+
+    # -- warm spares ---------------------------------------------------------------------
+
+    def _new_actor(self) -> tuple[str, Any]:
+        import ray
+
+        name = actor_name(self.host)
+        remote_cls: Any = ray.remote(ProcessActor)
+        handle: Any = remote_cls.options(
+            name=name,
+            namespace=self.cfg.namespace,
+            resources={host_resource(self.host): 1},
+            num_cpus=0,
+            max_restarts=0,
+            max_concurrency=64,
+            lifetime="detached",
+        ).remote(self.cfg.to_dict(), self.host, "", 0, agent_name(self.host))
+        return name, handle
+
+    def _refill(self) -> None:
+        if self._refilling is None or self._refilling.done():
+            self._refilling = asyncio.get_running_loop().create_task(self._refill_loop())
+
+    async def _refill_loop(self) -> None:
+        """Keep ``spare_target`` warm actors; a failure only costs a cold activation."""
+        while len(self._spares) < self.spare_target:
+            name, handle = self._new_actor()
+            try:
+                await asyncio.wait_for(handle.warm.remote(), timeout=60)
+            except Exception:
+                log.warning("warming a spare actor on %s failed", self.host)
+                self._kill(handle)
+                return
+            self._spares.append((name, handle))
+
+    def _take_actor(self) -> tuple[str, Any]:
+        if self._spares:
+            spare = self._spares.pop()
+            self._refill()
+            return spare
+        return self._new_actor()
+
+    @staticmethod
+    def _kill(handle: Any) -> None:
+        import ray
+
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:
+            log.exception("killing an actor failed")
 
     async def _join(self) -> None:
         from svit_cluster.ownership import HostLease, open_client
@@ -148,8 +203,8 @@ class HostAgent:
         async with lock:
             current = self.actors.get(process_id)
             if current is not None and create is None:
-                token, _handle, _own = current
-                return {"status": "serving", "actor": actor_name(process_id, token),
+                token, _handle, (_owners, own) = current
+                return {"status": "serving", "actor": own.address,
                         "host": self.host, "token": token}
             try:
                 return await self._activate(process_id, create)
@@ -158,38 +213,30 @@ class HostAgent:
 
     async def _activate(self, process_id: str, create: dict[str, Any] | None
                         ) -> dict[str, Any]:
-        import ray
-
         from svit_cluster.ownership import Owners
 
         if self.lease is None:
             raise UnavailableError(f"host {self.host} has no lease yet")
-        owners = Owners(self.lease, cluster=self.cfg.cluster, host=self.host,
-                        address=agent_name(self.host))
+        name, handle = self._take_actor()
+        # The ownership record names the actor, so routes never need a second lookup.
+        owners = Owners(self.lease, cluster=self.cfg.cluster, host=self.host, address=name)
         try:
             ownership = await owners.acquire(process_id)
         except ConflictError as exc:
+            self._spares.append((name, handle))  # unused: keep it warm
             return {"status": "owned", "host": exc.fields.get("owner_host"),
-                    "token": exc.fields.get("token")}
-        name = actor_name(process_id, ownership.token)
-        remote_cls: Any = ray.remote(ProcessActor)
-        handle: Any = remote_cls.options(
-            name=name,
-            namespace=self.cfg.namespace,
-            resources={host_resource(self.host): 1},
-            num_cpus=0,
-            max_restarts=0,
-            max_concurrency=64,
-            lifetime="detached",
-        ).remote(self.cfg.to_dict(), self.host, process_id, ownership.token,
-                 agent_name(self.host))
+                    "token": exc.fields.get("token"), "actor": exc.fields.get("owner_address")}
+        except BaseException:
+            self._spares.append((name, handle))
+            raise
         try:
+            await asyncio.wait_for(handle.bind.remote(process_id, ownership.token), timeout=60)
             result: dict[str, Any] = await asyncio.wait_for(handle.start.remote(create),
                                                             timeout=60)
         except Exception as exc:
             result = error_dict(UnavailableError(f"actor start failed: {type(exc).__name__}"))
         if "error" in result:
-            ray.kill(handle, no_restart=True)
+            self._kill(handle)
             try:
                 await owners.release(ownership)
             except SvitError:
@@ -233,6 +280,7 @@ class HostAgent:
             "actors": len(self.actors),
             "processes": sorted(self.actors),
             "activations": self.activations,
+            "spares": len(self._spares),
         }
 
     async def ping(self) -> bool:

@@ -34,6 +34,10 @@ class ClusterConfig:
             checker; process actors then commit without the fence check. It is
             never read from cluster.json, the environment or a CLI flag: only
             ``LocalCluster.up(unsafe_disable_fencing=True)`` sets it, in Python.
+        signal_retention: observer signals kept per process (default 10 000).
+        reasoner: the reasoning loop's settings
+            (``svit_cluster.reasoning.ReasonerConfig`` fields; default: the
+            simulated reasoner). May hold an API key: kept out of ``repr``.
     """
 
     cluster: str = "local"
@@ -47,6 +51,8 @@ class ClusterConfig:
     call_timeout_s: float = 5.0
     host_endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
     unsafe_disable_fencing: bool = False
+    signal_retention: int = 10_000
+    reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def namespace(self) -> str:
@@ -81,6 +87,8 @@ class ClusterConfig:
             passivate_after_s=float(doc["passivate_after_s"]),
             host_endpoints={h: v["endpoints"] for h, v in doc.get("hosts", {}).items()
                             if v.get("endpoints")},
+            signal_retention=int(doc.get("signal_retention", 10_000)),
+            reasoner=dict(doc.get("reasoner") or {}),
         )
 
     @classmethod
@@ -100,6 +108,10 @@ class ClusterConfig:
                 lease_ttl_s=int(env.get("SVIT_LEASE_TTL_S", "5")),
                 snapshot_every=int(env.get("SVIT_SNAPSHOT_EVERY", "100")),
                 passivate_after_s=float(env.get("SVIT_PASSIVATE_AFTER_S", "300")),
+                signal_retention=int(env.get("SVIT_SIGNAL_RETENTION", "10000")),
+                reasoner={k: env[f"SVIT_REASONER_{k.upper()}"]
+                          for k in ("kind", "base_url", "model", "api_key_env")
+                          if f"SVIT_REASONER_{k.upper()}" in env},
             )
         except ValueError as exc:
             raise ConfigurationError(f"bad SVIT_* setting: {exc}") from exc

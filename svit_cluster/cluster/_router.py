@@ -82,6 +82,7 @@ class RayRouter:
         self._handles: dict[str, Any] = {}
         self._placing: dict[str, asyncio.Future[Route]] = {}
         self._seen: dict[str, Route] = {}
+        self._signals: Any = None
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -151,10 +152,11 @@ class RayRouter:
             if create is not None:
                 raise ConflictError(f"process {process_id} already exists")
             owner_host, token = result.get("host"), result.get("token")
-            if owner_host is None or token is None:
+            actor = result.get("actor")
+            if owner_host is None or token is None or actor is None:
                 raise UnavailableError(f"{process_id} is owned elsewhere; retry")
-            return Route(process_id, str(owner_host), int(token))
-        route = Route(process_id, host, int(result["token"]))
+            return Route(process_id, str(owner_host), int(token), str(actor))
+        route = Route(process_id, host, int(result["token"]), str(result["actor"]))
         previous = self._seen.get(process_id)
         if previous is not None and previous.host not in self.cache.hosts and self.metrics:
             self.metrics.failovers.inc()
@@ -214,6 +216,14 @@ class RayRouter:
                                                    new_process_id))
         child = await self._place(new_process_id, {"snapshot": result["snapshot"]})
         return {"process_id": new_process_id, "host": child.host, "token": child.token}
+
+    def signal_source(self) -> Any:
+        """Signals and history, read straight from Redis (no actor, no etcd)."""
+        if self._signals is None:
+            from svit_cluster.events import RedisSignalSource
+
+            self._signals = RedisSignalSource.from_url(self.cfg.redis_url)
+        return self._signals
 
     async def health(self) -> dict[str, Any]:
         ready = self.cache.ready.is_set()

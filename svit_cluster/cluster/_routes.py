@@ -22,15 +22,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """Where a process is served: host, token (create revision), actor name."""
+    """Where a process is served: host, token (create revision), Ray actor name.
+
+    The actor name comes from the ownership record, so a new owner's actor never
+    shares a name with an earlier owner's actor still registered on a dead node.
+    """
 
     process_id: str
     host: str
     token: int
-
-    @property
-    def actor(self) -> str:
-        return f"svit:{self.process_id}:{self.token}"
+    actor: str
 
 
 class RouteCache:
@@ -83,10 +84,11 @@ class RouteCache:
                 self.routes.pop(pid, None)
             else:
                 try:
-                    host = str(json.loads(value)["host"])
+                    record = json.loads(value)
+                    host, actor = str(record["host"]), str(record["address"])
                 except (ValueError, KeyError, TypeError):
                     return
-                self.routes[pid] = Route(pid, host, create_revision)
+                self.routes[pid] = Route(pid, host, create_revision, actor)
         elif key.startswith(self._hosts_p):
             host = key[len(self._hosts_p):].decode()
             if value is None:

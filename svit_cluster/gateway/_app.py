@@ -24,7 +24,9 @@ from svit_cluster.control import ControlRequest, ControlResponse, decode_request
 from svit_cluster.errors import ErrorCode, FencedError, InvalidInput, SvitError, UnavailableError
 from svit_cluster.gateway._auth import BearerAuthMiddleware, Principal, TokenStore, authorize
 from svit_cluster.gateway._bytecap import DEFAULT_MAX_REQUEST_BYTES, ByteCapMiddleware
+from svit_cluster.gateway._deadletters import dead_letters_router
 from svit_cluster.gateway._errors import error_response, from_exception
+from svit_cluster.gateway._events import events_router
 from svit_cluster.gateway._metrics import GatewayMetrics
 from svit_cluster.gateway._router import Router
 from svit_cluster.process import (
@@ -43,7 +45,7 @@ from svit_cluster.process import Limits as _Limits
 __all__ = ["CAPABILITIES", "create_app"]
 
 #: Optional behaviours this gateway offers (negotiated by ``initialize``).
-CAPABILITIES: tuple[str, ...] = ("host-api", "fenced-receipts")
+CAPABILITIES: tuple[str, ...] = ("host-api", "fenced-receipts", "events")
 IMPLEMENTATION = {"name": "svit-cluster", "version": __version__}
 
 
@@ -108,6 +110,7 @@ def create_app(
     *,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     metrics: GatewayMetrics | None = None,
+    redis_url: str | None = None,
 ) -> Any:
     """Build the gateway ASGI app.
 
@@ -116,6 +119,8 @@ def create_app(
         tokens: accepted bearer tokens (hashed).
         max_request_bytes: body cap in bytes (default 1 MiB).
         metrics: a metrics registry; a fresh one by default.
+        redis_url: the commit log's Redis, for the admin dead-letter routes
+            (``/v1/admin/dead-letters``); None: they answer 503.
 
     Returns:
         The ASGI app (byte cap -> auth -> FastAPI routes).
@@ -128,6 +133,8 @@ def create_app(
     )
     api.state.metrics = m
     api.state.router = router
+    api.include_router(dead_letters_router(redis_url))
+    api.include_router(events_router(router))
 
     @api.exception_handler(RequestValidationError)
     async def _bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -9,11 +9,21 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
-from svit_cluster.control import ControlRequest, ControlResponse, MemoryBackend, ProcessController
+from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
 from svit_cluster.errors import ErrorCode, InvalidInput, NotFound
+from svit_cluster.events import (
+    MemoryEventLog,
+    MemorySignals,
+    SignalingMemoryBackend,
+    SignalSource,
+)
 from svit_cluster.process import Process, Script, Value
+
+if TYPE_CHECKING:
+    from svit_cluster.reasoning import Reasoner, ReasonerConfig, TurnLoop
 
 __all__ = ["LocalRouter", "ProcessInfo", "Router"]
 
@@ -57,14 +67,54 @@ class Router(Protocol):
         """``{"ok": bool, ...details}``."""
         ...
 
+    def signal_source(self) -> SignalSource:
+        """Where observers read signals and canonical history (never the owner's path)."""
+        ...
+
 
 class LocalRouter:
-    """In-memory router: one :class:`ProcessController` per process, no durability."""
+    """In-memory router: one :class:`ProcessController` per process, no durability.
 
-    def __init__(self, max_receipts: int = 256) -> None:
+    Signals are kept in memory (:class:`~svit_cluster.events.MemorySignals`).
+    With ``reasoner`` (a factory), each process also runs the reasoning loop.
+
+    Args:
+        max_receipts: receipts kept per process (default 256).
+        reasoner: ``() -> Reasoner``; None (default) runs no reasoning loop.
+        reasoner_config: loop bounds (``ReasonerConfig``; defaults otherwise).
+    """
+
+    def __init__(self, max_receipts: int = 256, *,
+                 reasoner: Callable[[], Reasoner] | None = None,
+                 reasoner_config: ReasonerConfig | None = None) -> None:
         self._controllers: dict[str, ProcessController] = {}
         self._max_receipts = max_receipts
         self._lock = asyncio.Lock()
+        self.signals = MemorySignals()
+        self._reasoner = reasoner
+        self._reasoner_config = reasoner_config
+        self.loops: dict[str, TurnLoop] = {}
+
+    def _controller(self, proc: Process) -> ProcessController:
+        ctrl = ProcessController(
+            proc, SignalingMemoryBackend(self.signals, proc.id, self._max_receipts))
+        if self._reasoner is not None:
+            from svit_cluster.reasoning import TurnLoop
+
+            loop = TurnLoop(ctrl, MemoryEventLog(self.signals, proc.id), self._reasoner(),
+                            config=self._reasoner_config)
+            self.loops[proc.id] = loop
+            loop.start()
+        return ctrl
+
+    def signal_source(self) -> SignalSource:
+        return self.signals
+
+    async def aclose(self) -> None:
+        """Stop every reasoning loop."""
+        for loop in list(self.loops.values()):
+            await loop.stop()
+        self.loops.clear()
 
     def _get(self, process_id: str) -> ProcessController:
         ctrl = self._controllers.get(process_id)
@@ -84,9 +134,7 @@ class LocalRouter:
                 raise InvalidInput(f"process {process_id[:200]} already exists",
                                    code=ErrorCode.CONFLICT)
             proc = Process.create(process_id, memory=memory, scripts=dict(scripts))
-            self._controllers[process_id] = ProcessController(
-                proc, MemoryBackend(self._max_receipts)
-            )
+            self._controllers[process_id] = self._controller(proc)
         return {"process_id": process_id, "version": proc.version, "root_hash": proc.root_hash}
 
     async def inbox(self, process_id: str, message: Value, dedup_key: str | None
@@ -94,6 +142,9 @@ class LocalRouter:
         ctrl = self._get(process_id)
         appended, version, _ = await asyncio.to_thread(ctrl.append_inbox, message,
                                                        dedup_key=dedup_key)
+        loop = self.loops.get(process_id)
+        if appended and loop is not None:
+            loop.wake()
         return {"appended": appended, "version": version}
 
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
@@ -112,9 +163,7 @@ class LocalRouter:
                                    code=ErrorCode.CONFLICT)
             with ctrl.locked():
                 child = ctrl.process.fork(new_process_id)
-            self._controllers[new_process_id] = ProcessController(
-                child, MemoryBackend(self._max_receipts)
-            )
+            self._controllers[new_process_id] = self._controller(child)
         return {"process_id": new_process_id, "version": child.version,
                 "root_hash": child.root_hash}
 

@@ -64,6 +64,8 @@ class ClusterSpec:
         passivate_after_s: idle seconds before an actor passivates (default 300).
         max_request_bytes: gateway body cap (default 1 MiB).
         cluster: cluster name (etcd prefix ``/svit/<cluster>/``).
+        dispatchers: outbox dispatcher worker processes to start (default 1, 0..16).
+        dispatch_options: ``DispatchConfig`` options for them (see svit_cluster.dispatch).
     """
 
     state_dir: Path
@@ -73,6 +75,8 @@ class ClusterSpec:
     passivate_after_s: float = 300.0
     max_request_bytes: int = 1024 * 1024
     cluster: str = "local"
+    dispatchers: int = 1
+    dispatch_options: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> ClusterSpec:
         if not 1 <= self.hosts <= 16:
@@ -81,6 +85,8 @@ class ClusterSpec:
             raise ConfigurationError("lease TTL must be 1..300 seconds")
         if self.snapshot_every < 1 or self.passivate_after_s <= 0:
             raise ConfigurationError("snapshot_every and passivate_after_s must be positive")
+        if not 0 <= self.dispatchers <= 16:
+            raise ConfigurationError("dispatchers must be in 0..16")
         return self
 
 
@@ -218,6 +224,9 @@ class LocalCluster:
         self.doc["gateway"] = {"pid": gateway.pid, "url": url, "port": gw_port}
         self._save()
         self.wait_healthy(timeout_s=90.0)
+        from svit_cluster.dispatch._local import start_dispatchers
+
+        start_dispatchers(self, self.spec.dispatchers, self.spec.dispatch_options, progress)
 
     def _agents_args(self) -> list[str]:
         if self._unsafe_disable_fencing:
@@ -346,6 +355,9 @@ class LocalCluster:
 
     def down(self, *, progress: Progress = lambda _m: None) -> None:
         """Stop every recorded component by PID, newest first, and forget the cluster."""
+        from svit_cluster.dispatch._local import stop_dispatchers
+
+        stop_dispatchers(self, progress)
         gw = self.doc.get("gateway")
         if gw:
             progress("stopping gateway")

@@ -17,6 +17,7 @@ __all__ = ["DEFAULT_PREFIX", "ProcessKeys", "receipt_field"]
 
 DEFAULT_PREFIX = "svit"
 _PREFIX = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+_SESSION = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
 def receipt_field(tenant: str, client_id: str, request_id: str) -> bytes:
@@ -88,8 +89,32 @@ class ProcessKeys:
         """Hash ``{data, version, position, chain_head, root_hash, token}``."""
         return self._key("snapshot")
 
+    @property
+    def signals(self) -> str:
+        """Stream of observer signals (``committed``, ``canonical_event``, ``message``,
+        ``completion``, ``failed``), capped with ``MAXLEN ~``; see ``svit_cluster.events``."""
+        return self._key("signals")
+
+    @property
+    def session(self) -> str:
+        """String: the id of the process's current reasoning session."""
+        return self._key("session")
+
+    def events(self, session: str) -> str:
+        """Stream of one session's canonical events; entry id ``<seq>-0``.
+
+        Raises:
+            InvalidInput: ``session`` is not ``[A-Za-z0-9_.-]{1,64}``.
+        """
+        if type(session) is not str or not _SESSION.fullmatch(session):
+            raise InvalidInput("session id must match [A-Za-z0-9_.-]{1,64}")
+        return self._key(f"events:{session}")
+
     def all(self) -> tuple[str, ...]:
-        """Every key of the process (for deletion in tests and tools)."""
+        """Every fixed key of the process (for deletion in tests and tools).
+
+        The per-session event logs (:meth:`events`) are not included.
+        """
         return (
             self.stream,
             self.head,
@@ -98,4 +123,6 @@ class ProcessKeys:
             self.receipts_order,
             self.outbox,
             self.snapshot,
+            self.signals,
+            self.session,
         )

@@ -8,9 +8,10 @@ process must still be serialized by its owner, as the process itself is.
 
 Guarantees, per call:
 
-* **commit** -- on success the record, its receipt, its outbox intents and the
-  new head are stored together, in one Lua script, under a token no lower than
-  the fence. On ``FencedError``/``ConflictError``/``NotFound`` nothing was
+* **commit** -- on success the record, its receipt, its outbox intents, the
+  new head and the ``committed`` signal (plus, for an inbox acknowledge, its
+  ``completion`` signal) are stored together, in one Lua script, under a token
+  no lower than the fence. On ``FencedError``/``ConflictError``/``NotFound`` nothing was
   stored. On ``UnavailableError`` with ``fields["outcome"] == "unknown"`` the
   commit may or may not have happened: retrying the *same request id* is safe
   (the receipt replays); re-sealing and committing anew is not (it conflicts
@@ -24,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,8 @@ class StoreConfig:
             snapshot reach this many bytes (default 4 MiB).
         trim_margin: stream entries kept *below* a new snapshot when trimming
             (default 16; 0 keeps none).
+        signal_retention: observer signals kept per process (``XADD MAXLEN ~``,
+            so Redis may keep a few more), ``16..10_000_000`` (default 10 000).
 
     Raises:
         ConfigurationError: a value is out of range.
@@ -91,6 +94,7 @@ class StoreConfig:
     snapshot_every: int = 64
     snapshot_max_tail_bytes: int = 4 * 1024 * 1024
     trim_margin: int = 16
+    signal_retention: int = 10_000
 
     def __post_init__(self) -> None:
         validate_receipt_limit(self.max_receipts)
@@ -100,6 +104,10 @@ class StoreConfig:
                 raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
         if type(self.trim_margin) is not int or self.trim_margin < 0:
             raise ConfigurationError(f"trim_margin must be >= 0, got {self.trim_margin!r}")
+        if (type(self.signal_retention) is not int
+                or not 16 <= self.signal_retention <= 10_000_000):
+            raise ConfigurationError(
+                f"signal_retention must be in 16..10000000, got {self.signal_retention!r}")
 
 
 def _status(reply: Any) -> tuple[str, list[bytes]]:
@@ -139,7 +147,8 @@ class RedisBackend:
         self._client = client
         self._scripts = Scripts.register(client)
         k = self.keys
-        self._commit_keys = (k.stream, k.head, k.fence, k.receipts, k.receipts_order, k.outbox)
+        self._commit_keys = (k.stream, k.head, k.fence, k.receipts, k.receipts_order, k.outbox,
+                             k.signals)
         self._guard = guard
         self._lock = threading.Lock()
         self._limits: Limits | None = None
@@ -227,13 +236,26 @@ class RedisBackend:
 
     # -- commit (CommitBackend) -------------------------------------------------------
 
+    #: This backend appends observer signals with every commit and accepts a
+    #: ``completion`` (see ``svit_cluster.events.CompletionBackend``).
+    emits_signals = True
+
     def commit(
         self,
         transition: Transition,
         receipt: Receipt | None = None,
         intents: Sequence[dict[str, Any]] = (),
+        *,
+        completion: Mapping[str, Any] | None = None,
     ) -> None:
         """Durably commit ``transition`` with its receipt and outbox intents, atomically.
+
+        The same script appends the ``committed`` signal (the transition's
+        :class:`~svit_cluster.process.Change`: version, sorted changed paths,
+        content hashes; no values) to the process's signal stream, and then,
+        if ``completion`` is given (an inbox acknowledge that ends a turn), the
+        ``completion`` signal, so a completion exists if and only if its
+        acknowledge committed.
 
         Host operations pass no receipt. After every ``snapshot_every`` commits
         (or ``snapshot_max_tail_bytes`` of records) a snapshot of the new state
@@ -271,6 +293,11 @@ class RedisBackend:
             self.config.max_receipts,
             rec.process_version_after,
         ]
+        change = transition.change
+        args.append(self.config.signal_retention)
+        args.append(canonical_json({"version": change.version, "paths": list(change.paths),
+                                    "hashes": dict(change.hashes)}))
+        args.append(b"" if completion is None else canonical_json(dict(completion)))
         args.extend(canonical_json(intent) for intent in intents)
         with redis_boundary("commit", self.process_id, outcome="unknown"):
             reply = self._scripts.commit(keys=self._commit_keys, args=args)

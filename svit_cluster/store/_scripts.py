@@ -49,9 +49,13 @@ local function store_receipt(hash_key, order_key, field, value, max)
 end
 """
 
-# KEYS: stream, head, fence, receipts, receipts_order, outbox
+# KEYS: stream, head, fence, receipts, receipts_order, outbox, signals
 # ARGV: token, base_version, base_hash, record, event_hash, root_hash, position,
-#       receipt_field ('' = none), receipt_value, max_receipts, new_version, intents...
+#       receipt_field ('' = none), receipt_value, max_receipts, new_version,
+#       signal_retention, change_json, completion_json ('' = none), intents...
+# The ``committed`` signal (and, for an inbox acknowledge, the ``completion``
+# signal right after it) is appended with the transaction, so observers see
+# exactly the committed versions, in commit order (svit_cluster.events).
 _COMMIT_BODY = """
 local token = ARGV[1]
 local fence_raw, fence_ok = fence_check(KEYS[3], token)
@@ -65,6 +69,10 @@ end
 if head[1] ~= ARGV[2] or head[2] ~= ARGV[3] then
   return {'conflict', head[1], head[2]}
 end
+local signals_type = redis.call('TYPE', KEYS[7]).ok
+if signals_type ~= 'none' and signals_type ~= 'stream' then
+  return {'corrupt', 'signals key is a ' .. signals_type}
+end
 local new_version = ARGV[11]
 local added = redis.pcall('XADD', KEYS[1], new_version .. '-0',
   'record', ARGV[4], 'token', token, 'version', new_version)
@@ -75,11 +83,17 @@ raise_fence(KEYS[3], fence_raw, token)
 if ARGV[8] ~= '' then
   store_receipt(KEYS[4], KEYS[5], ARGV[8], ARGV[9], ARGV[10])
 end
-for i = 12, #ARGV do
+for i = 15, #ARGV do
   redis.call('XADD', KEYS[6], '*', 'intent', ARGV[i], 'version', new_version)
 end
 redis.call('HSET', KEYS[2], 'version', new_version, 'chain_head', ARGV[5],
   'root_hash', ARGV[6], 'position', ARGV[7], 'token', token)
+redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[12], '*', 'kind', 'committed',
+  'token', token, 'data', ARGV[13])
+if ARGV[14] ~= '' then
+  redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[12], '*', 'kind', 'completion',
+    'token', token, 'data', ARGV[14])
+end
 return {'ok', new_version}
 """
 

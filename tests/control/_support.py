@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-
 COUNTER = """(define (main input)
   (let ((count (+ (read "/memory/count") (value-get input "/by"))))
     (do

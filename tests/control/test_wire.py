@@ -207,7 +207,7 @@ def _mutations(doc: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
         node: Any = out
         for key in path:
             node = node[key]
-        key = draw(st.sampled_from(sorted(node) + ["zz"]))
+        key = draw(st.sampled_from([*sorted(node), "zz"]))
         if draw(st.booleans()):
             node[key] = draw(json_doc)
         else:

@@ -1,0 +1,86 @@
+"""svit_chaos: the chaos harness of svit_cluster (issue 7), a library and a command.
+
+Public names, by importance:
+
+* :func:`run`, :class:`RunConfig`, :class:`RunOutcome` -- a whole run (cluster
+  behind proxies, workload, nemesis schedule, heal, dump, check, report).
+* :func:`check`, :class:`CheckResult`, :class:`Anomaly`, :data:`DEFAULT_INVARIANTS`
+  -- the checker; invariants are pluggable ``Context -> Iterable[Anomaly]``.
+* :class:`HistoryWriter`, :func:`read_history` -- the JSONL history.
+* :class:`StoredLogs`, :func:`dump_processes`, :func:`read_logs`,
+  :func:`write_logs` -- the dumped commit logs.
+* :class:`NemesisSpec`, :class:`Schedule`, :func:`build_schedule`,
+  :class:`NemesisRunner`, :class:`FaultTarget` -- faults.
+* :class:`ProxyHub`, :class:`TcpProxy`, :class:`LinkMode` -- per-host TCP proxies.
+* :class:`Workload`, :class:`WorkloadConfig` -- the clients.
+* :class:`StoreObserver`, :class:`StaleWriter` -- fence watcher and stale owner.
+* :class:`ManualClock`, :class:`MonotonicClock` -- injectable clocks.
+* :class:`HarnessError` -- the harness failed (the run is inconclusive).
+
+The command is ``svit-chaos`` (:mod:`svit_chaos.cli`).
+"""
+
+from .checker import DEFAULT_INVARIANTS, Anomaly, CheckResult, Context, Invariant, check
+from .clock import Clock, ManualClock, MonotonicClock
+from .cluster import ChaosCluster, LaunchSpec, local_launcher
+from .errors import HarnessError, HistoryError
+from .history import HistoryWriter, read_history, write_history
+from .logs import StoredLogs, dump_processes, read_logs, write_logs
+from .nemesis import (
+    SCENARIOS,
+    FaultTarget,
+    NemesisRunner,
+    NemesisSpec,
+    Schedule,
+    Window,
+    build_schedule,
+    random_schedule,
+)
+from .observer import StoreObserver
+from .proxy import LinkMode, ProxyHub, TcpProxy
+from .run import RunConfig, RunOutcome, run
+from .stale import StaleWriter
+from .workload import SCRIPT, Workload, WorkloadConfig
+
+__all__ = [
+    "DEFAULT_INVARIANTS",
+    "SCENARIOS",
+    "SCRIPT",
+    "Anomaly",
+    "ChaosCluster",
+    "CheckResult",
+    "Clock",
+    "Context",
+    "FaultTarget",
+    "HarnessError",
+    "HistoryError",
+    "HistoryWriter",
+    "Invariant",
+    "LaunchSpec",
+    "LinkMode",
+    "ManualClock",
+    "MonotonicClock",
+    "NemesisRunner",
+    "NemesisSpec",
+    "ProxyHub",
+    "RunConfig",
+    "RunOutcome",
+    "Schedule",
+    "StaleWriter",
+    "StoreObserver",
+    "StoredLogs",
+    "TcpProxy",
+    "Window",
+    "Workload",
+    "WorkloadConfig",
+    "build_schedule",
+    "check",
+    "dump_processes",
+    "local_launcher",
+    "random_schedule",
+    "read_history",
+    "read_logs",
+    "run",
+    "write_history",
+    "write_logs",
+]

@@ -1,0 +1,841 @@
+"""The checker: proves the run's guarantees from the history and the stored logs.
+
+Pure functions, no I/O. :func:`check` builds a :class:`Context` (operations
+folded from the history, one merged chain of entries per process) and runs a
+list of **pluggable invariants**; each is a function ``Context -> Iterable[Anomaly]``
+registered under a name. The defaults follow DESIGN.md §4 and issue 7:
+
+1. ``chain`` -- one chain per process: versions 1..N, no gap, no fork, every
+   record decodes, continues the hash chain and matches the stored head.
+2. ``acked`` -- every acknowledged commit is stored at the version it was
+   acknowledged with (the request id in that entry's ``/memory/last`` write).
+3. ``unique`` -- no request key commits twice.
+4. ``tokens`` -- no entry carries a token below a token that had already
+   claimed the process: tokens never decrease in version order (snapshots
+   included), none exceeds the final fence, and none is below a fence the
+   observer saw while the head was below that entry.
+5. ``restore`` -- every snapshot plus its tail replays (no guest code) to the
+   stored head's version, chain head and root hash, and the state read through
+   the gateway after healing agrees.
+6. ``memory`` -- per process, ``acked <= final /memory/count <= acked + unknown``.
+
+Two more default checks close the loop: ``refused`` (an operation reported as
+definitely failed never commits) and ``phantom`` (no committed request id was
+never invoked). A later issue adds ``outbox`` (intents dispatched at least
+once); pass ``invariants=DEFAULT_INVARIANTS + (("outbox", fn),)``.
+
+Verdict: ``fail`` on any anomaly; otherwise ``inconclusive`` if the harness
+reported an error or something could not be verified (for example an
+acknowledged version trimmed before the observer copied it); else ``pass``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from svit_cluster.errors import SvitError
+from svit_cluster.process import GENESIS_HASH, Process, Transaction
+
+from .history import Event
+from .logs import ProcessLog, SnapshotRecord, StoredEntry, StoredLogs
+
+__all__ = [
+    "DEFAULT_INVARIANTS",
+    "RID_PATH",
+    "Anomaly",
+    "ChainEntry",
+    "CheckResult",
+    "Context",
+    "Invariant",
+    "Op",
+    "Unverified",
+    "check",
+    "check_acked",
+    "check_chain",
+    "check_memory",
+    "check_phantom",
+    "check_refused",
+    "check_restore",
+    "check_tokens",
+    "check_unique",
+]
+
+#: Where the workload script writes the request id of each activation.
+RID_PATH = "/memory/last"
+#: Where it keeps the number of activations.
+COUNT_PATH = "/memory/count"
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """One violated guarantee, with everything needed to find it.
+
+    Attributes:
+        invariant: the invariant's registered name (``chain``, ``tokens``, ...).
+        process: the process, or None for run-wide anomalies.
+        message: what is wrong, in one sentence.
+        versions, tokens: the versions and fencing tokens involved.
+        lines: history line numbers involved (invoke/ok/fence events).
+    """
+
+    invariant: str
+    process: str | None
+    message: str
+    versions: tuple[int, ...] = ()
+    tokens: tuple[int, ...] = ()
+    lines: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"invariant": self.invariant, "process": self.process, "message": self.message,
+                "versions": list(self.versions), "tokens": list(self.tokens),
+                "lines": list(self.lines)}
+
+
+@dataclass(frozen=True, slots=True)
+class Unverified:
+    """Something the checker could not prove either way (makes a run inconclusive)."""
+
+    invariant: str
+    process: str | None
+    message: str
+    lines: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"invariant": self.invariant, "process": self.process, "message": self.message,
+                "lines": list(self.lines)}
+
+
+@dataclass
+class Op:
+    """One operation folded from its ``invoke`` and completion events.
+
+    ``outcome`` is ``ok``, ``fail``, ``info`` (unknown) or ``pending`` (invoked,
+    never completed: the harness stopped first; counted as unknown).
+    """
+
+    rid: str
+    process: str
+    client: str
+    invoke_line: int
+    t_invoke: float
+    expected: int | None = None
+    outcome: str = "pending"
+    end_line: int | None = None
+    t_end: float | None = None
+    version: int | None = None
+    token: int | None = None
+    code: str | None = None
+
+    @property
+    def lines(self) -> tuple[int, ...]:
+        return (self.invoke_line,) if self.end_line is None else (self.invoke_line, self.end_line)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainEntry:
+    """One version of the merged chain of a process."""
+
+    version: int
+    token: int
+    raw: bytes
+    record: Transaction | None
+    rid: str | None
+    sources: frozenset[str]
+
+
+@dataclass
+class Context:
+    """What every invariant reads: history, logs, folded operations, merged chains.
+
+    Invariants may also append to :attr:`unverified`.
+    """
+
+    history: Sequence[Event]
+    logs: StoredLogs
+    ops: dict[str, Op] = field(default_factory=dict)
+    ops_by_process: dict[str, list[Op]] = field(default_factory=lambda: defaultdict(list))
+    chains: dict[str, dict[int, ChainEntry]] = field(default_factory=dict)
+    fences: list[Event] = field(default_factory=list)
+    finals: dict[str, Event] = field(default_factory=dict)
+    unverified: list[Unverified] = field(default_factory=list)
+    history_problems: list[Anomaly] = field(default_factory=list)
+    merge_problems: list[Anomaly] = field(default_factory=list)
+    _restored: dict[str, Process | None] = field(default_factory=dict)
+
+    @property
+    def processes(self) -> list[str]:
+        """Every process named by the history or the logs, sorted."""
+        return sorted(set(self.ops_by_process) | set(self.logs.processes))
+
+    def log(self, process: str) -> ProcessLog:
+        return self.logs.processes.get(process) or ProcessLog(process)
+
+    def chain(self, process: str) -> dict[int, ChainEntry]:
+        return self.chains.get(process, {})
+
+    def where(self, process: str, rid: str) -> list[ChainEntry]:
+        """The entries of ``process`` whose request id is ``rid``, in version order."""
+        return [e for _, e in sorted(self.chain(process).items()) if e.rid == rid]
+
+    def restored(self, process: str) -> Process | None:
+        """The process rebuilt from its newest replayable snapshot up to the stored head."""
+        if process not in self._restored:
+            log = self.log(process)
+            found: Process | None = None
+            if log.head is not None:
+                for snap in sorted(log.snapshots, key=lambda s: -s.version):
+                    if snap.version > log.head.version:
+                        continue
+                    result = _replay(process, snap, self.chain(process), log.head.version,
+                                     _base(log))
+                    if isinstance(result, Process):
+                        found = result
+                        break
+            self._restored[process] = found
+        return self._restored[process]
+
+    def acked_at(self, process: str, version: int) -> list[Op]:
+        return [op for op in self.ops_by_process.get(process, ())
+                if op.outcome == "ok" and op.version == version]
+
+
+Invariant = Callable[[Context], Iterable[Anomaly]]
+
+
+@dataclass
+class CheckResult:
+    """The checker's answer: verdict, anomalies, what it could not verify, statistics."""
+
+    verdict: str
+    anomalies: list[Anomaly]
+    unverified: list[Unverified]
+    stats: dict[str, Any]
+    harness_errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "pass"
+
+    def by_invariant(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for a in self.anomalies:
+            counts[a.invariant] += 1
+        return dict(counts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "anomalies": [a.to_json() for a in self.anomalies],
+            "anomalies_by_invariant": self.by_invariant(),
+            "unverified": [u.to_json() for u in self.unverified],
+            "stats": self.stats,
+            "harness_errors": list(self.harness_errors),
+        }
+
+
+# -- building the context ------------------------------------------------------------------
+
+
+def rid_of(record: Transaction, path: str = RID_PATH) -> str | None:
+    """The request id the workload wrote at ``path`` in this record, if any."""
+    for m in record.mutations:
+        if m.op == "set" and m.path == path and isinstance(m.value, str):
+            return m.value
+    return None
+
+
+def _fold_ops(ctx: Context) -> None:
+    for ev in ctx.history:
+        kind = ev.get("kind")
+        line = int(ev.get("line", 0))
+        if kind == "fence":
+            ctx.fences.append(ev)
+            continue
+        if kind == "final" and isinstance(ev.get("process"), str):
+            ctx.finals[ev["process"]] = ev
+            continue
+        if kind not in ("invoke", "ok", "fail", "info"):
+            continue
+        rid = ev.get("rid")
+        if not isinstance(rid, str):
+            ctx.history_problems.append(Anomaly("history", ev.get("process"),
+                                                f"{kind} event without a request id",
+                                                lines=(line,)))
+            continue
+        if kind == "invoke":
+            if rid in ctx.ops:
+                ctx.history_problems.append(Anomaly(
+                    "history", ev.get("process"), f"request id {rid} invoked twice",
+                    lines=(ctx.ops[rid].invoke_line, line)))
+                continue
+            op = Op(rid=rid, process=str(ev.get("process")), client=str(ev.get("client")),
+                    invoke_line=line, t_invoke=float(ev["t"]),
+                    expected=ev.get("expected"))
+            ctx.ops[rid] = op
+            ctx.ops_by_process[op.process].append(op)
+            continue
+        op2 = ctx.ops.get(rid)
+        if op2 is None or op2.outcome != "pending":
+            ctx.history_problems.append(Anomaly(
+                "history", ev.get("process"),
+                f"{kind} for request id {rid} without a pending invoke", lines=(line,)))
+            continue
+        op2.outcome = kind
+        op2.end_line = line
+        op2.t_end = float(ev["t"])
+        version = ev.get("version")
+        op2.version = version if isinstance(version, int) else None
+        token = ev.get("token")
+        op2.token = token if isinstance(token, int) else None
+        op2.code = ev.get("outcome") or ev.get("code") or ev.get("error")
+
+
+def _decode(raw: bytes) -> Transaction | None:
+    try:
+        return Transaction.decode(raw)
+    except SvitError:
+        return None
+
+
+def _merge(ctx: Context, rid_path: str) -> None:
+    for process, log in ctx.logs.processes.items():
+        chain: dict[int, ChainEntry] = {}
+        snap = log.final_snapshot
+        snap_version = snap.version if snap is not None else 0
+        for version in sorted(set(log.entries) | set(log.collected)):
+            final = log.entries.get(version)
+            seen = log.collected.get(version)
+            if final is not None and seen is not None and (
+                final.record != seen.record or final.token != seen.token
+            ):
+                ctx.merge_problems.append(Anomaly(
+                    "chain", process,
+                    f"version {version} changed after it was committed: the observer copied "
+                    f"an entry with token {seen.token}, the store now holds one with token "
+                    f"{final.token} (a lost or overwritten commit)",
+                    versions=(version,), tokens=(seen.token, final.token),
+                    lines=tuple(op.end_line or op.invoke_line
+                                for op in ctx.acked_at(process, version))))
+            if final is None and seen is not None and version > snap_version:
+                ctx.merge_problems.append(Anomaly(
+                    "chain", process,
+                    f"entry at version {version} (token {seen.token}) was committed and later "
+                    f"disappeared from the stream above the snapshot at {snap_version}",
+                    versions=(version,), tokens=(seen.token,),
+                    lines=tuple(op.end_line or op.invoke_line
+                                for op in ctx.acked_at(process, version))))
+            entry: StoredEntry = final if final is not None else seen  # type: ignore[assignment]
+            record = _decode(entry.record)
+            sources = frozenset(s for s, e in (("final", final), ("collected", seen))
+                                if e is not None)
+            chain[version] = ChainEntry(version, entry.token, entry.record, record,
+                                        rid_of(record, rid_path) if record else None, sources)
+        ctx.chains[process] = chain
+
+
+def build_context(history: Sequence[Event], logs: StoredLogs, *,
+                  rid_path: str = RID_PATH) -> Context:
+    """Fold the history into operations and merge each process's entries."""
+    ctx = Context(history=history, logs=logs)
+    _fold_ops(ctx)
+    _merge(ctx, rid_path)
+    return ctx
+
+
+# -- invariants ---------------------------------------------------------------------------
+
+
+def _op_lines(ops: Iterable[Op]) -> tuple[int, ...]:
+    return tuple(sorted({line for op in ops for line in op.lines}))
+
+
+def check_chain(ctx: Context) -> Iterator[Anomaly]:
+    """(1) One chain of versions 1..N per process: no gap, no fork; hashes link."""
+    yield from ctx.history_problems
+    yield from ctx.merge_problems
+    for process in ctx.processes:
+        log = ctx.log(process)
+        chain = ctx.chain(process)
+        for message in log.problems:
+            yield Anomaly("chain", process, f"malformed stored data: {message}")
+        acked: dict[int, list[Op]] = defaultdict(list)
+        for op in ctx.ops_by_process.get(process, ()):
+            if op.outcome == "ok" and op.version is not None:
+                acked[op.version].append(op)
+        for version, ops in sorted(acked.items()):
+            rids = sorted({op.rid for op in ops})
+            if len(rids) > 1:
+                yield Anomaly("chain", process,
+                              f"fork: {len(rids)} different requests acknowledged at version "
+                              f"{version}: {', '.join(rids)}",
+                              versions=(version,), lines=_op_lines(ops))
+        head = log.head
+        if head is None:
+            if chain:
+                yield Anomaly("chain", process, "stream entries exist but the head does not",
+                              versions=tuple(sorted(chain))[:5])
+            continue
+        snap = log.final_snapshot
+        base = snap.version if snap is not None else 0
+        missing = [v for v in range(base + 1, head.version + 1) if v not in log.entries]
+        if missing:
+            yield Anomaly("chain", process,
+                          f"gap: the stream lacks version(s) {_ranges(missing)} between the "
+                          f"snapshot at {base} and the head at {head.version}",
+                          versions=tuple(missing[:20]),
+                          lines=_op_lines(op for v in missing for op in acked.get(v, ())))
+        beyond = [v for v in chain if v > head.version]
+        if beyond:
+            yield Anomaly("chain", process,
+                          f"version(s) {_ranges(sorted(beyond))} stored beyond the head "
+                          f"{head.version}", versions=tuple(sorted(beyond)[:20]))
+        unknown = [v for v in range(1, min(base, head.version) + 1) if v not in chain]
+        if unknown:
+            ctx.unverified.append(Unverified(
+                "chain", process,
+                f"versions {_ranges(unknown)} were trimmed before the observer copied them"))
+        snaps = {s.version: s for s in log.snapshots}
+        for version in sorted(chain):
+            entry = chain[version]
+            rec = entry.record
+            if rec is None:
+                yield Anomaly("chain", process, f"the record at version {version} does not "
+                              "decode or its event hash does not verify",
+                              versions=(version,), tokens=(entry.token,))
+                continue
+            if rec.address != process or rec.process_version_after != version:
+                yield Anomaly("chain", process,
+                              f"entry {version} holds the record of {rec.address} version "
+                              f"{rec.process_version_after}",
+                              versions=(version,), tokens=(entry.token,))
+                continue
+            prev = chain.get(version - 1)
+            if version == 1:
+                expected_prev: str | None = GENESIS_HASH
+            elif prev is not None and prev.record is not None:
+                expected_prev = prev.record.event_hash
+            elif version - 1 in snaps:
+                expected_prev = snaps[version - 1].chain_head
+            else:
+                expected_prev = None
+            if expected_prev is not None and rec.previous_hash != expected_prev:
+                yield Anomaly("chain", process,
+                              f"hash chain breaks between versions {version - 1} and {version}",
+                              versions=(version - 1, version),
+                              tokens=(prev.token, entry.token) if prev else (entry.token,))
+        last = chain.get(head.version)
+        if last is not None and last.record is not None and head.version > 0 and (
+            last.record.event_hash != head.chain_head
+            or last.record.resulting_root_hash != head.root_hash
+            or last.token != head.token
+        ):
+            yield Anomaly("chain", process,
+                          f"the head at version {head.version} does not match the entry "
+                          f"stored there (hash or token)",
+                          versions=(head.version,), tokens=(head.token, last.token))
+
+
+def check_acked(ctx: Context) -> Iterator[Anomaly]:
+    """(2) Every acknowledged commit is stored at the version it was acknowledged with."""
+    for process in ctx.processes:
+        log = ctx.log(process)
+        chain = ctx.chain(process)
+        snap = log.final_snapshot
+        base = snap.version if snap is not None else 0
+        for op in ctx.ops_by_process.get(process, ()):
+            if op.outcome != "ok":
+                continue
+            if op.version is None:
+                yield Anomaly("acked", process, f"request {op.rid} acknowledged without a "
+                              "version", lines=op.lines)
+                continue
+            entry = chain.get(op.version)
+            if entry is not None and op.version > base and "final" not in entry.sources:
+                yield Anomaly(
+                    "acked", process,
+                    f"acknowledged commit {op.rid} at version {op.version} is lost: the "
+                    "observer saw it stored, the stream no longer holds it",
+                    versions=(op.version,), tokens=(entry.token,), lines=op.lines)
+                continue
+            if entry is not None:
+                if entry.rid == op.rid and op.token is not None and op.token != entry.token:
+                    yield Anomaly(
+                        "acked", process,
+                        f"request {op.rid} was acknowledged under token {op.token} but is "
+                        f"stored at version {op.version} with token {entry.token}",
+                        versions=(op.version,), tokens=(op.token, entry.token), lines=op.lines)
+                if entry.rid != op.rid:
+                    found = ctx.where(process, op.rid)
+                    elsewhere = (f"; it is stored at version(s) "
+                                 f"{', '.join(str(e.version) for e in found)}" if found
+                                 else "; it is stored nowhere")
+                    yield Anomaly(
+                        "acked", process,
+                        f"acknowledged commit {op.rid} at version {op.version} is lost: that "
+                        f"version holds {entry.rid or 'another change'} (token "
+                        f"{entry.token}){elsewhere}",
+                        versions=(op.version,), tokens=(entry.token,), lines=op.lines)
+                continue
+            head = log.head
+            if head is None or op.version > head.version:
+                yield Anomaly(
+                    "acked", process,
+                    f"acknowledged commit {op.rid} at version {op.version} is lost: the store "
+                    f"ends at version {head.version if head else 'none'}",
+                    versions=(op.version,), lines=op.lines)
+            elif op.version <= base:
+                ctx.unverified.append(Unverified(
+                    "acked", process, f"acknowledged version {op.version} ({op.rid}) was "
+                    "trimmed before the observer copied it", lines=op.lines))
+            else:
+                yield Anomaly(
+                    "acked", process,
+                    f"acknowledged commit {op.rid} at version {op.version} is missing from "
+                    "the stream", versions=(op.version,), lines=op.lines)
+
+
+def check_refused(ctx: Context) -> Iterator[Anomaly]:
+    """An operation reported as definitely not committed (``fail``) never commits."""
+    for process in ctx.processes:
+        for op in ctx.ops_by_process.get(process, ()):
+            if op.outcome != "fail":
+                continue
+            found = ctx.where(process, op.rid)
+            if found:
+                yield Anomaly(
+                    "refused", process,
+                    f"request {op.rid} was reported as {op.code or 'failed'} but is stored at "
+                    f"version(s) {', '.join(str(e.version) for e in found)}",
+                    versions=tuple(e.version for e in found),
+                    tokens=tuple(e.token for e in found), lines=op.lines)
+
+
+def check_unique(ctx: Context) -> Iterator[Anomaly]:
+    """(3) No request key commits twice."""
+    for process in ctx.processes:
+        by_rid: dict[str, list[ChainEntry]] = defaultdict(list)
+        for _, entry in sorted(ctx.chain(process).items()):
+            if entry.rid is not None:
+                by_rid[entry.rid].append(entry)
+        for rid, entries in sorted(by_rid.items()):
+            if len(entries) > 1:
+                op = ctx.ops.get(rid)
+                yield Anomaly(
+                    "unique", process,
+                    f"request {rid} committed {len(entries)} times, at versions "
+                    f"{', '.join(str(e.version) for e in entries)}",
+                    versions=tuple(e.version for e in entries),
+                    tokens=tuple(e.token for e in entries),
+                    lines=op.lines if op else ())
+
+
+def check_phantom(ctx: Context) -> Iterator[Anomaly]:
+    """No stored request id was never invoked (on the same process)."""
+    for process in ctx.processes:
+        for version, entry in sorted(ctx.chain(process).items()):
+            if entry.rid is None or not entry.rid:
+                continue
+            op = ctx.ops.get(entry.rid)
+            if op is None or op.process != process:
+                yield Anomaly("phantom", process,
+                              f"version {version} commits request {entry.rid}, which no client "
+                              "of this process invoked",
+                              versions=(version,), tokens=(entry.token,))
+
+
+def check_tokens(ctx: Context) -> Iterator[Anomaly]:
+    """(4) No entry carries a token below one that had already claimed the process."""
+    by_process: dict[str, list[Event]] = defaultdict(list)
+    for ev in ctx.fences:
+        by_process[str(ev.get("process"))].append(ev)
+    for process in ctx.processes:
+        log = ctx.log(process)
+        chain = ctx.chain(process)
+        flagged: set[int] = set()
+        # tokens in version order, snapshots included (a snapshot is written at the head)
+        points: list[tuple[int, int, str]] = [(v, e.token, "entry") for v, e in chain.items()]
+        points += [(s.version, s.token, "snapshot") for s in log.snapshots]
+        points.sort(key=lambda p: (p[0], p[2] != "entry"))
+        top: tuple[int, int, str] | None = None
+        for version, token, what in points:
+            if top is not None and token < top[1] and what == "entry":
+                flagged.add(version)
+                yield Anomaly(
+                    "tokens", process,
+                    f"stale owner: version {version} was committed with token {token} after "
+                    f"token {top[1]} had written version {top[0]} ({top[2]})",
+                    versions=(top[0], version), tokens=(top[1], token),
+                    lines=_op_lines(ctx.acked_at(process, version)))
+            if top is None or token > top[1]:
+                top = (version, token, what)
+        for version, entry in sorted(chain.items()):
+            if log.head is not None and entry.token > log.fence and version not in flagged:
+                flagged.add(version)
+                yield Anomaly("tokens", process,
+                              f"version {version} carries token {entry.token} above the final "
+                              f"fence {log.fence}", versions=(version,),
+                              tokens=(entry.token, log.fence))
+        for ev in by_process.get(process, ()):
+            fence, head = ev.get("fence"), ev.get("head")
+            if not isinstance(fence, int) or not isinstance(head, int):
+                continue
+            for version, entry in sorted(chain.items()):
+                if version > head and entry.token < fence and version not in flagged:
+                    flagged.add(version)
+                    yield Anomaly(
+                        "tokens", process,
+                        f"stale owner: version {version} was committed with token "
+                        f"{entry.token} although the fence was already at {fence} when the "
+                        f"head was at version {head} (history line {ev.get('line')})",
+                        versions=(head, version), tokens=(fence, entry.token),
+                        lines=(int(ev.get("line", 0)),
+                               *_op_lines(ctx.acked_at(process, version))))
+
+
+def _replay(process: str, snap: SnapshotRecord, chain: dict[int, ChainEntry],
+            upto: int, base: int) -> Process | str:
+    """Restore ``snap`` and replay up to ``upto``; entries above ``base`` (the final
+    snapshot's version) must still be in the stream, not only in the observer's copy."""
+    try:
+        proc = Process.restore(snap.data, position=snap.position, chain_head=snap.chain_head)
+    except SvitError as exc:
+        return f"the snapshot at version {snap.version} does not restore: {exc.message}"
+    if proc.id != process or proc.version != snap.version or proc.root_hash != snap.root_hash:
+        return (f"the snapshot at version {snap.version} does not match its stored id, "
+                "version or root hash")
+    records: list[Transaction] = []
+    for version in range(snap.version + 1, upto + 1):
+        entry = chain.get(version)
+        if entry is None or entry.record is None or (
+            version > base and "final" not in entry.sources
+        ):
+            return f"missing:{version}"
+        records.append(entry.record)
+    try:
+        proc.replay(records)
+    except SvitError as exc:
+        return f"replay from the snapshot at version {snap.version} fails: {exc.message}"
+    return proc
+
+
+def _restore_only(process: str, snap: SnapshotRecord) -> Process | str:
+    try:
+        proc = Process.restore(snap.data, position=snap.position, chain_head=snap.chain_head)
+    except SvitError as exc:
+        return f"the snapshot at version {snap.version} does not restore: {exc.message}"
+    if proc.id != process or proc.version != snap.version or proc.root_hash != snap.root_hash:
+        return (f"the snapshot at version {snap.version} does not match its stored id, "
+                "version or root hash")
+    return proc
+
+
+def check_restore(ctx: Context) -> Iterator[Anomaly]:
+    """(5) Every snapshot plus its tail replays to the live head (and the final state).
+
+    The final snapshot is replayed to the head exactly as a new owner would.
+    The oldest snapshot with a complete tail is replayed too, which verifies
+    every record's resulting root hash on the way; every snapshot in between
+    is then checked against the verified state at its version (same root
+    hash, chain head and position), which is equivalent to replaying it and
+    costs O(snapshot) instead of O(tail).
+    """
+    for process in ctx.processes:
+        log = ctx.log(process)
+        head = log.head
+        if head is None:
+            continue
+        chain = ctx.chain(process)
+        base = _base(log)
+        target = (head.version, head.root_hash, head.chain_head, head.position)
+        final_proc: Process | None = None
+        by_version: dict[int, SnapshotRecord] = {}
+        for snap in sorted(log.snapshots, key=lambda s: s.source != "final"):
+            if snap.version <= head.version:
+                by_version.setdefault(snap.version, snap)
+        final_snap = log.final_snapshot
+        order = ([final_snap] if final_snap is not None else []) + [
+            by_version[v] for v in sorted(by_version)
+            if final_snap is None or v != final_snap.version]
+        verified_from: int | None = None
+        for snap in order:
+            is_final = snap is final_snap
+            if not is_final and verified_from is not None and snap.version > verified_from:
+                entry = chain.get(snap.version)
+                cheap = _restore_only(process, snap)
+                if isinstance(cheap, str):
+                    yield Anomaly("restore", process, cheap, versions=(snap.version,),
+                                  tokens=(snap.token,))
+                elif entry is not None and entry.record is not None and (
+                    cheap.root_hash != entry.record.resulting_root_hash
+                    or cheap.chain_head != entry.record.event_hash
+                    or cheap.position != entry.record.position
+                ):
+                    yield Anomaly("restore", process,
+                                  f"the snapshot at {snap.version} differs from the state the "
+                                  "log reaches at that version (root, chain head or position)",
+                                  versions=(snap.version,), tokens=(snap.token, entry.token))
+                continue
+            result = _replay(process, snap, chain, head.version, base)
+            if isinstance(result, str):
+                if result.startswith("missing:"):
+                    if is_final:
+                        yield Anomaly("restore", process,
+                                      f"restore from the snapshot at {snap.version} is "
+                                      f"impossible: version {result[8:]} is missing",
+                                      versions=(snap.version, int(result[8:])))
+                    continue
+                yield Anomaly("restore", process, result, versions=(snap.version,),
+                              tokens=(snap.token,))
+                continue
+            if (result.version, result.root_hash, result.chain_head, result.position) != target:
+                yield Anomaly("restore", process,
+                              f"restoring the snapshot at {snap.version} plus its tail gives "
+                              f"version {result.version} root {result.root_hash[:12]}, the head "
+                              f"says version {head.version} root {head.root_hash[:12]}",
+                              versions=(snap.version, head.version))
+                continue
+            if is_final:
+                final_proc = result
+            else:
+                verified_from = snap.version
+        final = ctx.finals.get(process)
+        if final is not None and final_proc is not None:
+            version = final.get("version")
+            if isinstance(version, int) and version != head.version:
+                yield Anomaly("restore", process,
+                              f"the gateway served version {version} after healing, the store "
+                              f"holds {head.version}", versions=(version, head.version),
+                              lines=(int(final.get("line", 0)),))
+            root = final.get("root_hash")
+            if isinstance(root, str) and version == head.version and root != head.root_hash:
+                yield Anomaly("restore", process,
+                              f"the gateway's root hash at version {version} differs from the "
+                              "restored state", versions=(head.version,),
+                              lines=(int(final.get("line", 0)),))
+            count = final.get("count")
+            stored = final_proc.read(COUNT_PATH)
+            if isinstance(count, int) and version == head.version and count != stored:
+                yield Anomaly("restore", process,
+                              f"the gateway's {COUNT_PATH} is {count} at version {version}, the "
+                              f"restored state holds {stored}", versions=(head.version,),
+                              lines=(int(final.get("line", 0)),))
+
+
+def _final_count(ctx: Context, process: str) -> tuple[int | None, str]:
+    restored = ctx.restored(process)
+    if restored is not None:
+        count = restored.read(COUNT_PATH)
+        return (count if isinstance(count, int) else None), "store"
+    final = ctx.finals.get(process)
+    if final is not None and isinstance(final.get("count"), int):
+        return int(final["count"]), "gateway"
+    return None, "none"
+
+
+def check_memory(ctx: Context) -> Iterator[Anomaly]:
+    """(6) ``acked <= final count <= acked + unknown`` for every process."""
+    for process in ctx.processes:
+        ops = ctx.ops_by_process.get(process, [])
+        if not ops:
+            continue
+        acked = {op.rid for op in ops if op.outcome == "ok"}
+        unknown = {op.rid for op in ops if op.outcome in ("info", "pending")}
+        count, source = _final_count(ctx, process)
+        if count is None:
+            ctx.unverified.append(Unverified("memory", process,
+                                             "no final state to compare the counts with"))
+            continue
+        if not len(acked) <= count <= len(acked) + len(unknown):
+            yield Anomaly(
+                "memory", process,
+                f"final count {count} ({source}) is outside [acked {len(acked)}, acked + "
+                f"unknown {len(acked) + len(unknown)}]",
+                lines=_op_lines(op for op in ops if op.outcome == "ok")[:20])
+
+
+def _base(log: ProcessLog) -> int:
+    snap = log.final_snapshot
+    return snap.version if snap is not None else 0
+
+
+def _ranges(values: Sequence[int]) -> str:
+    out: list[str] = []
+    start = prev = None
+    for v in values:
+        if start is None:
+            start = prev = v
+        elif prev is not None and v == prev + 1:
+            prev = v
+        else:
+            out.append(f"{start}" if start == prev else f"{start}..{prev}")
+            start = prev = v
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}..{prev}")
+    return ", ".join(out)
+
+
+DEFAULT_INVARIANTS: tuple[tuple[str, Invariant], ...] = (
+    ("chain", check_chain),
+    ("acked", check_acked),
+    ("refused", check_refused),
+    ("unique", check_unique),
+    ("phantom", check_phantom),
+    ("tokens", check_tokens),
+    ("restore", check_restore),
+    ("memory", check_memory),
+)
+
+
+def check(
+    history: Sequence[Event],
+    logs: StoredLogs,
+    *,
+    invariants: Sequence[tuple[str, Invariant]] = DEFAULT_INVARIANTS,
+    harness_errors: Sequence[str] = (),
+    rid_path: str = RID_PATH,
+) -> CheckResult:
+    """Check a history against the stored logs.
+
+    Args:
+        history: events as read by :func:`~svit_chaos.history.read_history`.
+        logs: the dumped logs (:func:`~svit_chaos.logs.read_logs`).
+        invariants: ``(name, function)`` pairs run in order; a function that
+            raises is reported as a harness error (the run is then inconclusive).
+        harness_errors: errors the harness met while running (they make a run
+            without anomalies inconclusive).
+        rid_path: where the workload records each request id.
+
+    Returns:
+        The :class:`CheckResult`.
+    """
+    ctx = build_context(history, logs, rid_path=rid_path)
+    anomalies: list[Anomaly] = []
+    errors = list(harness_errors)
+    for name, fn in invariants:
+        try:
+            anomalies.extend(fn(ctx))
+        except Exception as exc:  # a broken invariant must not hide the rest
+            errors.append(f"invariant {name} raised {type(exc).__name__}: {exc}")
+    ops = list(ctx.ops.values())
+    stats = {
+        "processes": len(ctx.processes),
+        "operations": len(ops),
+        "ok": sum(op.outcome == "ok" for op in ops),
+        "fail": sum(op.outcome == "fail" for op in ops),
+        "info": sum(op.outcome == "info" for op in ops),
+        "pending": sum(op.outcome == "pending" for op in ops),
+        "entries": sum(len(c) for c in ctx.chains.values()),
+        "snapshots": sum(len(ctx.log(p).snapshots) for p in ctx.processes),
+        "fence_observations": len(ctx.fences),
+        "invariants": [name for name, _ in invariants],
+    }
+    if anomalies:
+        verdict = "fail"
+    elif errors or ctx.unverified:
+        verdict = "inconclusive"
+    else:
+        verdict = "pass"
+    return CheckResult(verdict, anomalies, list(ctx.unverified), stats, errors)

@@ -1,0 +1,771 @@
+"""Nemeses, schedules and the runner that injects and heals them.
+
+A **schedule** is pure data: :class:`Window` s (start, duration, :class:`NemesisSpec`),
+generated from a scenario name and a seed (:func:`build_schedule`), so the same
+seed always gives the same faults at the same offsets. Overlapping windows are
+combinations.
+
+A **nemesis** turns a spec into actions on a :class:`FaultTarget` -- the small
+protocol a cluster satisfies (the harness adapts ``LocalCluster`` to it in
+:mod:`svit_chaos.cluster`):
+
+============== ================================== ===========================================
+kind           inject                             heal
+============== ================================== ===========================================
+kill-host      SIGKILL raylet + workers           restart the host if supported, else nothing
+pause-host     SIGSTOP every process of the host  SIGCONT (the window outlasts the lease TTL)
+cut-etcd       host's etcd proxy DROP / STALL     PASS
+cut-redis      host's Redis proxy DROP / STALL    PASS
+slow-link      host's proxy DELAY n ms            PASS
+kill-redis     ``kill -9`` redis-server           start it again; it reloads its AOF
+kill-etcd      ``kill -9`` etcd                   start it again on the same data directory
+stale-owner    remember every process's token     commit once with the old token where a
+                                                  newer owner has claimed (see ``stale``)
+============== ================================== ===========================================
+
+The :class:`NemesisRunner` records every inject and heal in the history, waits
+for healed services to answer (a condition, not a sleep), and **always heals
+what it broke**: :meth:`NemesisRunner.heal_all` runs on stop, on error and on
+cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import queue
+import random
+import threading
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from svit_cluster.errors import ConfigurationError
+
+from .clock import Clock, MonotonicClock, wait_until
+from .errors import HarnessError
+from .history import HistoryWriter
+from .proxy import LinkMode
+from .stale import StaleWriter
+
+T = TypeVar("T")
+
+__all__ = [
+    "HOST_KINDS",
+    "KINDS",
+    "SCENARIOS",
+    "FaultTarget",
+    "Link",
+    "Nemesis",
+    "NemesisRunner",
+    "NemesisSpec",
+    "Schedule",
+    "Window",
+    "build_schedule",
+    "make_nemesis",
+    "random_schedule",
+]
+
+#: Every nemesis kind.
+KINDS = ("kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link", "kill-redis",
+         "kill-etcd", "stale-owner")
+#: Kinds that fault one host.
+HOST_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link"})
+#: Kinds after which processes of the faulted host move to a new owner.
+FAILOVER_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd"})
+
+
+class Link(Protocol):
+    """One host's link to a service (a :class:`~svit_chaos.proxy.TcpProxy`)."""
+
+    def set_mode(self, mode: LinkMode | str, *, delay_ms: int = 0) -> None: ...
+
+
+class FaultTarget(Protocol):
+    """What a nemesis can do to a cluster. Every method blocks until done.
+
+    ``restart_host`` returns False when the cluster cannot restart a killed
+    host (the host then stays down; the schedule generator accounts for it).
+    ``service_ready`` answers whether ``"redis"`` / ``"etcd"`` answers now.
+    """
+
+    @property
+    def lease_ttl_s(self) -> float: ...
+
+    def hosts(self) -> list[str]: ...
+
+    def kill_host(self, host: str) -> Any: ...
+
+    def restart_host(self, host: str) -> bool: ...
+
+    def pause_host(self, host: str) -> Any: ...
+
+    def resume_host(self, host: str) -> Any: ...
+
+    def kill_redis(self) -> None: ...
+
+    def start_redis(self) -> None: ...
+
+    def kill_etcd(self) -> None: ...
+
+    def start_etcd(self) -> None: ...
+
+    def service_ready(self, service: str) -> bool: ...
+
+    def link(self, host: str, service: str) -> Link: ...
+
+
+@dataclass(frozen=True)
+class NemesisSpec:
+    """What to break. ``kind`` is one of :data:`KINDS`; the rest depends on it.
+
+    Attributes:
+        kind: the nemesis kind.
+        host: target host (host kinds).
+        service: ``"etcd"`` or ``"redis"`` (``slow-link``).
+        mode: ``"drop"`` or ``"stall"`` (``cut-*``).
+        delay_ms: one-way delay (``slow-link``).
+    """
+
+    kind: str
+    host: str | None = None
+    service: str | None = None
+    mode: str | None = None
+    delay_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigurationError(f"unknown nemesis {self.kind!r}; kinds: {', '.join(KINDS)}")
+        if self.kind in HOST_KINDS and not self.host:
+            raise ConfigurationError(f"nemesis {self.kind} needs a host")
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, 0)}
+
+    @property
+    def label(self) -> str:
+        parts = [self.kind]
+        if self.host:
+            parts.append(self.host)
+        if self.mode:
+            parts.append(self.mode)
+        if self.service and self.kind == "slow-link":
+            parts.append(f"{self.service}+{self.delay_ms}ms")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Window:
+    """A nemesis active from ``start_s`` for ``duration_s`` seconds (run time)."""
+
+    start_s: float
+    duration_s: float
+    spec: NemesisSpec
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start_s": round(self.start_s, 3), "duration_s": round(self.duration_s, 3),
+                "spec": self.spec.to_json()}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A named, seeded list of windows (sorted by start)."""
+
+    name: str
+    seed: int
+    windows: tuple[Window, ...]
+    duration_s: float
+
+    def kinds(self) -> Counter[str]:
+        return Counter(w.spec.kind for w in self.windows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "seed": self.seed, "duration_s": self.duration_s,
+                "windows": [w.to_json() for w in self.windows]}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Schedule:
+        windows = tuple(Window(float(w["start_s"]), float(w["duration_s"]),
+                               NemesisSpec(**w["spec"])) for w in doc["windows"])
+        return cls(str(doc["name"]), int(doc["seed"]), windows, float(doc["duration_s"]))
+
+
+# -- schedules --------------------------------------------------------------------------
+
+
+@dataclass
+class _Planner:
+    """Builds windows while keeping at least one host healthy at every moment."""
+
+    hosts: list[str]
+    ttl_s: float
+    rng: random.Random
+    host_restart: bool
+    windows: list[Window] = field(default_factory=list)
+    dead: dict[str, float] = field(default_factory=dict)  # host -> killed at
+
+    def busy_hosts(self, start: float, end: float) -> set[str]:
+        busy = {h for h, t in self.dead.items() if t < end}
+        for w in self.windows:
+            if w.spec.host and w.start_s < end + self.ttl_s and start < w.end_s + self.ttl_s:
+                busy.add(w.spec.host)
+        return busy
+
+    def pick_host(self, start: float, end: float) -> str | None:
+        """A host to fault in ``[start, end]`` such that another one stays healthy."""
+        busy = self.busy_hosts(start, end)
+        free = [h for h in self.hosts if h not in busy]
+        if len(free) < 2:
+            return None
+        return self.rng.choice(free)
+
+    def duration(self, kind: str) -> float:
+        ttl = self.ttl_s
+        return {
+            "kill-host": ttl + 3.0,
+            "pause-host": 2 * ttl + 1.0 + self.rng.uniform(0, ttl),
+            "cut-etcd": 2 * ttl + 1.0 + self.rng.uniform(0, ttl),
+            "cut-redis": 2.0 + self.rng.uniform(0, ttl),
+            "slow-link": 2.0 + self.rng.uniform(0, ttl),
+            "kill-redis": 1.0 + self.rng.uniform(0, 2.0),
+            "kill-etcd": 1.0 + self.rng.uniform(0, min(2.0, ttl)),
+            "stale-owner": 0.0,
+        }[kind]
+
+    def spec(self, kind: str, host: str | None) -> NemesisSpec:
+        if kind in ("cut-etcd", "cut-redis"):
+            return NemesisSpec(kind, host=host, mode=self.rng.choice(("drop", "stall")))
+        if kind == "slow-link":
+            return NemesisSpec(kind, host=host, service=self.rng.choice(("etcd", "redis")),
+                               delay_ms=self.rng.choice((50, 200, 500)))
+        return NemesisSpec(kind, host=host)
+
+    def add(self, start: float, kind: str, *, stale: bool = False) -> float | None:
+        """Add one window of ``kind`` at ``start``; returns its end, or None if impossible."""
+        start = round(start, 3)
+        length = round(self.duration(kind), 3)
+        host = None
+        if kind in HOST_KINDS:
+            host = self.pick_host(start, start + length)
+            if host is None:
+                return None
+        spec = self.spec(kind, host)
+        if stale and kind in FAILOVER_KINDS:
+            # the stale owner remembers tokens just before the fault and writes after it
+            self.windows.append(Window(round(max(0.0, start - 0.5), 3), round(length + 1.5, 3),
+                                       NemesisSpec("stale-owner")))
+        self.windows.append(Window(start, length, spec))
+        if kind == "kill-host" and not self.host_restart and host is not None:
+            self.dead[host] = start
+        return start + length
+
+
+def _check_fits(name: str, end: float, duration_s: float) -> None:
+    if end > duration_s:
+        raise ConfigurationError(
+            f"scenario {name} needs a duration of at least {end:.0f} s "
+            f"(got {duration_s:.0f} s); pass a longer --duration or a shorter lease TTL")
+
+
+#: Named scenarios (``random`` takes its kinds from the seed).
+SCENARIOS = ("smoke", "random", "negative", "none", *KINDS[:-1])
+
+
+def build_schedule(
+    name: str,
+    *,
+    hosts: Sequence[str],
+    duration_s: float,
+    lease_ttl_s: float,
+    seed: int,
+    host_restart: bool = False,
+    warmup_s: float = 3.0,
+    cooldown_s: float | None = None,
+) -> Schedule:
+    """The schedule of scenario ``name``.
+
+    * ``smoke`` -- every nemesis kind once, one after another, with stale-owner
+      windows around the kill, the pause and the etcd cut (CI; see
+      :func:`smoke_duration_s` for its minimum length).
+    * ``negative`` -- a kill and a pause with stale-owner windows: the
+      negative-control run (fencing off must be caught).
+    * ``random`` -- :func:`random_schedule` from ``seed``.
+    * a kind name (``kill-host``, ``cut-redis``, ...) -- that fault, repeated.
+    * ``none`` -- no faults (a baseline).
+
+    Args:
+        hosts: host names (at least 2 for host faults: one must stay healthy).
+        duration_s: workload duration in seconds.
+        lease_ttl_s: the hosts' lease TTL (pauses and cuts outlast it).
+        seed: randomness for targets, modes and lengths.
+        host_restart: the cluster restarts killed hosts (else they stay dead).
+        warmup_s: fault-free seconds at the start (default 3).
+        cooldown_s: fault-free seconds at the end (default TTL + 3).
+
+    Raises:
+        ConfigurationError: unknown scenario, or it does not fit ``duration_s``.
+    """
+    rng = random.Random(seed)
+    plan = _Planner(list(hosts), lease_ttl_s, rng, host_restart)
+    gap = lease_ttl_s + 2.0
+    cool = lease_ttl_s + 3.0 if cooldown_s is None else cooldown_s
+    if name == "random":
+        return random_schedule(seed, hosts=hosts, duration_s=duration_s,
+                               lease_ttl_s=lease_ttl_s, host_restart=host_restart,
+                               warmup_s=warmup_s, cooldown_s=cool)
+    if name == "none":
+        return Schedule(name, seed, (), duration_s)
+    if name in ("smoke", "negative"):
+        kinds = (["kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link", "kill-redis",
+                  "kill-etcd"] if name == "smoke" else ["pause-host", "kill-host"])
+        t = warmup_s
+        for kind in kinds:
+            end = plan.add(t, kind, stale=True)
+            if end is None:
+                need = 2 if host_restart else (3 if name == "smoke" else 2)
+                raise ConfigurationError(
+                    f"scenario {name} needs at least {need} hosts (one must stay healthy "
+                    "while another is faulted, and killed hosts are not restarted)")
+            t = end + gap
+        _check_fits(name, t - gap + cool, duration_s)
+    elif name in KINDS and name != "stale-owner":
+        t = warmup_s
+        while True:
+            probe = plan.duration(name)
+            if t + probe + cool > duration_s:
+                break
+            end = plan.add(t, name, stale=name in FAILOVER_KINDS)
+            if end is None:
+                break
+            t = end + gap
+        if not plan.windows:
+            raise ConfigurationError(
+                f"scenario {name} does not fit: needs a duration of at least "
+                f"{warmup_s + plan.duration(name) + cool:.0f} s and, for host faults, "
+                "2 hosts")
+    else:
+        raise ConfigurationError(f"unknown scenario {name!r}; scenarios: "
+                                 f"{', '.join(SCENARIOS)}")
+    windows = tuple(sorted(plan.windows, key=lambda w: (w.start_s, w.spec.kind)))
+    return Schedule(name, seed, windows, duration_s)
+
+
+def smoke_duration_s(lease_ttl_s: float) -> float:
+    """The shortest workload duration the ``smoke`` scenario fits in (seconds)."""
+    ttl = lease_ttl_s
+    # upper bounds of every window, the gaps, warm-up and cool-down
+    lengths = [ttl + 3, 3 * ttl + 1, 3 * ttl + 1, 2 + ttl, 2 + ttl, 3.0, 1 + min(2.0, ttl)]
+    return 3.0 + sum(lengths) + (len(lengths) - 1) * (ttl + 2) + ttl + 3 + 1
+
+
+def random_schedule(
+    seed: int,
+    *,
+    hosts: Sequence[str],
+    duration_s: float,
+    lease_ttl_s: float,
+    host_restart: bool = False,
+    kinds: Sequence[str] = KINDS,
+    warmup_s: float = 3.0,
+    cooldown_s: float | None = None,
+    combine_p: float = 0.3,
+) -> Schedule:
+    """Random faults from ``seed``: one window after another, sometimes two at once.
+
+    Each step picks a kind; with probability ``combine_p`` a second window of
+    another kind starts inside the first (a combination). Host faults never
+    leave fewer than one healthy host; failover faults get stale-owner windows
+    with probability 1/2. Deterministic for a given seed and arguments.
+    """
+    rng = random.Random(seed)
+    plan = _Planner(list(hosts), lease_ttl_s, rng, host_restart)
+    cool = lease_ttl_s + 3.0 if cooldown_s is None else cooldown_s
+    choices = [k for k in kinds if k != "stale-owner"]
+    t = warmup_s
+    while choices:
+        kind = rng.choice(choices)
+        if t + plan.duration(kind) + cool > duration_s:
+            break
+        end = plan.add(t, kind, stale=rng.random() < 0.5)
+        if end is None:
+            t += 1.0
+            continue
+        if rng.random() < combine_p:
+            other = rng.choice([k for k in choices if k != kind] or [kind])
+            start = rng.uniform(t, end)
+            if start + plan.duration(other) + cool <= duration_s:
+                end2 = plan.add(start, other)
+                end = max(end, end2 or end)
+        t = end + lease_ttl_s + 2.0 + rng.uniform(0, 2.0)
+    windows = tuple(sorted(plan.windows, key=lambda w: (w.start_s, w.spec.kind)))
+    return Schedule("random", seed, windows, duration_s)
+
+
+# -- nemeses ----------------------------------------------------------------------------
+
+
+@dataclass
+class NemesisContext:
+    """What a nemesis acts on."""
+
+    target: FaultTarget
+    history: HistoryWriter
+    processes: Sequence[str] = ()
+    stale: StaleWriter | None = None
+
+
+class Nemesis:
+    """One fault: :meth:`inject`, then :meth:`heal`; :meth:`healed` tells when it is over.
+
+    ``inject`` and ``heal`` block (the runner calls them in a worker thread)
+    and return details for the history. ``heal`` must be safe to call twice.
+    """
+
+    def __init__(self, spec: NemesisSpec) -> None:
+        self.spec = spec
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        return {}
+
+    def healed(self, ctx: NemesisContext) -> bool:
+        return True
+
+
+class KillHost(Nemesis):
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        killed = ctx.target.kill_host(self.spec.host)
+        return {"killed": list(killed) if isinstance(killed, list | tuple) else killed}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        return {"restarted": bool(ctx.target.restart_host(self.spec.host))}
+
+
+class PauseHost(Nemesis):
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        paused = ctx.target.pause_host(self.spec.host)
+        return {"paused": list(paused) if isinstance(paused, list | tuple) else paused}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        resumed = ctx.target.resume_host(self.spec.host)
+        return {"resumed": list(resumed) if isinstance(resumed, list | tuple) else resumed}
+
+
+class CutLink(Nemesis):
+    """``cut-etcd`` / ``cut-redis`` (DROP or STALL) and ``slow-link`` (DELAY)."""
+
+    @property
+    def service(self) -> str:
+        if self.spec.kind == "slow-link":
+            return self.spec.service or "redis"
+        return self.spec.kind.removeprefix("cut-")
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        link = ctx.target.link(self.spec.host, self.service)
+        if self.spec.kind == "slow-link":
+            link.set_mode(LinkMode.DELAY, delay_ms=self.spec.delay_ms)
+            return {"service": self.service, "mode": "delay", "delay_ms": self.spec.delay_ms}
+        mode = LinkMode(self.spec.mode or "drop")
+        link.set_mode(mode)
+        return {"service": self.service, "mode": str(mode)}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        ctx.target.link(self.spec.host, self.service).set_mode(LinkMode.PASS)
+        return {"service": self.service, "mode": "pass"}
+
+
+class KillServer(Nemesis):
+    """``kill-redis`` / ``kill-etcd``: SIGKILL, then start on the same data and port."""
+
+    @property
+    def service(self) -> str:
+        return self.spec.kind.removeprefix("kill-")
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        if self.service == "redis":
+            ctx.target.kill_redis()
+        else:
+            ctx.target.kill_etcd()
+        return {"service": self.service}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        if not ctx.target.service_ready(self.service):
+            if self.service == "redis":
+                ctx.target.start_redis()
+            else:
+                ctx.target.start_etcd()
+        return {"service": self.service}
+
+    def healed(self, ctx: NemesisContext) -> bool:
+        return ctx.target.service_ready(self.service)
+
+
+class StaleOwner(Nemesis):
+    """Remember every process's token; at heal, write with it where a newer owner claimed."""
+
+    def __init__(self, spec: NemesisSpec) -> None:
+        super().__init__(spec)
+        self.tokens: dict[str, int] = {}
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        if ctx.stale is None:
+            return {"skipped": "no stale writer configured"}
+        for process in ctx.processes:
+            with contextlib.suppress(Exception):
+                fence = ctx.stale.fence(process)
+                if fence > 0:
+                    self.tokens[process] = fence
+        return {"tokens": dict(self.tokens)}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        if ctx.stale is None:
+            return {}
+        results = []
+        tokens, self.tokens = self.tokens, {}
+        for process, token in sorted(tokens.items()):
+            try:
+                fence = ctx.stale.fence(process)
+            except Exception as exc:  # Redis may be down: nothing to do
+                results.append({"process": process, "outcome": f"fence unreadable: {exc}"})
+                continue
+            if fence <= token:
+                results.append({"process": process, "outcome": "no newer owner"})
+                continue
+            results.append(ctx.stale.write(process, token))
+        return {"writes": results}
+
+
+_CLASSES: dict[str, type[Nemesis]] = {
+    "kill-host": KillHost,
+    "pause-host": PauseHost,
+    "cut-etcd": CutLink,
+    "cut-redis": CutLink,
+    "slow-link": CutLink,
+    "kill-redis": KillServer,
+    "kill-etcd": KillServer,
+    "stale-owner": StaleOwner,
+}
+
+
+def make_nemesis(spec: NemesisSpec) -> Nemesis:
+    """The nemesis that carries out ``spec``."""
+    return _CLASSES[spec.kind](spec)
+
+
+# -- runner -----------------------------------------------------------------------------
+
+#: Runs one blocking call off the event loop and returns its result.
+Blocking = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+class _DaemonPool:
+    """Long-lived daemon worker threads for blocking fault actions.
+
+    Long-lived, because a server started from a thread with
+    ``PR_SET_PDEATHSIG`` dies when *that thread* exits; daemon, because a call
+    that never returns (a host that does not come back) must not block
+    interpreter exit. Workers are started on demand, up to ``size``.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
+        self._queue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._workers = 0
+        self._idle = 0
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            self._queue.put((fn, future))
+            if self._queue.qsize() > self._idle and self._workers < self.size:
+                self._workers += 1
+                threading.Thread(target=self._work, name="svit-chaos-worker",
+                                 daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            fn, future = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:
+                    future.set_exception(exc)
+
+
+_POOL = _DaemonPool(8)
+
+
+async def in_daemon_thread(fn: Callable[[], T]) -> T:
+    """Run blocking ``fn`` on a long-lived daemon worker and await its result.
+
+    Unlike :func:`asyncio.to_thread`, a call that never returns neither blocks
+    interpreter exit nor the default executor; callers bound the wait with a
+    timeout (the worker stays busy until the call ends).
+    """
+    return await asyncio.wrap_future(_POOL.submit(fn))
+
+
+class NemesisRunner:
+    """Runs a schedule against a target, recording ``nemesis`` events.
+
+    Args:
+        schedule: the windows to run (offsets from :meth:`run`'s start).
+        ctx: target, history, processes and the optional stale writer.
+        clock: for window timing (default monotonic).
+        heal_timeout_s: bound on each inject and heal call, and on how long a
+            healed service may take to answer (default 60 s); past it the fault
+            counts as not healed (a harness error: the run is inconclusive).
+        blocking: runs a blocking inject/heal call without blocking the loop
+            (default :func:`in_daemon_thread`; tests run them inline).
+
+    Attributes:
+        injected: count of injected faults by kind.
+        errors: harness errors (a fault that could not be injected or healed);
+            any error makes the run inconclusive.
+    """
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        ctx: NemesisContext,
+        *,
+        clock: Clock | None = None,
+        heal_timeout_s: float = 60.0,
+        blocking: Blocking | None = None,
+    ) -> None:
+        self.schedule = schedule
+        self._blocking: Blocking = blocking or in_daemon_thread
+        self.ctx = ctx
+        self.clock: Clock = clock or MonotonicClock()
+        self.heal_timeout_s = heal_timeout_s
+        self.injected: Counter[str] = Counter()
+        self.errors: list[str] = []
+        self.active: dict[int, Nemesis] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def active_labels(self) -> list[str]:
+        return [n.spec.label for n in self.active.values()]
+
+    async def _sleep_or_stop(self, seconds: float, stop: asyncio.Event) -> bool:
+        """Sleep ``seconds`` on the clock; True if ``stop`` was set first."""
+        if stop.is_set():
+            return True
+        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            stopper.cancel()
+        return stop.is_set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run every window (concurrently, each at its offset) until done or ``stop``.
+
+        Everything injected is healed before this returns, also on cancellation.
+        """
+        start = self.clock.now()
+        tasks = [asyncio.ensure_future(self._window(i, w, start, stop))
+                 for i, w in enumerate(self.schedule.windows)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.shield(self.heal_all())
+
+    async def _window(self, index: int, window: Window, start: float,
+                      stop: asyncio.Event) -> None:
+        delay = start + window.start_s - self.clock.now()
+        if await self._sleep_or_stop(delay, stop):
+            return
+        nemesis = make_nemesis(window.spec)
+        spec = window.spec.to_json()
+        try:
+            detail = await asyncio.wait_for(
+                self._blocking(functools.partial(nemesis.inject, self.ctx)),
+                self.heal_timeout_s)
+        except Exception as exc:  # recorded; the run becomes inconclusive
+            message = f"inject {window.spec.label} failed: {type(exc).__name__}: {exc}"
+            self.errors.append(message)
+            self.ctx.history.record("nemesis", phase="error", nemesis=window.spec.kind,
+                                    window=index, spec=spec, detail={"error": message})
+            self.active[index] = nemesis  # heal what may be half-broken
+            await self._heal(index)
+            return
+        self.active[index] = nemesis
+        self.injected[window.spec.kind] += 1
+        self.ctx.history.record("nemesis", phase="inject", nemesis=window.spec.kind,
+                                window=index, spec=spec, detail=detail)
+        try:
+            await self._sleep_or_stop(window.duration_s, stop)
+        finally:
+            await asyncio.shield(self._heal(index))
+
+    async def _heal(self, index: int) -> None:
+        async with self._lock:
+            nemesis = self.active.pop(index, None)
+        if nemesis is None:
+            return
+        spec = nemesis.spec
+        try:
+            detail = await asyncio.wait_for(
+                self._blocking(functools.partial(nemesis.heal, self.ctx)),
+                self.heal_timeout_s)
+            ok = await wait_until(lambda: self._blocking(functools.partial(nemesis.healed,
+                                                                            self.ctx)),
+                                  timeout_s=self.heal_timeout_s, clock=self.clock,
+                                  interval_s=0.1)
+        except TimeoutError:
+            detail, ok = {"error": f"no answer within {self.heal_timeout_s} s"}, False
+        except Exception as exc:
+            detail, ok = {"error": f"{type(exc).__name__}: {exc}"}, False
+        if not ok:
+            message = f"heal {spec.label} failed: {detail.get('error', 'not healthy in time')}"
+            self.errors.append(message)
+            self.ctx.history.record("nemesis", phase="error", nemesis=spec.kind, window=index,
+                                    spec=spec.to_json(), detail={"error": message})
+            return
+        self.ctx.history.record("nemesis", phase="heal", nemesis=spec.kind, window=index,
+                                spec=spec.to_json(), detail=detail)
+
+    async def heal_all(self) -> None:
+        """Heal every active nemesis (idempotent; errors are recorded, never raised)."""
+        for index in sorted(self.active):
+            await self._heal(index)
+
+    def heal_all_sync(self) -> None:
+        """Blocking :meth:`heal_all` for paths without a running loop (best effort)."""
+        for index, nemesis in sorted(self.active.items()):
+            with contextlib.suppress(Exception):
+                nemesis.heal(self.ctx)
+            self.active.pop(index, None)
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`HarnessError` if any fault could not be injected or healed."""
+        if self.errors:
+            raise HarnessError("; ".join(self.errors[:5]), stage="nemesis")

@@ -1,0 +1,161 @@
+"""The store observer: watches every workload process in Redis while the run goes on.
+
+It talks to Redis directly (never through a host's proxy) from its own thread,
+and every ``interval_s`` reads, per process, in one ``MULTI``/``EXEC``:
+
+* the fence and the head version -- when the fence changes it records a
+  ``fence`` event ``{process, fence, head}`` in the history. At that instant
+  the fence was ``fence`` and the head ``head``, so **every entry above
+  ``head`` must carry a token >= ``fence``**; the checker holds stale commits
+  against these observations (DESIGN.md §4 invariant 4);
+* the stream entries after the last one it copied, and the snapshot version.
+  It copies new entries and new snapshots into :class:`~svit_chaos.logs.StoredLogs`
+  (``source="collected"``), so versions that a later snapshot trims from the
+  stream can still be verified. A jump in the stream (entries trimmed before
+  they were copied) is recorded as a ``note``.
+
+Redis being down (a nemesis) only makes a poll fail; the observer retries on
+the next tick.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+
+import redis
+
+from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
+
+from .history import HistoryWriter
+from .logs import StoredLogs, parse_snapshot_hash, parse_stream_entry
+
+__all__ = ["StoreObserver"]
+
+
+class StoreObserver:
+    """Polls fences, heads, streams and snapshots of ``processes``.
+
+    Args:
+        client: a redis-py client connected straight to Redis (no proxy); a
+            short socket timeout (about 1 s) keeps polls from hanging.
+        processes: the process ids to watch.
+        history: where ``fence`` and ``note`` events go.
+        prefix: the store's key prefix (default ``"svit"``).
+        interval_s: poll period in seconds (default 0.05).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        processes: Sequence[str],
+        history: HistoryWriter,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        interval_s: float = 0.05,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be positive")
+        self.client = client
+        self.processes = list(processes)
+        self.history = history
+        self.prefix = prefix
+        self.interval_s = interval_s
+        self.collected = StoredLogs()
+        self.polls = 0
+        self.errors = 0
+        self._fence: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+        self._snap: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> StoreObserver:
+        """Start the polling thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="svit-chaos-observer",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop polling and join the thread (idempotent)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def poll_once(self) -> bool:
+        """One poll over every process. Returns False if Redis failed."""
+        try:
+            for process in self.processes:
+                self._poll(process)
+        except redis.RedisError:
+            self.errors += 1
+            return False
+        finally:
+            self.polls += 1
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self.interval_s)
+        with contextlib.suppress(Exception):
+            self.poll_once()  # last look, so the final entries are collected too
+
+    def _poll(self, process: str) -> None:
+        keys = ProcessKeys(process, self.prefix)
+        last = self._last.get(process, 0)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.get(keys.fence)
+        pipe.hget(keys.head, "version")
+        pipe.xrange(keys.stream, min=f"{last + 1}-0")
+        pipe.hget(keys.snapshot, "version")
+        fence_raw, head_raw, stream, snap_raw = pipe.execute()
+        fence = int(fence_raw) if fence_raw is not None and fence_raw.isdigit() else 0
+        head = int(head_raw) if head_raw is not None and head_raw.isdigit() else 0
+        with self._lock:
+            log = self.collected.get(process)
+            if fence != self._fence.get(process, 0):
+                self._fence[process] = fence
+                self.history.record("fence", process=process, fence=fence, head=head)
+            for eid, fields in stream or ():
+                parsed = parse_stream_entry(process, eid, fields, source="collected")
+                if isinstance(parsed, str):
+                    log.problems.append(f"observer: {parsed}")
+                    continue
+                if parsed.version > last + 1 and last + 1 not in log.collected:
+                    self.history.record(
+                        "note", process=process,
+                        message=f"observer missed versions {last + 1}..{parsed.version - 1}"
+                                " (trimmed before they were copied)")
+                log.collected[parsed.version] = parsed
+                last = max(last, parsed.version)
+            self._last[process] = last
+            snap_version = int(snap_raw) if snap_raw is not None and snap_raw.isdigit() else -1
+            if snap_version >= 0 and snap_version != self._snap.get(process, -1):
+                raw = self.client.hgetall(keys.snapshot)
+                snap = parse_snapshot_hash(process, raw, source="collected")
+                if isinstance(snap, str):
+                    log.problems.append(f"observer: {snap}")
+                elif snap is not None:
+                    self._snap[process] = snap.version
+                    if all(s.version != snap.version for s in log.snapshots):
+                        log.snapshots.append(snap)
+
+    def fence_of(self, process: str) -> int:
+        """The last fence seen for ``process`` (0 if none yet)."""
+        return self._fence.get(process, 0)
+
+    def snapshot(self) -> StoredLogs:
+        """A copy of what has been collected so far (safe while running)."""
+        with self._lock:
+            out = StoredLogs()
+            for pid, log in self.collected.processes.items():
+                copy = out.get(pid)
+                copy.collected = dict(log.collected)
+                copy.snapshots = list(log.snapshots)
+                copy.problems = list(log.problems)
+            return out

@@ -1,0 +1,376 @@
+"""The workload: K clients activate a counting script on P processes through the gateway.
+
+Each process is created with ``/memory = {count: 0, last: "", ops: []}`` and the
+script ``op`` (:data:`SCRIPT`). One activation with input ``{"rid": R}``:
+
+* writes ``R`` to ``/memory/last`` -- so every stored transaction record names
+  the request it committed (the checker's link between history and log);
+* adds 1 to ``/memory/count``;
+* appends ``R`` to ``/memory/ops``, keeping only the last 32 (``max_value_entries``
+  is 10 000, so an unbounded list would fail a long run).
+
+Every client loops: pick a process (seeded), send ``activate`` with the version
+it last observed as ``expected_version`` and a fresh request id, then
+
+* ``committed`` -> history ``ok`` with the resulting version;
+* ``conflict`` -> ``fail`` and *recompute* (the conflict names the actual
+  version, which becomes the next expectation) -- unless an earlier attempt of
+  the same request had an unknown outcome, then ``info``: once the receipt is
+  evicted a retry of a committed request also answers ``conflict``;
+* ``rejected`` -> ``fail`` with the failure code;
+* transport error or ``unavailable`` -> retried with the SAME request id
+  (control protocol: retry safety) with capped exponential backoff until
+  ``op_deadline_s`` passes, then ``info`` (unknown outcome).
+
+The SDK is used with ``attempts=1`` so this module sees and records every
+attempt itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from svit_cluster.client import AsyncSvitClient
+from svit_cluster.errors import ErrorCode, SvitError, UnavailableError
+from svit_cluster.process import to_plain_json
+
+from .clock import Clock, MonotonicClock
+from .history import HistoryWriter
+
+__all__ = ["SCRIPT", "SCRIPT_NAME", "Workload", "WorkloadConfig", "WorkloadStats"]
+
+#: Name of the script in ``/lib``.
+SCRIPT_NAME = "op"
+#: How many request ids ``/memory/ops`` keeps.
+KEEP_OPS = 32
+#: The workload script (Svit Lisp).
+SCRIPT = f"""(define (keep ops)
+  (if (> (len ops) {KEEP_OPS}) (slice ops (- (len ops) {KEEP_OPS})) ops))
+(define (main input)
+  (let ((rid (value-get input "/rid"))
+        (count (+ (read "/memory/count") 1))
+        (ops (keep (concat (read "/memory/ops") (value-array rid)))))
+    (do (write "/memory/ops" ops)
+        (write "/memory/last" rid)
+        (write "/memory/count" count)
+        (value-map "count" count))))"""
+
+INITIAL_MEMORY: dict[str, Any] = {"count": 0, "last": "", "ops": []}
+
+_TRANSIENT = (httpx.TransportError, UnavailableError)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Workload shape.
+
+    Attributes:
+        run_id: prefix of process ids, client ids and request ids
+            (``[A-Za-z0-9._-]``, at most 40 characters).
+        clients: concurrent clients K (>= 1).
+        processes: processes P (>= 1).
+        tenant: tenant part of process ids (``svit://<tenant>/<run_id>-p<i>``).
+        seed: seeds each client's process choice.
+        request_timeout_s: HTTP timeout of one attempt (default 5 s).
+        op_deadline_s: give up retrying one request after this long and
+            record ``info`` (default 20 s).
+        drain_s: after ``stop``, in-flight requests get this long to resolve
+            (default 10 s).
+        backoff_s: first and maximum retry pause (default 0.05 .. 1.0 s).
+        think_s: pause between a client's operations (default 0).
+    """
+
+    run_id: str
+    clients: int = 4
+    processes: int = 2
+    tenant: str = "chaos"
+    seed: int = 0
+    request_timeout_s: float = 5.0
+    op_deadline_s: float = 20.0
+    drain_s: float = 10.0
+    backoff_s: tuple[float, float] = (0.05, 1.0)
+    think_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.clients < 1 or self.processes < 1:
+            raise ValueError("clients and processes must be >= 1")
+        if not self.run_id or len(self.run_id) > 40 or not all(
+            c.isalnum() or c in "._-" for c in self.run_id
+        ):
+            raise ValueError("run_id must be 1-40 characters of [A-Za-z0-9._-]")
+
+    def process_ids(self) -> list[str]:
+        return [f"svit://{self.tenant}/{self.run_id}-p{i}" for i in range(self.processes)]
+
+
+@dataclass
+class WorkloadStats:
+    """Live counters (read by the progress display)."""
+
+    invoked: int = 0
+    ok: int = 0
+    fail: int = 0
+    info: int = 0
+    attempts: int = 0
+    transient_errors: int = 0
+    in_flight: int = 0
+    last_ok_t: float = 0.0
+    per_process_ok: dict[str, int] = field(default_factory=dict)
+
+
+ClientFactory = Callable[[str], AsyncSvitClient]
+
+
+class Workload:
+    """K async clients against one gateway, recording every operation in ``history``.
+
+    Args:
+        gateway_url: ``http://host:port`` of the gateway.
+        token: bearer token (admin, or the tenant of ``config.tenant``).
+        history: the run's history writer.
+        config: :class:`WorkloadConfig`.
+        clock: for deadlines and backoff (default monotonic).
+        client_factory: ``client_id -> AsyncSvitClient`` (tests); by default
+            an SDK client with ``attempts=1`` and ``config.request_timeout_s``.
+    """
+
+    def __init__(
+        self,
+        gateway_url: str,
+        token: str | None,
+        history: HistoryWriter,
+        config: WorkloadConfig,
+        *,
+        clock: Clock | None = None,
+        client_factory: ClientFactory | None = None,
+    ) -> None:
+        self.url = gateway_url
+        self.token = token
+        self.history = history
+        self.config = config
+        self.clock: Clock = clock or MonotonicClock()
+        self.stats = WorkloadStats()
+        self.processes = config.process_ids()
+        self._factory = client_factory or self._default_client
+        self._stopping = False
+        self._stop_at = 0.0
+
+    def _default_client(self, client_id: str) -> AsyncSvitClient:
+        return AsyncSvitClient(self.url, self.token, client_id=client_id,
+                               timeout_s=self.config.request_timeout_s, attempts=1)
+
+    # -- setup ---------------------------------------------------------------------------
+
+    async def setup(self, *, timeout_s: float = 60.0) -> None:
+        """Create every process (an existing one counts as created).
+
+        Raises:
+            SvitError: a process could not be created within ``timeout_s``
+                (the last error, ``unavailable`` for timeouts).
+        """
+        client = self._factory(f"{self.config.run_id}-setup")
+        try:
+            for pid in self.processes:
+                await self._retry(functools.partial(self._create, client, pid), timeout_s)
+        finally:
+            await client.aclose()
+
+    async def _create(self, client: AsyncSvitClient, pid: str) -> None:
+        try:
+            await client.create_process(pid, memory=INITIAL_MEMORY,
+                                        scripts={SCRIPT_NAME: SCRIPT})
+        except SvitError as exc:
+            if exc.code == ErrorCode.CONFLICT or "already exists" in exc.message:
+                return
+            raise
+
+    async def _retry(self, fn: Callable[[], Any], timeout_s: float) -> Any:
+        deadline = self.clock.now() + timeout_s
+        pause = self.config.backoff_s[0]
+        while True:
+            try:
+                return await fn()
+            except _TRANSIENT as exc:
+                if self.clock.now() >= deadline:
+                    raise UnavailableError(f"gave up after {timeout_s} s: {exc}") from exc
+                await self.clock.sleep(pause)
+                pause = min(pause * 2, self.config.backoff_s[1])
+
+    # -- run -----------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run every client until ``stop`` is set, then drain in-flight requests.
+
+        Never raises for request failures (they are recorded); returns once
+        every client has finished its last operation.
+        """
+        async def watch() -> None:
+            await stop.wait()
+            self._stopping = True
+            self._stop_at = self.clock.now()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.gather(*(self._client(i, stop) for i in range(self.config.clients)))
+        finally:
+            watcher.cancel()
+
+    def _deadline(self, start: float) -> float:
+        deadline = start + self.config.op_deadline_s
+        if self._stopping:
+            deadline = min(deadline, self._stop_at + self.config.drain_s)
+        return deadline
+
+    async def _client(self, index: int, stop: asyncio.Event) -> None:
+        cfg = self.config
+        name = f"c{index}"
+        client = self._factory(f"{cfg.run_id}-{name}")
+        rng = random.Random(f"{cfg.seed}/{index}")
+        expected: dict[str, int | None] = {}
+        seq = 0
+        try:
+            while not stop.is_set():
+                pid = rng.choice(self.processes)
+                if expected.get(pid) is None:
+                    expected[pid] = await self._observe(client, pid, stop)
+                    if expected[pid] is None:
+                        continue
+                seq += 1
+                rid = f"{cfg.run_id}.{name}.{seq}"
+                expected[pid] = await self._operate(client, name, pid, rid, expected[pid] or 0)
+                if cfg.think_s:
+                    await self.clock.sleep(cfg.think_s)
+        finally:
+            await client.aclose()
+
+    async def _observe(self, client: AsyncSvitClient, pid: str,
+                       stop: asyncio.Event) -> int | None:
+        pause = self.config.backoff_s[0]
+        while not stop.is_set():
+            try:
+                _, version = await client.state(pid, "/memory/count")
+                return version
+            except (*_TRANSIENT, SvitError):
+                self.stats.transient_errors += 1
+                await self.clock.sleep(pause)
+                pause = min(pause * 2, self.config.backoff_s[1])
+        return None
+
+    async def _operate(self, client: AsyncSvitClient, name: str, pid: str, rid: str,
+                       expected: int) -> int | None:
+        """One operation; returns the next expected version (None: observe again)."""
+        hist = self.history
+        stats = self.stats
+        hist.record("invoke", client=name, process=pid, rid=rid, expected=expected)
+        stats.invoked += 1
+        stats.in_flight += 1
+        start = self.clock.now()
+        pause = self.config.backoff_s[0]
+        ambiguous = False
+        attempts = 0
+        last_error = ""
+        try:
+            while True:
+                attempts += 1
+                stats.attempts += 1
+                try:
+                    resp = await client.activate(pid, SCRIPT_NAME, {"rid": rid},
+                                                 expected_version=expected, request_id=rid)
+                except _TRANSIENT as exc:
+                    ambiguous = True
+                    stats.transient_errors += 1
+                    last_error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    if self.clock.now() + pause >= self._deadline(start):
+                        hist.record("info", client=name, process=pid, rid=rid,
+                                    expected=expected, attempts=attempts, error=last_error)
+                        stats.info += 1
+                        return None
+                    await self.clock.sleep(pause * (0.5 + random.random()))
+                    pause = min(pause * 2, self.config.backoff_s[1])
+                    continue
+                except SvitError as exc:
+                    kind = "info" if ambiguous else "fail"
+                    hist.record(kind, client=name, process=pid, rid=rid, expected=expected,
+                                attempts=attempts, outcome="error", code=str(exc.code),
+                                error=exc.message[:200])
+                    stats.info += kind == "info"
+                    stats.fail += kind == "fail"
+                    return None
+                outcome = resp.outcome
+                if outcome.status == "committed":
+                    version = outcome.activation.version
+                    hist.record("ok", client=name, process=pid, rid=rid, expected=expected,
+                                version=version, previous=outcome.previous_version,
+                                replayed=resp.replayed, attempts=attempts)
+                    stats.ok += 1
+                    stats.last_ok_t = hist.elapsed()
+                    stats.per_process_ok[pid] = stats.per_process_ok.get(pid, 0) + 1
+                    return int(version)
+                if outcome.status == "conflict":
+                    actual = int(outcome.actual_version)
+                    if ambiguous:
+                        hist.record("info", client=name, process=pid, rid=rid,
+                                    expected=expected, attempts=attempts,
+                                    error=f"conflict (actual {actual}) after an unknown "
+                                          f"outcome: {last_error}")
+                        stats.info += 1
+                        return None
+                    hist.record("fail", client=name, process=pid, rid=rid, expected=expected,
+                                attempts=attempts, outcome="conflict", actual=actual,
+                                replayed=resp.replayed)
+                    stats.fail += 1
+                    return actual
+                hist.record("fail", client=name, process=pid, rid=rid, expected=expected,
+                            attempts=attempts, outcome="rejected",
+                            code=outcome.failure.code, replayed=resp.replayed)
+                stats.fail += 1
+                return None
+        except asyncio.CancelledError:
+            hist.record("info", client=name, process=pid, rid=rid, expected=expected,
+                        attempts=attempts, error="cancelled")
+            stats.info += 1
+            raise
+        finally:
+            stats.in_flight -= 1
+
+    # -- after the run -------------------------------------------------------------------
+
+    async def read_final(self, *, timeout_s: float = 60.0) -> dict[str, tuple[int, Any]]:
+        """Read ``/memory`` of every process after healing; records ``final`` events.
+
+        Returns:
+            ``{process: (version, memory)}`` for each process that answered
+            within ``timeout_s``; the others are recorded as ``note`` events.
+        """
+        client = self._factory(f"{self.config.run_id}-final")
+        out: dict[str, tuple[int, Any]] = {}
+        try:
+            for pid in self.processes:
+                try:
+                    value, version = await self._retry(
+                        functools.partial(client.state, pid, "/memory"), timeout_s)
+                except SvitError as exc:
+                    self.history.record("note", process=pid,
+                                        message=f"final state unreadable: {exc}")
+                    continue
+                memory = to_plain_json(value)
+                out[pid] = (version, memory)
+                count = memory.get("count") if isinstance(memory, dict) else None
+                last = memory.get("last") if isinstance(memory, dict) else None
+                self.history.record("final", process=pid, version=version, count=count,
+                                    last=last)
+        finally:
+            await client.aclose()
+        return out
+
+
+def process_ids(run_id: str, processes: int, tenant: str = "chaos") -> Sequence[str]:
+    """The process ids a workload with these parameters uses."""
+    return WorkloadConfig(run_id=run_id, processes=processes, tenant=tenant).process_ids()

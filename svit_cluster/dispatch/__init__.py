@@ -1,0 +1,79 @@
+"""The outbox dispatcher: committed intents -> sinks, at least once (DESIGN.md §3).
+
+Each commit appends its outbox intents to ``<prefix>:{P}:outbox`` in the same
+Lua script as the commit. Dispatcher workers (OS processes; run more to scale
+out) read those streams through one Redis consumer group, deliver each intent
+to the sink its address names, and ``XACK`` only after the sink confirmed.
+
+Public names, by importance:
+
+* :class:`DispatchWorker`, :func:`run_worker` -- a worker; :class:`DispatchConfig`.
+* :func:`delivery_status` -> :class:`IntentStatus` / :class:`DeliveryState`;
+  :func:`destination_records` -> :class:`DestinationRecord` -- read-only checks
+  for tests and the chaos checker.
+* :class:`DeadLetters`, :class:`DeadLetter`, :class:`RedriveResult` -- list and
+  re-drive what could not be delivered.
+* Sinks: :class:`SinkRegistry`, :class:`Sink`, :class:`SvitInboxSink`,
+  :class:`WebhookSink`, :class:`RedisStreamSink`; errors
+  :class:`RetryableDeliveryError`, :class:`PermanentDeliveryError`.
+* :class:`DispatchMetrics`, :class:`DispatchKeys`, :class:`Intent`.
+
+Guarantees (details in ``README.md`` in this package):
+
+* **At least once.** An entry leaves the pending list only after its sink
+  confirmed or its dead letter was written. A killed worker's pending entries
+  are reclaimed (``XAUTOCLAIM``) after ``claim_idle_s``. Redeliveries carry the
+  same intent id; the ``svit`` sink stores one copy.
+* **Order.** Per sender stream and destination, intents are first delivered in
+  commit order (one worker per stream at a time, by lease). Nothing is ordered
+  across senders or across destinations; a re-driven dead letter arrives after
+  its successors.
+"""
+
+from svit_cluster.dispatch._config import DispatchConfig
+from svit_cluster.dispatch._deadletter import DeadLetter, DeadLetters, RedriveResult
+from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliveryError
+from svit_cluster.dispatch._intent import Intent
+from svit_cluster.dispatch._keys import DEFAULT_GROUP, DispatchKeys
+from svit_cluster.dispatch._metrics import DispatchMetrics
+from svit_cluster.dispatch._sinks import (
+    RedisStreamSink,
+    Sink,
+    SinkRegistry,
+    SvitInboxSink,
+    WebhookSink,
+)
+from svit_cluster.dispatch._status import (
+    DeliveryState,
+    DestinationRecord,
+    IntentStatus,
+    delivery_status,
+    destination_records,
+)
+from svit_cluster.dispatch._worker import DispatchWorker, default_sinks, run_worker
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "DeadLetter",
+    "DeadLetters",
+    "DeliveryState",
+    "DestinationRecord",
+    "DispatchConfig",
+    "DispatchKeys",
+    "DispatchMetrics",
+    "DispatchWorker",
+    "Intent",
+    "IntentStatus",
+    "PermanentDeliveryError",
+    "RedisStreamSink",
+    "RedriveResult",
+    "RetryableDeliveryError",
+    "Sink",
+    "SinkRegistry",
+    "SvitInboxSink",
+    "WebhookSink",
+    "default_sinks",
+    "delivery_status",
+    "destination_records",
+    "run_worker",
+]

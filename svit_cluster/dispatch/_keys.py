@@ -1,0 +1,84 @@
+"""Redis key names the dispatcher uses (its own keys; the store's keys are read-only here).
+
+Source streams are the store's per-process outbox streams,
+``<prefix>:{<process>}:outbox`` (see ``svit_cluster/store/README.md``), plus the
+dispatcher's own re-drive stream. Everything global lives under the hash tag
+``{dispatch}`` so it shares one Redis Cluster slot (dead letters and re-drive
+move atomically in one ``MULTI``). A process id always starts with ``svit://``,
+so ``{dispatch}`` never collides with a process's tag.
+
+| key | type | holds |
+| --- | --- | --- |
+| ``<prefix>:{<P>}:outbox`` | stream | (store) committed intents; consumer group ``svit-dispatch`` |
+| ``<stream>:lease`` | string | consumer name of the worker that may read ``<stream>`` (PX TTL) |
+| ``<prefix>:{dispatch}:workers`` | zset | live worker -> heartbeat expiry (ms, Redis clock) |
+| ``<prefix>:{dispatch}:dead`` | stream | dead letters: intent, source, error, attempts, ... |
+| ``<prefix>:{dispatch}:redrive`` | stream | dead letters sent back for delivery (a source stream) |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
+
+__all__ = ["DEFAULT_GROUP", "DispatchKeys"]
+
+#: Consumer group name on every source stream.
+DEFAULT_GROUP = "svit-dispatch"
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchKeys:
+    """The dispatcher's key names under one store prefix.
+
+    Args:
+        prefix: the store's key prefix (``StoreConfig.prefix``, default ``"svit"``).
+
+    Raises:
+        InvalidInput: the prefix is malformed (same rule as the store's).
+    """
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        ProcessKeys("svit://validate/prefix", self.prefix)  # validates the prefix
+
+    def outbox(self, process_id: str) -> str:
+        """The outbox stream of ``process_id`` (the store's key)."""
+        return ProcessKeys(process_id, self.prefix).outbox
+
+    @property
+    def outbox_pattern(self) -> str:
+        """``SCAN MATCH`` pattern of every outbox stream (``{`` is literal in Redis globs)."""
+        return f"{self.prefix}:{{*}}:outbox"
+
+    def process_of(self, stream: str) -> str | None:
+        """The process id of an outbox stream key, or None for other keys."""
+        head, tail = f"{self.prefix}:{{", "}:outbox"
+        if stream.startswith(head) and stream.endswith(tail) and len(stream) > len(head + tail):
+            return stream[len(head) : -len(tail)]
+        return None
+
+    @staticmethod
+    def lease(stream: str) -> str:
+        """The per-stream lease key (same hash tag, so the same slot, as the stream)."""
+        return f"{stream}:lease"
+
+    def _global(self, name: str) -> str:
+        return f"{self.prefix}:{{dispatch}}:{name}"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set: worker name -> heartbeat expiry in ms (Redis clock)."""
+        return self._global("workers")
+
+    @property
+    def dead(self) -> str:
+        """Stream of dead letters."""
+        return self._global("dead")
+
+    @property
+    def redrive(self) -> str:
+        """Stream of re-driven dead letters (consumed like an outbox stream)."""
+        return self._global("redrive")

@@ -1,0 +1,295 @@
+"""Delivery status of committed intents, computed from Redis alone (read-only).
+
+This is the public API for checkers (the chaos harness's "every committed
+intent dispatched at least once and recorded once at a Svit destination").
+
+:func:`delivery_status` classifies every intent in the given senders' outbox
+streams:
+
+* ``pending`` -- not yet acknowledged in the consumer group (never read, or
+  read and in a pending list), or re-driven and not yet acknowledged again;
+* ``delivered`` -- acknowledged after its sink confirmed (at least once);
+* ``dead_lettered`` -- acknowledged after a dead letter was written, and not
+  re-driven since (the dead letter's reason and error are included).
+
+The rule, per outbox entry E with intent id I: E is *acknowledged* when the
+group's last-delivered id is >= E and E is not pending. An unacknowledged E is
+pending. Otherwise the newest of I's dead letter and I's re-drive entry (stream
+ids share the Redis clock) decides: a newer dead letter means dead-lettered; a
+newer re-drive entry means pending or delivered by that entry's own ack state;
+neither means delivered.
+
+:func:`destination_records` reads a Svit destination's committed state (a
+read-only restore from its log) and reports, per intent id, how many
+``inbox.append`` transactions appended it, how many copies ``/inbox`` still
+holds, and whether the dedup record (``/thread/delivered``) has the key --
+"recorded once" means recorded and appended exactly once.
+
+Outbox streams are never trimmed by the dispatcher, so the status covers every
+intent ever committed (a trimmed stream would make older intents invisible).
+The rule assumes the group started at ``0`` (the dispatcher creates it so); an
+operator moving the group's id forward (``XGROUP SETID``) makes the skipped
+entries look delivered.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import redis
+
+from svit_cluster.dispatch._deadletter import DeadLetter
+from svit_cluster.dispatch._errors import PermanentDeliveryError
+from svit_cluster.dispatch._intent import parse_entry
+from svit_cluster.dispatch._keys import DEFAULT_GROUP, DispatchKeys
+from svit_cluster.dispatch._redisutil import boundary, text
+from svit_cluster.process import Transaction
+from svit_cluster.process._inbox import dedup_slot
+from svit_cluster.store import DEFAULT_PREFIX, RedisBackend, StoreConfig
+
+__all__ = [
+    "DeliveryState",
+    "DestinationRecord",
+    "IntentStatus",
+    "delivery_status",
+    "destination_records",
+]
+
+
+class DeliveryState(StrEnum):
+    """Where one committed intent stands (see the module docstring for the rule)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    DEAD_LETTERED = "dead_lettered"
+
+
+@dataclass(frozen=True, slots=True)
+class IntentStatus:
+    """The status of one committed intent.
+
+    Attributes:
+        intent_id: ``<sender>:<version>:<index>`` (``entry:<stream id>`` if the
+            stored intent does not decode).
+        source: the sending process; version: its commit version.
+        to: the destination address.
+        entry_id: the entry id in the sender's outbox stream.
+        state: :class:`DeliveryState`.
+        redriven: the intent went through the re-drive stream at least once.
+        dead_letter_id, reason, error: the current dead letter, when dead-lettered.
+    """
+
+    intent_id: str
+    source: str
+    version: int
+    to: str
+    entry_id: str
+    state: DeliveryState
+    redriven: bool = False
+    dead_letter_id: str | None = None
+    reason: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationRecord:
+    """What a Svit destination has committed about delivered intents.
+
+    Attributes:
+        process_id: the destination.
+        version: its committed version (None if the process does not exist).
+        appends: intent id -> ``inbox.append`` transactions in the stored log
+            that appended an item with that id (the shape the ``svit`` sink
+            appends: a map with a string ``id``).
+        log_complete: the stored log still starts at version 1 (no snapshot
+            trimmed it), so :attr:`appends` counts every append ever committed.
+        inbox_copies: intent id -> copies currently in ``/inbox`` (the
+            destination's own loop may have acknowledged some since).
+        delivered_slots: the dedup record's keys (``sha256(intent id)[:32]``),
+            bounded by the process's dedup window.
+    """
+
+    process_id: str
+    version: int | None
+    appends: dict[str, int]
+    log_complete: bool
+    inbox_copies: dict[str, int]
+    delivered_slots: frozenset[str]
+
+    def recorded(self, intent_id: str) -> bool:
+        """True when the destination's dedup record holds ``intent_id``."""
+        return dedup_slot(intent_id) in self.delivered_slots
+
+    def recorded_once(self, intent_id: str) -> bool:
+        """Recorded, and appended once: exactly once when :attr:`log_complete`,
+        else at most once in the stored tail and at most one copy in ``/inbox``."""
+        if not self.recorded(intent_id):
+            return False
+        appended = self.appends.get(intent_id, 0)
+        if self.log_complete:
+            return appended == 1
+        return appended <= 1 and self.inbox_copies.get(intent_id, 0) <= 1
+
+
+def _sid(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return (int(ms) if ms.isdigit() else 0, int(seq) if seq.isdigit() else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupView:
+    last: tuple[int, int] | None
+    pending: frozenset[str]
+
+    def acked(self, entry_id: str) -> bool:
+        return (self.last is not None and _sid(entry_id) <= self.last
+                and entry_id not in self.pending)
+
+
+def _group_view(client: redis.Redis, stream: str, group: str) -> _GroupView:
+    try:
+        groups: Any = client.xinfo_groups(stream)
+    except redis.ResponseError:  # no such stream
+        return _GroupView(None, frozenset())
+    for g in groups:
+        if text(g.get("name")) == group:
+            count = int(g.get("pending") or 0)
+            pending: frozenset[str] = frozenset()
+            if count:
+                rows: Any = client.xpending_range(stream, group, min="-", max="+", count=count)
+                pending = frozenset(text(r["message_id"]) for r in rows)
+            last: Any = g.get("last-delivered-id")
+            return _GroupView(_sid(text(last, "0-0")), pending)
+    return _GroupView(None, frozenset())
+
+
+def delivery_status(
+    client: redis.Redis,
+    process_ids: Iterable[str],
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    group: str = DEFAULT_GROUP,
+) -> dict[str, IntentStatus]:
+    """Per-intent delivery status of every intent the given senders committed.
+
+    Args:
+        client: a redis-py client (``svit_cluster.store.connect``).
+        process_ids: the *sending* processes to inspect.
+        prefix: the store's key prefix (default ``"svit"``).
+        group: the dispatcher's consumer group (default ``"svit-dispatch"``).
+
+    Returns:
+        intent id -> :class:`IntentStatus`, in no particular order. Read-only;
+        safe to call while workers run (a concurrent ack can only move an
+        intent from pending to delivered/dead-lettered between two calls).
+
+    Raises:
+        InvalidInput: a malformed process id or prefix.
+        UnavailableError: Redis failed.
+    """
+    keys = DispatchKeys(prefix)
+    with boundary("delivery_status"):
+        dead: dict[str, DeadLetter] = {}
+        dead_raw: Any = client.xrange(keys.dead)
+        for eid, fields in dead_raw:
+            letter = DeadLetter.from_entry(eid, fields)
+            key = letter.intent_id or f"entry:{letter.entry_id}"
+            dead[key] = letter  # later ids overwrite earlier ones
+        redrive_view = _group_view(client, keys.redrive, group)
+        redriven: dict[str, str] = {}
+        redrive_raw: Any = client.xrange(keys.redrive)
+        for eid, fields in redrive_raw:
+            iid = text(fields.get(b"intent_id")) or _intent_id(fields)
+            redriven[iid or f"entry:{text(fields.get(b'entry_id'))}"] = text(eid)
+        out: dict[str, IntentStatus] = {}
+        for pid in process_ids:
+            stream = keys.outbox(pid)
+            view = _group_view(client, stream, group)
+            entries: Any = client.xrange(stream)
+            for raw_id, fields in entries:
+                entry_id = text(raw_id)
+                status = _classify(stream, pid, entry_id, fields, view, dead, redriven,
+                                   redrive_view)
+                out[status.intent_id] = status
+    return out
+
+
+def _intent_id(fields: dict[bytes, bytes]) -> str:
+    try:
+        return parse_entry("-", "0-0", fields, "-").id
+    except PermanentDeliveryError:
+        return ""
+
+
+def _classify(stream: str, pid: str, entry_id: str, fields: dict[bytes, bytes],
+              view: _GroupView, dead: dict[str, DeadLetter], redriven: dict[str, str],
+              redrive_view: _GroupView) -> IntentStatus:
+    try:
+        intent = parse_entry(stream, entry_id, fields, pid)
+        iid, to, version = intent.id, intent.to, intent.version
+    except PermanentDeliveryError:
+        iid, to, version = f"entry:{entry_id}", "", 0
+    base: dict[str, Any] = {"intent_id": iid, "source": pid, "version": version, "to": to,
+                            "entry_id": entry_id}
+    if not view.acked(entry_id):
+        return IntentStatus(state=DeliveryState.PENDING, **base)
+    letter, rd = dead.get(iid), redriven.get(iid)
+    if letter is not None and (rd is None or _sid(letter.id) > _sid(rd)):
+        return IntentStatus(state=DeliveryState.DEAD_LETTERED, redriven=rd is not None,
+                            dead_letter_id=letter.id, reason=letter.reason,
+                            error=letter.error, **base)
+    if rd is not None:
+        state = DeliveryState.DELIVERED if redrive_view.acked(rd) else DeliveryState.PENDING
+        return IntentStatus(state=state, redriven=True, **base)
+    return IntentStatus(state=DeliveryState.DELIVERED, **base)
+
+
+def destination_records(
+    client: redis.Redis, process_id: str, *, prefix: str = DEFAULT_PREFIX
+) -> DestinationRecord:
+    """Read a Svit destination's committed inbox and dedup record (read-only restore).
+
+    Args:
+        client: a redis-py client.
+        process_id: the destination process.
+        prefix: the store's key prefix.
+
+    Raises:
+        CorruptData: the destination's log does not verify.
+        UnavailableError: Redis failed.
+    """
+    backend = RedisBackend(client, process_id, 1, StoreConfig(prefix=prefix))
+    process = backend.restore()
+    if process is None:
+        return DestinationRecord(process_id, None, {}, True, {}, frozenset())
+    entries = backend.entries()
+    appends: Counter[str] = Counter()
+    for entry in entries:
+        record = Transaction.decode(entry.record)
+        if record.source != "inbox.append":
+            continue
+        for mutation in record.mutations:
+            if mutation.op == "append" and mutation.path == "/inbox":
+                iid = _item_id(mutation.value)
+                if iid is not None:
+                    appends[iid] += 1
+    complete = (entries[0].version == 1) if entries else process.version == 0
+    copies: Counter[str] = Counter()
+    inbox = process.read("/inbox")
+    for item in inbox if isinstance(inbox, list) else ():
+        iid = _item_id(item)
+        if iid is not None:
+            copies[iid] += 1
+    delivered = process.read("/thread/delivered")
+    slots = frozenset(delivered) if isinstance(delivered, dict) else frozenset()
+    return DestinationRecord(process_id, process.version, dict(appends), complete,
+                             dict(copies), slots)
+
+
+def _item_id(item: object) -> str | None:
+    iid = item.get("id") if isinstance(item, dict) else None
+    return iid if isinstance(iid, str) else None

@@ -1,0 +1,562 @@
+"""One dispatcher worker: discover outbox streams, hold leases, deliver, ack.
+
+Control plane (loops that never die; each logs and retries on Redis errors):
+
+* **scan** -- every ``scan_interval_s``: ``SCAN MATCH <prefix>:{*}:outbox TYPE
+  stream``, create the consumer group (``XGROUP CREATE … 0``; ``BUSYGROUP`` is
+  fine), refresh the lag gauges.
+* **membership** -- every ``heartbeat_interval_s``: heartbeat, renew held
+  leases, take the leases of streams the hash ring now gives this worker, and
+  ask runners of streams it no longer wins to hand them over.
+* **wake-up** -- one blocking ``XREAD`` over idle owned streams, so a new
+  commit wakes its runner without polling (falls back to ``poll_interval_s``).
+
+Data path: one runner task per owned stream, strictly in stream order:
+
+1. If the stream has pending entries (``XPENDING``): the prefix owned by this
+   worker is delivered again (a redelivery, same key). If the oldest pending
+   entry belongs to another consumer, it is reclaimed with ``XAUTOCLAIM`` once
+   idle ``claim_idle_s``; until then the runner waits -- nothing newer is read,
+   so a takeover never overtakes the crashed worker's entries.
+2. Otherwise ``XREADGROUP … >`` reads a batch.
+3. A batch is split by destination; each destination's intents go one after
+   another (commit order); different destinations run concurrently, each
+   under its sink's concurrency semaphore.
+4. Per intent: up to ``max_attempts`` attempts with exponential backoff and
+   jitter (tenacity); ``XACK`` only after the sink confirmed. A permanent
+   failure, or exhausted retries, writes a dead letter and then acks.
+
+Guarantees: an entry leaves the pending list only after its sink confirmed or
+its dead letter was written, so a worker or host dying at any point loses
+nothing; the price is a possible redelivery, always with the same intent id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError, ResponseError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
+
+from svit_cluster.dispatch._config import DispatchConfig
+from svit_cluster.dispatch._deadletter import write_dead_letter
+from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliveryError
+from svit_cluster.dispatch._intent import Intent, parse_entry
+from svit_cluster.dispatch._lease import LeaseTable, owner_of
+from svit_cluster.dispatch._metrics import DispatchMetrics
+from svit_cluster.dispatch._redisutil import async_client, text
+from svit_cluster.dispatch._sinks import (
+    RedisStreamSink,
+    SinkRegistry,
+    SvitInboxSink,
+    WebhookSink,
+)
+
+__all__ = ["DispatchWorker", "default_sinks", "run_worker"]
+
+log = logging.getLogger(__name__)
+
+_NOTIFY_BLOCK_MS = 25
+#: Old consumer names are pruned from owned streams every this many scans.
+_PRUNE_EVERY_SCANS = 30
+#: ... when idle for this many lease TTLs with nothing pending.
+_PRUNE_IDLE_LEASES = 10.0
+#: Fraction of the lease TTL after which an unrenewed lease counts as lost locally.
+_LEASE_SAFETY = 0.8
+
+
+class LeaseLost(Exception):
+    """Internal: the runner's lease is no longer HELD; stop without acking."""
+
+
+def default_sinks(config: DispatchConfig, client: aioredis.Redis,
+                  http: httpx.AsyncClient) -> SinkRegistry:
+    """The standard sinks: ``svit``, ``http``/``https`` (allowlisted), ``redis-stream``."""
+    webhook = WebhookSink(config.webhook_hosts, http=http,
+                          concurrency=config.webhook_concurrency)
+    return SinkRegistry({
+        "svit": SvitInboxSink(config.gateway_url, config.gateway_token, http=http,
+                              concurrency=config.svit_concurrency,
+                              cross_tenant=config.svit_cross_tenant),
+        "http": webhook,
+        "https": webhook,
+        "redis-stream": RedisStreamSink(client, allowed_prefixes=config.redis_stream_prefixes,
+                                        store_prefix=config.prefix,
+                                        concurrency=config.redis_stream_concurrency),
+    }, max_body_bytes=config.max_body_bytes)
+
+
+@dataclass(eq=False)
+class _Stream:
+    """A stream this worker holds (or is about to hold) the lease of."""
+
+    key: str
+    process: str | None
+    valid_until: float
+    release: bool = False
+    idle: bool = False
+    cursor: str | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def check(self) -> None:
+        if time.monotonic() >= self.valid_until:
+            raise LeaseLost(self.key)
+
+
+class DispatchWorker:
+    """A dispatcher worker; run several (any host) to scale out.
+
+    Args:
+        config: see :class:`DispatchConfig`.
+        metrics: a metrics registry (a fresh one by default).
+        sinks: a factory ``(config, redis, http) -> SinkRegistry`` to plug in
+            other sinks (default :func:`default_sinks`).
+
+    Use ``await worker.run()`` (returns after :meth:`stop`) or
+    :func:`svit_cluster.dispatch.run_worker` in a process of its own.
+    """
+
+    def __init__(self, config: DispatchConfig, *, metrics: DispatchMetrics | None = None,
+                 sinks: Any = None) -> None:
+        self.config = config
+        self.keys = config.keys
+        self.name = config.worker_id
+        self.metrics = metrics or DispatchMetrics()
+        self._sink_factory = sinks or default_sinks
+        self._stopping = asyncio.Event()
+        self._streams: set[str] = set()
+        self._grouped: set[str] = set()
+        self._owned: dict[str, _Stream] = {}
+        self._live: list[str] = []
+        self._scans = 0
+        self._client: aioredis.Redis | None = None
+        self._registry: SinkRegistry | None = None
+        self._leases: LeaseTable | None = None
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish (in-flight batches get ``shutdown_grace_s``)."""
+        self._stopping.set()
+
+    @property
+    def owned_streams(self) -> list[str]:
+        """Source streams this worker currently holds the lease of."""
+        return sorted(self._owned)
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop`; never raises on Redis or sink failures."""
+        c = self.config
+        client = self._client = async_client(c.redis_url, timeout_s=5.0)
+        http = httpx.AsyncClient(timeout=httpx.Timeout(c.sink_timeout_s),
+                                 follow_redirects=False, trust_env=False)
+        self._registry = self._sink_factory(c, client, http)
+        self._leases = LeaseTable(client, self.keys, self.name, lease_ttl_s=c.lease_ttl_s,
+                                  worker_ttl_s=c.worker_ttl_s)
+        loops = [asyncio.create_task(coro, name=f"dispatch-{n}") for n, coro in (
+            ("scan", self._scan_loop()), ("membership", self._membership_loop()),
+            ("wakeup", self._wakeup_loop()))]
+        try:
+            await self._stopping.wait()
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await self._shutdown()
+            await self._registry.aclose()
+            await http.aclose()
+            await client.aclose()
+
+    async def _shutdown(self) -> None:
+        for st in self._owned.values():
+            st.release = True
+            st.wake.set()
+        tasks = [st.task for st in self._owned.values() if st.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.config.shutdown_grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        assert self._leases is not None
+        with contextlib.suppress(RedisError, OSError):
+            for key in list(self._owned):
+                await self._leases.release(key)
+            await self._leases.leave()
+
+    # -- control plane --------------------------------------------------------------
+
+    async def _forever(self, what: str, period_s: float, step: Any) -> None:
+        while not self._stopping.is_set():
+            try:
+                await step()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a control loop never dies
+                log.warning("%s %s failed: %s: %s", self.name, what, type(exc).__name__, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout=period_s)
+
+    async def _scan_loop(self) -> None:
+        await self._forever("scan", self.config.scan_interval_s, self._scan_once)
+
+    async def _scan_once(self) -> None:
+        client, c = self._client, self.config
+        assert client is not None
+        found: set[str] = set()
+        async for raw in client.scan_iter(match=self.keys.outbox_pattern, count=1000,
+                                          _type="stream"):
+            found.add(text(raw))
+        found.add(self.keys.redrive)
+        for key in sorted(found - self._grouped):
+            try:
+                await client.xgroup_create(key, c.group, id="0",
+                                           mkstream=key == self.keys.redrive)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    log.warning("cannot create group on %s: %s", key, exc)
+                    found.discard(key)
+                    continue
+            self._grouped.add(key)
+        self._streams = found
+        self._grouped &= found
+        await self._update_lag()
+
+    async def _update_lag(self) -> None:
+        client = self._client
+        assert client is not None
+        self._scans += 1
+        prune = self._scans % _PRUNE_EVERY_SCANS == 0
+        for key, st in list(self._owned.items()):
+            try:
+                groups = await client.xinfo_groups(key)
+                if prune:
+                    await self._prune_consumers(key)
+            except ResponseError:
+                continue
+            for g in groups:
+                if text(g.get("name")) == self.config.group:
+                    lag = g.get("lag") or 0
+                    pending = g.get("pending") or 0
+                    self.metrics.lag.labels(st.process or "redrive").set(int(lag) + int(pending))
+
+    async def _prune_consumers(self, key: str) -> None:
+        """Forget consumers (old worker names) with nothing pending, idle for long.
+
+        Safe: only the lease holder (this worker) reads the stream, so a
+        consumer with no pending entry can never gain one meanwhile; a worker
+        that later takes the lease is re-created by its first read.
+        """
+        client, c = self._client, self.config
+        assert client is not None
+        idle_limit_ms = int(_PRUNE_IDLE_LEASES * c.lease_ttl_s * 1000)
+        consumers: Any = await client.xinfo_consumers(key, c.group)
+        for entry in consumers:
+            name = text(entry.get("name"))
+            if (name != self.name and int(entry.get("pending") or 0) == 0
+                    and int(entry.get("idle") or 0) > idle_limit_ms):
+                await client.xgroup_delconsumer(key, c.group, name)
+
+    async def _membership_loop(self) -> None:
+        await self._forever("membership", self.config.heartbeat_interval_s,
+                            self._membership_once)
+
+    async def _membership_once(self) -> None:
+        leases = self._leases
+        assert leases is not None
+        sent = time.monotonic()
+        live = await leases.heartbeat()
+        if self.name not in live:
+            live = sorted([*live, self.name])
+        self._live = live
+        renewed = await leases.claim(list(self._owned))
+        valid_until = sent + _LEASE_SAFETY * self.config.lease_ttl_s
+        for key, held in renewed.items():
+            st = self._owned.get(key)
+            if st is None:
+                continue
+            if held:
+                st.valid_until = valid_until
+            else:
+                log.warning("%s lost the lease of %s", self.name, key)
+                st.valid_until = 0.0
+                st.release = True
+                st.wake.set()
+        desired = {s for s in self._streams if owner_of(s, live) == self.name}
+        for key, st in self._owned.items():
+            if key not in desired and not st.release:
+                st.release = True  # hand over after the current batch
+                st.wake.set()
+        wanted = sorted(desired - set(self._owned))
+        if self._stopping.is_set() or not wanted:
+            self.metrics.owned.set(len(self._owned))
+            return
+        sent = time.monotonic()
+        taken = await leases.claim(wanted)
+        for key, held in taken.items():
+            if held and not self._stopping.is_set():
+                st = _Stream(key, self.keys.process_of(key),
+                             sent + _LEASE_SAFETY * self.config.lease_ttl_s)
+                self._owned[key] = st
+                st.task = asyncio.create_task(self._run_stream(st), name=f"stream-{key}")
+        self.metrics.owned.set(len(self._owned))
+
+    async def _wakeup_loop(self) -> None:
+        client = self._client
+        assert client is not None
+        while not self._stopping.is_set():
+            idle: Any = {k: st.cursor for k, st in self._owned.items()
+                         if st.idle and st.cursor is not None}
+            if not idle:
+                await asyncio.sleep(_NOTIFY_BLOCK_MS / 1000)
+                continue
+            try:
+                reply: Any = await client.xread(idle, count=1, block=_NOTIFY_BLOCK_MS)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # e.g. CROSSSLOT on Redis Cluster: fall back to polling
+                log.debug("wake-up read failed: %s", exc)
+                await asyncio.sleep(self.config.poll_interval_s)
+                continue
+            for raw_key, _ in reply or ():
+                st = self._owned.get(text(raw_key))
+                if st is not None:
+                    st.wake.set()
+
+    # -- data path ------------------------------------------------------------------
+
+    async def _run_stream(self, st: _Stream) -> None:
+        leases = self._leases
+        assert leases is not None
+        try:
+            while not st.release and not self._stopping.is_set():
+                try:
+                    st.check()
+                    processed, wait_s = await self._step(st)
+                except LeaseLost:
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # Redis down, a bug: entries stay pending; retry
+                    log.warning("%s: stream %s: %s: %s", self.name, st.key,
+                                type(exc).__name__, exc)
+                    processed, wait_s = 0, self.config.poll_interval_s
+                if processed:
+                    continue
+                st.wake.clear()
+                st.idle = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(st.wake.wait(), timeout=wait_s)
+                st.idle = False
+        finally:
+            self._owned.pop(st.key, None)
+            self.metrics.owned.set(len(self._owned))
+            if st.process is not None:
+                with contextlib.suppress(KeyError):
+                    self.metrics.lag.remove(st.process)
+            with contextlib.suppress(RedisError, OSError, RuntimeError):
+                await leases.release(st.key)
+
+    async def _step(self, st: _Stream) -> tuple[int, float]:
+        """One round on ``st``: returns (entries handled, seconds to wait when 0)."""
+        client, c = self._client, self.config
+        assert client is not None
+        pending: Any = await client.xpending_range(st.key, c.group, min="-", max="+",
+                                                   count=c.batch_size)
+        if pending:
+            st.cursor = None  # not waiting for new entries: no wake-ups
+            mine: list[dict[str, Any]] = []
+            for p in pending:
+                if text(p["consumer"]) != self.name:
+                    break
+                mine.append(p)
+            if not mine:
+                return await self._reclaim(st, pending[0])
+            counts = {text(p["message_id"]): int(p["times_delivered"]) for p in mine}
+            reply: Any = await client.xreadgroup(c.group, self.name, {st.key: "0"},
+                                                 count=len(mine))
+            entries = reply[0][1] if reply else []
+            await self._deliver_batch(st, entries, counts)
+            return max(len(entries), 1), 0.0
+        pipe = client.pipeline(transaction=False)
+        pipe.xrevrange(st.key, "+", "-", count=1)
+        pipe.xreadgroup(c.group, self.name, {st.key: ">"}, count=c.batch_size)
+        last, reply = await pipe.execute()
+        entries = reply[0][1] if reply else []
+        if not entries:
+            st.cursor = text(last[0][0]) if last else "0-0"
+            return 0, c.poll_interval_s
+        await self._deliver_batch(st, entries, {})
+        return len(entries), 0.0
+
+    async def _reclaim(self, st: _Stream, head: dict[str, Any]) -> tuple[int, float]:
+        client, c = self._client, self.config
+        assert client is not None
+        need_ms = int(c.claim_idle_s * 1000)
+        idle_ms = int(head["time_since_delivered"])
+        if idle_ms < need_ms:
+            return 0, max(0.01, min(c.poll_interval_s, (need_ms - idle_ms) / 1000))
+        reply = await client.xautoclaim(st.key, c.group, self.name, min_idle_time=need_ms,
+                                        start_id="0-0", count=c.batch_size)
+        claimed = reply[1] if len(reply) > 1 else []
+        deleted = reply[2] if len(reply) > 2 else []
+        if claimed:
+            self.metrics.reclaimed.inc(len(claimed))
+            log.info("%s reclaimed %d pending entries of %s from %s", self.name, len(claimed),
+                     st.key, text(head["consumer"]))
+        if deleted:
+            self.metrics.missing.inc(len(deleted))
+            log.error("%s: %d pending entries of %s no longer exist: %s", self.name,
+                      len(deleted), st.key, [text(d) for d in deleted][:10])
+        return len(claimed) + len(deleted), 0.0
+
+    async def _deliver_batch(self, st: _Stream, entries: list[Any],
+                             counts: dict[str, int]) -> None:
+        by_destination: dict[str, list[tuple[str, dict[bytes, bytes], Any]]] = {}
+        for raw_id, fields in entries:
+            eid = text(raw_id)
+            if not fields:  # the entry was deleted from the stream (never by the store)
+                self.metrics.missing.inc()
+                log.error("%s: pending entry %s of %s no longer exists", self.name, eid, st.key)
+                await self._ack(st, eid)
+                continue
+            try:
+                parsed: Intent | PermanentDeliveryError = parse_entry(
+                    st.key, eid, fields, st.process)
+                dest = parsed.to if isinstance(parsed, Intent) else ""
+            except PermanentDeliveryError as exc:
+                parsed, dest = exc, ""
+            by_destination.setdefault(dest, []).append((eid, fields, parsed))
+        results = await asyncio.gather(
+            *(self._deliver_in_order(st, items, counts) for items in by_destination.values()),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _deliver_in_order(self, st: _Stream, items: list[Any],
+                                counts: dict[str, int]) -> None:
+        for eid, fields, parsed in items:
+            await self._deliver_one(st, eid, fields, parsed, counts.get(eid, 1))
+
+    async def _deliver_one(self, st: _Stream, eid: str, fields: dict[bytes, bytes],
+                           parsed: Intent | PermanentDeliveryError, delivered_times: int
+                           ) -> None:
+        c, registry = self.config, self._registry
+        assert registry is not None
+        if isinstance(parsed, PermanentDeliveryError):
+            await self._dead(st, eid, fields, None, "none", parsed, attempts=0)
+            return
+        intent = parsed
+        sink_name = intent.scheme or "none"
+        if delivered_times > c.max_deliveries:
+            await self._dead(st, eid, fields, intent, sink_name, PermanentDeliveryError(
+                f"handed to workers {delivered_times} times without an ack", reason="poison"),
+                attempts=0)
+            return
+        try:
+            sink, limit = registry.resolve(intent)
+        except PermanentDeliveryError as exc:
+            await self._dead(st, eid, fields, intent, sink_name, exc, attempts=0)
+            return
+        attempts = 0
+
+        def retried(_: RetryCallState) -> None:
+            self.metrics.retried.labels(sink.name).inc()
+
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(c.max_attempts),
+                wait=wait_exponential(multiplier=c.retry_initial_s, max=c.retry_max_s)
+                + wait_random(0, c.retry_initial_s),
+                retry=retry_if_exception_type(RetryableDeliveryError),
+                before_sleep=retried,
+                reraise=True,
+            ):
+                with attempt:
+                    st.check()
+                    attempts += 1
+                    await self._attempt(sink, limit, intent)
+        except (RetryableDeliveryError, PermanentDeliveryError) as exc:
+            if isinstance(exc, RetryableDeliveryError):
+                exc = RetryableDeliveryError(exc.message, reason="exhausted")
+            await self._dead(st, eid, fields, intent, sink.name, exc, attempts=attempts)
+            return
+        await self._ack(st, eid)
+        self.metrics.delivered.labels(sink.name).inc()
+        if intent.committed_ms:
+            delay = max(0.0, time.time() - intent.committed_ms / 1000)
+            self.metrics.delay.labels(sink.name).observe(delay)
+
+    async def _attempt(self, sink: Any, limit: asyncio.Semaphore, intent: Intent) -> None:
+        async with limit:
+            try:
+                await asyncio.wait_for(sink.deliver(intent), timeout=self.config.sink_timeout_s)
+            except (RetryableDeliveryError, PermanentDeliveryError):
+                raise
+            except TimeoutError as exc:
+                raise RetryableDeliveryError(
+                    f"{sink.name} sink did not answer within {self.config.sink_timeout_s} s",
+                    reason="timeout") from exc
+            except Exception as exc:  # a misbehaving sink: retry, then dead-letter
+                raise RetryableDeliveryError(f"{sink.name} sink failed: "
+                                             f"{type(exc).__name__}: {exc}",
+                                             reason="sink_error") from exc
+
+    async def _dead(self, st: _Stream, eid: str, fields: dict[bytes, bytes],
+                    intent: Intent | None, sink: str,
+                    exc: PermanentDeliveryError | RetryableDeliveryError, *, attempts: int
+                    ) -> None:
+        client = self._client
+        assert client is not None
+        reason = str(exc.fields.get("reason", "failed"))
+        await write_dead_letter(client, self.keys, intent=intent, fields=fields, stream=st.key,
+                                entry_id=eid, source=st.process or "", sink=sink,
+                                reason=reason, error=exc.message, attempts=attempts,
+                                worker=self.name)
+        await self._ack(st, eid)
+        self.metrics.dead_lettered.labels(sink, reason).inc()
+        log.warning("%s dead-lettered %s (%s): %s", self.name,
+                    intent.id if intent else f"{st.key} {eid}", reason, exc.message)
+
+    async def _ack(self, st: _Stream, eid: str) -> None:
+        client = self._client
+        assert client is not None
+        await client.xack(st.key, self.config.group, eid)
+
+
+def run_worker(config: DispatchConfig, *, metrics: DispatchMetrics | None = None) -> None:
+    """Run one worker in this OS process until SIGTERM or SIGINT.
+
+    Serves Prometheus metrics on ``config.metrics_port`` when it is set.
+    """
+    import signal
+
+    async def main() -> None:
+        worker = DispatchWorker(config, metrics=metrics)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        if config.metrics_port is not None:
+            from prometheus_client import start_http_server
+
+            start_http_server(config.metrics_port, registry=worker.metrics.registry)
+        log.info("dispatcher worker %s starting (redis %s)", worker.name, config.redis_url)
+        await worker.run()
+
+    asyncio.run(main())

@@ -1,0 +1,202 @@
+"""``svit-cluster dispatcher …`` and ``svit-cluster dead-letters …`` (click groups).
+
+Registered in :mod:`svit_cluster.cli`. ``dispatcher run`` is one worker in this
+OS process; ``dead-letters`` talks to a gateway's admin API (admin token).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+from svit_cluster.errors import SvitError
+
+__all__ = ["dead_letters", "dispatcher"]
+
+_state_dir = click.option(
+    "--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="A local cluster's folder: read Redis, gateway and admin token from cluster.json.",
+)
+
+
+def _fail(exc: SvitError) -> None:
+    click.echo(f"error: {exc.code}: {exc.message}", err=True)
+    raise SystemExit(2)
+
+
+@click.group(name="dispatcher")
+def dispatcher() -> None:
+    """The outbox dispatcher: run a worker, show delivery status.
+
+    \b
+      svit-cluster dispatcher run --state-dir .svit          one worker (run more to scale)
+      svit-cluster dispatcher status --state-dir .svit svit://local/a
+    """
+
+
+@dispatcher.command("run")
+@_state_dir
+@click.option("--redis-url", envvar="SVIT_REDIS_URL", default=None,
+              help="Commit-log Redis (SVIT_REDIS_URL); not needed with --state-dir.")
+@click.option("--gateway-url", envvar="SVIT_GATEWAY_URL", default=None,
+              help="Gateway for svit:// destinations (SVIT_GATEWAY_URL).")
+@click.option("--token", envvar="SVIT_TOKEN", default=None,
+              help="Admin bearer token for that gateway (SVIT_TOKEN).")
+@click.option("--worker-id", default=None, help="Consumer name (default <hostname>-<pid>).")
+@click.option("--allow-webhook-host", "hosts", multiple=True,
+              help="Allow webhooks to HOST or HOST:PORT (repeatable).")
+@click.option("--max-attempts", type=click.IntRange(1), default=None,
+              help="Attempts before dead-lettering (default 8).")
+@click.option("--claim-idle", "claim_idle_s", type=click.FloatRange(0), default=None,
+              help="Seconds before a dead worker's pending entries are reclaimed (default 30).")
+@click.option("--lease-ttl", "lease_ttl_s", type=click.FloatRange(0.1), default=None,
+              help="Per-stream lease TTL in seconds (default 10).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port.")
+@click.option("--options", "options_json", default=None,
+              help='More DispatchConfig options as JSON, e.g. \'{"batch_size": 16}\'.')
+@click.option("--log-level", default="INFO", show_default=True)
+def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
+        token: str | None, worker_id: str | None, hosts: tuple[str, ...],
+        max_attempts: int | None, claim_idle_s: float | None, lease_ttl_s: float | None,
+        metrics_port: int | None, options_json: str | None, log_level: str) -> None:
+    """Run one dispatcher worker until SIGTERM/SIGINT."""
+    from svit_cluster.dispatch import DispatchConfig, run_worker
+
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, Any] = json.loads(options_json) if options_json else {}
+    overrides.update({k: v for k, v in {
+        "redis_url": redis_url, "gateway_url": gateway_url, "gateway_token": token,
+        "worker_id": worker_id, "max_attempts": max_attempts, "claim_idle_s": claim_idle_s,
+        "lease_ttl_s": lease_ttl_s, "metrics_port": metrics_port,
+    }.items() if v is not None})
+    if hosts:
+        overrides["webhook_hosts"] = tuple(hosts)
+    try:
+        if state_dir is not None:
+            config = DispatchConfig.from_cluster_json(state_dir / "cluster.json", **overrides)
+        else:
+            config = DispatchConfig.from_mapping(overrides)
+    except SvitError as exc:
+        _fail(exc)
+    except TypeError as exc:
+        raise click.UsageError(f"missing --redis-url or --state-dir ({exc})") from exc
+    run_worker(config)
+
+
+@dispatcher.command("status")
+@_state_dir
+@click.option("--redis-url", envvar="SVIT_REDIS_URL", default=None)
+@click.option("--json", "as_json", is_flag=True, help="Print every intent as JSON.")
+@click.argument("process_ids", nargs=-1, required=True)
+def status(state_dir: Path | None, redis_url: str | None, as_json: bool,
+           process_ids: tuple[str, ...]) -> None:
+    """Delivery status (pending / delivered / dead_lettered) of PROCESS_IDS' intents."""
+    from collections import Counter
+    from dataclasses import asdict
+
+    from svit_cluster.dispatch import delivery_status
+    from svit_cluster.store import connect
+
+    if redis_url is None and state_dir is not None:
+        redis_url = json.loads((state_dir / "cluster.json").read_text())["redis"]["url"]
+    if redis_url is None:
+        raise click.UsageError("give --redis-url or --state-dir")
+    try:
+        result = delivery_status(connect(redis_url), process_ids)
+    except SvitError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps([asdict(s) for s in result.values()], indent=2))
+        return
+    counts = Counter(s.state.value for s in result.values())
+    click.echo(" ".join(f"{k}={counts.get(k, 0)}"
+                        for k in ("pending", "delivered", "dead_lettered")))
+
+
+@click.group(name="dead-letters")
+def dead_letters() -> None:
+    """List and re-drive the dispatcher's dead letters (through a gateway, admin token)."""
+
+
+def _gateway(state_dir: Path | None, url: str | None, token: str | None) -> tuple[str, str]:
+    if state_dir is not None:
+        doc = json.loads((state_dir / "cluster.json").read_text())
+        url = url or doc["gateway"]["url"]
+        token = token or doc["tokens"]["admin"]
+    if not url or not token:
+        raise click.UsageError("give --url and --token (SVIT_TOKEN), or --state-dir")
+    return url.rstrip("/"), token
+
+
+def _call(method: str, url: str, token: str, path: str, **kw: Any) -> Any:
+    import httpx
+
+    try:
+        resp = httpx.request(method, url + path, headers={"Authorization": f"Bearer {token}"},
+                             timeout=30.0, **kw)
+    except httpx.HTTPError as exc:
+        click.echo(f"error: unavailable: {exc}", err=True)
+        raise SystemExit(2) from exc
+    if resp.status_code != 200:
+        click.echo(f"error: HTTP {resp.status_code}: {resp.text[:500]}", err=True)
+        raise SystemExit(2)
+    return resp.json()
+
+
+_gateway_options = [
+    _state_dir,
+    click.option("--url", default=None, help="Gateway base URL."),
+    click.option("--token", envvar="SVIT_TOKEN", default=None, help="Admin token (SVIT_TOKEN)."),
+]
+
+
+def _with_gateway(fn: Any) -> Any:
+    for option in reversed(_gateway_options):
+        fn = option(fn)
+    return fn
+
+
+@dead_letters.command("list")
+@_with_gateway
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--after", default=None, help="Page after this dead-letter id.")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON answer.")
+def list_letters(state_dir: Path | None, url: str | None, token: str | None, limit: int,
+                 after: str | None, as_json: bool) -> None:
+    """Dead letters, oldest first."""
+    base, tok = _gateway(state_dir, url, token)
+    params: dict[str, Any] = {"limit": limit}
+    if after:
+        params["after"] = after
+    doc = _call("GET", base, tok, "/v1/admin/dead-letters", params=params)
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for d in doc["dead_letters"]:
+        click.echo(f"{d['id']}  {d['intent_id'] or '?'} -> {d['to'] or '?'}  "
+                   f"[{d['sink']}/{d['reason']}, {d['attempts']} attempts] {d['error'][:120]}")
+    click.echo(f"{doc['count']} dead letter(s)")
+
+
+@dead_letters.command("redrive")
+@_with_gateway
+@click.option("--all", "redrive_all", is_flag=True, help="Re-drive the oldest --limit letters.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
+@click.argument("ids", nargs=-1)
+def redrive(state_dir: Path | None, url: str | None, token: str | None, redrive_all: bool,
+            limit: int, ids: tuple[str, ...]) -> None:
+    """Send dead letters IDS (or --all) back to delivery, with the same keys."""
+    if not ids and not redrive_all:
+        raise click.UsageError("give dead-letter IDS or --all")
+    base, tok = _gateway(state_dir, url, token)
+    body: dict[str, Any] = {"ids": list(ids)} if ids else {"all": True, "limit": limit}
+    doc = _call("POST", base, tok, "/v1/admin/dead-letters/redrive", json=body)
+    click.echo(f"redriven {len(doc['redriven'])}, missing {len(doc['missing'])}")
+    for missing in doc["missing"]:
+        click.echo(f"  missing {missing}", err=True)

@@ -1,0 +1,105 @@
+"""Reasoner configuration (from ``ClusterConfig.reasoner``) and construction."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from svit_cluster.errors import ConfigurationError
+from svit_cluster.reasoning._model import Reasoner
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "ReasonerConfig", "build_reasoner"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You operate one Svit process. Its committed state is authoritative. Use the tools "
+    "read, discover and exec (of /lib scripts) with absolute paths, then answer briefly."
+)
+
+
+@dataclass(frozen=True)
+class ReasonerConfig:
+    """Which reasoner a process actor runs, and the loop's bounds.
+
+    Attributes:
+        kind: ``"simulated"`` (default; deterministic, no model) or ``"openai"``.
+        base_url, model: the OpenAI-compatible endpoint and model name.
+        api_key: bearer key (secret: not in ``repr``, never logged). When
+            empty, the variable named by ``api_key_env`` is read instead.
+        api_key_env: environment variable holding the key (default
+            ``SVIT_REASONER_API_KEY``).
+        enabled: run the reasoning loop at all (default True).
+        max_iterations: reasoning steps per turn (1..64, default 8).
+        step_timeout_s: seconds one step may take (default 30).
+        turn_timeout_s: seconds one whole turn may take (default 120).
+        history_events: canonical events given to the model as context
+            (1..4096, default 64).
+        retry_after_s: seconds before a failed turn is retried (default 30,
+            doubling up to ``max_retry_after_s`` = 300); a new inbox message
+            retries at once.
+        client_id: svit-control@1 client id of the reasoner's ``exec`` calls.
+        system_prompt: the system message.
+
+    Raises:
+        ConfigurationError: a value is out of range or the kind is unknown.
+    """
+
+    kind: str = "simulated"
+    base_url: str = ""
+    model: str = ""
+    api_key: str = field(default="", repr=False)
+    api_key_env: str = "SVIT_REASONER_API_KEY"
+    enabled: bool = True
+    max_iterations: int = 8
+    step_timeout_s: float = 30.0
+    turn_timeout_s: float = 120.0
+    history_events: int = 64
+    retry_after_s: float = 30.0
+    max_retry_after_s: float = 300.0
+    client_id: str = "svit-reasoner"
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    simulated_delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("simulated", "openai"):
+            raise ConfigurationError("reasoner kind must be 'simulated' or 'openai'")
+        if self.kind == "openai" and not (self.base_url and self.model):
+            raise ConfigurationError("an openai reasoner needs base_url and model")
+        if not 1 <= self.max_iterations <= 64:
+            raise ConfigurationError("max_iterations must be in 1..64")
+        if not 1 <= self.history_events <= 4096:
+            raise ConfigurationError("history_events must be in 1..4096")
+        for name in ("step_timeout_s", "turn_timeout_s", "retry_after_s", "max_retry_after_s"):
+            if not float(getattr(self, name)) > 0:
+                raise ConfigurationError(f"{name} must be positive")
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any] | None) -> ReasonerConfig:
+        """From ``ClusterConfig.reasoner`` (unknown keys ignored).
+
+        Raises:
+            ConfigurationError: invalid values.
+        """
+        import dataclasses
+
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in (doc or {}).items() if k in names})
+        except TypeError as exc:
+            raise ConfigurationError(f"bad reasoner setting: {type(exc).__name__}") from None
+
+    def key(self) -> str | None:
+        """The API key (config first, then ``api_key_env``), or None."""
+        return self.api_key or os.environ.get(self.api_key_env) or None
+
+
+def build_reasoner(config: ReasonerConfig) -> Reasoner:
+    """The reasoner ``config`` names."""
+    if config.kind == "openai":
+        from svit_cluster.reasoning._openai import OpenAICompatReasoner
+
+        return OpenAICompatReasoner(config.base_url, config.model, config.key(),
+                                    timeout_s=config.step_timeout_s)
+    from svit_cluster.reasoning._simulated import SimulatedReasoner
+
+    return SimulatedReasoner(delay_s=config.simulated_delay_s)

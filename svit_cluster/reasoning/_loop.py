@@ -1,0 +1,389 @@
+"""The reasoning loop of one owned process: inbox head -> turn -> events -> ack.
+
+One turn, in order (reference: events.md sequence diagram):
+
+1. take the inbox head (its content hash identifies the exact item);
+2. append the ``user`` canonical event, then run reasoning steps; each step's
+   tool calls (``reason``) and results (``act``) are appended as canonical
+   events, and the final text as a ``reply`` event. Every append is fenced
+   and publishes ``canonical_event`` then its derived ``message``;
+3. acknowledge exactly that head (``remove_front``, checked by hash) and
+   record the session metadata under ``/thread/session`` in ONE commit, whose
+   script also publishes ``committed`` and then the turn's ``completion``.
+
+So a completion exists if and only if its item was acknowledged: one per
+inbox item, even when a turn re-runs after a failover (its canonical events
+are then appended again by the new owner; a stale owner's appends and acks
+are refused by the fence). A failed turn leaves the item committed, publishes
+a sanitized ``failed`` signal, and is retried after a back-off or at once when
+a new message arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, cast
+
+from svit_cluster.control import ProcessController
+from svit_cluster.errors import (
+    ConflictError,
+    ErrorCode,
+    FencedError,
+    SvitError,
+    UnavailableError,
+    sanitize_message,
+)
+from svit_cluster.events import EVENT_FORMAT, EventRecord, project_message, session_for
+from svit_cluster.process import Transition, canonical_json, to_plain_json
+from svit_cluster.reasoning._config import ReasonerConfig
+from svit_cluster.reasoning._model import (
+    Reasoner,
+    ReasonRequest,
+    ToolCall,
+    TurnFailed,
+)
+from svit_cluster.reasoning._tools import TOOL_SPECS, ProcessTools, validate_tool_calls
+
+__all__ = ["SESSION_FORMAT", "EventLog", "LoopState", "TurnLoop"]
+
+log = logging.getLogger(__name__)
+
+#: Format tag of ``/thread/session``.
+SESSION_FORMAT = "svit-session@1"
+_MAX_FAILED_BYTES = 1024
+
+
+class EventLog(Protocol):
+    """The owner's writer of canonical events and failure signals."""
+
+    def append(self, session: str, items: Sequence[tuple[dict[str, Any], dict[str, Any]]]
+               ) -> tuple[int, int]: ...
+
+    def failed(self, payload: Mapping[str, Any]) -> str: ...
+
+    def recent(self, session: str, limit: int) -> list[EventRecord]: ...
+
+
+class CompletionBackend(Protocol):
+    """A commit backend that publishes signals and accepts a completion."""
+
+    emits_signals: bool
+
+    def commit(self, transition: Transition, receipt: Any = None, intents: Any = (), *,
+               completion: Mapping[str, Any] | None = None) -> None: ...
+
+
+class LoopState:
+    """What the loop is doing: ``idle`` (inbox empty), ``running`` (a turn),
+    ``backoff`` (a turn failed; retried later or on a new message), ``stopped``
+    (fenced out or closed: it never commits again)."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    BACKOFF = "backoff"
+    STOPPED = "stopped"
+
+
+class _Item:
+    __slots__ = ("head_hash", "message", "session", "turn")
+
+    def __init__(self, head_hash: str, message: Any, session: str, turn: int) -> None:
+        self.head_hash = head_hash
+        self.message = message
+        self.session = session
+        self.turn = turn
+
+
+def _inbox_text(message: Any) -> tuple[str, str | None]:
+    if isinstance(message, str):
+        return message, None
+    if isinstance(message, dict) and isinstance(message.get("content"), str):
+        mid = message.get("id")
+        return message["content"], mid if isinstance(mid, str) else None
+    raise TurnFailed("invalid_inbox",
+                     "the inbox item is not a text message (a string or {content: string})")
+
+
+class TurnLoop:
+    """The reasoning loop of one process under one owner.
+
+    Args:
+        ctrl: the owner's controller; its backend must publish signals
+            (``RedisBackend`` or ``SignalingMemoryBackend``).
+        events: the owner's :class:`EventLog` (fenced with the same token).
+        reasoner: the model.
+        config: bounds and timeouts (:class:`ReasonerConfig`).
+        on_fenced: called once when a newer owner fenced this one out.
+        attempt_tag: distinguishes this loop's attempts in canonical events
+            (the owner's fencing token).
+    """
+
+    def __init__(self, ctrl: ProcessController, events: EventLog, reasoner: Reasoner, *,
+                 config: ReasonerConfig | None = None,
+                 on_fenced: Callable[[], None] | None = None,
+                 attempt_tag: str = "0") -> None:
+        if not getattr(ctrl.backend, "emits_signals", False):
+            raise TypeError("the controller's backend does not publish signals")
+        self.ctrl = ctrl
+        self.events = events
+        self.reasoner = reasoner
+        self.config = config or ReasonerConfig()
+        self.tools = ProcessTools(ctrl, client_id=self.config.client_id)
+        self.state = LoopState.IDLE
+        self.turns_completed = 0
+        self.turns_failed = 0
+        self._on_fenced = on_fenced
+        self._wake = asyncio.Event()
+        self._attempts = itertools.count(1)
+        self._tag = attempt_tag
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """True while a turn runs."""
+        return self.state == LoopState.RUNNING
+
+    def start(self) -> asyncio.Task[None]:
+        """Run :meth:`run` as a task on the running event loop (idempotent)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.run())
+        return self._task
+
+    async def stop(self) -> None:
+        """Stop for good (cancels a running turn; its item stays committed)."""
+        self.state = LoopState.STOPPED
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        with contextlib.suppress(Exception):
+            await self.reasoner.aclose()
+
+    def wake(self) -> None:
+        """A new inbox item was committed: look at the inbox now."""
+        self._wake.set()
+
+    async def _wait(self, timeout_s: float | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout_s)
+
+    async def run(self) -> None:
+        """Process inbox items until stopped. Never raises except on cancellation."""
+        backoff = self.config.retry_after_s
+        while self.state != LoopState.STOPPED:
+            self._wake.clear()
+            try:
+                item = await asyncio.to_thread(self._next_item)
+            except FencedError:
+                self._fenced()
+                return
+            except SvitError as exc:
+                log.warning("reasoning loop of %s cannot read its inbox: %s",
+                            self.ctrl.process.id, exc.code)
+                await self._wait(min(backoff, 5.0))
+                continue
+            if item is None:
+                self.state = LoopState.IDLE
+                await self._wait(None)
+                continue
+            self.state = LoopState.RUNNING
+            ok = await self.run_turn(item)
+            if self.state == LoopState.STOPPED:
+                return
+            if ok:
+                backoff = self.config.retry_after_s
+                self.state = LoopState.IDLE
+            else:
+                self.state = LoopState.BACKOFF
+                await self._wait(backoff)
+                backoff = min(backoff * 2, self.config.max_retry_after_s)
+
+    def _fenced(self) -> None:
+        self.state = LoopState.STOPPED
+        if self._on_fenced is not None:
+            self._on_fenced()
+
+    # -- one turn ------------------------------------------------------------------
+
+    def _next_item(self) -> _Item | None:
+        with self.ctrl.locked():
+            proc = self.ctrl.process
+            head = proc.inbox_head_hash()
+            if head is None:
+                return None
+            message = proc.read("/inbox/0")
+            meta = proc.read("/thread/session")
+        if isinstance(meta, dict) and meta.get("process") == proc.id:
+            sid, turns = meta.get("id"), meta.get("turns")
+            if isinstance(sid, str) and isinstance(turns, int):
+                return _Item(head, message, sid, turns + 1)
+        return _Item(head, message, session_for(proc.id), 1)
+
+    def _event(self, item: _Item, attempt: str, kind: str, data: dict[str, Any]
+               ) -> dict[str, Any]:
+        return {"format": EVENT_FORMAT, "session": item.session, "turn": item.turn,
+                "attempt": attempt, "kind": kind, "inbox_hash": item.head_hash, "data": data}
+
+    async def _append(self, item: _Item, event: dict[str, Any]) -> int:
+        _, last = await asyncio.to_thread(self.events.append, item.session,
+                                          [(event, project_message(event))])
+        return last
+
+    def _history(self, item: _Item) -> list[dict[str, Any]]:
+        records = self.events.recent(item.session, self.config.history_events)
+        done = {(r.event.get("turn"), r.event.get("attempt")) for r in records
+                if r.event.get("kind") == "reply"}
+        out: list[dict[str, Any]] = []
+        for r in records:
+            ev = r.event
+            if ev.get("turn") == item.turn or (ev.get("turn"), ev.get("attempt")) not in done:
+                continue
+            out.extend(_chat(ev))
+        return out
+
+    async def run_turn(self, item: _Item) -> bool:
+        """Run one turn for ``item``; True when acknowledged with its completion."""
+        attempt = f"{self._tag}.{next(self._attempts)}"
+        try:
+            async with asyncio.timeout(self.config.turn_timeout_s):
+                await self._turn(item, attempt)
+            self.turns_completed += 1
+            return True
+        except FencedError:
+            self._fenced()
+            return False
+        except TimeoutError:
+            failure = TurnFailed("turn_timeout", f"the turn took longer than "
+                                 f"{self.config.turn_timeout_s:g} s")
+        except TurnFailed as exc:
+            failure = exc
+        except ConflictError as exc:
+            failure = TurnFailed("inbox_conflict" if exc.code == ErrorCode.INBOX_CONFLICT
+                                 else "conflict", "the inbox head changed during the turn")
+        except UnavailableError:
+            failure = TurnFailed("unavailable", "the process store is unavailable")
+        except SvitError as exc:
+            failure = TurnFailed("internal", f"the turn failed ({exc.code})")
+        except Exception as exc:  # a bug: log the type only, never the text
+            log.error("reasoning turn of %s failed with %s", self.ctrl.process.id,
+                      type(exc).__name__)
+            failure = TurnFailed("internal", "the turn failed with an internal error")
+        self.turns_failed += 1
+        await self._publish_failed(item, failure)
+        return False
+
+    async def _publish_failed(self, item: _Item, failure: TurnFailed) -> None:
+        payload = {"code": failure.cause,
+                   "message": sanitize_message(failure.message, _MAX_FAILED_BYTES),
+                   "session": item.session, "turn": item.turn, "inbox_hash": item.head_hash}
+        try:
+            await asyncio.to_thread(self.events.failed, payload)
+        except FencedError:
+            self._fenced()
+        except SvitError as exc:
+            log.warning("could not publish a failed signal for %s: %s",
+                        self.ctrl.process.id, exc.code)
+
+    async def _turn(self, item: _Item, attempt: str) -> None:
+        text, message_id = _inbox_text(item.message)
+        history = await asyncio.to_thread(self._history, item)
+        messages: list[dict[str, Any]] = [{"role": "system",
+                                           "content": self.config.system_prompt}]
+        messages.extend(history)
+        messages.append({"role": "user", "content": text})
+        first = await self._append(item, self._event(item, attempt, "user", {
+            "content": text, "message_id": message_id}))
+        last = first
+        for step in range(self.config.max_iterations):
+            request = ReasonRequest(self.ctrl.process.id, item.turn, list(messages),
+                                    TOOL_SPECS)
+            try:
+                reply = await asyncio.wait_for(self.reasoner.reason(request),
+                                               self.config.step_timeout_s)
+            except TimeoutError:
+                raise TurnFailed("reasoner_timeout", f"the reasoner did not answer within "
+                                 f"{self.config.step_timeout_s:g} s") from None
+            except TurnFailed:
+                raise
+            except Exception as exc:
+                log.warning("reasoner of %s raised %s", self.ctrl.process.id,
+                            type(exc).__name__)
+                raise TurnFailed("reasoner_failed", "the reasoner raised an error") from None
+            calls = validate_tool_calls(reply.tool_calls)
+            content = reply.content
+            if content is not None and not isinstance(content, str):
+                raise TurnFailed("reasoner_malformed", "the reasoner's content is not text")
+            if not calls:
+                if content is None:
+                    raise TurnFailed("reasoner_malformed",
+                                     "the reasoner answered with neither text nor tool calls")
+                last = await self._append(item, self._event(item, attempt, "reply",
+                                                            {"content": content}))
+                await asyncio.to_thread(self._ack, item, content, message_id, first, last)
+                return
+            last = await self._append(item, self._event(item, attempt, "reason", {
+                "content": content, "tool_calls": [c.to_json() for c in calls]}))
+            messages.append({"role": "assistant", "content": content or "",
+                             "tool_calls": [c.to_json() for c in calls]})
+            for index, call in enumerate(calls):
+                result = await asyncio.to_thread(self._run_tool, call,
+                                                 f"{item.session}.t{item.turn}.s{step}.c{index}")
+                last = await self._append(item, self._event(item, attempt, "act", {
+                    "call_id": call.id, "name": call.name, "result": result}))
+                messages.append({"role": "tool", "tool_call_id": call.id,
+                                 "content": canonical_json(result).decode()})
+        raise TurnFailed("turn_limit", f"no reply after {self.config.max_iterations} "
+                         "reasoning steps")
+
+    def _run_tool(self, call: ToolCall, ref: str) -> dict[str, Any]:
+        result: dict[str, Any] = to_plain_json(self.tools.run(call, ref))
+        return result
+
+    def _ack(self, item: _Item, reply: str, message_id: str | None, first: int, last: int
+             ) -> None:
+        """Acknowledge exactly ``item``'s head and publish the completion, in one commit."""
+        backend = cast(CompletionBackend, self.ctrl.backend)
+        with self.ctrl.locked():
+            proc = self.ctrl.process
+            if proc.inbox_head_hash() != item.head_hash:
+                raise ConflictError("inbox head does not match the expected hash",
+                                    code=ErrorCode.INBOX_CONFLICT)
+            wc = proc.working_copy()
+            wc.remove_front("/inbox")
+            wc.host_set("/thread/session", {
+                "format": SESSION_FORMAT, "id": item.session, "process": proc.id,
+                "turns": item.turn, "last_seq": last})
+            transition = proc.seal(wc, "inbox.ack")
+            completion = {
+                "session": item.session, "turn": item.turn, "inbox_hash": item.head_hash,
+                "message_id": message_id, "version": transition.record.process_version_after,
+                "response": {"role": "assistant", "content": reply},
+                "events": {"first": first, "last": last},
+            }
+            try:
+                backend.commit(transition, None, (), completion=completion)
+            except ConflictError as exc:
+                raise FencedError(f"durable head moved: {exc.message}") from exc
+            proc.commit(transition)
+
+
+def _chat(event: dict[str, Any]) -> list[dict[str, Any]]:
+    kind, data = event.get("kind"), event.get("data") or {}
+    if kind == "user":
+        return [{"role": "user", "content": str(data.get("content", ""))}]
+    if kind == "reason":
+        return [{"role": "assistant", "content": data.get("content") or "",
+                 "tool_calls": list(data.get("tool_calls") or [])}]
+    if kind == "act":
+        return [{"role": "tool", "tool_call_id": data.get("call_id"),
+                 "content": canonical_json(data.get("result")).decode()}]
+    if kind == "reply":
+        return [{"role": "assistant", "content": str(data.get("content", ""))}]
+    return []

@@ -1,0 +1,289 @@
+"""Schedules from seeds, and the runner's inject/heal discipline on a fake and a real target."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from svit_chaos.clock import ManualClock, MonotonicClock
+from svit_chaos.cluster import etcd_ready, redis_ready
+from svit_chaos.history import HistoryWriter
+from svit_chaos.nemesis import (
+    KINDS,
+    NemesisContext,
+    NemesisRunner,
+    NemesisSpec,
+    Schedule,
+    Window,
+    build_schedule,
+    random_schedule,
+    smoke_duration_s,
+)
+from svit_chaos.proxy import LinkMode
+
+from svit_cluster.errors import ConfigurationError
+from svit_cluster.local import EtcdServer, RedisServer
+
+HOSTS = ["h1", "h2", "h3"]
+
+
+@dataclass
+class FakeLink:
+    modes: list[tuple[str, int]] = field(default_factory=list)
+
+    def set_mode(self, mode: LinkMode | str, *, delay_ms: int = 0) -> None:
+        self.modes.append((str(LinkMode(mode)), delay_ms))
+
+
+@dataclass
+class FakeTarget:
+    """Records calls; 'redis'/'etcd' readiness follows kill/start."""
+
+    calls: list[str] = field(default_factory=list)
+    up: dict[str, bool] = field(default_factory=lambda: {"redis": True, "etcd": True})
+    links: dict[tuple[str, str], FakeLink] = field(default_factory=dict)
+    fail_start: bool = False
+
+    @property
+    def lease_ttl_s(self) -> float:
+        return 2.0
+
+    def hosts(self) -> list[str]:
+        return list(HOSTS)
+
+    def kill_host(self, host: str) -> Any:
+        self.calls.append(f"kill {host}")
+        return [1, 2]
+
+    def restart_host(self, host: str) -> bool:
+        self.calls.append(f"restart {host}")
+        return False
+
+    def pause_host(self, host: str) -> Any:
+        self.calls.append(f"pause {host}")
+
+    def resume_host(self, host: str) -> Any:
+        self.calls.append(f"resume {host}")
+
+    def kill_redis(self) -> None:
+        self.calls.append("kill redis")
+        self.up["redis"] = False
+
+    def start_redis(self) -> None:
+        self.calls.append("start redis")
+        self.up["redis"] = not self.fail_start
+
+    def kill_etcd(self) -> None:
+        self.calls.append("kill etcd")
+        self.up["etcd"] = False
+
+    def start_etcd(self) -> None:
+        self.calls.append("start etcd")
+        self.up["etcd"] = True
+
+    def service_ready(self, service: str) -> bool:
+        return self.up[service]
+
+    def link(self, host: str, service: str) -> FakeLink:
+        return self.links.setdefault((host, service), FakeLink())
+
+
+# -- schedules ---------------------------------------------------------------------------
+
+
+def healthy_at_all_times(schedule: Schedule, hosts: list[str], ttl: float) -> bool:
+    dead: set[str] = set()
+    for w in schedule.windows:
+        if w.spec.kind == "kill-host" and w.spec.host:
+            dead.add(w.spec.host)
+    for t in [w.start_s + 0.01 for w in schedule.windows]:
+        faulted = {w.spec.host for w in schedule.windows
+                   if w.spec.host and w.start_s <= t < w.end_s + ttl}
+        killed = {w.spec.host for w in schedule.windows
+                  if w.spec.kind == "kill-host" and w.start_s <= t}
+        if not set(hosts) - faulted - killed:
+            return False
+    return True
+
+
+def test_smoke_exercises_every_nemesis_in_time_order() -> None:
+    ttl = 3.0
+    duration = smoke_duration_s(ttl)
+    schedule = build_schedule("smoke", hosts=HOSTS, duration_s=duration, lease_ttl_s=ttl,
+                              seed=1)
+    assert set(schedule.kinds()) == set(KINDS)
+    assert schedule.kinds()["stale-owner"] == 3
+    assert all(w.end_s <= duration for w in schedule.windows)
+    faults = [w for w in schedule.windows if w.spec.kind != "stale-owner"]
+    assert all(a.end_s < b.start_s for a, b in itertools.pairwise(faults))
+    pause = next(w for w in schedule.windows if w.spec.kind == "pause-host")
+    assert pause.duration_s > ttl  # a pause outlasts the lease
+    assert healthy_at_all_times(schedule, HOSTS, ttl)
+    assert duration < 120  # CI budget: both legs and the controls in about 5 minutes
+
+
+def test_schedules_are_deterministic_per_seed_and_round_trip() -> None:
+    args: dict[str, Any] = {"hosts": HOSTS, "duration_s": 120.0, "lease_ttl_s": 2.0}
+    a = build_schedule("random", seed=7, **args)
+    assert a == build_schedule("random", seed=7, **args)
+    assert a != build_schedule("random", seed=8, **args)
+    assert Schedule.from_json(a.to_json()) == a
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_schedules_keep_a_healthy_host(seed: int) -> None:
+    s = random_schedule(seed, hosts=HOSTS, duration_s=200.0, lease_ttl_s=2.0)
+    assert s.windows and all(w.end_s <= 200.0 for w in s.windows)
+    assert healthy_at_all_times(s, HOSTS, 2.0)
+    assert sum(w.spec.kind == "kill-host" for w in s.windows) <= len(HOSTS) - 1
+
+
+def test_single_kind_scenarios_and_bad_input() -> None:
+    s = build_schedule("cut-redis", hosts=HOSTS, duration_s=60, lease_ttl_s=2, seed=3)
+    assert {w.spec.kind for w in s.windows} == {"cut-redis"}
+    assert all(w.spec.mode in ("drop", "stall") for w in s.windows)
+    assert build_schedule("none", hosts=HOSTS, duration_s=5, lease_ttl_s=2, seed=0).windows == ()
+    with pytest.raises(ConfigurationError, match="unknown scenario"):
+        build_schedule("nope", hosts=HOSTS, duration_s=60, lease_ttl_s=2, seed=0)
+    with pytest.raises(ConfigurationError, match="at least"):
+        build_schedule("smoke", hosts=HOSTS, duration_s=20, lease_ttl_s=2, seed=0)
+    with pytest.raises(ConfigurationError, match="3 hosts"):
+        build_schedule("smoke", hosts=["h1", "h2"], duration_s=200, lease_ttl_s=2, seed=0)
+    with pytest.raises(ConfigurationError, match="needs a host"):
+        NemesisSpec("pause-host")
+
+
+# -- runner ------------------------------------------------------------------------------
+
+
+async def inline(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    return fn()
+
+
+def ctx(target: FakeTarget, clock: ManualClock | MonotonicClock) -> NemesisContext:
+    return NemesisContext(target, HistoryWriter(clock=clock), ["svit://chaos/p0"])
+
+
+async def test_runner_injects_and_heals_on_schedule() -> None:
+    clock = ManualClock()
+    target = FakeTarget()
+    schedule = Schedule("t", 0, (
+        Window(1.0, 5.0, NemesisSpec("pause-host", host="h2")),
+        Window(2.0, 1.0, NemesisSpec("cut-redis", host="h1", mode="stall")),
+        Window(7.0, 1.0, NemesisSpec("kill-redis")),
+    ), 10.0)
+    c = ctx(target, clock)
+    runner = NemesisRunner(schedule, c, clock=clock, blocking=inline)
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(runner.run(stop))
+    await clock.advance(1.5, step=0.1)
+    assert target.calls == ["pause h2"] and runner.active_labels == ["pause-host h2"]
+    await clock.advance(2.0, step=0.1)
+    assert target.link("h1", "redis").modes == [("stall", 0), ("pass", 0)]
+    await clock.advance(8.0, step=0.1)
+    await asyncio.wait_for(task, 5)
+    assert target.calls == ["pause h2", "resume h2", "kill redis", "start redis"]
+    events = [(e["phase"], e["nemesis"], e["t"]) for e in c.history.events]
+    assert events[0] == ("inject", "pause-host", 1.0)
+    assert ("heal", "pause-host", 6.0) in events
+    assert [p for p, _, _ in events].count("inject") == 3
+    assert [p for p, _, _ in events].count("heal") == 3
+    assert runner.injected == {"pause-host": 1, "cut-redis": 1, "kill-redis": 1}
+    assert not runner.errors and not runner.active
+
+
+async def test_stop_heals_everything_still_broken() -> None:
+    clock = ManualClock()
+    target = FakeTarget()
+    schedule = Schedule("t", 0, (
+        Window(0.5, 100.0, NemesisSpec("kill-etcd")),
+        Window(0.5, 100.0, NemesisSpec("cut-etcd", host="h3", mode="drop")),
+        Window(50.0, 1.0, NemesisSpec("kill-host", host="h1")),
+    ), 200.0)
+    runner = NemesisRunner(schedule, ctx(target, clock), clock=clock, blocking=inline)
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(runner.run(stop))
+    await clock.advance(1.0, step=0.1)
+    assert not target.up["etcd"]
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert target.up["etcd"] and target.link("h3", "etcd").modes[-1] == ("pass", 0)
+    assert "kill h1" not in target.calls  # windows not yet started never start
+
+
+async def test_cancellation_still_heals() -> None:
+    clock = ManualClock()
+    target = FakeTarget()
+    schedule = Schedule("t", 0, (Window(0.0, 100.0, NemesisSpec("pause-host", host="h1")),),
+                        100.0)
+    runner = NemesisRunner(schedule, ctx(target, clock), clock=clock, blocking=inline)
+    task = asyncio.ensure_future(runner.run(asyncio.Event()))
+    await clock.advance(1.0, step=0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert target.calls == ["pause h1", "resume h1"]
+
+
+async def test_a_server_that_does_not_come_back_is_a_harness_error() -> None:
+    clock = MonotonicClock()
+    target = FakeTarget(fail_start=True)
+    schedule = Schedule("t", 0, (Window(0.0, 0.05, NemesisSpec("kill-redis")),), 1.0)
+    c = ctx(target, clock)
+    runner = NemesisRunner(schedule, c, clock=clock, heal_timeout_s=0.3)
+    await runner.run(asyncio.Event())
+    assert runner.errors and "heal kill-redis failed" in runner.errors[0]
+    assert c.history.events[-1]["phase"] == "error"
+
+
+@dataclass
+class ServersTarget(FakeTarget):
+    """Real redis-server and etcd behind the FaultTarget server methods."""
+
+    redis: RedisServer | None = None
+    etcd: EtcdServer | None = None
+
+    def kill_redis(self) -> None:
+        assert self.redis is not None
+        self.redis.kill9()
+
+    def start_redis(self) -> None:
+        assert self.redis is not None
+        self.redis.start()
+
+    def kill_etcd(self) -> None:
+        assert self.etcd is not None
+        self.etcd.kill9()
+
+    def start_etcd(self) -> None:
+        assert self.etcd is not None
+        self.etcd.start()
+
+    def service_ready(self, service: str) -> bool:
+        assert self.redis is not None and self.etcd is not None
+        if service == "redis":
+            return redis_ready(self.redis.url)
+        return etcd_ready(self.etcd.endpoint)
+
+
+@pytest.mark.servers
+async def test_kill9_and_restart_of_real_servers(fresh_redis: RedisServer,
+                                                 fresh_etcd: EtcdServer) -> None:
+    import redis as redis_py
+
+    r = redis_py.Redis.from_url(fresh_redis.url)
+    r.set("chaos:durable", "yes")
+    target = ServersTarget(redis=fresh_redis, etcd=fresh_etcd)
+    schedule = Schedule("t", 0, (Window(0.0, 0.2, NemesisSpec("kill-redis")),
+                                 Window(0.0, 0.2, NemesisSpec("kill-etcd"))), 1.0)
+    c = ctx(target, MonotonicClock())
+    runner = NemesisRunner(schedule, c, heal_timeout_s=20)
+    await runner.run(asyncio.Event())
+    assert not runner.errors, runner.errors
+    assert r.get("chaos:durable") == b"yes"  # restarted from its AOF
+    assert etcd_ready(fresh_etcd.endpoint)
+    r.close()

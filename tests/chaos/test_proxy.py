@@ -1,0 +1,156 @@
+"""The TCP proxy against a real redis-server and a real etcd: pass, drop, stall, delay, close."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from svit_chaos.proxy import LinkMode, ProxyHub
+
+from svit_cluster.errors import UnavailableError
+from svit_cluster.local import EtcdServer, RedisServer
+from svit_cluster.ownership import open_client
+from svit_cluster.ownership._etcd import etcd_call
+
+pytestmark = pytest.mark.servers
+
+
+@pytest.fixture
+def hub() -> Iterator[ProxyHub]:
+    with ProxyHub() as h:
+        yield h
+
+
+def client_for(url: str, timeout_s: float = 0.5) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                retry_on_error=[], retry=None)
+
+
+def test_factory_gives_each_host_its_own_stable_proxies(hub: ProxyHub,
+                                                        redis_server: RedisServer) -> None:
+    make = hub.factory()
+    e1, r1 = make("h1", "127.0.0.1:2379", redis_server.url)
+    e2, r2 = make("h2", "127.0.0.1:2379", redis_server.url)
+    assert make("h1", "127.0.0.1:2379", redis_server.url) == (e1, r1)
+    assert len({e1, e2, r1, r2}) == 4 and r1.startswith("redis://127.0.0.1:") and r1.endswith("/0")
+    assert hub.link("h1", "redis").upstream == ("127.0.0.1", redis_server.port)
+    c = client_for(r1)
+    try:
+        assert c.ping() and c.set("proxy:k", "v") and c.get("proxy:k") == b"v"
+    finally:
+        c.close()
+    with pytest.raises(KeyError, match="h1/etcd"):
+        hub.link("h9", "redis")
+
+
+def test_drop_resets_open_connections_and_refuses_new_ones(hub: ProxyHub,
+                                                           redis_server: RedisServer) -> None:
+    _, url = hub.factory()("h1", "127.0.0.1:1", redis_server.url)
+    link = hub.link("h1", "redis")
+    c = client_for(url)
+    try:
+        assert c.ping()
+        link.set_mode(LinkMode.DROP)
+        started = time.monotonic()
+        with pytest.raises(redis.ConnectionError):
+            c.ping()  # the pooled connection was reset
+        with pytest.raises(redis.ConnectionError):
+            client_for(url).ping()  # a new one is reset at once
+        assert time.monotonic() - started < 0.5  # a cut fails fast, it does not hang
+        assert link.resets >= 2
+        link.set_mode(LinkMode.PASS)
+        assert c.ping()
+    finally:
+        c.close()
+
+
+def test_stall_holds_bytes_until_healed(hub: ProxyHub, redis_server: RedisServer) -> None:
+    hub.factory()("h1", "127.0.0.1:1", redis_server.url)
+    link = hub.link("h1", "redis")
+    with socket.create_connection(("127.0.0.1", link.port), timeout=2) as s:
+        s.sendall(b"PING\r\n")
+        assert s.recv(16) == b"+PONG\r\n"
+        link.set_mode(LinkMode.STALL)
+        s.sendall(b"PING\r\n")
+        s.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            s.recv(16)  # a black hole: no answer, no reset
+        link.set_mode(LinkMode.PASS)
+        s.settimeout(2)
+        assert s.recv(16) == b"+PONG\r\n"  # the held request went through after healing
+    # a connection opened during a stall connects upstream only after healing
+    link.set_mode(LinkMode.STALL)
+    with socket.create_connection(("127.0.0.1", link.port), timeout=2) as s:
+        s.sendall(b"PING\r\n")
+        s.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            s.recv(16)
+        link.set_mode(LinkMode.PASS)
+        s.settimeout(2)
+        assert s.recv(16) == b"+PONG\r\n"
+
+
+def test_delay_adds_latency_in_order(hub: ProxyHub, redis_server: RedisServer) -> None:
+    _, url = hub.factory()("h1", "127.0.0.1:1", redis_server.url)
+    link = hub.link("h1", "redis")
+    c = client_for(url, timeout_s=2)
+    try:
+        c.ping()
+        link.set_mode(LinkMode.DELAY, delay_ms=100)
+        started = time.monotonic()
+        pipe = c.pipeline(transaction=False)
+        for _ in range(20):
+            pipe.incr("proxy:delay")
+        results = pipe.execute()
+        elapsed = time.monotonic() - started
+        assert results == sorted(results) and len(results) == 20
+        assert 0.2 <= elapsed < 1.5  # 100 ms each way
+        with pytest.raises(ValueError):
+            link.set_mode(LinkMode.DELAY, delay_ms=-1)
+    finally:
+        c.close()
+
+
+async def test_etcd_through_a_proxy_can_be_cut_and_healed(fresh_etcd: EtcdServer) -> None:
+    with ProxyHub() as hub:
+        endpoint, _ = hub.factory()("h1", fresh_etcd.endpoint, "redis://127.0.0.1:1/0")
+        client = open_client(endpoint, request_timeout_s=0.5)
+        try:
+            await etcd_call("put", client.put(b"/chaos/k", b"v"), timeout_s=2)
+            link = hub.link("h1", "etcd")
+            await asyncio.to_thread(link.set_mode, LinkMode.DROP)
+            with pytest.raises(UnavailableError):
+                await etcd_call("get", client.get(b"/chaos/k"), timeout_s=1)
+            await asyncio.to_thread(link.set_mode, LinkMode.PASS)
+            deadline = time.monotonic() + 10
+            while True:  # gRPC reconnects with backoff (capped at 1 s here)
+                try:
+                    got = await etcd_call("get", client.get(b"/chaos/k"), timeout_s=1)
+                    break
+                except UnavailableError:
+                    assert time.monotonic() < deadline, "etcd not reachable after healing"
+                    await asyncio.sleep(0.2)
+            assert got is not None and got.value == b"v"
+        finally:
+            await client.close()
+
+
+def test_close_frees_ports_connections_and_the_thread(redis_server: RedisServer) -> None:
+    hub = ProxyHub().start()
+    _, url = hub.factory()("h1", "127.0.0.1:1", redis_server.url)
+    port = hub.link("h1", "redis").port
+    c = client_for(url)
+    assert c.ping()
+    thread = hub._thread
+    hub.close()
+    hub.close()  # idempotent
+    assert thread is not None and not thread.is_alive()
+    with pytest.raises(redis.ConnectionError):
+        c.ping()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    c.close()

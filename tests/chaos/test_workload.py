@@ -1,0 +1,103 @@
+"""The workload against an in-process gateway (LocalRouter), with and without a faulty link."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+import pytest
+from svit_chaos.history import Event, HistoryWriter
+from svit_chaos.proxy import LinkMode, ProxyHub
+from svit_chaos.workload import Workload, WorkloadConfig
+
+from svit_cluster.gateway import LocalRouter, create_app
+from tests.chaos._gateway import ADMIN, serve, tokens
+
+
+@pytest.fixture
+def gateway() -> Iterator[str]:
+    with serve(create_app(LocalRouter(), tokens())) as url:
+        yield url
+
+
+def completions(events: list[Event]) -> dict[str, list[Event]]:
+    done: dict[str, list[Event]] = defaultdict(list)
+    for e in events:
+        if e["kind"] in ("ok", "fail", "info"):
+            done[e["rid"]].append(e)
+    return done
+
+
+async def run_for(workload: Workload, seconds: float) -> None:
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(workload.run(stop))
+    await asyncio.sleep(seconds)
+    stop.set()
+    await asyncio.wait_for(task, 30)
+
+
+async def test_clients_record_every_operation_and_recompute_on_conflict(gateway: str) -> None:
+    history = HistoryWriter()
+    config = WorkloadConfig(run_id="wl1", clients=3, processes=2, seed=4)
+    workload = Workload(gateway, ADMIN, history, config)
+    await workload.setup()
+    await workload.setup()  # creating again is fine (already exists)
+    await run_for(workload, 1.5)
+    final = await workload.read_final()
+    events = history.events
+    invokes = [e for e in events if e["kind"] == "invoke"]
+    done = completions(events)
+    assert invokes and all(len(done[e["rid"]]) == 1 for e in invokes)
+    assert len({e["rid"] for e in invokes}) == len(invokes)
+    kinds = Counter(done[e["rid"]][0]["kind"] for e in invokes)
+    assert kinds["ok"] > 10 and kinds["info"] == 0
+    assert kinds["fail"] > 0  # 3 clients on 2 processes conflict, then recompute
+    for pid in config.process_ids():
+        oks = [e for e in events if e["kind"] == "ok" and e["process"] == pid]
+        versions = sorted(e["version"] for e in oks)
+        version, memory = final[pid]
+        assert versions == list(range(1, version + 1))  # one ack per version, no gaps
+        assert memory["count"] == version and len(memory["ops"]) == min(32, version)
+        assert memory["last"] == next(e["rid"] for e in oks if e["version"] == version)
+    fails = [e for e in events if e["kind"] == "fail"]
+    assert all(e["outcome"] == "conflict" and e["actual"] >= e["expected"] for e in fails)
+    assert sum(1 for e in events if e["kind"] == "final") == 2
+
+
+async def test_transport_faults_are_retried_with_the_same_request_id(gateway: str) -> None:
+    history = HistoryWriter()
+    config = WorkloadConfig(run_id="wl2", clients=3, processes=2, seed=5, request_timeout_s=0.3,
+                            op_deadline_s=1.0, drain_s=2.0, backoff_s=(0.02, 0.2))
+    with ProxyHub() as hub:
+        _, port = gateway.rsplit(":", 1)
+        link = hub.proxy("gateway", "127.0.0.1", int(port))
+        workload = Workload(f"http://{link.address}", ADMIN, history, config)
+        await workload.setup()
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(workload.run(stop))
+        await asyncio.sleep(0.4)
+        await asyncio.to_thread(link.set_mode, LinkMode.DROP)
+        await asyncio.sleep(0.3)  # shorter than the op deadline: retries succeed
+        await asyncio.to_thread(link.set_mode, LinkMode.PASS)
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(link.set_mode, LinkMode.STALL)
+        await asyncio.sleep(1.5)  # longer than the op deadline: some outcomes stay unknown
+        await asyncio.to_thread(link.set_mode, LinkMode.PASS)
+        await asyncio.sleep(0.6)
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        final = await workload.read_final()
+    events = history.events
+    done = completions(events)
+    invokes = [e for e in events if e["kind"] == "invoke"]
+    assert all(len(done[e["rid"]]) == 1 for e in invokes)
+    ends = [done[e["rid"]][0] for e in invokes]
+    assert any(e["kind"] == "info" for e in ends)
+    assert any(e["kind"] == "ok" and e["attempts"] > 1 for e in ends)  # retried, same rid
+    assert workload.stats.transient_errors > 0
+    for pid in config.process_ids():
+        acked = sum(1 for e in ends if e["process"] == pid and e["kind"] == "ok")
+        unknown = sum(1 for e in ends if e["process"] == pid and e["kind"] == "info")
+        count = final[pid][1]["count"]
+        assert acked <= count <= acked + unknown

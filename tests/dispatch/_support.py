@@ -1,0 +1,164 @@
+"""Helpers for the dispatcher tests: a webhook stub, real commits, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from svit_cluster.control import ProcessController, decode_request
+from svit_cluster.local import free_port
+from svit_cluster.process import Process, encode_value
+from svit_cluster.store import RedisBackend, StoreConfig
+
+SEND = """(define (main input)
+  (do (send! (value-get input "/to") (value-get input "/body"))
+      (write "/memory/n" (+ 1 (read "/memory/n")))
+      1))"""
+SEND_TWO = """(define (main input)
+  (do (send! (value-get input "/a") (value-get input "/body"))
+      (send! (value-get input "/b") (value-get input "/body"))
+      1))"""
+
+
+@dataclass
+class Hit:
+    """One request the stub received."""
+
+    path: str
+    host: str
+    key: str | None
+    body: dict[str, Any]
+    at: float
+
+
+@dataclass
+class WebhookStub:
+    """A real HTTP server (uvicorn + starlette) on a free loopback port.
+
+    Paths: ``/ok`` 200; ``/fail`` 500; ``/reject`` 400 while :attr:`rejecting`
+    is set, else 200; ``/flaky`` 503 on the first :attr:`flaky_failures`
+    attempts of each key; ``/slow`` 200 after :attr:`slow_s`; ``/hang`` sleeps
+    :attr:`hang_s`; ``/redirect`` 302 to ``/ok``; ``/garbage`` 200 with junk.
+    """
+
+    port: int = field(default_factory=free_port)
+    hits: list[Hit] = field(default_factory=list)
+    rejecting: bool = True
+    flaky_failures: int = 2
+    slow_s: float = 0.03
+    hang_s: float = 5.0
+    _attempts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def _handle(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {}
+        key = request.headers.get("idempotency-key")
+        path = request.url.path
+        with self._lock:
+            self.hits.append(Hit(path, request.headers.get("host", ""), key, body, time.time()))
+            self._attempts[f"{path} {key}"] += 1
+            attempt = self._attempts[f"{path} {key}"]
+        if path == "/fail":
+            return PlainTextResponse("boom", status_code=500)
+        if path == "/reject":
+            return PlainTextResponse("no", status_code=400 if self.rejecting else 200)
+        if path == "/flaky" and attempt <= self.flaky_failures:
+            return PlainTextResponse("later", status_code=503)
+        if path == "/slow":
+            await asyncio.sleep(self.slow_s)
+        if path == "/hang":
+            await asyncio.sleep(self.hang_s)
+        if path == "/redirect":
+            return Response(status_code=302, headers={"Location": f"{self.base}/ok"})
+        if path == "/garbage":
+            return Response(b"\x00\xff not json", status_code=200)
+        return PlainTextResponse("ok")
+
+    def start(self) -> WebhookStub:
+        app = Starlette(routes=[Route("/{path:path}", self._handle, methods=["POST"])])
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                     log_level="warning", lifespan="off"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("webhook stub did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def keys_for(self, path: str) -> list[str | None]:
+        with self._lock:
+            return [h.key for h in self.hits if h.path == path]
+
+    def hits_for(self, path: str) -> list[Hit]:
+        with self._lock:
+            return [h for h in self.hits if h.path == path]
+
+
+class Sender:
+    """A process committed through the real fenced commit script (RedisBackend)."""
+
+    def __init__(self, client: redis.Redis, pid: str, prefix: str, script: str = SEND) -> None:
+        self.pid = pid
+        backend = RedisBackend(client, pid, 1, StoreConfig(prefix=prefix))
+        backend.claim()
+        proc = Process.create(pid, memory={"n": 0}, scripts={"send": script})
+        backend.create(proc)
+        self.ctrl = ProcessController(proc, backend)
+        self._n = 0
+
+    def send(self, **input: Any) -> list[str]:
+        """One activation; returns the committed intent ids."""
+        self._n += 1
+        version = self.ctrl.process.version
+        request = {
+            "protocol": "svit-control@1", "client_id": "t", "request_id": f"r{self._n}",
+            "process_id": self.pid, "expected_version": version,
+            "command": {"operation": "activate", "script": "send",
+                        "input": encode_value(input)},
+        }
+        resp = self.ctrl.execute(decode_request(json.dumps(request).encode()))
+        assert resp.outcome.status == "committed", resp.outcome
+        return [m.id for m in resp.outcome.activation.messages]
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition",
+             interval_s: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
