@@ -97,6 +97,8 @@ class ChaosCluster(Protocol):
     admin_token: str
     redis_url: str
     etcd_endpoint: str
+    #: etcd prefix ``/svit/<cluster_name>/`` of ownership records (None: not in etcd)
+    cluster_name: str | None
     target: FaultTarget
     host_restart: bool
 
@@ -186,6 +188,7 @@ class _LocalChaosCluster:
         self.admin_token: str = doc["tokens"]["admin"]
         self.redis_url: str = doc["redis"]["url"]
         self.etcd_endpoint: str = doc["etcd"]["endpoint"]
+        self.cluster_name: str | None = str(doc.get("cluster", "local"))
         self.target: FaultTarget = LocalClusterTarget(cluster, hub, lease_ttl_s)
         self.host_restart = hasattr(cluster, "restart_host")
         self._closed = False

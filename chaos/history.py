@@ -19,6 +19,8 @@ Kinds and their fields:
   (kind), ``window`` (index in the schedule), ``spec`` and ``detail``.
 * ``fence`` -- the store observer saw the fence of ``process`` at ``fence``
   while the head was at ``head``: no later entry may carry a smaller token.
+* ``owner`` -- the ownership record of ``process`` in etcd changed: ``host``
+  and ``token`` (its create revision), both null when it disappeared.
 * ``final`` -- state read through the gateway after healing: ``process``,
   ``version``, ``count``, ``last``.
 * ``meta`` / ``note`` -- run parameters and free-form remarks.
@@ -47,7 +49,7 @@ Event = dict[str, Any]
 #: Kinds of operation events.
 OP_KINDS = frozenset({"invoke", "ok", "fail", "info"})
 #: Every kind a history may hold.
-KINDS = OP_KINDS | frozenset({"nemesis", "fence", "final", "meta", "note"})
+KINDS = OP_KINDS | frozenset({"nemesis", "fence", "owner", "final", "meta", "note"})
 
 
 class HistoryWriter:

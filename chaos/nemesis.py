@@ -41,7 +41,7 @@ import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from svit_cluster.errors import ConfigurationError
 
@@ -428,6 +428,9 @@ class Nemesis:
     and return details for the history. ``heal`` must be safe to call twice.
     """
 
+    #: Multiplies the runner's ``heal_timeout_s`` for this kind's heal.
+    heal_timeout_factor: ClassVar[float] = 1.0
+
     def __init__(self, spec: NemesisSpec) -> None:
         self.spec = spec
 
@@ -442,6 +445,9 @@ class Nemesis:
 
 
 class KillHost(Nemesis):
+    # restarting a Ray node and its host agent takes much longer than a server
+    heal_timeout_factor = 4.0
+
     def inject(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
         killed = ctx.target.kill_host(self.spec.host)
@@ -733,15 +739,17 @@ class NemesisRunner:
             return
         spec = nemesis.spec
         try:
+            timeout = self.heal_timeout_s * nemesis.heal_timeout_factor
             detail = await asyncio.wait_for(
-                self._blocking(functools.partial(nemesis.heal, self.ctx)),
-                self.heal_timeout_s)
+                self._blocking(functools.partial(nemesis.heal, self.ctx)), timeout)
             ok = await wait_until(lambda: self._blocking(functools.partial(nemesis.healed,
                                                                             self.ctx)),
                                   timeout_s=self.heal_timeout_s, clock=self.clock,
                                   interval_s=0.1)
         except TimeoutError:
-            detail, ok = {"error": f"no answer within {self.heal_timeout_s} s"}, False
+            detail = {"error": f"no answer within "
+                               f"{self.heal_timeout_s * nemesis.heal_timeout_factor} s"}
+            ok = False
         except Exception as exc:
             detail, ok = {"error": f"{type(exc).__name__}: {exc}"}, False
         if not ok:

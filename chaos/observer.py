@@ -14,14 +14,23 @@ and every ``interval_s`` reads, per process, in one ``MULTI``/``EXEC``:
   stream can still be verified. A jump in the stream (entries trimmed before
   they were copied) is recorded as a ``note``.
 
-Redis being down (a nemesis) only makes a poll fail; the observer retries on
-the next tick.
+With an etcd endpoint and a cluster name it also reads the ownership records
+``/svit/<cluster>/owners/<process>`` (through etcd's JSON gateway, every few
+polls) and records an ``owner`` event ``{process, host, token}`` whenever a
+record appears, changes or disappears (``host: null``). The report uses them
+to attribute failovers to the faulted host.
+
+Redis or etcd being down (a nemesis) only makes a poll fail; the observer
+retries on the next tick.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import threading
+import urllib.request
 from collections.abc import Sequence
 
 import redis
@@ -31,7 +40,35 @@ from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
 from .history import HistoryWriter
 from .logs import StoredLogs, parse_snapshot_hash, parse_stream_entry
 
-__all__ = ["StoreObserver"]
+__all__ = ["StoreObserver", "etcd_owners"]
+
+
+def etcd_owners(
+    endpoint: str, cluster: str, *, timeout_s: float = 1.0
+) -> dict[str, tuple[str, int]]:
+    """``{process: (host, token)}`` of every ownership record, via etcd's JSON gateway.
+
+    Raises:
+        OSError: etcd is unreachable or answered with an error.
+        ValueError: the answer is not the expected JSON.
+    """
+    prefix = f"/svit/{cluster}/owners/".encode()
+    end = prefix[:-1] + bytes([prefix[-1] + 1])
+    body = json.dumps({"key": base64.b64encode(prefix).decode(),
+                       "range_end": base64.b64encode(end).decode()}).encode()
+    req = urllib.request.Request(f"http://{endpoint}/v3/kv/range", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        doc = json.load(resp)
+    out: dict[str, tuple[str, int]] = {}
+    for kv in doc.get("kvs", []):
+        key = base64.b64decode(kv["key"])[len(prefix):].decode()
+        try:
+            host = str(json.loads(base64.b64decode(kv.get("value", "")))["host"])
+        except (ValueError, KeyError, TypeError):
+            host = "?"
+        out[key] = (host, int(kv["create_revision"]))
+    return out
 
 
 class StoreObserver:
@@ -44,6 +81,9 @@ class StoreObserver:
         history: where ``fence`` and ``note`` events go.
         prefix: the store's key prefix (default ``"svit"``).
         interval_s: poll period in seconds (default 0.05).
+        etcd_endpoint, cluster: where to read ownership records (both or
+            neither; default: do not read them).
+        owners_every: read ownership records every this many polls (default 4).
     """
 
     def __init__(
@@ -54,6 +94,9 @@ class StoreObserver:
         *,
         prefix: str = DEFAULT_PREFIX,
         interval_s: float = 0.05,
+        etcd_endpoint: str | None = None,
+        cluster: str | None = None,
+        owners_every: int = 4,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
@@ -68,6 +111,10 @@ class StoreObserver:
         self._fence: dict[str, int] = {}
         self._last: dict[str, int] = {}
         self._snap: dict[str, int] = {}
+        self._owners: dict[str, tuple[str, int] | None] = {}
+        self.etcd_endpoint = etcd_endpoint
+        self.cluster = cluster
+        self.owners_every = max(1, owners_every)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -88,6 +135,8 @@ class StoreObserver:
 
     def poll_once(self) -> bool:
         """One poll over every process. Returns False if Redis failed."""
+        if self.etcd_endpoint and self.cluster and self.polls % self.owners_every == 0:
+            self.poll_owners()
         try:
             for process in self.processes:
                 self._poll(process)
@@ -96,6 +145,22 @@ class StoreObserver:
             return False
         finally:
             self.polls += 1
+        return True
+
+    def poll_owners(self) -> bool:
+        """Read the ownership records once; records ``owner`` events on changes."""
+        assert self.etcd_endpoint and self.cluster
+        try:
+            owners = etcd_owners(self.etcd_endpoint, self.cluster)
+        except (OSError, ValueError):
+            return False
+        for process in self.processes:
+            now = owners.get(process)
+            if now != self._owners.get(process):
+                self._owners[process] = now
+                self.history.record("owner", process=process,
+                                    host=now[0] if now else None,
+                                    token=now[1] if now else None)
         return True
 
     def _loop(self) -> None:

@@ -43,49 +43,71 @@ def _tokens(logs: StoredLogs) -> dict[str, dict[int, int]]:
 
 
 def failover_times(history: Sequence[Event], logs: StoredLogs, *,
-                   horizon_s: float = 120.0) -> list[dict[str, Any]]:
+                   horizon_s: float = 60.0) -> list[dict[str, Any]]:
     """Seconds from each failover fault to the first commit by a newer owner, per process.
+
+    A process counts as affected when the etcd ownership record (``owner``
+    events) put it on the faulted host at the time of the fault. Without
+    ownership events, a process counts when its token rose before the next
+    fault was injected (and within ``horizon_s``).
 
     Returns:
         One dict per (fault, affected process): ``window``, ``kind``, ``host``,
-        ``process``, ``t_fault``, ``token_before``, ``token_after``, ``seconds``.
+        ``process``, ``t_fault``, ``token_before``, ``token_after``, ``seconds``,
+        ``attributed`` (``"owner"`` or ``"timing"``).
     """
     tokens = _tokens(logs)
     oks: dict[str, list[tuple[float, int]]] = defaultdict(list)
     fences: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    owners: dict[str, list[tuple[float, str | None, int | None]]] = defaultdict(list)
+    injects: list[Event] = []
     for ev in history:
+        kind = ev.get("kind")
+        if kind == "nemesis" and ev.get("phase") == "inject":
+            injects.append(ev)
         process = ev.get("process")
         if not isinstance(process, str):
             continue
-        if ev.get("kind") == "ok" and isinstance(ev.get("version"), int):
+        if kind == "ok" and isinstance(ev.get("version"), int):
             token = ev.get("token")
             if not isinstance(token, int):
                 token = tokens.get(process, {}).get(ev["version"])
             if isinstance(token, int):
                 oks[process].append((float(ev["t"]), token))
-        elif ev.get("kind") == "fence" and isinstance(ev.get("fence"), int):
+        elif kind == "fence" and isinstance(ev.get("fence"), int):
             fences[process].append((float(ev["t"]), ev["fence"]))
+        elif kind == "owner":
+            owners[process].append((float(ev["t"]), ev.get("host"), ev.get("token")))
     out: list[dict[str, Any]] = []
-    for ev in history:
-        if ev.get("kind") != "nemesis" or ev.get("phase") != "inject":
-            continue
+    for i, ev in enumerate(injects):
         if ev.get("nemesis") not in FAILOVER_KINDS:
             continue
         t0 = float(ev["t"])
+        host = (ev.get("spec") or {}).get("host")
+        later = [float(e["t"]) for e in injects[i + 1:] if e.get("nemesis") != "stale-owner"]
+        next_fault = min(later, default=float("inf"))
         for process in sorted(set(oks) | set(fences)):
             before = max([tok for t, tok in fences.get(process, ()) if t <= t0]
                          + [tok for t, tok in oks.get(process, ()) if t <= t0] + [0])
+            records = owners.get(process)
+            if records:
+                current = [r for r in records if r[0] <= t0]
+                if not current or current[-1][1] != host:
+                    continue
+                before = max(before, current[-1][2] or 0)
+                until, how = t0 + horizon_s, "owner"
+            else:
+                until, how = min(t0 + horizon_s, next_fault), "timing"
             if before == 0:
                 continue
             for t, tok in oks.get(process, ()):
-                if t > t0 + horizon_s:
+                if t > until:
                     break
                 if t > t0 and tok > before:
                     out.append({"window": ev.get("window"), "kind": ev.get("nemesis"),
-                                "host": (ev.get("spec") or {}).get("host"),
-                                "process": process, "t_fault": round(t0, 3),
+                                "host": host, "process": process, "t_fault": round(t0, 3),
                                 "token_before": before, "token_after": tok,
-                                "seconds": round(t - t0, 3)})
+                                "seconds": round(t - t0, 3), "attributed": how})
                     break
     return out
 
@@ -188,7 +210,7 @@ def render_timeline(history: Sequence[Event], *, title: str = "") -> bytes:
         elif kind == "info":
             unknown[slot] += 1
     xs = list(range(bins))
-    fig, ax = plt.subplots(figsize=(11, 3.6), dpi=100)
+    fig, ax = plt.subplots(figsize=(11, 4.2), dpi=100)
     try:
         seen: set[str] = set()
         for i, w in enumerate(_windows(history)):
@@ -209,7 +231,8 @@ def render_timeline(history: Sequence[Event], *, title: str = "") -> bytes:
         ax.set_ylim(bottom=0)
         if title:
             ax.set_title(title, fontsize=10)
-        ax.legend(loc="upper right", fontsize=7, ncol=3)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, ncol=6,
+                  frameon=False)
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png")

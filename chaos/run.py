@@ -269,7 +269,9 @@ async def run_leg(
         progress.message(f"[{name}] creating {config.processes} processes")
         await workload.setup()
         direct = connect(cluster.redis_url, timeout_s=1.0)
-        observer = StoreObserver(direct, workload.processes, history, prefix=config.prefix)
+        observer = StoreObserver(direct, workload.processes, history, prefix=config.prefix,
+                                 etcd_endpoint=cluster.etcd_endpoint if cluster.cluster_name
+                                 else None, cluster=cluster.cluster_name)
         observer.start()
         stale = StaleWriter(direct, history, run_id=run_id, prefix=config.prefix,
                             unfenced=negative)

@@ -247,9 +247,10 @@ class MiniTarget:
 
 
 class MiniCluster:
-    """Implements :class:`svit_chaos.cluster.ChaosCluster`."""
+    """Implements :class:`svit_chaos.cluster.ChaosCluster` (ownership is not in etcd)."""
 
     host_restart = False
+    cluster_name: str | None = None
 
     def __init__(self, spec: LaunchSpec) -> None:
         self.redis_server = RedisServer(spec.state_dir / "servers", die_with_parent=True)

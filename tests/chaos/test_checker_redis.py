@@ -19,7 +19,7 @@ from svit_chaos.observer import StoreObserver
 from svit_chaos.stale import StaleWriter
 
 from svit_cluster.errors import FencedError
-from svit_cluster.local import RedisServer
+from svit_cluster.local import EtcdServer, RedisServer
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 from svit_cluster.store.testing import disable_fencing_for_negative_control
 from tests.chaos._support import Clients, redis_commit, redis_new_log, seal_op, unique
@@ -189,3 +189,29 @@ def test_kill9_of_redis_keeps_every_acknowledged_commit(fresh_redis: RedisServer
         assert result.stats["ok"] == 12
     finally:
         client.close()
+
+
+def test_observer_records_ownership_changes_from_etcd(rclient: redis.Redis,
+                                                      fresh_etcd: EtcdServer) -> None:
+    import base64
+    import json
+    import urllib.request
+
+    def put(key: str, value: str) -> None:
+        body = json.dumps({"key": base64.b64encode(key.encode()).decode(),
+                           "value": base64.b64encode(value.encode()).decode()}).encode()
+        urllib.request.urlopen(urllib.request.Request(
+            f"{fresh_etcd.url}/v3/kv/put", data=body,
+            headers={"Content-Type": "application/json"}), timeout=2).read()
+
+    pid, config, history, _, _ = setup(rclient)
+    observer = StoreObserver(rclient, [pid], history, prefix=config.prefix,
+                             etcd_endpoint=fresh_etcd.endpoint, cluster="c1", owners_every=1)
+    put(f"/svit/c1/owners/{pid}", '{"address": "", "host": "h2"}')
+    put("/svit/c1/owners/svit://chaos/other", '{"host": "h1"}')
+    observer.poll_once()
+    observer.poll_once()  # unchanged: no second event
+    put(f"/svit/c1/owners/{pid}", '{"address": "", "host": "h3"}')  # same key: same token
+    observer.poll_once()
+    owners = [(e["host"], e["token"]) for e in history.events if e["kind"] == "owner"]
+    assert [h for h, _ in owners] == ["h2", "h3"] and owners[0][1] == owners[1][1] > 0

@@ -46,7 +46,20 @@ async def test_failover_is_measured_from_fault_to_first_commit_by_a_newer_owner(
     failovers = failover_times(h.events, logs)
     assert failovers == [{"window": 0, "kind": "kill-host", "host": "h1", "process": P,
                           "t_fault": 3.5, "token_before": 4, "token_after": 9,
-                          "seconds": 2.0}]
+                          "seconds": 2.0, "attributed": "timing"}]
+
+
+async def test_ownership_records_decide_which_processes_a_fault_affects() -> None:
+    h, logs = await history_with_a_failover()
+    events = h.events
+    owner = {"line": 0, "t": 0.0, "kind": "owner", "process": P, "token": 4}
+    on_h1 = check_failovers([{**owner, "host": "h1"}, *events], logs)
+    assert [(f["process"], f["seconds"], f["attributed"]) for f in on_h1] == [(P, 2.0, "owner")]
+    assert check_failovers([{**owner, "host": "h2"}, *events], logs) == []
+
+
+def check_failovers(events: list[dict[str, object]], logs: StoredLogs) -> list[dict[str, object]]:
+    return failover_times(events, logs)
 
 
 async def test_report_json_png_and_html(tmp_path: Path) -> None:
