@@ -1,40 +1,16 @@
-"""A real redis-server for the signal and observer tests (stopped by PID at teardown)."""
+"""Per-test process ids and key prefixes for the reasoning-loop tests."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
-import redis
-
-from svit_cluster.local import RedisServer
-from svit_cluster.store import connect
 
 _n = itertools.count(1)
 
 
 def unique(name: str) -> str:
     return f"{name}-{next(_n)}"
-
-
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis-reasoning"), die_with_parent=True)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def rclient(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = connect(redis_server.url, timeout_s=5)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture
