@@ -67,6 +67,7 @@ class HostAgent:
         self._spares: list[tuple[str, Any]] = []  # warm, unbound process actors
         self._refilling: asyncio.Task[None] | None = None
         self.spare_target = 1
+        self._reconcile_task: asyncio.Task[None] | None = None
 
     # -- lease ---------------------------------------------------------------------------
 
@@ -74,7 +75,9 @@ class HostAgent:
         """Grant the lease, register the host, start the rejoin loop. Idempotent."""
         if self.lease is None:
             await self._join()
-            self._rejoin = asyncio.get_running_loop().create_task(self._rejoin_loop())
+            loop = asyncio.get_running_loop()
+            self._rejoin = loop.create_task(self._rejoin_loop())
+            self._reconcile_task = loop.create_task(self._reconcile_loop())
             self._refill()
         return await self.status()
 
@@ -247,6 +250,47 @@ class HostAgent:
         self.activations += 1
         return {"status": "serving", "actor": name, "host": self.host,
                 "token": ownership.token, **result}
+
+    # -- reconciliation --------------------------------------------------------------------
+
+    async def _reconcile_loop(self, period_s: float = 2.0) -> None:
+        """Never dies: release the ownership of actors that died on their own.
+
+        An actor can die while its host lives (a crash, Ray's memory monitor).
+        Its ownership record would then stay under the live host lease and the
+        process could never move; this loop gives such processes back.
+        """
+        while True:
+            try:
+                await asyncio.sleep(period_s)
+                for pid in list(self.actors):
+                    await self.reconcile(pid)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconcile round on %s failed", self.host)
+
+    async def reconcile(self, process_id: str) -> bool:
+        """Check ``process_id``'s actor; if it is dead, release its ownership.
+
+        Returns:
+            True when the actor is alive (or the process is not served here).
+        """
+        import ray
+
+        current = self.actors.get(process_id)
+        if current is None:
+            return True
+        token, handle, _own = current
+        try:
+            await asyncio.wait_for(handle.info.remote(), timeout=10)
+            return True
+        except TimeoutError:
+            return True  # busy, not dead: the next round looks again
+        except ray.exceptions.RayActorError:
+            log.warning("actor of %s (token %d) died; releasing it", process_id, token)
+            await self.release(process_id, token, "actor died")
+            return False
 
     async def release(self, process_id: str, token: int, reason: str = "") -> bool:
         """Release ``process_id`` if still owned under ``token``, then kill its actor."""

@@ -32,7 +32,7 @@ from svit_cluster.errors import (
     SvitError,
     UnavailableError,
 )
-from svit_cluster.gateway import GatewayMetrics
+from svit_cluster.gateway import GatewayMetrics, report_owner_token
 from svit_cluster.process import Script, Value, decode_value
 
 __all__ = ["RayRouter", "raise_error_dict"]
@@ -95,9 +95,26 @@ class RayRouter:
                 handle = await asyncio.to_thread(ray.get_actor, name,
                                                  namespace=self.cfg.namespace)
             except ValueError as exc:
-                raise UnavailableError(f"actor {name} is not registered (yet)") from exc
+                raise UnavailableError(f"actor {name} is not registered") from exc
             self._handles[name] = handle
         return handle
+
+    async def _reconcile(self, route: Route) -> None:
+        """Ask the owner's agent to release the route if its actor died (best effort)."""
+        if route.host not in self.cache.hosts:
+            return  # the host's lease runs out on its own
+        try:
+            await self._call(agent_name(route.host), "reconcile", route.process_id,
+                             timeout_s=15)
+        except SvitError:
+            pass
+
+    async def _call_route(self, route: Route, method: str, *args: Any) -> dict[str, Any]:
+        try:
+            return await self._call(route.actor, method, *args)
+        except UnavailableError:
+            await self._reconcile(route)
+            raise
 
     async def _call(self, name: str, method: str, *args: Any,
                     timeout_s: float | None = None) -> dict[str, Any]:
@@ -169,7 +186,7 @@ class RayRouter:
     async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
         body = request.model_dump_json().encode()
         route = await self._route(request.process_id)
-        result = await self._call(route.actor, "control", body, partition)
+        result = await self._call_route(route, "control", body, partition)
         if "error" in result and result["error"].get("code") in ("unavailable", "fenced"):
             # The actor stopped serving (passivated, fenced, lease lost): if
             # etcd already shows no owner, place again once; else tell the
@@ -178,9 +195,10 @@ class RayRouter:
             if self.cache.routes.get(request.process_id) in (None, route):
                 self.cache.routes.pop(request.process_id, None)
                 route = await self._place(request.process_id, None)
-                result = await self._call(route.actor, "control", body, partition)
+                result = await self._call_route(route, "control", body, partition)
         raise_error_dict(result)
         response = decode_response(result["response"])
+        report_owner_token(result.get("token"))
         if self.metrics is not None and response.outcome.status == "committed":
             self.metrics.activations.labels(str(result.get("host", route.host))).inc()
         return response
@@ -197,22 +215,22 @@ class RayRouter:
     async def inbox(self, process_id: str, message: Value, dedup_key: str | None
                     ) -> dict[str, Any]:
         route = await self._route(process_id)
-        return raise_error_dict(await self._call(route.actor, "inbox", message, dedup_key))
+        return raise_error_dict(await self._call_route(route, "inbox", message, dedup_key))
 
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         route = await self._route(process_id)
-        result = raise_error_dict(await self._call(route.actor, "state", path))
+        result = raise_error_dict(await self._call_route(route, "state", path))
         return decode_value(result["value"]), int(result["version"])
 
     async def snapshot(self, process_id: str) -> bytes:
         route = await self._route(process_id)
-        result = raise_error_dict(await self._call(route.actor, "snapshot"))
+        result = raise_error_dict(await self._call_route(route, "snapshot"))
         data: bytes = result["snapshot"]
         return data
 
     async def fork(self, process_id: str, new_process_id: str) -> dict[str, Any]:
         route = await self._route(process_id)
-        result = raise_error_dict(await self._call(route.actor, "fork_snapshot",
+        result = raise_error_dict(await self._call_route(route, "fork_snapshot",
                                                    new_process_id))
         child = await self._place(new_process_id, {"snapshot": result["snapshot"]})
         return {"process_id": new_process_id, "host": child.host, "token": child.token}
