@@ -19,10 +19,20 @@ registered under a name. The defaults follow DESIGN.md §4 and issue 7:
    the gateway after healing agrees.
 6. ``memory`` -- per process, ``acked <= final /memory/count <= acked + unknown``.
 
+7. ``outbox`` -- every committed intent is dispatched at least once and
+   recorded once at its Svit destination. The committed intents come from the
+   stored logs (the workload script writes the id ``send!`` returned to
+   ``/memory/sent``); their delivery state and the destination's record come
+   from the ``outbox`` history event the harness writes after the dispatcher
+   drained (:func:`outbox_event`, built with ``svit_cluster.dispatch``'s
+   ``delivery_status`` and ``destination_records``). Pending or dead-lettered
+   intents, intents missing from the outbox, and intents not recorded exactly
+   once (``DestinationRecord.recorded_once``) are anomalies. A history without
+   an ``outbox`` event and without a ``sink`` in its ``meta`` event is skipped.
+
 Two more default checks close the loop: ``refused`` (an operation reported as
 definitely failed never commits) and ``phantom`` (no committed request id was
-never invoked). A later issue adds ``outbox`` (intents dispatched at least
-once); pass ``invariants=DEFAULT_INVARIANTS + (("outbox", fn),)``.
+never invoked). Add more with ``invariants=DEFAULT_INVARIANTS + (("name", fn),)``.
 
 Verdict: ``fail`` on any anomaly; otherwise ``inconclusive`` if the harness
 reported an error or something could not be verified (for example an
@@ -36,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from svit_cluster.dispatch import DestinationRecord, IntentStatus
 from svit_cluster.errors import SvitError
 from svit_cluster.process import GENESIS_HASH, Process, Transaction
 
@@ -45,6 +56,7 @@ from .logs import ProcessLog, SnapshotRecord, StoredEntry, StoredLogs
 __all__ = [
     "DEFAULT_INVARIANTS",
     "RID_PATH",
+    "SENT_PATH",
     "Anomaly",
     "ChainEntry",
     "CheckResult",
@@ -56,17 +68,21 @@ __all__ = [
     "check_acked",
     "check_chain",
     "check_memory",
+    "check_outbox",
     "check_phantom",
     "check_refused",
     "check_restore",
     "check_tokens",
     "check_unique",
+    "outbox_event",
 ]
 
 #: Where the workload script writes the request id of each activation.
 RID_PATH = "/memory/last"
 #: Where it keeps the number of activations.
 COUNT_PATH = "/memory/count"
+#: Where it writes the id of the intent an activation staged (``send!``'s result).
+SENT_PATH = "/memory/sent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -756,6 +772,121 @@ def check_memory(ctx: Context) -> Iterator[Anomaly]:
                 lines=_op_lines(op for op in ops if op.outcome == "ok")[:20])
 
 
+def outbox_event(sink: str, statuses: Iterable[IntentStatus], record: DestinationRecord | None,
+                 *, drained: bool, error: str | None = None) -> dict[str, Any]:
+    """The fields of the ``outbox`` history event (what :func:`check_outbox` reads offline).
+
+    Args:
+        sink: the destination process.
+        statuses: ``delivery_status(client, senders)`` values.
+        record: ``destination_records(client, sink)`` (None if it could not be read).
+        drained: no intent was pending when the harness stopped waiting.
+        error: why ``record`` is missing, if it is.
+    """
+    doc: dict[str, Any] = {
+        "sink": sink, "drained": drained,
+        "intents": [{"id": s.intent_id, "source": s.source, "version": s.version, "to": s.to,
+                     "state": str(s.state), "redriven": s.redriven, "reason": s.reason,
+                     "error": s.error} for s in statuses],
+    }
+    if record is not None:
+        doc["destination"] = {
+            "process_id": record.process_id, "version": record.version,
+            "appends": dict(record.appends), "log_complete": record.log_complete,
+            "inbox_copies": dict(record.inbox_copies),
+            "delivered_slots": sorted(record.delivered_slots),
+        }
+    if error:
+        doc["error"] = error
+    return doc
+
+
+def _destination(doc: Any) -> DestinationRecord | None:
+    if not isinstance(doc, dict):
+        return None
+    version = doc.get("version")
+    return DestinationRecord(
+        process_id=str(doc.get("process_id")),
+        version=version if isinstance(version, int) else None,
+        appends={str(k): int(v) for k, v in (doc.get("appends") or {}).items()},
+        log_complete=bool(doc.get("log_complete")),
+        inbox_copies={str(k): int(v) for k, v in (doc.get("inbox_copies") or {}).items()},
+        delivered_slots=frozenset(str(x) for x in doc.get("delivered_slots") or ()),
+    )
+
+
+def _sent_intents(ctx: Context) -> dict[str, tuple[str, int]]:
+    """Intent id -> (process, version) for every stored entry that staged an intent."""
+    out: dict[str, tuple[str, int]] = {}
+    for process in ctx.processes:
+        for version, entry in sorted(ctx.chain(process).items()):
+            if entry.record is None:
+                continue
+            for m in entry.record.mutations:
+                if m.op == "set" and m.path == SENT_PATH and isinstance(m.value, str) \
+                        and m.value:
+                    out[m.value] = (process, version)
+    return out
+
+
+def check_outbox(ctx: Context) -> Iterator[Anomaly]:
+    """(7) Every committed intent is dispatched at least once and recorded once at its sink."""
+    events = [ev for ev in ctx.history if ev.get("kind") == "outbox"]
+    wanted = any(ev.get("kind") == "meta" and ev.get("sink") for ev in ctx.history)
+    if not events:
+        if wanted:
+            ctx.unverified.append(Unverified("outbox", None, "the run sent intents but "
+                                             "recorded no outbox status"))
+        return
+    ev = events[-1]
+    line = int(ev.get("line", 0))
+    sink = str(ev.get("sink"))
+    statuses = {str(i.get("id")): i for i in ev.get("intents") or () if isinstance(i, dict)}
+    record = _destination(ev.get("destination"))
+    if record is None:
+        ctx.unverified.append(Unverified(
+            "outbox", sink, f"the destination's record was not read: {ev.get('error')}",
+            lines=(line,)))
+    committed = _sent_intents(ctx)
+    for iid, (sender, at) in sorted(committed.items()):
+        if iid not in statuses:
+            yield Anomaly("outbox", sender,
+                          f"intent {iid} committed at version {at} is not in the "
+                          "sender's outbox stream", versions=(at,), lines=(line,))
+    for iid, status in sorted(statuses.items()):
+        process = str(status.get("source"))
+        version = status.get("version")
+        versions = (version,) if isinstance(version, int) else ()
+        state = status.get("state")
+        if state == "pending":
+            yield Anomaly("outbox", process,
+                          f"intent {iid} was never delivered (still pending after the "
+                          f"dispatcher {'drained' if ev.get('drained') else 'had time to drain'})",
+                          versions=versions, lines=(line,))
+            continue
+        if state == "dead_lettered":
+            yield Anomaly("outbox", process,
+                          f"intent {iid} was dead-lettered ({status.get('reason')}: "
+                          f"{str(status.get('error'))[:160]})", versions=versions, lines=(line,))
+            continue
+        if state != "delivered":
+            yield Anomaly("outbox", process, f"intent {iid} has unknown state {state!r}",
+                          versions=versions, lines=(line,))
+            continue
+        if record is None or status.get("to") != sink:
+            continue
+        if not record.recorded(iid):
+            yield Anomaly("outbox", sink,
+                          f"intent {iid} from {process} was delivered but the destination "
+                          "has no record of it", versions=versions, lines=(line,))
+        elif not record.recorded_once(iid):
+            yield Anomaly("outbox", sink,
+                          f"intent {iid} from {process} is recorded more than once at the "
+                          f"destination ({record.appends.get(iid, 0)} appends in the stored "
+                          f"log, {record.inbox_copies.get(iid, 0)} in /inbox)",
+                          versions=versions, lines=(line,))
+
+
 def _base(log: ProcessLog) -> int:
     snap = log.final_snapshot
     return snap.version if snap is not None else 0
@@ -786,6 +917,7 @@ DEFAULT_INVARIANTS: tuple[tuple[str, Invariant], ...] = (
     ("tokens", check_tokens),
     ("restore", check_restore),
     ("memory", check_memory),
+    ("outbox", check_outbox),
 )
 
 
@@ -831,6 +963,8 @@ def check(
         "snapshots": sum(len(ctx.log(p).snapshots) for p in ctx.processes),
         "fence_observations": len(ctx.fences),
         "invariants": [name for name, _ in invariants],
+        "intents": sum(len(ev.get("intents") or ()) for ev in history
+                       if ev.get("kind") == "outbox")
     }
     if anomalies:
         verdict = "fail"

@@ -101,6 +101,8 @@ class ChaosCluster(Protocol):
     cluster_name: str | None
     target: FaultTarget
     host_restart: bool
+    # Optional: ``dispatchers`` (int) -- outbox dispatcher workers running; the
+    # run sends intents (invariant 7) only when it is at least 1.
 
     def host_names(self) -> list[str]: ...
 
@@ -191,6 +193,7 @@ class _LocalChaosCluster:
         self.cluster_name: str | None = str(doc.get("cluster", "local"))
         self.target: FaultTarget = LocalClusterTarget(cluster, hub, lease_ttl_s)
         self.host_restart = hasattr(cluster, "restart_host")
+        self.dispatchers: int = int(getattr(getattr(cluster, "spec", None), "dispatchers", 0))
         self._closed = False
 
     def host_names(self) -> list[str]:
@@ -211,6 +214,13 @@ class _LocalChaosCluster:
                         server.stop()
 
 
+#: The run's dispatcher outlasts every fault window: many attempts, short pauses.
+#: (The defaults, 8 attempts with up to 5 s pauses, dead-letter an intent whose
+#: destination's host stays paused or cut off for about half a minute.)
+DISPATCH_OPTIONS: dict[str, Any] = {"max_attempts": 200, "retry_max_s": 2.0,
+                                    "sink_timeout_s": 5.0, "scan_interval_s": 1.0}
+
+
 def local_launcher(spec: LaunchSpec) -> ChaosCluster:
     """Start a ``LocalCluster`` whose hosts reach etcd and Redis through ``spec.hub``.
 
@@ -226,7 +236,8 @@ def local_launcher(spec: LaunchSpec) -> ChaosCluster:
         raise HarnessError(f"LocalCluster.up does not accept {', '.join(missing)} yet; the "
                            "chaos harness needs them", stage="start")
     cluster_spec = ClusterSpec(state_dir=spec.state_dir, hosts=spec.hosts,
-                               lease_ttl_s=spec.lease_ttl_s, snapshot_every=spec.snapshot_every)
+                               lease_ttl_s=spec.lease_ttl_s, snapshot_every=spec.snapshot_every,
+                               dispatchers=1, dispatch_options=dict(DISPATCH_OPTIONS))
     up: Any = LocalCluster.up
     try:
         cluster = up(cluster_spec, progress=spec.progress,

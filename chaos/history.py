@@ -23,6 +23,11 @@ Kinds and their fields:
   and ``token`` (its create revision), both null when it disappeared.
 * ``final`` -- state read through the gateway after healing: ``process``,
   ``version``, ``count``, ``last``.
+* ``outbox`` -- after the dispatcher drained: ``sink``, ``drained``,
+  ``intents`` (per intent: ``id``, ``source``, ``version``, ``to``, ``state``,
+  ``reason``, ``error``) and ``destination`` (the sink's record: ``appends``,
+  ``log_complete``, ``inbox_copies``, ``delivered_slots``); see
+  ``checker.outbox_event``.
 * ``meta`` / ``note`` -- run parameters and free-form remarks.
 
 ``t`` is seconds since the writer started, from an injectable monotonic clock
@@ -49,7 +54,8 @@ Event = dict[str, Any]
 #: Kinds of operation events.
 OP_KINDS = frozenset({"invoke", "ok", "fail", "info"})
 #: Every kind a history may hold.
-KINDS = OP_KINDS | frozenset({"nemesis", "fence", "owner", "final", "meta", "note"})
+KINDS = OP_KINDS | frozenset({"nemesis", "fence", "owner", "final", "meta", "note",
+                                    "outbox"})
 
 
 class HistoryWriter:

@@ -172,6 +172,7 @@ def build_report(
         "operations": {k: result.stats.get(k, 0)
                        for k in ("operations", "ok", "fail", "info", "pending")},
         "acked_commits": result.stats.get("ok", 0),
+        "intents_checked": result.stats.get("intents", 0),
         "anomaly_count": len(result.anomalies),
         "anomalies_by_invariant": result.by_invariant(),
         "anomalies": [a.to_json() for a in result.anomalies],
@@ -281,6 +282,7 @@ def write_html(path: Path, report: dict[str, Any], png: bytes | None) -> None:
         {"item": "faults injected", "value": report.get("faults_total")},
         {"item": "operations", "value": report.get("operations")},
         {"item": "acknowledged commits", "value": report.get("acked_commits")},
+        {"item": "outbox intents checked", "value": report.get("intents_checked")},
         {"item": "anomalies", "value": report.get("anomaly_count")},
         {"item": "failover max / median (s)",
          "value": f"{failover.get('max_s')} / {failover.get('median_s')}"},

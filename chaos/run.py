@@ -5,7 +5,8 @@ One **leg** is one cluster lifetime::
     start proxies + cluster -> create processes -> observer on
     -> workload and nemesis schedule for duration_s (live progress)
     -> stop: drain in-flight requests, heal everything
-    -> read final state through the gateway -> dump logs -> check
+    -> read final state through the gateway -> wait until the outbox dispatcher
+       drained (main leg) -> dump logs and the outbox status -> check
     -> (main leg) lost-commit control -> tear everything down
 
 A run is the main leg plus, when asked (always for ``smoke``), the two controls:
@@ -42,7 +43,7 @@ from typing import Any, Protocol
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys, connect
 
-from .checker import CheckResult, check
+from .checker import CheckResult, check, outbox_event
 from .clock import Clock, MonotonicClock, wait_until
 from .cluster import ChaosCluster, Launcher, LaunchSpec, local_launcher
 from .errors import HarnessError
@@ -129,6 +130,10 @@ class RunConfig:
             :class:`~svit_chaos.workload.WorkloadConfig`; defaults 5, 20 and 10 s).
         schedule: an explicit schedule for the main leg (overrides ``scenario``
             and ``duration_s``; the negative leg still uses ``negative``).
+        send_every: in the main leg, every this many commits per process the
+            workload ``send!``s an intent to the run's sink process (0: none).
+        outbox_timeout_s: after healing, how long to wait for the dispatcher
+            to deliver every committed intent (default 120 s).
     """
 
     scenario: str = "smoke"
@@ -150,6 +155,8 @@ class RunConfig:
     op_deadline_s: float = 20.0
     drain_s: float = 10.0
     schedule: Schedule | None = None
+    send_every: int = 3
+    outbox_timeout_s: float = 120.0
 
     def duration_for(self, scenario: str) -> float:
         if scenario == self.scenario and self.schedule is not None:
@@ -257,8 +264,11 @@ async def run_leg(
         wl_config = WorkloadConfig(run_id=run_id, clients=config.clients,
                                    processes=config.processes, seed=config.seed,
                                    request_timeout_s=config.request_timeout_s,
-                                   op_deadline_s=config.op_deadline_s, drain_s=config.drain_s)
+                                   op_deadline_s=config.op_deadline_s, drain_s=config.drain_s,
+                                   send_every=config.send_every if not negative and
+                                   getattr(cluster, "dispatchers", 0) > 0 else 0)
         history.record("meta", leg=name, scenario=scenario, seed=config.seed,
+                       sink=wl_config.sink, send_every=wl_config.send_every,
                        negative_control=negative, duration_s=duration,
                        processes=wl_config.process_ids(), hosts=cluster.host_names(),
                        lease_ttl_s=config.lease_ttl_s, schedule=schedule.to_json(),
@@ -291,6 +301,8 @@ async def run_leg(
             ):
                 errors.append(f"{service} did not come back after healing")
         await workload.read_final(timeout_s=5.0 if negative else config.final_timeout_s)
+        if workload.sink is not None:
+            await _record_outbox(direct, workload, history, config, progress, clock, name)
         observer.stop()
         progress.message(f"[{name}] dumping logs and checking")
         collected = observer.snapshot()
@@ -321,6 +333,53 @@ async def run_leg(
     finally:
         _teardown(runner, observer, cluster, hub, history, direct, progress, name)
         _archive(state_dir, directory / "cluster-logs")
+
+
+async def _record_outbox(client: Any, workload: Workload, history: HistoryWriter,
+                         config: RunConfig, progress: ProgressSink, clock: Clock,
+                         name: str) -> None:
+    """Wait (bounded) until no intent is pending, then record the ``outbox`` event."""
+    from svit_cluster.dispatch import DeliveryState, delivery_status, destination_records
+
+    sink = workload.sink
+    assert sink is not None
+    deadline = clock.now() + config.outbox_timeout_s
+    next_report = clock.now()
+    statuses: list[Any] = []
+    found_once = False
+    drained = False
+    while True:
+        try:
+            found = await asyncio.to_thread(delivery_status, client, workload.processes,
+                                            prefix=config.prefix)
+            statuses = list(found.values())
+            found_once = True
+        except Exception as exc:  # Redis still recovering: try again until the deadline
+            progress.message(f"[{name}] outbox status unreadable: {exc}")
+        pending = sum(s.state == DeliveryState.PENDING for s in statuses)
+        if found_once and pending == 0:
+            drained = True
+            break
+        if clock.now() >= deadline:
+            break
+        if clock.now() >= next_report:
+            progress.message(f"[{name}] waiting for the dispatcher: {pending} of "
+                             f"{len(statuses)} intents pending")
+            next_report = clock.now() + 5.0
+        await clock.sleep(0.5)
+    record: Any = None
+    error: str | None = None
+    try:
+        record = await _retry_blocking(
+            lambda: destination_records(client, sink, prefix=config.prefix),
+            timeout_s=10.0, clock=clock)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {str(exc)[:300]}"
+    dead = sum(s.state == DeliveryState.DEAD_LETTERED for s in statuses)
+    progress.message(f"[{name}] outbox: {len(statuses)} intents, "
+                     f"{'drained' if drained else 'NOT drained'}, {dead} dead-lettered")
+    history.record("outbox", **outbox_event(sink, statuses, record, drained=drained,
+                                            error=error))
 
 
 def _archive(state_dir: Path, target: Path) -> None:

@@ -7,12 +7,24 @@ script ``op`` (:data:`SCRIPT`). One activation with input ``{"rid": R}``:
   the request it committed (the checker's link between history and log);
 * adds 1 to ``/memory/count``;
 * appends ``R`` to ``/memory/ops``, keeping only the last 32 (``max_value_entries``
-  is 10 000, so an unbounded list would fail a long run).
+  is 10 000, so an unbounded list would fail a long run);
+* when ``/memory/sink`` names a destination (``WorkloadConfig.sink``) and the new
+  count is a multiple of ``/memory/send_every``, ``send!``s ``{rid, count}`` to it
+  and writes the returned intent id to ``/memory/sent`` -- so the stored record
+  of every commit that staged an intent names that intent (the checker's
+  ``outbox`` invariant derives the committed intents from the logs).
+
+The sink is one more process of the run (``svit://<tenant>/<run_id>-sink``,
+created by :meth:`Workload.setup` with empty memory and no script); the
+dispatcher delivers the intents into its inbox and the cluster's reasoning loop
+consumes them, so its inbox stays bounded.
 
 Every client loops: pick a process (seeded), send ``activate`` with the version
 it last observed as ``expected_version`` and a fresh request id, then
 
-* ``committed`` -> history ``ok`` with the resulting version;
+* ``committed`` -> history ``ok`` with the resulting version (and ``token``, the
+  owner's fencing token from the gateway's ``X-Svit-Token`` header, when sent
+  and the answer is not a replayed receipt);
 * ``conflict`` -> ``fail`` and *recompute* (the conflict names the actual
   version, which becomes the next expectation) -- unless an earlier attempt of
   the same request had an unknown outcome, then ``info``: once the receipt is
@@ -44,7 +56,8 @@ from svit_cluster.process import to_plain_json
 from .clock import Clock, MonotonicClock
 from .history import HistoryWriter
 
-__all__ = ["SCRIPT", "SCRIPT_NAME", "Workload", "WorkloadConfig", "WorkloadStats"]
+__all__ = ["SCRIPT", "SCRIPT_NAME", "SENT_PATH", "Workload", "WorkloadConfig", "WorkloadStats",
+           "initial_memory"]
 
 #: Name of the script in ``/lib``.
 SCRIPT_NAME = "op"
@@ -56,13 +69,26 @@ SCRIPT = f"""(define (keep ops)
 (define (main input)
   (let ((rid (value-get input "/rid"))
         (count (+ (read "/memory/count") 1))
-        (ops (keep (concat (read "/memory/ops") (value-array rid)))))
+        (ops (keep (concat (read "/memory/ops") (value-array rid))))
+        (sink (read "/memory/sink"))
+        (every (read "/memory/send_every")))
     (do (write "/memory/ops" ops)
         (write "/memory/last" rid)
         (write "/memory/count" count)
+        (if (and (/= sink "") (> every 0) (= (rem count every) 0))
+            (write "/memory/sent" (send! sink (value-map "rid" rid "count" count))))
         (value-map "count" count))))"""
 
-INITIAL_MEMORY: dict[str, Any] = {"count": 0, "last": "", "ops": []}
+#: Where the script writes the id of the intent an activation staged.
+SENT_PATH = "/memory/sent"
+
+INITIAL_MEMORY: dict[str, Any] = {"count": 0, "last": "", "ops": [], "sink": "",
+                                  "send_every": 0, "sent": ""}
+
+
+def initial_memory(sink: str | None, send_every: int) -> dict[str, Any]:
+    """``/memory`` of a new workload process (no intents when ``sink`` is None)."""
+    return {**INITIAL_MEMORY, "sink": sink or "", "send_every": send_every if sink else 0}
 
 _TRANSIENT = (httpx.TransportError, UnavailableError)
 
@@ -85,6 +111,8 @@ class WorkloadConfig:
             (default 10 s).
         backoff_s: first and maximum retry pause (default 0.05 .. 1.0 s).
         think_s: pause between a client's operations (default 0).
+        send_every: every this many commits per process, the script ``send!``s
+            an intent to the run's sink process (0: no intents, no sink).
     """
 
     run_id: str
@@ -97,6 +125,7 @@ class WorkloadConfig:
     drain_s: float = 10.0
     backoff_s: tuple[float, float] = (0.05, 1.0)
     think_s: float = 0.0
+    send_every: int = 0
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.processes < 1:
@@ -108,6 +137,11 @@ class WorkloadConfig:
 
     def process_ids(self) -> list[str]:
         return [f"svit://{self.tenant}/{self.run_id}-p{i}" for i in range(self.processes)]
+
+    @property
+    def sink(self) -> str | None:
+        """The destination of the workload's intents (same tenant), or None."""
+        return f"svit://{self.tenant}/{self.run_id}-sink" if self.send_every > 0 else None
 
 
 @dataclass
@@ -158,6 +192,7 @@ class Workload:
         self.clock: Clock = clock or MonotonicClock()
         self.stats = WorkloadStats()
         self.processes = config.process_ids()
+        self.sink = config.sink
         self._factory = client_factory or self._default_client
         self._stopping = False
         self._stop_at = 0.0
@@ -177,15 +212,20 @@ class Workload:
         """
         client = self._factory(f"{self.config.run_id}-setup")
         try:
+            if self.sink is not None:
+                await self._retry(functools.partial(self._create, client, self.sink, {}, {}),
+                                  timeout_s)
+            memory = initial_memory(self.sink, self.config.send_every)
             for pid in self.processes:
-                await self._retry(functools.partial(self._create, client, pid), timeout_s)
+                await self._retry(functools.partial(self._create, client, pid, memory,
+                                                    {SCRIPT_NAME: SCRIPT}), timeout_s)
         finally:
             await client.aclose()
 
-    async def _create(self, client: AsyncSvitClient, pid: str) -> None:
+    async def _create(self, client: AsyncSvitClient, pid: str, memory: dict[str, Any],
+                      scripts: dict[str, str]) -> None:
         try:
-            await client.create_process(pid, memory=INITIAL_MEMORY,
-                                        scripts={SCRIPT_NAME: SCRIPT})
+            await client.create_process(pid, memory=memory, scripts=scripts)
         except SvitError as exc:
             if exc.code == ErrorCode.CONFLICT or "already exists" in exc.message:
                 return
@@ -306,9 +346,15 @@ class Workload:
                 outcome = resp.outcome
                 if outcome.status == "committed":
                     version = outcome.activation.version
+                    extra: dict[str, Any] = {}
+                    # the owner's token (X-Svit-Token); a replayed receipt may come from a
+                    # newer owner than the one that committed, so only first answers count
+                    token = getattr(client, "last_owner_token", None)
+                    if isinstance(token, int) and not resp.replayed:
+                        extra["token"] = token
                     hist.record("ok", client=name, process=pid, rid=rid, expected=expected,
                                 version=version, previous=outcome.previous_version,
-                                replayed=resp.replayed, attempts=attempts)
+                                replayed=resp.replayed, attempts=attempts, **extra)
                     stats.ok += 1
                     stats.last_ok_t = hist.elapsed()
                     stats.per_process_ok[pid] = stats.per_process_ok.get(pid, 0) + 1

@@ -109,6 +109,14 @@ class _Base:
             self.headers["Authorization"] = f"Bearer {token}"
         self.attempts = attempts
         self.max_wait_s = max_wait_s
+        #: The owner's fencing token from the last ``/v1/control`` answer
+        #: (``X-Svit-Token``), or None when the gateway did not send one.
+        #: Per client object: meaningful when one caller uses it at a time.
+        self.last_owner_token: int | None = None
+
+    def _note_token(self, resp: httpx.Response) -> None:
+        raw = resp.headers.get("X-Svit-Token")
+        self.last_owner_token = int(raw) if raw is not None and raw.isdigit() else None
 
     def _retry_kwargs(self) -> dict[str, Any]:
         return {
@@ -153,6 +161,8 @@ class SvitClient(_Base):
             with attempt:
                 resp = self._http.request(method, self.url + path, headers=self.headers, **kw)
                 _raise_for(resp)
+                if path == "/v1/control":
+                    self._note_token(resp)
                 return resp.json()
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -294,6 +304,8 @@ class AsyncSvitClient(_Base):
                 resp = await self._http.request(method, self.url + path, headers=self.headers,
                                                 **kw)
                 _raise_for(resp)
+                if path == "/v1/control":
+                    self._note_token(resp)
                 return resp.json()
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -106,7 +106,9 @@ class HostAgent:
     async def _refill_loop(self) -> None:
         """Keep ``spare_target`` warm actors; a failure only costs a cold activation."""
         while len(self._spares) < self.spare_target:
-            name, handle = self._new_actor()
+            # Creating a named actor waits for the GCS: never on the event loop,
+            # which must keep the lease alive.
+            name, handle = await asyncio.to_thread(self._new_actor)
             try:
                 await asyncio.wait_for(handle.warm.remote(), timeout=60)
             except Exception:
@@ -115,12 +117,12 @@ class HostAgent:
                 return
             self._spares.append((name, handle))
 
-    def _take_actor(self) -> tuple[str, Any]:
+    async def _take_actor(self) -> tuple[str, Any]:
         if self._spares:
             spare = self._spares.pop()
             self._refill()
             return spare
-        return self._new_actor()
+        return await asyncio.to_thread(self._new_actor)
 
     @staticmethod
     def _kill(handle: Any) -> None:
@@ -220,7 +222,7 @@ class HostAgent:
 
         if self.lease is None:
             raise UnavailableError(f"host {self.host} has no lease yet")
-        name, handle = self._take_actor()
+        name, handle = await self._take_actor()
         # The ownership record names the actor, so routes never need a second lookup.
         owners = Owners(self.lease, cluster=self.cfg.cluster, host=self.host, address=name)
         try:

@@ -16,12 +16,20 @@ from svit_cluster.gateway._auth import (
 )
 from svit_cluster.gateway._bytecap import DEFAULT_MAX_REQUEST_BYTES, ByteCapMiddleware
 from svit_cluster.gateway._metrics import GatewayMetrics
-from svit_cluster.gateway._router import LocalRouter, ProcessInfo, Router
+from svit_cluster.gateway._router import (
+    TOKEN_HEADER,
+    LocalRouter,
+    ProcessInfo,
+    Router,
+    capture_owner_token,
+    report_owner_token,
+)
 
 __all__ = [
     "CAPABILITIES",
     "DEFAULT_MAX_REQUEST_BYTES",
     "PUBLIC_PATHS",
+    "TOKEN_HEADER",
     "BearerAuthMiddleware",
     "ByteCapMiddleware",
     "GatewayMetrics",
@@ -31,6 +39,8 @@ __all__ = [
     "Router",
     "TokenStore",
     "authorize",
+    "capture_owner_token",
     "create_app",
+    "report_owner_token",
     "tenant_of",
 ]

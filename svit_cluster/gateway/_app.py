@@ -28,7 +28,7 @@ from svit_cluster.gateway._deadletters import dead_letters_router
 from svit_cluster.gateway._errors import error_response, from_exception
 from svit_cluster.gateway._events import events_router
 from svit_cluster.gateway._metrics import GatewayMetrics
-from svit_cluster.gateway._router import Router
+from svit_cluster.gateway._router import TOKEN_HEADER, Router, capture_owner_token
 from svit_cluster.process import (
     PROTOCOL,
     Script,
@@ -206,13 +206,16 @@ def create_app(
         principal = _principal(request)
         if not authorize(principal, decoded.process_id):
             return _forbidden(decoded.process_id)
-        response = await router.control(decoded, principal.partition)
+        with capture_owner_token() as tokens:
+            response = await router.control(decoded, principal.partition)
         outcome = response.outcome
         m.outcomes.labels(outcome.status).inc()
         if outcome.status == "rejected":
             m.rejections.labels(outcome.failure.code).inc()
         m.latency.labels("control").observe(time.perf_counter() - start)
-        return Response(response.model_dump_json(), media_type="application/json")
+        headers = {TOKEN_HEADER: str(tokens[-1])} if tokens else None
+        return Response(response.model_dump_json(), media_type="application/json",
+                        headers=headers)
 
     @api.post("/v1/processes", status_code=201)
     async def create_process(request: Request, body: CreateProcess) -> JSONResponse:

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
@@ -25,9 +27,47 @@ from svit_cluster.process import Process, Script, Value
 if TYPE_CHECKING:
     from svit_cluster.reasoning import Reasoner, ReasonerConfig, TurnLoop
 
-__all__ = ["LocalRouter", "ProcessInfo", "Router"]
+__all__ = [
+    "TOKEN_HEADER",
+    "LocalRouter",
+    "ProcessInfo",
+    "Router",
+    "capture_owner_token",
+    "report_owner_token",
+]
 
 ProcessInfo = dict[str, Any]
+
+#: Response header of ``/v1/control`` carrying the answering owner's fencing token.
+TOKEN_HEADER = "X-Svit-Token"
+
+# A side channel next to the Router protocol (which returns a bare ControlResponse):
+# the gateway installs a box around ``router.control``; a router that knows the
+# owner's fencing token reports it into the box.
+_OWNER_TOKEN: ContextVar[list[int] | None] = ContextVar("svit_owner_token", default=None)
+
+
+@contextlib.contextmanager
+def capture_owner_token() -> Iterator[list[int]]:
+    """Collect tokens reported by :func:`report_owner_token` in this context (the gateway)."""
+    box: list[int] = []
+    reset = _OWNER_TOKEN.set(box)
+    try:
+        yield box
+    finally:
+        _OWNER_TOKEN.reset(reset)
+
+
+def report_owner_token(token: Any) -> None:
+    """Called by a router inside ``control``: the fencing token of the owner that
+    answered (ignored when nobody captures, or when ``token`` is not an integer)."""
+    box = _OWNER_TOKEN.get()
+    if box is None or isinstance(token, bool):
+        return
+    try:
+        box.append(int(token))
+    except (TypeError, ValueError):
+        return
 
 
 class Router(Protocol):
@@ -36,7 +76,11 @@ class Router(Protocol):
     the target already exists."""
 
     async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
-        """Run one control request; ``partition`` is the trusted receipt partition."""
+        """Run one control request; ``partition`` is the trusted receipt partition.
+
+        A router that knows the answering owner's fencing token calls
+        :func:`report_owner_token` before returning (the gateway sends it as
+        the ``X-Svit-Token`` header)."""
         ...
 
     async def create(

@@ -319,9 +319,13 @@ class LocalCluster:
     def restart_host(self, name: str, *, timeout_s: float = 90.0) -> None:
         """Start host ``name`` again (after :meth:`kill_host`) and its agent.
 
+        Returns once the gateway lists ``name`` as live (other hosts may still be
+        paused or cut off), all within ``timeout_s``.
+
         Raises:
             ConfigurationError: no such host.
-            UnavailableError: the node or its agent did not come up.
+            UnavailableError: the node or its agent did not come up, or the host
+                was not live within ``timeout_s``.
         """
         old = self.node(name)
         old.kill()  # whatever may be left of it
@@ -343,7 +347,37 @@ class LocalCluster:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
-        self.wait_healthy(timeout_s=timeout_s)
+        self.wait_host_live(name, timeout_s=max(1.0, deadline - time.monotonic()))
+
+    def wait_host_live(self, name: str, *, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Poll the gateway's ``/healthz`` until host ``name`` is among its live ``hosts``.
+
+        Unlike :meth:`wait_healthy` this ignores the other hosts, so it returns
+        while another host is paused, killed or cut off.
+
+        Raises:
+            UnavailableError: ``name`` not live within ``timeout_s``, or the
+                gateway exited.
+        """
+        url = self.doc["gateway"]["url"] + "/healthz"
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while True:
+            gw = self.doc["gateway"]["pid"]
+            if not psutil.pid_exists(gw):
+                raise UnavailableError("gateway exited; see logs/gateway.log")
+            try:
+                # /healthz answers 503 while the route cache is not ready: read the body anyway
+                r = httpx.get(url, timeout=2.0)
+                last = r.json()
+                hosts = last.get("hosts") if isinstance(last, dict) else None
+                if isinstance(hosts, list) and name in hosts:
+                    return dict(last)
+            except (httpx.HTTPError, ValueError):
+                pass
+            if time.monotonic() >= deadline:
+                raise UnavailableError(f"host {name} not live after {timeout_s:.0f} s: {last}")
+            time.sleep(0.3)
 
     def pause_host(self, name: str) -> list[int]:
         """SIGSTOP every process of host ``name``."""

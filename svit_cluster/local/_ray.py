@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -58,11 +59,15 @@ class PortAllocator:
     """Hands out distinct free loopback ports from ``[base, base + span)``.
 
     Args:
-        base: first port to try (default 20000; below Linux's ephemeral range).
-        span: how many ports to scan (default 9000).
+        base: first port to try (default: random in 20000..26000, so clusters
+            started at the same time rarely scan the same ports; always below
+            Linux's ephemeral range, which starts at 32768).
+        span: how many ports to scan (default 6000).
     """
 
-    def __init__(self, base: int = 20000, span: int = 9000) -> None:
+    def __init__(self, base: int | None = None, span: int = 6000) -> None:
+        if base is None:  # spread concurrent clusters on one machine apart
+            base = random.randrange(20000, 26000, 50)
         self._next = base
         self._end = base + span
         self._given: set[int] = set()
@@ -193,13 +198,30 @@ class RayNode:
             ]
         return cmd
 
-    def start(self, ports: PortAllocator, *, timeout_s: float = 60.0) -> None:
+    def start(self, ports: PortAllocator, *, timeout_s: float = 60.0, attempts: int = 3
+              ) -> None:
         """Start the node and wait until its raylet listens.
 
+        A node whose start fails (typically: another program took one of its
+        ports between choosing and binding) is stopped and started again on
+        fresh ports, up to ``attempts`` times.
+
         Raises:
-            UnavailableError: the node did not come up within ``timeout_s``;
-                its log path is in the message.
+            UnavailableError: the node did not come up within ``timeout_s`` on
+                the last attempt; its log path is in the message.
         """
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(ports, timeout_s)
+                return
+            except UnavailableError:
+                self.stop()
+                if attempt == attempts:
+                    raise
+                if self.head:
+                    self.gcs_port = 0
+
+    def _start_once(self, ports: PortAllocator, timeout_s: float) -> None:
         ray_bin = str(Path(sys.executable).with_name("ray"))
         self.temp_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

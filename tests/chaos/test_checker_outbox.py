@@ -1,0 +1,132 @@
+"""Invariant 7 (``outbox``): every committed intent is dispatched at least once and
+recorded once at its Svit destination -- hand-made histories and logs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from svit_chaos.checker import SENT_PATH, check, outbox_event
+from svit_chaos.clock import ManualClock
+from svit_chaos.history import Event, HistoryWriter, read_history, write_history
+from svit_chaos.logs import StoredLogs
+
+from svit_cluster.dispatch import DeliveryState, DestinationRecord, IntentStatus
+from svit_cluster.process import Process, Transition
+from svit_cluster.process._inbox import dedup_slot
+from tests.chaos._support import Clients, MemoryLog, logs_of, new_process
+
+PID = "svit://chaos/ob-p0"
+SINK = "svit://chaos/ob-sink"
+
+
+def seal_sending(process: Process, rid: str, every: int) -> tuple[Transition, str | None]:
+    """The workload script's change, plus ``/memory/sent`` on every ``every``-th count."""
+    wc = process.working_copy()
+    count = process.read("/memory/count")
+    count = (count if isinstance(count, int) else 0) + 1
+    wc.write("/memory/last", rid)
+    wc.write("/memory/count", count)
+    iid = None
+    if count % every == 0:
+        iid = f"{PID}:{process.version + 1}:0"
+        wc.write(SENT_PATH, iid)
+    return process.seal(wc, "activation"), iid
+
+
+def build(n: int = 6, every: int = 2) -> tuple[HistoryWriter, StoredLogs, list[tuple[str, int]]]:
+    history = HistoryWriter(clock=ManualClock())
+    history.record("meta", leg="main", sink=SINK, send_every=every)
+    clients = Clients(history)
+    proc = new_process(PID)
+    log = MemoryLog(PID, 5, new_process(PID))
+    sent: list[tuple[str, int]] = []
+    for _ in range(n):
+        rid = clients.invoke(PID, proc.version)
+        t, iid = seal_sending(proc, rid, every)
+        log.commit(t, 5)
+        proc.commit(t)
+        clients.ok(PID, rid, proc.version, token=5)
+        if iid is not None:
+            sent.append((iid, proc.version))
+    return history, logs_of(log.to_log(proc)), sent
+
+
+def status(iid: str, version: int, state: DeliveryState = DeliveryState.DELIVERED,
+           **kw: object) -> IntentStatus:
+    return IntentStatus(intent_id=iid, source=PID, version=version, to=SINK,
+                        entry_id=f"{version}-0", state=state, **kw)  # type: ignore[arg-type]
+
+
+def record(ids: list[str], *, appends: dict[str, int] | None = None,
+           complete: bool = True) -> DestinationRecord:
+    return DestinationRecord(SINK, 2 * len(ids), appends or dict.fromkeys(ids, 1), complete,
+                             {}, frozenset(dedup_slot(i) for i in ids))
+
+
+def finish(history: HistoryWriter, statuses: list[IntentStatus],
+           dest: DestinationRecord | None, *, drained: bool = True) -> list[Event]:
+    history.record("outbox", **outbox_event(SINK, statuses, dest, drained=drained))
+    return history.events
+
+
+def test_every_intent_delivered_and_recorded_once_passes(tmp_path: Path) -> None:
+    history, logs, sent = build()
+    assert [v for _, v in sent] == [2, 4, 6]
+    ids = [i for i, _ in sent]
+    events = finish(history, [status(i, v) for i, v in sent], record(ids))
+    # the outbox event survives the JSONL round trip: `svit-chaos check DIR` sees the same
+    write_history(tmp_path / "history.jsonl", events)
+    result = check(read_history(tmp_path / "history.jsonl"), logs)
+    assert result.verdict == "pass", result.to_json()
+    assert "outbox" in result.stats["invariants"] and result.stats["intents"] == 3
+
+
+def test_an_intent_never_delivered_is_an_anomaly() -> None:
+    history, logs, sent = build()
+    (a, va), (b, vb), (c, vc) = sent
+    statuses = [status(a, va), status(b, vb, DeliveryState.PENDING)]  # c: not in the outbox
+    result = check(finish(history, statuses, record([a]), drained=False), logs)
+    assert result.verdict == "fail"
+    messages = [x.message for x in result.anomalies if x.invariant == "outbox"]
+    assert any(b in m and "never delivered" in m for m in messages), messages
+    assert any(c in m and "not in the sender's outbox" in m for m in messages), messages
+    assert {x.versions for x in result.anomalies} == {(vb,), (vc,)}
+
+
+def test_a_dead_lettered_intent_is_an_anomaly() -> None:
+    history, logs, sent = build()
+    statuses = [status(i, v) for i, v in sent[:2]]
+    iid, v = sent[2]
+    statuses.append(status(iid, v, DeliveryState.DEAD_LETTERED, reason="attempts",
+                           error="503 unavailable"))
+    result = check(finish(history, statuses, record([i for i, _ in sent[:2]])), logs)
+    assert [x.invariant for x in result.anomalies] == ["outbox"]
+    assert "dead-lettered" in result.anomalies[0].message
+
+
+def test_an_intent_recorded_twice_or_not_at_all_is_an_anomaly() -> None:
+    history, logs, sent = build()
+    ids = [i for i, _ in sent]
+    twice = record(ids, appends={ids[0]: 1, ids[1]: 2, ids[2]: 1})
+    missing = replace(twice, delivered_slots=frozenset({dedup_slot(ids[0]), dedup_slot(ids[1])}))
+    result = check(finish(history, [status(i, v) for i, v in sent], missing), logs)
+    messages = sorted(x.message for x in result.anomalies if x.invariant == "outbox")
+    assert len(messages) == 2, messages
+    assert ids[1] in messages[0] and "more than once" in messages[0]
+    assert ids[2] in messages[1] and "no record" in messages[1]
+
+
+def test_a_trimmed_destination_log_still_catches_two_appends() -> None:
+    history, logs, sent = build()
+    ids = [i for i, _ in sent]
+    dest = record(ids, appends={ids[0]: 2}, complete=False)
+    result = check(finish(history, [status(i, v) for i, v in sent], dest), logs)
+    assert [x.process for x in result.anomalies] == [SINK]
+
+
+def test_a_run_that_sent_intents_without_an_outbox_status_is_inconclusive() -> None:
+    history, logs, _ = build()
+    result = check(history.events, logs)
+    assert result.verdict == "inconclusive"
+    assert [u.invariant for u in result.unverified] == ["outbox"]
