@@ -38,6 +38,7 @@ import functools
 import queue
 import random
 import threading
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -421,7 +422,7 @@ class NemesisContext:
     stale: StaleWriter | None = None
 
 
-class Nemesis:
+class Nemesis(ABC):
     """One fault: :meth:`inject`, then :meth:`heal`; :meth:`healed` tells when it is over.
 
     ``inject`` and ``heal`` block (the runner calls them in a worker thread)
@@ -434,8 +435,9 @@ class Nemesis:
     def __init__(self, spec: NemesisSpec) -> None:
         self.spec = spec
 
+    @abstractmethod
     def inject(self, ctx: NemesisContext) -> dict[str, Any]:
-        raise NotImplementedError
+        """Inject the fault; returns details for the history."""
 
     def heal(self, ctx: NemesisContext) -> dict[str, Any]:
         return {}

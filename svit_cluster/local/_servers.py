@@ -25,6 +25,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
 
@@ -76,7 +77,7 @@ def _tail(path: Path, max_bytes: int = 2000) -> str:
     return data[-max_bytes:].decode("utf-8", errors="replace")
 
 
-class _Server:
+class _Server(ABC):
     """Common process handling: start, readiness wait, stop by PID, restart."""
 
     _binary = ""
@@ -102,14 +103,16 @@ class _Server:
 
     # -- subclass hooks ---------------------------------------------------------
 
+    @abstractmethod
     def _command(self, binary: str) -> list[str]:
-        raise NotImplementedError
+        """The server's command line."""
 
     def _allocate_ports(self) -> None:
         self.port = free_port()
 
+    @abstractmethod
     def _ready(self) -> bool:
-        raise NotImplementedError
+        """True once the server answers."""
 
     # -- lifecycle --------------------------------------------------------------
 

@@ -28,7 +28,13 @@ from svit_chaos.cluster import LaunchSpec, etcd_ready, redis_ready
 from svit_chaos.proxy import LinkMode, ProxyHub, TcpProxy
 
 from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
-from svit_cluster.errors import ConflictError, FencedError, NotFound, UnavailableError
+from svit_cluster.errors import (
+    ConflictError,
+    FencedError,
+    InvalidInput,
+    NotFound,
+    UnavailableError,
+)
 from svit_cluster.gateway import create_app
 from svit_cluster.local import EtcdServer, RedisServer, free_port
 from svit_cluster.process import Process, Script, Value
@@ -155,7 +161,7 @@ class StoreRouter:
             return owner.ctrl.process.snapshot()
 
     async def fork(self, process_id: str, new_process_id: str) -> dict[str, Any]:
-        raise NotImplementedError
+        raise InvalidInput("the mini cluster does not fork processes")
 
     async def health(self) -> dict[str, Any]:
         return {"ok": True}
