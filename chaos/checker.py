@@ -180,6 +180,7 @@ class Context:
     history_problems: list[Anomaly] = field(default_factory=list)
     merge_problems: list[Anomaly] = field(default_factory=list)
     _restored: dict[str, Process | None] = field(default_factory=dict)
+    _by_rid: dict[str, dict[str, list[ChainEntry]]] = field(default_factory=dict)
 
     @property
     def processes(self) -> list[str]:
@@ -194,7 +195,14 @@ class Context:
 
     def where(self, process: str, rid: str) -> list[ChainEntry]:
         """The entries of ``process`` whose request id is ``rid``, in version order."""
-        return [e for _, e in sorted(self.chain(process).items()) if e.rid == rid]
+        index = self._by_rid.get(process)
+        if index is None:  # built once per process: lookups stay O(1) on long runs
+            index = {}
+            for _, entry in sorted(self.chain(process).items()):
+                if entry.rid is not None:
+                    index.setdefault(entry.rid, []).append(entry)
+            self._by_rid[process] = index
+        return list(index.get(rid, ()))
 
     def restored(self, process: str) -> Process | None:
         """The process rebuilt from its newest replayable snapshot up to the stored head."""

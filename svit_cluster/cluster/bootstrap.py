@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m svit_cluster.cluster.bootstrap STATE_DIR/cluster.json agents
+    python -m svit_cluster.cluster.bootstrap STATE_DIR/cluster.json agents [host=NAME ...]
 
 Creates one detached ``HostAgent`` per host listed in ``cluster.json``, pinned
 to that host's Ray node, and waits until each holds its etcd lease. Prints one
@@ -54,10 +54,18 @@ def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 
     return statuses
 
 
+_NEGATIVE = "unsafe-disable-fencing-for-negative-control"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    negative_control = args[2:] == ["unsafe-disable-fencing-for-negative-control"]
-    if len(args) < 2 or args[1] != "agents" or (len(args) > 2 and not negative_control):
+    if len(args) < 2 or args[1] != "agents":
+        print(__doc__, file=sys.stderr)
+        return 2
+    extra = args[2:]
+    negative_control = _NEGATIVE in extra
+    only = [a[len("host="):] for a in extra if a.startswith("host=")]
+    if any(a != _NEGATIVE and not a.startswith("host=") for a in extra):
         print(__doc__, file=sys.stderr)
         return 2
     import dataclasses
@@ -72,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address=config.ray_address, namespace=config.namespace,
              logging_level=logging.ERROR, log_to_driver=False)
     try:
-        for status in start_agents(config, sorted(doc["hosts"])):
+        # Only the named hosts (a restarted host), so that a paused or cut-off
+        # host elsewhere cannot hold this up.
+        for status in start_agents(config, only or sorted(doc["hosts"])):
             print(json.dumps(status))
     finally:
         ray.shutdown()

@@ -228,10 +228,11 @@ class LocalCluster:
 
         start_dispatchers(self, self.spec.dispatchers, self.spec.dispatch_options, progress)
 
-    def _agents_args(self) -> list[str]:
+    def _agents_args(self, *hosts: str) -> list[str]:
+        args = ["agents", *(f"host={h}" for h in hosts)]
         if self._unsafe_disable_fencing:
-            return ["agents", "unsafe-disable-fencing-for-negative-control"]
-        return ["agents"]
+            args.append("unsafe-disable-fencing-for-negative-control")
+        return args
 
     def _run_driver(self, args: list[str]) -> None:
         """Run ``python -m svit_cluster.cluster.bootstrap ARGS`` against this cluster."""
@@ -341,7 +342,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                self._run_driver(self._agents_args())
+                self._run_driver(self._agents_args(name))
                 break
             except UnavailableError:
                 if time.monotonic() > deadline:
