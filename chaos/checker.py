@@ -49,6 +49,7 @@ from typing import Any
 from svit_cluster.dispatch import DestinationRecord, IntentStatus
 from svit_cluster.errors import SvitError
 from svit_cluster.process import GENESIS_HASH, Process, Transaction
+from svit_cluster.process._inbox import DEDUP_WINDOW
 
 from .history import Event
 from .logs import ProcessLog, SnapshotRecord, StoredEntry, StoredLogs
@@ -884,6 +885,18 @@ def check_outbox(ctx: Context) -> Iterator[Anomaly]:
         if record is None or status.get("to") != sink:
             continue
         if not record.recorded(iid):
+            appended = record.appends.get(iid, 0)
+            if len(record.delivered_slots) >= DEDUP_WINDOW and appended <= 1:
+                # The key may have aged out of the sink's bounded dedup window.
+                if appended == 0 and not record.log_complete:
+                    ctx.unverified.append(Unverified(
+                        "outbox", sink, f"intent {iid} left the sink's dedup window and its "
+                        "append was trimmed from the stored log", lines=(line,)))
+                elif appended == 0:
+                    yield Anomaly("outbox", sink, f"intent {iid} from {process} was delivered "
+                                  "but never appended at the destination",
+                                  versions=versions, lines=(line,))
+                continue
             yield Anomaly("outbox", sink,
                           f"intent {iid} from {process} was delivered but the destination "
                           "has no record of it", versions=versions, lines=(line,))

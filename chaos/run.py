@@ -132,6 +132,8 @@ class RunConfig:
             and ``duration_s``; the negative leg still uses ``negative``).
         send_every: in the main leg, every this many commits per process the
             workload ``send!``s an intent to the run's sink process (0: none).
+            Runs longer than two minutes send proportionally less often, so the
+            sink's dedup window (``DEDUP_WINDOW`` keys) keeps every delivered id.
         outbox_timeout_s: after healing, how long to wait for the dispatcher
             to deliver every committed intent (default 120 s).
     """
@@ -265,8 +267,9 @@ async def run_leg(
                                    processes=config.processes, seed=config.seed,
                                    request_timeout_s=config.request_timeout_s,
                                    op_deadline_s=config.op_deadline_s, drain_s=config.drain_s,
-                                   send_every=config.send_every if not negative and
-                                   getattr(cluster, "dispatchers", 0) > 0 else 0)
+                                   send_every=_send_every(config.send_every, duration)
+                                   if not negative and getattr(cluster, "dispatchers", 0) > 0
+                                   else 0)
         history.record("meta", leg=name, scenario=scenario, seed=config.seed,
                        sink=wl_config.sink, send_every=wl_config.send_every,
                        negative_control=negative, duration_s=duration,
@@ -651,3 +654,10 @@ def _finish(config: RunConfig, directory: Path, legs: dict[str, LegResult],
         for fname in ("history.jsonl", "logs.jsonl"):
             shutil.copy(main.directory / fname, fixture / fname)
     return RunOutcome(verdict, report, directory, legs)
+
+
+def _send_every(base: int, duration_s: float) -> int:
+    """``base`` for runs up to 120 s; proportionally rarer sends for longer runs."""
+    if base <= 0 or duration_s <= 120:
+        return base
+    return max(base, int(base * duration_s / 120))
