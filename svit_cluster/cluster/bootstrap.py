@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 
     remote_agent: Any = ray.remote(HostAgent)
     handles = []
     for host in hosts:
+        _drop_stale_agent(config, host)
         handle = remote_agent.options(
             name=agent_name(host),
             namespace=config.namespace,
@@ -52,6 +54,32 @@ def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 
     refs = [h.start.remote() for h in handles]
     statuses: list[dict[str, object]] = ray.get(refs, timeout=timeout_s)
     return statuses
+
+
+def _drop_stale_agent(config: ClusterConfig, host: str, *, ping_s: float = 5.0) -> None:
+    """Kill a registered agent of ``host`` that does not answer (its node died).
+
+    After a host is killed, its detached agent can stay registered until Ray
+    notices the dead node; ``get_if_exists`` would then hand back that dead
+    actor and a restarted host would never get an agent.
+    """
+    import ray
+
+    try:
+        old = ray.get_actor(agent_name(host), namespace=config.namespace)
+    except ValueError:
+        return
+    try:
+        ray.get(old.ping.remote(), timeout=ping_s)
+    except Exception:
+        ray.kill(old, no_restart=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(agent_name(host), namespace=config.namespace)
+            except ValueError:
+                return
+            time.sleep(0.2)
 
 
 _NEGATIVE = "unsafe-disable-fencing-for-negative-control"
