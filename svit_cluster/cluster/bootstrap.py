@@ -110,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Only the named hosts (a restarted host), so that a paused or cut-off
         # host elsewhere cannot hold this up.
-        for status in start_agents(config, only or sorted(doc["hosts"])):
+        # A restarted host gets a short deadline: the caller retries with a
+        # fresh agent rather than waiting on one that landed on a dying node.
+        for status in start_agents(config, only or sorted(doc["hosts"]),
+                                   timeout_s=30.0 if only else 120.0):
             print(json.dumps(status))
     finally:
         ray.shutdown()
