@@ -28,6 +28,7 @@ from rich.table import Table
 
 from svit_cluster.client import SvitClient, new_request_id
 from svit_cluster.errors import SvitError
+from svit_cluster.examples import REFERENCE_REQUEST
 from svit_cluster.local import ClusterSpec, LocalCluster
 
 __all__ = ["run_demo"]
@@ -50,26 +51,6 @@ COUNTER = """
       (write "/memory/count" count)
       (value-map "count" count))))
 """
-# Verbatim from reference/control-protocol.md.
-REFERENCE_REQUEST = """{
-  "protocol": "svit-control@1",
-  "client_id": "agent-a",
-  "request_id": "turn-42",
-  "process_id": "svit://local/example/planner",
-  "expected_version": 7,
-  "command": {
-"operation": "activate",
-"script": "plan",
-"input": {
-  "type": "map",
-  "value": {
-    "goal": { "type": "string", "value": "prepare release" }
-  }
-}
-  }
-}"""
-
-
 @dataclass
 class _Tally:
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -17,27 +17,12 @@ from svit_cluster.control import (
 )
 from svit_cluster.control.schema import render_schemas
 from svit_cluster.errors import ErrorCode, SvitError
+from svit_cluster.examples import REFERENCE_REQUEST
 from svit_cluster.process import Process
 from tests.control._support import COUNTER, PID, request
 
 # Taken verbatim from reference/control-protocol.md (indentation included).
-REFERENCE_EXAMPLE = """{
-  "protocol": "svit-control@1",
-  "client_id": "agent-a",
-  "request_id": "turn-42",
-  "process_id": "svit://local/example/planner",
-  "expected_version": 7,
-  "command": {
-"operation": "activate",
-"script": "plan",
-"input": {
-  "type": "map",
-  "value": {
-    "goal": { "type": "string", "value": "prepare release" }
-  }
-}
-  }
-}"""
+REFERENCE_EXAMPLE = REFERENCE_REQUEST
 
 
 def test_reference_example_decodes() -> None:
