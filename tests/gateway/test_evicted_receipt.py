@@ -26,7 +26,7 @@ from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
 from svit_cluster.errors import NotFound, SvitError
 from svit_cluster.events import MemorySignals
-from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
 from svit_cluster.process import Process, Script, Value
 from svit_cluster.store import RedisBackend, StoreConfig
 from tests.events._server import serve
@@ -84,7 +84,9 @@ class RedisRouter:
 
 @pytest.fixture
 def gateway(rclient: redis.Redis, request: pytest.FixtureRequest) -> Iterator[str]:
-    """The gateway over Redis; ``trim_margin`` from the test's ``retain`` param."""
+    """The gateway over Redis (``retain``: ``"default"`` store config, or
+    ``"retained"``: ``trim_margin`` 1024), or the in-memory ``LocalRouter``
+    (``"memory"``)."""
     retain = getattr(request, "param", "default")
     prefix = f"evict{next(_prefixes)}"
     config = (StoreConfig(prefix=prefix) if retain == "default"
@@ -92,7 +94,8 @@ def gateway(rclient: redis.Redis, request: pytest.FixtureRequest) -> Iterator[st
     tokens = TokenStore()
     tokens.add(TOKEN, Principal(tenant="acme"))
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    with serve(create_app(RedisRouter(rclient, config), tokens)) as url:
+    router: Any = LocalRouter() if retain == "memory" else RedisRouter(rclient, config)
+    with serve(create_app(router, tokens)) as url:
         yield url
 
 
@@ -194,7 +197,7 @@ def _check_recovered(result: Any, pid: str) -> None:
     assert (result.process_id, result.client_id, result.version) == (pid, "client-1", 1)
 
 
-@pytest.mark.parametrize("gateway", ["retained"], indirect=True)
+@pytest.mark.parametrize("gateway", ["retained", "memory"], indirect=True)
 def test_sync_lost_reply_after_eviction_is_recovered_not_reapplied(gateway: str) -> None:
     pid = "svit://acme/evict-sync"
     transport = LosingTransport(_setup(gateway, pid))
