@@ -9,7 +9,13 @@ id for a retry.
 
 :meth:`SvitClient.activate_until_committed` is the one documented helper for
 "observe and recompute on conflict": each attempt reads the state, computes the
-input, and sends a *new* request against the observed version.
+input, and sends a *new* request against the observed version. It never turns
+an unknown outcome into a second application: when an attempt's outcome was
+unknown and its same-id retry then met ``conflict`` (the receipt was evicted),
+it asks the owner whether that request committed
+(``GET /v1/processes/requests``) before recomputing, and raises
+:class:`~svit_cluster.errors.OutcomeUnknownError` when the owner can no longer
+tell.
 
 Observers (reference: events.md): :meth:`AsyncSvitClient.events` and
 :meth:`AsyncSvitClient.outbox` are async iterators over Server-Sent Events,
@@ -25,6 +31,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -36,18 +43,25 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from svit_cluster.control import ControlResponse, decode_response
+from svit_cluster.control import Conflict, ControlResponse, decode_response
 from svit_cluster.errors import (
     ConflictError,
     ErrorCode,
     NotFound,
+    OutcomeUnknownError,
     SvitError,
     UnavailableError,
 )
 from svit_cluster.events import BoundedFeed, Lagged, Signal
 from svit_cluster.process import PROTOCOL, Value, decode_value, encode_value
 
-__all__ = ["AsyncSvitClient", "Subscription", "SvitClient", "new_request_id"]
+__all__ = [
+    "AsyncSvitClient",
+    "RecoveredCommit",
+    "Subscription",
+    "SvitClient",
+    "new_request_id",
+]
 
 Compute = Callable[[Value, int], Value]
 
@@ -95,6 +109,56 @@ def _raise_for(resp: httpx.Response) -> None:
 
 
 _RETRYABLE = (httpx.TransportError, UnavailableError)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredCommit:
+    """``activate_until_committed``'s result when a lost reply's request did commit.
+
+    The attempt's reply was lost (transport error or ``unavailable``), its
+    receipt was evicted before the retry (which got ``conflict``), and the
+    owner's retained log names the request as the committer of ``version``.
+    The activation's output, logs and messages were in the lost reply and are
+    not stored, so they are not available here; read the state (at or after
+    ``version``) if you need the result.
+
+    Attributes:
+        process_id, client_id, request_id: the request that committed.
+        version: the version it committed.
+    """
+
+    process_id: str
+    client_id: str
+    request_id: str
+    version: int
+
+
+def _settle_unknown(
+    process_id: str, client_id: str, request_id: str, expected_version: int,
+    conflict: Conflict, doc: dict[str, Any],
+) -> RecoveredCommit | None:
+    """Decide an unknown outcome from ``GET /v1/processes/requests``.
+
+    Returns the recovered commit, or None when the request certainly did not
+    commit (safe to recompute). Raises OutcomeUnknownError otherwise.
+    """
+    if doc.get("committed") is True and isinstance(doc.get("version"), int):
+        return RecoveredCommit(process_id, client_id, request_id, int(doc["version"]))
+    retained_from = doc.get("retained_from_version")
+    # The request could only commit expected_version + 1; it is certainly not
+    # committed if that version exists (the head moved past expected_version)
+    # and is retained without naming it.
+    if (doc.get("committed") is False and isinstance(retained_from, int)
+            and conflict.actual_version > expected_version
+            and retained_from <= expected_version + 1):
+        return None
+    raise OutcomeUnknownError(
+        f"request {request_id} on {process_id}: its reply was lost, its receipt was "
+        f"evicted, and version {expected_version + 1} is no longer retained "
+        f"(retained from {retained_from}); it may or may not have committed",
+        process_id=process_id, client_id=client_id, request_id=request_id,
+        expected_version=expected_version, retained_from_version=retained_from,
+    )
 
 
 class _Base:
@@ -156,11 +220,18 @@ class SvitClient(_Base):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kw: Any) -> Any:
+    def _call(self, method: str, path: str, *, failed: list[BaseException] | None = None,
+              **kw: Any) -> Any:
         for attempt in Retrying(**self._retry_kwargs()):
             with attempt:
-                resp = self._http.request(method, self.url + path, headers=self.headers, **kw)
-                _raise_for(resp)
+                try:
+                    resp = self._http.request(method, self.url + path, headers=self.headers,
+                                              **kw)
+                    _raise_for(resp)
+                except _RETRYABLE as exc:
+                    if failed is not None:
+                        failed.append(exc)
+                    raise
                 if path == "/v1/control":
                     self._note_token(resp)
                 return resp.json()
@@ -252,11 +323,41 @@ class SvitClient(_Base):
                              expected_version, script, input)
         return self.send_raw(body)
 
+    def request_status(self, process_id: str, request_id: str, *,
+                       client_id: str | None = None) -> dict[str, Any]:
+        """Did this principal's request commit? (``GET /v1/processes/requests``)
+
+        Returns:
+            ``{process_id, client_id, request_id, committed, version,
+            retained_from_version}``; ``committed: false`` is definitive only
+            for versions ``>= retained_from_version``.
+        """
+        result: dict[str, Any] = self._call(
+            "GET", "/v1/processes/requests",
+            params={"process_id": process_id, "client_id": client_id or self.client_id,
+                    "request_id": request_id})
+        return result
+
     def activate_until_committed(
         self, process_id: str, script: str, compute: Compute | Value, *,
         observe_path: str = "/memory", max_attempts: int = 50,
-    ) -> ControlResponse:
+    ) -> ControlResponse | RecoveredCommit:
         """Observe, compute the input, activate; on conflict observe again and recompute.
+
+        Each attempt is a new request against the observed version, retried
+        with the same request id on transport errors and ``unavailable``.
+
+        Guarantee: one call applies the change at most once. If an attempt's
+        outcome was unknown (a retried transport error or ``unavailable``) and
+        its retry got ``conflict`` -- the receipt was evicted (receipts are a
+        FIFO of 256 per process by default) -- the helper asks the owner
+        whether that request committed before recomputing. The owner knows for
+        as long as the log entry of the version the request would have
+        committed is retained: the in-memory gateway keeps the last 1024
+        versions; the Redis log keeps at least ``trim_margin`` (default 16) and
+        up to about ``snapshot_every + trim_margin`` (default 80) of the
+        newest versions, plus the receipt itself while retained. Outside that
+        window it raises :class:`OutcomeUnknownError` instead of guessing.
 
         Args:
             compute: ``compute(observed_value, version) -> input``, or a fixed input.
@@ -264,17 +365,39 @@ class SvitClient(_Base):
             max_attempts: conflicts tolerated before giving up (default 50).
 
         Returns:
-            The ``committed`` (or ``rejected``) response.
+            The ``committed`` (or ``rejected``) response; or a
+            :class:`RecoveredCommit` (request ids and committed version, no
+            activation output) when a lost reply's request turned out to have
+            committed.
 
         Raises:
             ConflictError: still conflicting after ``max_attempts``.
+            OutcomeUnknownError: an attempt's outcome was unknown and can no
+                longer be established (fields ``process_id``, ``client_id``,
+                ``request_id``, ``expected_version``, ``retained_from_version``).
+            UnavailableError, httpx.TransportError: still failing after the
+                retries (the last attempt's outcome is unknown).
         """
         for _ in range(max_attempts):
             value, version = self.state(process_id, observe_path)
             inp = compute(value, version) if callable(compute) else compute
-            resp = self.activate(process_id, script, inp, expected_version=version)
-            if resp.outcome.status != "conflict":
+            request_id = new_request_id()
+            failed: list[BaseException] = []
+            resp = decode_response(self._call(
+                "POST", "/v1/control", failed=failed,
+                content=_control_body(self.client_id, request_id, process_id, version,
+                                      script, inp)))
+            if not isinstance(resp.outcome, Conflict):
                 return resp
+            if failed:
+                try:
+                    doc = self.request_status(process_id, request_id)
+                except NotFound as exc:  # e.g. a gateway without the endpoint
+                    doc = {"error": exc.message}
+                recovered = _settle_unknown(process_id, self.client_id, request_id, version,
+                                            resp.outcome, doc)
+                if recovered is not None:
+                    return recovered
         raise ConflictError(f"still conflicting after {max_attempts} attempts")
 
 
@@ -298,12 +421,18 @@ class AsyncSvitClient(_Base):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _call(self, method: str, path: str, **kw: Any) -> Any:
+    async def _call(self, method: str, path: str, *,
+                    failed: list[BaseException] | None = None, **kw: Any) -> Any:
         async for attempt in AsyncRetrying(**self._retry_kwargs()):
             with attempt:
-                resp = await self._http.request(method, self.url + path, headers=self.headers,
-                                                **kw)
-                _raise_for(resp)
+                try:
+                    resp = await self._http.request(method, self.url + path,
+                                                    headers=self.headers, **kw)
+                    _raise_for(resp)
+                except _RETRYABLE as exc:
+                    if failed is not None:
+                        failed.append(exc)
+                    raise
                 if path == "/v1/control":
                     self._note_token(resp)
                 return resp.json()
@@ -393,17 +522,40 @@ class AsyncSvitClient(_Base):
                              expected_version, script, input)
         return await self.send_raw(body)
 
+    async def request_status(self, process_id: str, request_id: str, *,
+                             client_id: str | None = None) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.request_status`."""
+        result: dict[str, Any] = await self._call(
+            "GET", "/v1/processes/requests",
+            params={"process_id": process_id, "client_id": client_id or self.client_id,
+                    "request_id": request_id})
+        return result
+
     async def activate_until_committed(
         self, process_id: str, script: str, compute: Compute | Value, *,
         observe_path: str = "/memory", max_attempts: int = 50,
-    ) -> ControlResponse:
-        """Async form of :meth:`SvitClient.activate_until_committed`."""
+    ) -> ControlResponse | RecoveredCommit:
+        """Async form of :meth:`SvitClient.activate_until_committed` (same guarantee)."""
         for _ in range(max_attempts):
             value, version = await self.state(process_id, observe_path)
             inp = compute(value, version) if callable(compute) else compute
-            resp = await self.activate(process_id, script, inp, expected_version=version)
-            if resp.outcome.status != "conflict":
+            request_id = new_request_id()
+            failed: list[BaseException] = []
+            resp = decode_response(await self._call(
+                "POST", "/v1/control", failed=failed,
+                content=_control_body(self.client_id, request_id, process_id, version,
+                                      script, inp)))
+            if not isinstance(resp.outcome, Conflict):
                 return resp
+            if failed:
+                try:
+                    doc = await self.request_status(process_id, request_id)
+                except NotFound as exc:  # e.g. a gateway without the endpoint
+                    doc = {"error": exc.message}
+                recovered = _settle_unknown(process_id, self.client_id, request_id, version,
+                                            resp.outcome, doc)
+                if recovered is not None:
+                    return recovered
         raise ConflictError(f"still conflicting after {max_attempts} attempts")
 
 

@@ -14,6 +14,8 @@ Causes (see ``STYLE.md`` §5):
 * :class:`LimitExceeded` -- a configured bound was hit.
 * :class:`ScriptFailed` -- guest code failed on its own terms (``panic``, type error).
 * :class:`CorruptData` -- stored bytes do not verify (hash chain, snapshot).
+* :class:`OutcomeUnknownError` -- (SDK) whether a request committed cannot be
+  established any more.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "InvalidInput",
     "LimitExceeded",
     "NotFound",
+    "OutcomeUnknownError",
     "ScriptFailed",
     "SvitError",
     "UnavailableError",
@@ -72,6 +75,7 @@ class ErrorCode(StrEnum):
     FENCED = "fenced"
     UNAVAILABLE = "unavailable"
     CORRUPT_LOG = "corrupt_log"
+    OUTCOME_UNKNOWN = "outcome_unknown"
     UNAUTHENTICATED = "unauthenticated"
     FORBIDDEN = "forbidden"
     PAYLOAD_TOO_LARGE = "payload_too_large"
@@ -190,3 +194,21 @@ class CorruptData(SvitError):
     """Stored data failed verification (hash chain, version step, root hash)."""
 
     default_code = ErrorCode.CORRUPT_LOG
+
+
+class OutcomeUnknownError(SvitError):
+    """Whether one request committed can no longer be established (SDK).
+
+    Raised by ``activate_until_committed`` when an attempt's outcome was
+    unknown (transport error or ``unavailable``), its retry then met a
+    ``conflict`` (the receipt was evicted), and the log entry that would name
+    the request has been trimmed. Recomputing could apply the change twice, so
+    the helper stops; the caller decides (inspect the state, reconcile).
+
+    Fields ``process_id``, ``client_id``, ``request_id`` name the request;
+    ``expected_version`` is the version it was sent against (it would have
+    committed ``expected_version + 1``) and ``retained_from_version`` the oldest
+    version whose committing request the owner can still name.
+    """
+
+    default_code = ErrorCode.OUTCOME_UNKNOWN

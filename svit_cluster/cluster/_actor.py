@@ -270,6 +270,16 @@ class ProcessActor:
 
         return await self._run(run)
 
+    async def request_status(self, partition: str, client_id: str, request_id: str
+                             ) -> dict[str, Any]:
+        """``{"committed", "version", "retained_from_version"}`` of one request
+        (see :meth:`ProcessController.request_status`)."""
+        def run() -> dict[str, Any]:
+            assert self._ctrl is not None
+            return self._ctrl.request_status(client_id, request_id, tenant=partition).to_json()
+
+        return await self._run(run)
+
     async def snapshot(self) -> dict[str, Any]:
         """``{"snapshot": bytes}`` of the current state."""
         def run() -> dict[str, Any]:

@@ -222,6 +222,13 @@ class RayRouter:
         result = raise_error_dict(await self._call_route(route, "state", path))
         return decode_value(result["value"]), int(result["version"])
 
+    async def request_status(self, process_id: str, partition: str, client_id: str,
+                             request_id: str) -> dict[str, Any]:
+        route = await self._route(process_id)
+        result = raise_error_dict(await self._call_route(route, "request_status", partition,
+                                                         client_id, request_id))
+        return {k: result[k] for k in ("committed", "version", "retained_from_version")}
+
     async def snapshot(self, process_id: str) -> bytes:
         route = await self._route(process_id)
         result = raise_error_dict(await self._call_route(route, "snapshot"))

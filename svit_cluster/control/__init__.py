@@ -6,15 +6,17 @@
 * :func:`decode_request`, :class:`ControlRequest`, :class:`ControlResponse` and
   the outcome models :class:`Committed`, :class:`Conflict`, :class:`Rejected`.
 * :class:`CommitBackend`, :class:`MemoryBackend`, :class:`Receipt` -- where
-  receipts and commits go.
+  receipts and commits go; :class:`RequestStatus` -- "did request r commit?".
 """
 
 from svit_cluster.control._backend import (
     DEFAULT_RECEIPTS,
+    DEFAULT_REQUEST_LOG,
     MAX_RECEIPTS,
     CommitBackend,
     MemoryBackend,
     Receipt,
+    RequestStatus,
     validate_receipt_limit,
 )
 from svit_cluster.control._controller import ProcessController, request_fingerprint
@@ -36,6 +38,7 @@ from svit_cluster.control._wire import (
 
 __all__ = [
     "DEFAULT_RECEIPTS",
+    "DEFAULT_REQUEST_LOG",
     "MAX_RECEIPTS",
     "PROTOCOL",
     "ActivateCommand",
@@ -51,6 +54,7 @@ __all__ = [
     "ProcessController",
     "Receipt",
     "Rejected",
+    "RequestStatus",
     "decode_request",
     "decode_response",
     "request_fingerprint",

@@ -12,7 +12,7 @@ cluster. Only the backend differs:
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,15 +22,19 @@ from svit_cluster.process import Transition
 
 __all__ = [
     "DEFAULT_RECEIPTS",
+    "DEFAULT_REQUEST_LOG",
     "MAX_RECEIPTS",
     "CommitBackend",
     "MemoryBackend",
     "Receipt",
+    "RequestStatus",
     "validate_receipt_limit",
 ]
 
 DEFAULT_RECEIPTS = 256
 MAX_RECEIPTS = 4096
+#: Committed versions whose committing request :class:`MemoryBackend` remembers.
+DEFAULT_REQUEST_LOG = 1024
 
 
 def validate_receipt_limit(limit: object) -> int:
@@ -64,6 +68,31 @@ class Receipt:
     request_id: str
     fingerprint: str
     response: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RequestStatus:
+    """Whether one request committed, as far as the retained log can tell.
+
+    Attributes:
+        committed: True iff a retained log entry (or the request's receipt)
+            names the request as the committer of a version.
+        version: the version it committed, when ``committed``; else None.
+        retained_from_version: every version ``>= retained_from_version`` that
+            was ever committed is retained and was searched, so
+            ``committed=False`` is definitive for a request that could only have
+            committed such a version (a request sent with ``expected_version = v``
+            commits ``v + 1`` or nothing). Older versions are trimmed (or were
+            written before entries named their request): unknown.
+    """
+
+    committed: bool
+    version: int | None
+    retained_from_version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"committed": self.committed, "version": self.version,
+                "retained_from_version": self.retained_from_version}
 
 
 class CommitBackend(Protocol):
@@ -105,6 +134,20 @@ class CommitBackend(Protocol):
         """
         ...
 
+    def find_request(
+        self, tenant: str, client_id: str, request_id: str, *, head_version: int
+    ) -> RequestStatus:
+        """Which retained version, if any, ``(tenant, client_id, request_id)`` committed.
+
+        ``head_version`` is the caller's current version (used by backends that
+        keep no durable head). Read-only.
+
+        Raises:
+            UnavailableError: the store cannot be reached.
+            CorruptData: a stored entry is malformed.
+        """
+        ...
+
 
 class MemoryBackend:
     """In-process backend: bounded FIFO receipts; commits are not durable.
@@ -112,14 +155,24 @@ class MemoryBackend:
     Args:
         max_receipts: receipt bound, ``1..4096`` (default 256). The oldest
             receipt is evicted first.
+        request_log: how many of the latest committed versions keep the name
+            of their committing request for :meth:`find_request` (default
+            1024, at least 1; about 100 bytes each).
 
     Raises:
-        ConfigurationError: ``max_receipts`` is out of range.
+        ConfigurationError: ``max_receipts`` or ``request_log`` is out of range.
     """
 
-    def __init__(self, max_receipts: int = DEFAULT_RECEIPTS) -> None:
+    def __init__(self, max_receipts: int = DEFAULT_RECEIPTS,
+                 request_log: int = DEFAULT_REQUEST_LOG) -> None:
         self.max_receipts = validate_receipt_limit(max_receipts)
+        if type(request_log) is not int or request_log < 1:
+            raise ConfigurationError(f"request_log must be a positive integer, "
+                                     f"got {request_log!r}")
         self._receipts: OrderedDict[tuple[str, str, str], Receipt] = OrderedDict()
+        # (version, (tenant, client_id, request_id) or None for a host operation)
+        self._committers: deque[tuple[int, tuple[str, str, str] | None]] = deque(
+            maxlen=request_log)
         self.outbox: list[dict[str, Any]] = []
 
     def get_receipt(self, tenant: str, client_id: str, request_id: str) -> Receipt | None:
@@ -137,9 +190,22 @@ class MemoryBackend:
         receipt: Receipt | None = None,
         intents: Sequence[dict[str, Any]] = (),
     ) -> None:
+        key = None
         if receipt is not None:
             self._store(receipt)
+            key = (receipt.tenant, receipt.client_id, receipt.request_id)
+        self._committers.append((transition.record.process_version_after, key))
         self.outbox.extend(intents)
+
+    def find_request(
+        self, tenant: str, client_id: str, request_id: str, *, head_version: int
+    ) -> RequestStatus:
+        wanted = (tenant, client_id, request_id)
+        for version, key in self._committers:
+            if key == wanted:
+                return RequestStatus(True, version, self._committers[0][0])
+        oldest = self._committers[0][0] if self._committers else head_version + 1
+        return RequestStatus(False, None, oldest)
 
     def put_receipt(self, receipt: Receipt, *, version: int) -> None:
         self._store(receipt)

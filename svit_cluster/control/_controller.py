@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from svit_cluster.control._backend import CommitBackend, MemoryBackend, Receipt
+from svit_cluster.control._backend import CommitBackend, MemoryBackend, Receipt, RequestStatus
 from svit_cluster.control._wire import (
     Activation,
     Committed,
@@ -197,6 +197,49 @@ class ProcessController:
         receipt = self._receipt(tenant, request, fingerprint, response)
         self._durable_commit(result.transition, receipt, result.messages)
         return response
+
+    def request_status(self, client_id: str, request_id: str, *, tenant: str = ""
+                       ) -> RequestStatus:
+        """Did ``(tenant, client_id, request_id)`` commit, even after its receipt was evicted?
+
+        Asks the backend which retained log entry names the request (each
+        commit records its committing request) and, if none does, the
+        request's receipt while it is retained. Runs at the serialization
+        point, so no commit of this owner interleaves. Used by the SDK after an
+        unknown outcome followed by ``conflict`` (see
+        ``SvitClient.activate_until_committed``).
+
+        Args:
+            client_id, request_id: the idempotency key from the envelope.
+            tenant: trusted receipt partition (the gateway's principal), as
+                for :meth:`execute`.
+
+        Returns:
+            :class:`~svit_cluster.control.RequestStatus`. ``committed=False``
+            is definitive only for versions ``>= retained_from_version`` (a
+            stored ``conflict`` receipt is no proof: after eviction, a retry
+            of a committed request stores one).
+
+        Raises:
+            UnavailableError: the backend failed (safe to retry; read-only).
+            CorruptData: a stored entry or receipt is malformed.
+        """
+        with self._lock:
+            status = self._backend.find_request(tenant, client_id, request_id,
+                                                head_version=self._process.version)
+            if status.committed:
+                return status
+            stored = self._backend.get_receipt(tenant, client_id, request_id)
+            if stored is None:
+                return status
+            # Only a committed receipt is evidence. A conflict or rejected
+            # receipt proves nothing: the key may have committed, been evicted,
+            # and then been stored again by a retry that met ``conflict``.
+            outcome = decode_response(stored.response).outcome
+            if isinstance(outcome, Committed):
+                return RequestStatus(True, outcome.activation.version,
+                                     status.retained_from_version)
+            return status
 
     def _durable_commit(
         self, transition: Transition, receipt: Receipt | None, intents: Any

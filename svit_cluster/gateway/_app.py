@@ -47,6 +47,8 @@ __all__ = ["CAPABILITIES", "create_app"]
 #: Optional behaviours this gateway offers (negotiated by ``initialize``).
 CAPABILITIES: tuple[str, ...] = ("host-api", "fenced-receipts", "events")
 IMPLEMENTATION = {"name": "svit-cluster", "version": __version__}
+#: ``client_id`` / ``request_id`` syntax (control protocol: envelope identifiers).
+_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 
 
 class CreateProcess(BaseModel):
@@ -251,6 +253,29 @@ def create_app(
         return JSONResponse(
             {"process_id": pid, "path": path, "version": version, "value": encode_value(value)}
         )
+
+    @api.get("/v1/processes/requests")
+    async def request_status(
+        request: Request,
+        process_id: str = Query(..., description="svit:// process id"),
+        client_id: str = Query(..., pattern=_ID_PATTERN, description="envelope client_id"),
+        request_id: str = Query(..., pattern=_ID_PATTERN, description="envelope request_id"),
+    ) -> JSONResponse:
+        """Did this principal's request ``(client_id, request_id)`` commit?
+
+        Answers from the owner's retained log after the receipt may have been
+        evicted: ``{process_id, client_id, request_id, committed, version,
+        retained_from_version}``; ``committed: false`` is definitive only for
+        versions ``>= retained_from_version``. Partitioned by the
+        authenticated principal, like receipts.
+        """
+        pid = validate_process_id(process_id)
+        principal = _principal(request)
+        if not authorize(principal, pid):
+            return _forbidden(pid)
+        status = await router.request_status(pid, principal.partition, client_id, request_id)
+        return JSONResponse({"process_id": pid, "client_id": client_id,
+                             "request_id": request_id, **status})
 
     @api.post("/v1/processes/inbox")
     async def inbox(request: Request, body: InboxMessage) -> JSONResponse:

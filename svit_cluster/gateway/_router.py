@@ -103,6 +103,15 @@ class Router(Protocol):
         """The process snapshot bytes."""
         ...
 
+    async def request_status(self, process_id: str, partition: str, client_id: str,
+                             request_id: str) -> dict[str, Any]:
+        """Did the request ``(partition, client_id, request_id)`` commit on ``process_id``?
+
+        Returns ``{"committed": bool, "version": int | None,
+        "retained_from_version": int}`` from the owner's retained log (see
+        :meth:`ProcessController.request_status`). Read-only, safe to retry."""
+        ...
+
     async def fork(self, process_id: str, new_process_id: str) -> ProcessInfo:
         """Fork into ``new_process_id``; returns its info."""
         ...
@@ -193,6 +202,13 @@ class LocalRouter:
 
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         return self._get(process_id).read_versioned(path)
+
+    async def request_status(self, process_id: str, partition: str, client_id: str,
+                             request_id: str) -> dict[str, Any]:
+        ctrl = self._get(process_id)
+        status = await asyncio.to_thread(ctrl.request_status, client_id, request_id,
+                                         tenant=partition)
+        return status.to_json()
 
     async def snapshot(self, process_id: str) -> bytes:
         ctrl = self._get(process_id)

@@ -4,7 +4,7 @@ Public names, by importance:
 
 * :class:`RedisBackend` -- one process's log for one owner token: ``claim``,
   ``create``, ``commit`` (the controller's ``CommitBackend``), ``get_receipt``,
-  ``put_receipt``, ``snapshot``, ``restore``, ``head``, ``entries``.
+  ``put_receipt``, ``find_request``, ``snapshot``, ``restore``, ``head``, ``entries``.
 * :class:`StoreConfig` -- key prefix, receipt bound, snapshot cadence, trim margin.
 * :func:`connect` -- a redis-py client with client-side retries disabled.
 * :class:`ProcessKeys` -- the Redis keys of one process (hash tag ``{<process>}``).

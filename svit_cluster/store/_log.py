@@ -31,7 +31,7 @@ from typing import Any
 
 import redis
 
-from svit_cluster.control._backend import Receipt, validate_receipt_limit
+from svit_cluster.control._backend import Receipt, RequestStatus, validate_receipt_limit
 from svit_cluster.errors import (
     ConfigurationError,
     ConflictError,
@@ -443,6 +443,54 @@ class RedisBackend:
         with redis_boundary("entries", self.process_id):
             raw = self._client.xrange(self.keys.stream, min=f"{after_version + 1}-0")
         return [parse_entry(self.process_id, eid, fields) for eid, fields in raw or ()]
+
+    def find_request(
+        self, tenant: str, client_id: str, request_id: str, *, head_version: int = 0
+    ) -> RequestStatus:
+        """Which retained stream entry, if any, ``(tenant, client_id, request_id)`` committed.
+
+        Each entry names its committing request (field ``request``), so this
+        answers for as long as the entry is retained: the stream keeps the
+        entries after the latest snapshot plus ``trim_margin`` below it (so at
+        least ``trim_margin`` and up to about ``snapshot_every + trim_margin``
+        of the newest versions), which may be fewer than the receipts kept.
+        Reads the stream and the head in one ``MULTI``/``EXEC`` view;
+        ``head_version`` is unused (the durable head is read). Read-only; cost
+        O(retained tail).
+
+        Returns:
+            :class:`~svit_cluster.control.RequestStatus`;
+            ``retained_from_version`` is the oldest retained version from which
+            every entry names its request (entries written before entries
+            carried the field count as unknown), or head + 1 when none is.
+
+        Raises:
+            UnavailableError: Redis failed.
+            CorruptData: a malformed entry or head.
+            NotFound: the process was never created.
+        """
+        wanted = receipt_field(tenant, client_id, request_id)
+        with redis_boundary("find_request", self.process_id):
+            pipe = self._client.pipeline(transaction=True)
+            pipe.xrange(self.keys.stream)
+            pipe.hgetall(self.keys.head)
+            raw, head_raw = pipe.execute()
+        head = parse_head(self.process_id, head_raw)
+        if head is None:
+            raise NotFound(f"process {self.process_id} was never created in the store",
+                           process_id=self.process_id)
+        retained_from = head.version + 1
+        found: int | None = None
+        for eid, fields in reversed(raw or ()):
+            entry = parse_entry(self.process_id, eid, fields)
+            if entry.request is None:
+                break  # written before entries named their request: unknown below
+            retained_from = entry.version
+            if entry.request == wanted and found is None:
+                found = entry.version
+        if found is not None:
+            return RequestStatus(True, found, retained_from)
+        return RequestStatus(False, None, retained_from)
 
     def restore(self) -> Process | None:
         """Rebuild the process from the latest snapshot and the stream tail.

@@ -88,11 +88,17 @@ def parse_head(process_id: str, raw: Mapping[Any, Any]) -> Head | None:
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One stream entry: the version (entry id ``<version>-0``), token and record bytes."""
+    """One stream entry: the version (entry id ``<version>-0``), token and record bytes.
+
+    ``request`` names the committing request as its receipt field
+    (``tenant\0client_id\0request_id``), ``b""`` for a host operation (no
+    request), or None for an entry written before entries carried it.
+    """
 
     version: int
     token: int
     record: bytes
+    request: bytes | None = None
 
 
 def parse_entry(process_id: str, entry_id: object, fields: object) -> LogEntry:
@@ -118,7 +124,11 @@ def parse_entry(process_id: str, entry_id: object, fields: object) -> LogEntry:
                       version=version)
     token = _int(process_id, f"stream entry {version} token", fields.get(b"token"),
                  version=version)
-    return LogEntry(version=version, token=token, record=record)
+    request = fields.get(b"request")
+    if request is not None and not isinstance(request, bytes):
+        raise corrupt(process_id, f"stream entry {version} request is not bytes",
+                      version=version)
+    return LogEntry(version=version, token=token, record=record, request=request)
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,10 @@ end
 # ARGV: token, base_version, base_hash, record, event_hash, root_hash, position,
 #       receipt_field ('' = none), receipt_value, max_receipts, new_version,
 #       signal_retention, change_json, completion_json ('' = none), intents...
+# The stream entry also names the committing request (field ``request`` = the
+# receipt field ``tenant\0client_id\0request_id``; empty for host operations),
+# so the owner can answer "did request r commit?" while the entry is retained,
+# after its receipt was evicted (``RedisBackend.find_request``).
 # The ``committed`` signal (and, for an inbox acknowledge, the ``completion``
 # signal right after it) is appended with the transaction, so observers see
 # exactly the committed versions, in commit order (svit_cluster.events).
@@ -75,7 +79,7 @@ if signals_type ~= 'none' and signals_type ~= 'stream' then
 end
 local new_version = ARGV[11]
 local added = redis.pcall('XADD', KEYS[1], new_version .. '-0',
-  'record', ARGV[4], 'token', token, 'version', new_version)
+  'record', ARGV[4], 'token', token, 'version', new_version, 'request', ARGV[8])
 if type(added) == 'table' and added.err then
   return {'corrupt', added.err}
 end

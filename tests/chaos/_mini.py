@@ -155,6 +155,13 @@ class StoreRouter:
         value, version = owner.ctrl.read_versioned(path)
         return value, version
 
+    async def request_status(self, process_id: str, partition: str, client_id: str,
+                             request_id: str) -> dict[str, Any]:
+        owner = await self._serve(process_id)
+        status = await asyncio.to_thread(owner.ctrl.request_status, client_id, request_id,
+                                         tenant=partition)
+        return status.to_json()
+
     async def snapshot(self, process_id: str) -> bytes:
         owner = await self._serve(process_id)
         with owner.ctrl.locked():

@@ -73,6 +73,43 @@ def test_after_receipt_eviction_old_request_conflicts() -> None:
     assert proc.version == 2
 
 
+def test_request_status_names_the_committer_after_receipt_eviction() -> None:
+    """Issue 13 case 5: the log, not the (evicted) receipt, answers "did r commit?"."""
+    from svit_cluster.control import RequestStatus
+    from svit_cluster.process import Process
+
+    proc = Process.create(PID, memory={"count": 0}, scripts={"counter": COUNTER})
+    ctrl = ProcessController(proc, MemoryBackend(max_receipts=1, request_log=3))
+    assert ctrl.request_status("agent-a", "old") == RequestStatus(False, None, 1)
+    assert run(ctrl, request(rid="old", version=0))["outcome"]["status"] == "committed"
+    assert run(ctrl, request(rid="other", version=1))["outcome"]["status"] == "committed"
+    assert ctrl.backend.get_receipt("", "agent-a", "old") is None  # evicted
+    # The same-id retry conflicts and stores a conflict receipt: no proof either way.
+    assert run(ctrl, request(rid="old", version=0))["outcome"]["status"] == "conflict"
+    assert ctrl.request_status("agent-a", "old") == RequestStatus(True, 1, 1)
+    assert ctrl.request_status("agent-a", "old", tenant="t2") == RequestStatus(False, None, 1)
+    assert ctrl.request_status("agent-b", "old") == RequestStatus(False, None, 1)
+    ctrl.append_inbox("host op")  # version 3, no request
+    assert run(ctrl, request(rid="new", version=3))["outcome"]["status"] == "committed"
+    # request_log=3 keeps versions 2..4: version 1 is gone, so "old" is unknown.
+    assert ctrl.request_status("agent-a", "old") == RequestStatus(False, None, 2)
+    assert ctrl.request_status("agent-a", "new") == RequestStatus(True, 4, 2)
+
+
+def test_request_status_uses_a_retained_committed_receipt() -> None:
+    from svit_cluster.control import RequestStatus
+    from svit_cluster.process import Process
+
+    proc = Process.create(PID, memory={"count": 0}, scripts={"counter": COUNTER})
+    ctrl = ProcessController(proc, MemoryBackend(max_receipts=8, request_log=1))
+    run(ctrl, request(rid="a", version=0))
+    run(ctrl, request(rid="b", version=1))
+    # Version 1 left the request log, but "a"'s committed receipt is retained.
+    assert ctrl.request_status("agent-a", "a") == RequestStatus(True, 1, 2)
+    with pytest.raises(ConfigurationError):
+        MemoryBackend(request_log=0)
+
+
 def test_reused_id_with_different_content_is_rejected_and_not_stored(
     controller: ProcessController,
 ) -> None:

@@ -36,7 +36,8 @@ def test_commit_stores_record_receipt_intents_and_head_together(
     keys = backend.keys
     [(eid, fields)] = rclient.xrange(keys.stream)
     assert eid == b"1-0"
-    assert fields == {b"record": t.record.encode(), b"token": b"7", b"version": b"1"}
+    assert fields == {b"record": t.record.encode(), b"token": b"7", b"version": b"1",
+                      b"request": b"tenant-a\x00c1\x00r1"}
     head = backend.head()
     assert head is not None
     assert (head.version, head.chain_head, head.root_hash, head.position, head.token) == (
@@ -229,3 +230,50 @@ def test_guard_refuses_before_anything_is_sent(
         guarded.commit(seal_write(proc, 1))
     assert rclient.xlen(base.keys.stream) == 0
     assert guarded.restore() is not None  # reads are not guarded
+
+
+def test_entries_name_their_request_and_find_request_answers_within_the_tail(
+    rclient: redis.Redis, pid: str, config: StoreConfig
+) -> None:
+    """Issue 13 case 5: each entry names its committing request while retained."""
+    from svit_cluster.control import RequestStatus
+
+    backend, proc = new_log(rclient, pid, 3, config)  # snapshot_every=8, trim_margin=2
+    commit_write(backend, proc, 1, "r1")
+    commit_write(backend, proc, 2)  # a host operation names no request
+    assert [e.request for e in backend.entries()] == [b"tenant-a\x00c1\x00r1", b""]
+    assert backend.find_request("tenant-a", "c1", "r1") == RequestStatus(True, 1, 1)
+    assert backend.find_request("tenant-b", "c1", "r1") == RequestStatus(False, None, 1)
+    assert backend.find_request("tenant-a", "c1", "r2") == RequestStatus(False, None, 1)
+    for v in range(3, 11):
+        commit_write(backend, proc, v, f"r{v}")
+    # The snapshot at version 8 trimmed the stream below 8 - 2 + 1 = 7.
+    assert backend.find_request("tenant-a", "c1", "r1") == RequestStatus(False, None, 7)
+    assert backend.find_request("tenant-a", "c1", "r9") == RequestStatus(True, 9, 7)
+
+
+def test_entries_without_the_request_field_stay_readable_and_count_as_unknown(
+    rclient: redis.Redis, pid: str, config: StoreConfig
+) -> None:
+    """Entries written before entries named their request (553f5d4) restore as
+    before; find_request reports them as not retained."""
+    from svit_cluster.control import RequestStatus
+    from svit_cluster.store._scripts import COMMIT
+
+    legacy_source = COMMIT.replace(", 'request', ARGV[8])", ")")
+    assert legacy_source != COMMIT
+    backend, proc = new_log(rclient, pid, 3, config)
+    new_script = backend._scripts.commit
+    backend._scripts.commit = rclient.register_script(legacy_source)
+    commit_write(backend, proc, 1, "r1")
+    commit_write(backend, proc, 2, "r2")
+    backend._scripts.commit = new_script
+    commit_write(backend, proc, 3, "r3")
+    assert [e.request for e in backend.entries()] == [None, None, b"tenant-a\x00c1\x00r3"]
+    assert backend.find_request("tenant-a", "c1", "r1") == RequestStatus(False, None, 3)
+    assert backend.find_request("tenant-a", "c1", "r3") == RequestStatus(True, 3, 3)
+    restored = RedisBackend(rclient, pid, 3, config).restore()
+    assert restored is not None
+    assert (restored.version, restored.read("/memory/count")) == (3, 3)
+    with pytest.raises(NotFound):
+        RedisBackend(rclient, pid + "-none", 3, config).find_request("t", "c", "r")
