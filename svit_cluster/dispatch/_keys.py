@@ -11,6 +11,8 @@ so ``{dispatch}`` never collides with a process's tag.
 | --- | --- | --- |
 | ``<prefix>:{<P>}:outbox`` | stream | (store) committed intents; consumer group ``svit-dispatch`` |
 | ``<stream>:lease`` | string | consumer name of the worker that may read ``<stream>`` (PX TTL) |
+| ``<stream>:lease-token`` | string | the lease's fencing token (``INCR`` on every acquire) |
+| ``<stream>:dead-settled`` | hash | entry id -> its dead letter id (set by the fenced ``XACK``) |
 | ``<prefix>:{dispatch}:workers`` | zset | live worker -> heartbeat expiry (ms, Redis clock) |
 | ``<prefix>:{dispatch}:dead`` | stream | dead letters: intent, source, error, attempts, ... |
 | ``<prefix>:{dispatch}:redrive`` | stream | dead letters sent back for delivery (a source stream) |
@@ -64,6 +66,16 @@ class DispatchKeys:
     def lease(stream: str) -> str:
         """The per-stream lease key (same hash tag, so the same slot, as the stream)."""
         return f"{stream}:lease"
+
+    @staticmethod
+    def lease_token(stream: str) -> str:
+        """The per-stream lease fencing-token counter (``INCR`` on every acquire)."""
+        return f"{stream}:lease-token"
+
+    @staticmethod
+    def dead_settled(stream: str) -> str:
+        """Hash: entry id -> dead-letter id, written by the fenced settle of a dead letter."""
+        return f"{stream}:dead-settled"
 
     def _global(self, name: str) -> str:
         return f"{self.prefix}:{{dispatch}}:{name}"

@@ -11,16 +11,25 @@
   ``0.8 x lease_ttl_s`` have passed since the last successful renewal was sent,
   before Redis can expire it. The hash ring only says which leases a worker
   *tries* to take; the lease is what is checked before every delivery attempt.
+* **Fencing.** Every acquire of a lease increments the stream's counter
+  ``<stream>:lease-token`` and hands the new value to the holder: its fencing
+  token. Every write a worker makes after a network call (the ``XACK`` of a
+  delivered entry; the settle of a dead letter) runs in one Lua script that
+  first compares the worker's token with the counter and refuses when a newer
+  holder exists, the way producer epochs fence zombie producers. A dead letter
+  is settled only while its entry is still pending, so an entry another
+  worker already acknowledged (delivered) is never turned into a dead letter.
 
 States of a lease, seen by its worker:
     HELD -- renewed within ``0.8 x ttl``: may read, deliver and ack.
-    LOST -- renewal failed or too old: must stop reading and delivering; may
-        still ack an entry whose delivery the sink already confirmed.
+    LOST -- renewal failed or too old: must stop reading and delivering.
 
-What the lease does *not* give (no fencing token reaches the sinks): a worker
-paused longer than the TTL may finish one in-flight attempt after another
+What fencing does *not* give (no token reaches the sinks): a worker paused
+longer than the TTL may still *send* one in-flight attempt after another
 worker took over. That is a duplicate with the same idempotency key, never a
-loss; the Svit inbox sink stores it once.
+loss; the Svit inbox sink stores it once. Whatever that attempt's answer, the
+paused worker's writes are refused: it cannot acknowledge, dead-letter or
+otherwise change the status of an entry it no longer owns.
 """
 
 from __future__ import annotations
@@ -33,20 +42,55 @@ import redis.asyncio as aioredis
 from svit_cluster.dispatch._keys import DispatchKeys
 from svit_cluster.dispatch._redisutil import text
 
-__all__ = ["LeaseTable", "owner_of"]
+__all__ = ["FenceResult", "LeaseTable", "owner_of"]
 
-# KEYS: lease.  ARGV: worker, ttl ms.  Take a free lease or renew our own.
+#: Outcome of a fenced write: ``ok``; ``fenced`` (a newer lease holder exists,
+#: nothing written); ``settled`` (the entry is no longer pending, nothing written).
+FenceResult = str
+
+# KEYS: lease, lease token.  ARGV: worker, ttl ms.  Take a free lease (a new
+# fencing token) or renew our own (the same token); returns the token, 0 if not held.
 _CLAIM = """
 local v = redis.call('GET', KEYS[1])
 if not v then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
+  return redis.call('INCR', KEYS[2])
 end
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  local t = redis.call('GET', KEYS[2])
+  if not t then
+    return redis.call('INCR', KEYS[2])
+  end
+  return tonumber(t)
 end
 return 0
+"""
+
+# The fence of every write after a network call. KEYS[2]: lease token; ARGV[1]: token.
+_FENCE = """
+local current = redis.call('GET', KEYS[2]) or '0'
+if tonumber(current) ~= tonumber(ARGV[1]) then
+  return {'fenced', current}
+end
+"""
+
+# KEYS: stream, lease token.  ARGV: token, group, entry id.
+_ACK = _FENCE + """
+return {'ok', redis.call('XACK', KEYS[1], ARGV[2], ARGV[3])}
+"""
+
+# KEYS: stream, lease token, dead-settled.  ARGV: token, group, entry id, dead-letter id.
+# Refuses ('settled') an entry that is no longer pending: it was acknowledged
+# (delivered, or dead-lettered) already, and that outcome stands.
+_SETTLE_DEAD = _FENCE + """
+local p = redis.call('XPENDING', KEYS[1], ARGV[2], ARGV[3], ARGV[3], 1)
+if #p == 0 then
+  return {'settled'}
+end
+redis.call('XACK', KEYS[1], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
+return {'ok'}
 """
 
 # KEYS: lease.  ARGV: worker.
@@ -102,6 +146,8 @@ class LeaseTable:
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
         self._heartbeat = client.register_script(_HEARTBEAT)
+        self._ack = client.register_script(_ACK)
+        self._settle_dead = client.register_script(_SETTLE_DEAD)
 
     async def heartbeat(self) -> list[str]:
         """Refresh this worker's membership; return every live worker (sorted)."""
@@ -113,16 +159,56 @@ class LeaseTable:
         """Drop this worker from the membership set (clean shutdown)."""
         await self._heartbeat(keys=[self._keys.workers], args=[self.worker, ""])
 
-    async def claim(self, streams: list[str]) -> dict[str, bool]:
-        """Take or renew the leases of ``streams`` (one pipeline); True where held now."""
+    async def claim(self, streams: list[str]) -> dict[str, int]:
+        """Take or renew the leases of ``streams`` (one pipeline).
+
+        Returns:
+            stream -> fencing token of the lease held now (>= 1), or 0 where
+            another worker holds it. A renewal returns the same token; a lease
+            that expired and was taken again gets a new one (a newer holder may
+            have been in between).
+        """
         if not streams:
             return {}
         pipe = self._client.pipeline(transaction=False)
         for stream in streams:
-            await self._claim(keys=[DispatchKeys.lease(stream)],
+            await self._claim(keys=[DispatchKeys.lease(stream), DispatchKeys.lease_token(stream)],
                               args=[self.worker, self._lease_ms], client=pipe)
         replies = await pipe.execute(raise_on_error=False)
-        return {s: r == 1 for s, r in zip(streams, replies, strict=True)}
+        return {s: r if type(r) is int and r > 0 else 0
+                for s, r in zip(streams, replies, strict=True)}
+
+    async def ack(self, stream: str, group: str, entry_id: str, token: int) -> FenceResult:
+        """``XACK`` one entry, fenced by ``token`` (one script).
+
+        Returns:
+            ``ok`` (acknowledged) or ``fenced`` (a newer lease holder exists;
+            nothing written).
+
+        Raises:
+            redis.exceptions.RedisError: Redis failed (outcome unknown).
+        """
+        reply = await self._ack(keys=[stream, DispatchKeys.lease_token(stream)],
+                                args=[token, group, entry_id])
+        return text(reply[0])
+
+    async def settle_dead(self, stream: str, group: str, entry_id: str, token: int,
+                          dead_id: str) -> FenceResult:
+        """Make a written dead letter the entry's outcome: ``XACK`` it and record
+        ``entry -> dead_id`` in ``<stream>:dead-settled``, fenced by ``token``
+        and only while the entry is pending (one script).
+
+        Returns:
+            ``ok``; ``fenced`` (a newer lease holder exists) or ``settled`` (the
+            entry was acknowledged already, e.g. delivered): nothing written.
+
+        Raises:
+            redis.exceptions.RedisError: Redis failed (outcome unknown).
+        """
+        reply = await self._settle_dead(
+            keys=[stream, DispatchKeys.lease_token(stream), DispatchKeys.dead_settled(stream)],
+            args=[token, group, entry_id, dead_id])
+        return text(reply[0])
 
     async def release(self, stream: str) -> bool:
         """Give up ``stream``'s lease if this worker still holds it."""

@@ -19,6 +19,9 @@ class DispatchMetrics:
             another consumer (``XAUTOCLAIM``).
         ``svit_dispatch_missing_total`` -- pending entries whose stream entry was
             deleted (cannot be delivered; logged).
+        ``svit_dispatch_fenced_total{write}`` -- writes (``ack``, ``dead_letter``)
+            refused because a newer lease holder exists, or (dead letters) the
+            entry was already acknowledged.
         ``svit_dispatch_lag{process}`` -- entries of an owned outbox stream not yet
             acknowledged (never read + pending).
         ``svit_dispatch_owned_streams`` -- streams this worker holds a lease on.
@@ -42,6 +45,9 @@ class DispatchMetrics:
         self.missing = Counter("svit_dispatch_missing_total",
                                "Pending entries whose stream entry no longer exists.",
                                registry=r)
+        self.fenced = Counter("svit_dispatch_fenced_total",
+                              "Writes refused by the lease fence (or an already settled entry).",
+                              ["write"], registry=r)
         self.lag = Gauge("svit_dispatch_lag",
                          "Unacknowledged entries of an owned source stream.", ["process"],
                          registry=r)

@@ -15,7 +15,9 @@ streams:
 The rule, per outbox entry E with intent id I: E is *acknowledged* when the
 group's last-delivered id is >= E and E is not pending. An unacknowledged E is
 pending. Otherwise the newest of I's dead letter and I's re-drive entry (stream
-ids share the Redis clock) decides: a newer dead letter means dead-lettered; a
+ids share the Redis clock) decides (a dead letter counts only once its worker
+settled it with the lease-fenced ``XACK``; a zombie worker's refused letter
+never does): a newer dead letter means dead-lettered; a
 newer re-drive entry means pending or delivered by that entry's own ack state;
 neither means delivered.
 
@@ -194,7 +196,7 @@ def delivery_status(
     keys = DispatchKeys(prefix)
     with boundary("delivery_status"):
         dead: dict[str, DeadLetter] = {}
-        dead_raw: Any = client.xrange(keys.dead)
+        dead_raw: Any = _settled_letters(client, client.xrange(keys.dead))
         for eid, fields in dead_raw:
             letter = DeadLetter.from_entry(eid, fields)
             key = letter.intent_id or f"entry:{letter.entry_id}"
@@ -216,6 +218,28 @@ def delivery_status(
                                    redrive_view)
                 out[status.intent_id] = status
     return out
+
+
+def _settled_letters(client: redis.Redis, raw: Any) -> list[Any]:
+    """The dead letters that count: those without a lease token (written before
+    fencing existed) and those their worker settled (``<stream>:dead-settled``
+    names them). A provisional letter whose settle was refused or not yet run
+    is left out, so it never overrides a delivery."""
+    out: list[Any] = []
+    check: list[tuple[Any, Any]] = []
+    pipe = client.pipeline(transaction=False)
+    for eid, fields in raw or ():
+        if not fields.get(b"token"):
+            out.append((eid, fields))
+            continue
+        pipe.hget(DispatchKeys.dead_settled(text(fields.get(b"settle_stream"))),
+                  text(fields.get(b"settle_entry")))
+        check.append((eid, fields))
+    if check:
+        for (eid, fields), settled in zip(check, pipe.execute(), strict=True):
+            if settled is not None and text(settled) == text(eid):
+                out.append((eid, fields))
+    return sorted(out, key=lambda e: _sid(text(e[0])))
 
 
 def _intent_id(fields: dict[bytes, bytes]) -> str:

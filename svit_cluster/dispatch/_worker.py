@@ -107,6 +107,7 @@ class _Stream:
     key: str
     process: str | None
     valid_until: float
+    token: int = 0  # the lease's fencing token (see _lease.py)
     release: bool = False
     idle: bool = False
     cursor: str | None = None
@@ -285,11 +286,11 @@ class DispatchWorker:
         self._live = live
         renewed = await leases.claim(list(self._owned))
         valid_until = sent + _LEASE_SAFETY * self.config.lease_ttl_s
-        for key, held in renewed.items():
+        for key, token in renewed.items():
             st = self._owned.get(key)
             if st is None:
                 continue
-            if held:
+            if token and token == st.token:
                 st.valid_until = valid_until
             else:
                 log.warning("%s lost the lease of %s", self.name, key)
@@ -307,10 +308,10 @@ class DispatchWorker:
             return
         sent = time.monotonic()
         taken = await leases.claim(wanted)
-        for key, held in taken.items():
-            if held and not self._stopping.is_set():
+        for key, token in taken.items():
+            if token and not self._stopping.is_set():
                 st = _Stream(key, self.keys.process_of(key),
-                             sent + _LEASE_SAFETY * self.config.lease_ttl_s)
+                             sent + _LEASE_SAFETY * self.config.lease_ttl_s, token)
                 self._owned[key] = st
                 st.task = asyncio.create_task(self._run_stream(st), name=f"stream-{key}")
         self.metrics.owned.set(len(self._owned))
@@ -522,22 +523,53 @@ class DispatchWorker:
                     intent: Intent | None, sink: str,
                     exc: PermanentDeliveryError | RetryableDeliveryError, *, attempts: int
                     ) -> None:
-        client = self._client
-        assert client is not None
+        """Dead-letter one entry: write the letter, then settle it (fenced ack).
+
+        The letter is written first (nothing lost if the worker dies next), then
+        :meth:`LeaseTable.settle_dead` acknowledges the entry and records the
+        letter as its outcome in one script, refused when a newer lease holder
+        exists or the entry was already acknowledged (delivered). A refused
+        letter is deleted again and never counts (see ``delivery_status``).
+
+        Raises:
+            LeaseLost: a newer lease holder exists (nothing settled).
+        """
+        client, leases = self._client, self._leases
+        assert client is not None and leases is not None
         reason = str(exc.fields.get("reason", "failed"))
-        await write_dead_letter(client, self.keys, intent=intent, fields=fields, stream=st.key,
-                                entry_id=eid, source=st.process or "", sink=sink,
-                                reason=reason, error=exc.message, attempts=attempts,
-                                worker=self.name)
-        await self._ack(st, eid)
+        dead_id = await write_dead_letter(
+            client, self.keys, intent=intent, fields=fields, stream=st.key, entry_id=eid,
+            source=st.process or "", sink=sink, reason=reason, error=exc.message,
+            attempts=attempts, worker=self.name, lease_token=st.token)
+        outcome = await leases.settle_dead(st.key, self.config.group, eid, st.token, dead_id)
+        if outcome != "ok":
+            with contextlib.suppress(RedisError, OSError):
+                await client.xdel(self.keys.dead, dead_id)
+            self.metrics.fenced.labels("dead_letter").inc()
+            log.warning("%s: dead letter of %s refused (%s): %s", self.name,
+                        intent.id if intent else f"{st.key} {eid}", outcome,
+                        "a newer lease holder exists" if outcome == "fenced"
+                        else "the entry was already acknowledged")
+            if outcome == "fenced":
+                raise LeaseLost(st.key)
+            return
         self.metrics.dead_lettered.labels(sink, reason).inc()
         log.warning("%s dead-lettered %s (%s): %s", self.name,
                     intent.id if intent else f"{st.key} {eid}", reason, exc.message)
 
     async def _ack(self, st: _Stream, eid: str) -> None:
-        client = self._client
-        assert client is not None
-        await client.xack(st.key, self.config.group, eid)
+        """Acknowledge ``eid`` (its sink confirmed), fenced by the lease token.
+
+        Raises:
+            LeaseLost: a newer lease holder exists (not acknowledged; it redelivers).
+        """
+        leases = self._leases
+        assert leases is not None
+        if await leases.ack(st.key, self.config.group, eid, st.token) != "ok":
+            self.metrics.fenced.labels("ack").inc()
+            log.warning("%s: ack of %s %s refused: a newer lease holder exists", self.name,
+                        st.key, eid)
+            raise LeaseLost(st.key)
 
 
 def run_worker(config: DispatchConfig, *, metrics: DispatchMetrics | None = None) -> None:

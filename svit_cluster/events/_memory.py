@@ -21,6 +21,7 @@ from svit_cluster.errors import InvalidInput
 from svit_cluster.events._model import (
     DEFAULT_MAX_EVENTS,
     DEFAULT_SIGNAL_RETENTION,
+    ORIGIN,
     EventRecord,
     Signal,
     SignalKind,
@@ -40,6 +41,7 @@ class _Proc:
     added: int = 0
     events: dict[str, list[EventRecord]] = field(default_factory=dict)
     session: str | None = None
+    dropped: str | None = None  # the newest signal id retention dropped
 
 
 class MemorySignals:
@@ -83,6 +85,8 @@ class MemorySignals:
         self._seq += 1
         signal = Signal(f"{self._seq}-0", kind, data, token)
         proc = self._proc(process_id)
+        if proc.signals.maxlen is not None and len(proc.signals) == proc.signals.maxlen:
+            proc.dropped = proc.signals[0].id
         proc.signals.append(signal)
         proc.added += 1
         for loop, event in self._waiters.pop(process_id, []):
@@ -130,7 +134,7 @@ class MemorySignals:
             return ReadResult(None, [])
         key = cursor_key(after)
         out = [s for s in proc.signals if cursor_key(s.id) > key][:count]
-        return ReadResult(proc.signals[0].id, out)
+        return ReadResult(proc.signals[0].id, out, before_first=proc.dropped or ORIGIN)
 
     async def read(self, process_id: str, after: str, *, count: int, block_s: float
                    ) -> ReadResult:
@@ -147,7 +151,7 @@ class MemorySignals:
             pass
         with self._lock:
             later = self._after(process_id, after, count)
-        return ReadResult(got.first, later.signals)
+        return ReadResult(got.first, later.signals, before_first=got.before_first)
 
     async def recent_events(self, process_id: str, limit: int, session: str | None = None
                             ) -> list[EventRecord]:

@@ -3,7 +3,8 @@
 Server side, :func:`observe` follows one process's signal stream from a
 cursor. It reads in bounded batches (pull-based: a slow consumer only slows
 its own reads) and, before each batch, compares its cursor with the oldest
-retained signal: when signals it has not seen were trimmed, it yields
+retained signal (and the signal just before it, the newest trimmed one):
+when signals after its cursor were trimmed, it yields
 :class:`Lagged` and continues after the newest signal at that moment.
 
 Client side, :class:`BoundedFeed` is the subscription's bounded buffer: when
@@ -72,7 +73,12 @@ async def observe(
     while True:
         got = await source.read(process_id, cursor, count=batch, block_s=block_s)
         first = got.first
+        # Lag means "something after my cursor is gone": a cursor before the oldest
+        # retained signal has lost nothing when it is at or after the signal just
+        # before it (an exact trim up to the cursor), e.g. cursor v5 with v6 first.
         behind = first is not None and cursor_key(cursor) < cursor_key(first)
+        if behind and got.before_first is not None:
+            behind = cursor_key(cursor) < cursor_key(got.before_first)
         if behind and not origin_ok:
             window = await source.window(process_id)
             resume = window.last or cursor

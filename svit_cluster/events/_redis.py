@@ -39,12 +39,14 @@ from svit_cluster.events._model import (
     Signal,
     SignalKind,
     dumps,
+    parse_cursor,
     session_for,
     validate_limit,
 )
 from svit_cluster.events._source import ReadResult, Window
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
 from svit_cluster.store._redis import redis_boundary
+from svit_cluster.store._scripts import ADD_SIGNAL
 
 __all__ = ["RedisEventLog", "RedisSignalSource", "fork_events", "parse_signal"]
 
@@ -57,7 +59,7 @@ end
 
 # KEYS: fence, events, signals, session
 # ARGV: token, session, signal_retention, max_events, (event_json, message_json)...
-APPEND_EVENTS = _FENCE + """
+APPEND_EVENTS = _FENCE + ADD_SIGNAL + """
 for _, k in ipairs({KEYS[2], KEYS[3]}) do
   local t = redis.call('TYPE', k).ok
   if t ~= 'none' and t ~= 'stream' then
@@ -74,9 +76,9 @@ for i = 5, #ARGV, 2 do
   seq = seq + 1
   local id = string.format('%d-0', seq)
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], id, 'event', ARGV[i], 'token', ARGV[1])
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'kind', 'canonical_event',
+  add_signal(KEYS[3], ARGV[3], 'kind', 'canonical_event',
     'token', ARGV[1], 'session', ARGV[2], 'seq', seq, 'data', ARGV[i])
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'kind', 'message',
+  add_signal(KEYS[3], ARGV[3], 'kind', 'message',
     'token', ARGV[1], 'session', ARGV[2], 'seq', seq, 'data', ARGV[i + 1])
 end
 redis.call('SET', KEYS[4], ARGV[2])
@@ -85,13 +87,12 @@ return {'ok', string.format('%d', first), string.format('%d', seq)}
 
 # KEYS: fence, signals
 # ARGV: token, signal_retention, data
-APPEND_FAILED = _FENCE + """
+APPEND_FAILED = _FENCE + ADD_SIGNAL + """
 local t = redis.call('TYPE', KEYS[2]).ok
 if t ~= 'none' and t ~= 'stream' then
   return {'corrupt', 'signals key is a ' .. t}
 end
-local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'kind', 'failed',
-  'token', ARGV[1], 'data', ARGV[3])
+local id = add_signal(KEYS[2], ARGV[2], 'kind', 'failed', 'token', ARGV[1], 'data', ARGV[3])
 return {'ok', id}
 """
 
@@ -348,13 +349,15 @@ class RedisSignalSource:
             pipe.xread({key: after}, count=count)
             first_raw, got = await pipe.execute()
             first = _s(first_raw[0][0]) if first_raw else None
+            before = _prev(first_raw[0][1]) if first_raw else None
             if not got and block_s > 0:
                 got = await self.client.xread({key: after}, count=count,
                                               block=max(1, int(block_s * 1000)))
         except RedisError as exc:
             raise _unavailable("read_signals", process_id, exc) from exc
         entries = got[0][1] if got else []
-        return ReadResult(first, [parse_signal(process_id, eid, f) for eid, f in entries])
+        return ReadResult(first, [parse_signal(process_id, eid, f) for eid, f in entries],
+                          before_first=before)
 
     async def current_session(self, process_id: str) -> str | None:
         try:
@@ -377,6 +380,17 @@ class RedisSignalSource:
         except RedisError as exc:
             raise _unavailable("recent_events", process_id, exc) from exc
         return [_record(process_id, session, eid, f) for eid, f in reversed(got or [])]
+
+
+def _prev(fields: Mapping[Any, Any]) -> str | None:
+    """The ``prev`` id a signal entry carries (None for entries written without it)."""
+    raw = fields.get(b"prev", fields.get("prev"))
+    if raw is None:
+        return None
+    try:
+        return parse_cursor(_s(raw))
+    except InvalidInput:
+        return None
 
 
 def _unavailable(op: str, process_id: str, exc: Exception) -> UnavailableError:

@@ -27,10 +27,20 @@ class Window:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    """One read: the oldest retained id *before* reading, and the signals read."""
+    """One read: the oldest retained id *before* reading, and the signals read.
+
+    Attributes:
+        first: oldest retained signal id (None when the stream is empty).
+        signals: the signals read, oldest first.
+        before_first: the id of the signal just before ``first`` -- the newest
+            one retention trimmed, or the origin ``"0-0"`` when nothing was ever
+            before it; None when the source cannot tell. A cursor at or after it
+            has lost nothing (:func:`~svit_cluster.events.observe`).
+    """
 
     first: str | None
     signals: list[Signal] = field(default_factory=list)
+    before_first: str | None = None
 
 
 class SignalSource(Protocol):

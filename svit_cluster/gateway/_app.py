@@ -17,13 +17,19 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from svit_cluster import __version__
 from svit_cluster.control import ControlRequest, ControlResponse, decode_request
 from svit_cluster.errors import ErrorCode, FencedError, InvalidInput, SvitError, UnavailableError
 from svit_cluster.gateway._auth import BearerAuthMiddleware, Principal, TokenStore, authorize
-from svit_cluster.gateway._bytecap import DEFAULT_MAX_REQUEST_BYTES, ByteCapMiddleware
+from svit_cluster.gateway._bytecap import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    ByteCapMiddleware,
+    PayloadTooLarge,
+    payload_too_large_handler,
+)
 from svit_cluster.gateway._deadletters import dead_letters_router
 from svit_cluster.gateway._errors import error_response, from_exception
 from svit_cluster.gateway._events import events_router
@@ -143,6 +149,17 @@ def create_app(
         first = exc.errors()[0] if exc.errors() else {}
         loc = ".".join(str(x) for x in first.get("loc", ()))
         return error_response(400, str(ErrorCode.DECODE_ERROR), f"{loc}: {first.get('msg', '')}")
+
+    # The byte cap raises inside ``receive``, i.e. in whatever reads the body.
+    api.add_exception_handler(PayloadTooLarge, payload_too_large_handler)
+
+    @api.exception_handler(ClientDisconnect)
+    async def _disconnected(_: Request, __: ClientDisconnect) -> JSONResponse:
+        # The client closed before its body was complete (truncated upload): nobody
+        # reads this answer, but it is an input error, not a server error.
+        return error_response(400, str(ErrorCode.DECODE_ERROR),
+                              "client disconnected before the request body was complete",
+                              headers={"Connection": "close"})
 
     @api.exception_handler(SvitError)
     async def _svit_error(_: Request, exc: SvitError) -> JSONResponse:

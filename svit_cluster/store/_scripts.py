@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import redis
 from redis.commands.core import Script
 
-__all__ = ["CLAIM", "COMMIT", "CREATE", "PUT_RECEIPT", "SNAPSHOT", "Scripts", "commit_source"]
+__all__ = ["ADD_SIGNAL", "CLAIM", "COMMIT", "CREATE", "PUT_RECEIPT", "SNAPSHOT", "Scripts",
+           "commit_source"]
 
 # Shared helpers, prepended to the scripts that need them.
 _FENCE = """
@@ -46,6 +47,22 @@ local function store_receipt(hash_key, order_key, field, value, max)
       redis.call('HDEL', hash_key, redis.call('LPOP', order_key))
     end
   end
+end
+"""
+
+# Appends one signal to a process's signal stream (``MAXLEN ~ retention``). Every
+# signal carries ``prev``: the id of the signal before it ('0-0' for the first one).
+# Retention trims from the head only, so the ``prev`` of the oldest retained signal
+# is the newest trimmed id: an observer whose cursor is at least that id has lost
+# nothing (svit_cluster.events.observe), even when the trim was exactly at its cursor.
+ADD_SIGNAL = """
+local function add_signal(key, retention, ...)
+  local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+  local prev = '0-0'
+  if #last > 0 then
+    prev = last[1][1]
+  end
+  return redis.call('XADD', key, 'MAXLEN', '~', retention, '*', 'prev', prev, ...)
 end
 """
 
@@ -92,11 +109,9 @@ for i = 15, #ARGV do
 end
 redis.call('HSET', KEYS[2], 'version', new_version, 'chain_head', ARGV[5],
   'root_hash', ARGV[6], 'position', ARGV[7], 'token', token)
-redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[12], '*', 'kind', 'committed',
-  'token', token, 'data', ARGV[13])
+add_signal(KEYS[7], ARGV[12], 'kind', 'committed', 'token', token, 'data', ARGV[13])
 if ARGV[14] ~= '' then
-  redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[12], '*', 'kind', 'completion',
-    'token', token, 'data', ARGV[14])
+  add_signal(KEYS[7], ARGV[12], 'kind', 'completion', 'token', token, 'data', ARGV[14])
 end
 return {'ok', new_version}
 """
@@ -112,8 +127,8 @@ end
 def commit_source(*, fenced: bool = True) -> str:
     """The commit script's Lua source; ``fenced=False`` only for the negative control."""
     if fenced:
-        return _FENCE + _RECEIPT + _COMMIT_BODY
-    return _FENCE + _UNFENCED_CHECK + _RECEIPT + _COMMIT_BODY
+        return _FENCE + _RECEIPT + ADD_SIGNAL + _COMMIT_BODY
+    return _FENCE + _UNFENCED_CHECK + _RECEIPT + ADD_SIGNAL + _COMMIT_BODY
 
 
 COMMIT = commit_source()
