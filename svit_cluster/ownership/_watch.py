@@ -104,7 +104,7 @@ class OwnershipWatch:
         if got is None:
             self._set_lost("deleted")
             return None
-        if int(got.create_revision) != self.ownership.token:
+        if int(got.create_revision) != self.ownership.revision:
             self._set_lost("replaced")
             return None
         return int(got.header.revision) + 1
@@ -121,7 +121,7 @@ class OwnershipWatch:
             if event.kind == "DELETE":
                 self._set_lost("deleted")
                 return
-            if int(event.kv.create_revision) != self.ownership.token:
+            if int(event.kv.create_revision) != self.ownership.revision:
                 self._set_lost("replaced")
                 return
         # The stream ended without an event (etcd restarted): check again.
