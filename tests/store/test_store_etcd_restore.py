@@ -247,3 +247,30 @@ def test_the_largest_tokens_compare_exactly_in_redis_lua(rclient: redis.Redis,
     with pytest.raises(FencedError) as err:
         RedisBackend(rclient, pid, top - 1, config).claim()
     assert err.value.fields["fence"] == top
+
+
+async def test_agent_reconcile_releases_a_restored_record_it_does_not_serve(
+    fresh_etcd: EtcdServer, make_lease: MakeLease, cluster: str, tmp_path: Path,
+) -> None:
+    """The router asks the owner's agent to reconcile when a route fails; an agent
+    with no actor for the process releases a record under its own lease (and no
+    other host's record). No Ray is started: this path only talks to etcd."""
+    from svit_cluster.cluster import ClusterConfig
+    from svit_cluster.cluster._agent import HostAgent
+
+    p = f"svit://test/{unique('p')}"
+    cfg = ClusterConfig(cluster=cluster, etcd_endpoint=fresh_etcd.endpoint).to_dict()
+    agent_a, agent_b = HostAgent(cfg, "a"), HostAgent(cfg, "b")
+    agent_a.lease = await make_lease(fresh_etcd, ttl_s=30, safety_margin_s=1)
+    agent_b.lease = await make_lease(fresh_etcd, ttl_s=30, safety_margin_s=1)
+    a = Owners(agent_a.lease, cluster=cluster, host="a")
+    own = await a.acquire(p)
+    snapshot = tmp_path / "etcd-backup.db"
+    backup(fresh_etcd, snapshot)
+    assert await a.release(own)
+    restore(fresh_etcd, snapshot)
+    assert (await a.owner_of(p)) is not None  # back under A's still renewed lease
+    assert await agent_b.reconcile(p)
+    assert (await a.owner_of(p)) is not None  # B leaves A's record alone
+    assert await agent_a.reconcile(p)
+    assert (await a.owner_of(p)) is None
