@@ -125,7 +125,12 @@ async def test_claim_after_an_etcd_restore_recovers_in_one_call(
         await fences.claim(q, plain.token)
     assert await b.release(plain)
 
-    own_q = await b.claim(q, fences)  # ONE call
+    async def revision() -> int:
+        return int((await b.lease.client.get_prefix(b"/svit/")).header.revision)
+
+    before = await revision()
+    own_q = await b.claim(q, fences)  # ONE call, a handful of etcd writes (no cycling)
+    assert await revision() - before <= 4  # put record, raise epoch, release, put record
     assert own_q.token > fence_q and await fences.fence(q) == own_q.token
     assert split_token(own_q.token)[0] >= 1 and await read_epoch(
         b.lease.client, cluster, timeout_s=2) == split_token(own_q.token)[0]
