@@ -20,7 +20,8 @@ Kinds and their fields:
 * ``fence`` -- the store observer saw the fence of ``process`` at ``fence``
   while the head was at ``head``: no later entry may carry a smaller token.
 * ``owner`` -- the ownership record of ``process`` in etcd changed: ``host``
-  and ``token`` (its create revision), both null when it disappeared.
+  and ``token`` (its fencing token: epoch and create revision), both null when
+  it disappeared.
 * ``final`` -- state read through the gateway after healing: ``process``,
   ``version``, ``count``, ``last``.
 * ``outbox`` -- after the dispatcher drained: ``sink``, ``drained``,

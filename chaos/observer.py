@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 import redis
 
+from svit_cluster.ownership import record_token
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
 
 from .history import HistoryWriter
@@ -46,7 +47,8 @@ __all__ = ["StoreObserver", "etcd_owners"]
 def etcd_owners(
     endpoint: str, cluster: str, *, timeout_s: float = 1.0
 ) -> dict[str, tuple[str, int]]:
-    """``{process: (host, token)}`` of every ownership record, via etcd's JSON gateway.
+    """``{process: (host, token)}`` of every ownership record, via etcd's JSON gateway
+    (the token is the record's fencing token: its epoch and create revision).
 
     Raises:
         OSError: etcd is unreachable or answered with an error.
@@ -63,11 +65,12 @@ def etcd_owners(
     out: dict[str, tuple[str, int]] = {}
     for kv in doc.get("kvs", []):
         key = base64.b64decode(kv["key"])[len(prefix):].decode()
+        value = base64.b64decode(kv.get("value", ""))
         try:
-            host = str(json.loads(base64.b64decode(kv.get("value", "")))["host"])
+            host = str(json.loads(value)["host"])
         except (ValueError, KeyError, TypeError):
             host = "?"
-        out[key] = (host, int(kv["create_revision"]))
+        out[key] = (host, record_token(value, int(kv["create_revision"])))
     return out
 
 

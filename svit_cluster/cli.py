@@ -50,6 +50,7 @@ def cli() -> None:
       svit-cluster kill-host h2          SIGKILL a host's raylet and its workers
       svit-cluster pause-host h2         SIGSTOP a host (resume-host to continue)
       svit-cluster down                  stop everything by PID
+      svit-cluster etcd-restored         after restoring etcd from a backup (see its --help)
       svit-cluster demo                  the end-to-end demo (starts and stops its own cluster)
 
     \b
@@ -136,6 +137,69 @@ def status(state_dir: Path, as_json: bool) -> None:
                    f"lease {host.get('lease') or '-'}, owners {host.get('owners', 0)}")
     click.echo(f"owners: {len(info['owners'])}")
 
+
+
+@cli.command(name="etcd-restored")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A local cluster's folder: etcd, Redis and the cluster name come from "
+                   "its cluster.json (otherwise give --etcd, --redis and --cluster).")
+@click.option("--etcd", "etcd_endpoint", default=None, help="The restored etcd, HOST:PORT.")
+@click.option("--redis", "redis_url", default=None, help="The cluster's Redis, redis://HOST:PORT/DB.")
+@click.option("--cluster", "cluster_name", default=None, help="The cluster name.")
+@click.option("--prefix", default=None, help="The store's Redis key prefix [default: svit].")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def etcd_restored(state_dir: Path | None, etcd_endpoint: str | None, redis_url: str | None,
+                  cluster_name: str | None, prefix: str | None, as_json: bool) -> None:
+    """Run once after restoring etcd from a backup (snapshot restore).
+
+    \b
+    A restore takes etcd revisions back, so new fencing tokens would fall below
+    the Redis fences, and brings back ownership records of the backup's time.
+    This raises the fence epoch (the high part of every token) past the
+    highest Redis fence, and releases ownership records whose token is below
+    their process's fence or whose host is not registered under the record's
+    lease. Safe to run more than once and while hosts run. Exit 0 on success,
+    2 when etcd or Redis fails.
+    """
+    from svit_cluster.ownership import open_client, recover_after_restore
+    from svit_cluster.store import DEFAULT_PREFIX, RedisFences, connect
+
+    if state_dir is not None:
+        from svit_cluster.local import LocalCluster
+
+        try:
+            doc = LocalCluster.load(state_dir).doc
+        except SvitError as exc:
+            _fail(exc)
+        etcd_endpoint = etcd_endpoint or doc["etcd"]["endpoint"]
+        redis_url = redis_url or doc["redis"]["url"]
+        cluster_name = cluster_name or doc["cluster"]
+    if not (etcd_endpoint and redis_url and cluster_name):
+        raise click.UsageError("give --state-dir, or all of --etcd, --redis and --cluster")
+
+    async def run() -> dict[str, Any]:
+        client = open_client(etcd_endpoint)
+        redis_client = connect(redis_url)
+        try:
+            report = await recover_after_restore(
+                client, cluster_name, RedisFences(redis_client, prefix=prefix or DEFAULT_PREFIX))
+            return report.to_dict()
+        finally:
+            redis_client.close()
+            await client.close()
+
+    try:
+        info = asyncio.run(run())
+    except SvitError as exc:
+        _fail(exc)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    click.echo(f"fence epoch {info['epoch_before']} -> {info['epoch_after']} (highest fence "
+               f"{info['highest_fence']} of {info['fences']}); ownership records released "
+               f"{len(info['released'])}, kept {info['kept']}")
+    for pid, reason in info["released"].items():
+        click.echo(f"  released {pid}: {reason}")
 
 def _host_command(name: str, action: str) -> Any:
     @cli.command(name=name)

@@ -2,7 +2,9 @@
 
 The agent holds the host's etcd lease (keepalive in the background), registers
 ``/svit/<cluster>/hosts/<host>`` under it, and activates processes on demand:
-it wins the ownership transaction (token = create revision), then starts a
+it wins the ownership transaction and claims the Redis fence (token = fence
+epoch and create revision; a token below the fence after an etcd restore is
+recovered from in the same activation), then starts a
 :class:`~svit_cluster.cluster.ProcessActor` pinned to this host with a name
 that includes the token, so it can never collide with an earlier owner's actor
 still registered on a dead node.
@@ -68,6 +70,7 @@ class HostAgent:
         self._refilling: asyncio.Task[None] | None = None
         self.spare_target = 1
         self._reconcile_task: asyncio.Task[None] | None = None
+        self._fence_store: Any = None
 
     # -- lease ---------------------------------------------------------------------------
 
@@ -226,7 +229,9 @@ class HostAgent:
         # The ownership record names the actor, so routes never need a second lookup.
         owners = Owners(self.lease, cluster=self.cfg.cluster, host=self.host, address=name)
         try:
-            ownership = await owners.acquire(process_id)
+            # Acquire and claim the Redis fence; a token below the fence (etcd
+            # restored from a backup) is recovered from within this call.
+            ownership = await owners.claim(process_id, self._fences())
         except ConflictError as exc:
             self._spares.append((name, handle))  # unused: keep it warm
             return {"status": "owned", "host": exc.fields.get("owner_host"),
@@ -253,6 +258,13 @@ class HostAgent:
         return {"status": "serving", "actor": name, "host": self.host,
                 "token": ownership.token, **result}
 
+    def _fences(self) -> Any:
+        if self._fence_store is None:
+            from svit_cluster.store import RedisFences, connect
+
+            self._fence_store = RedisFences(connect(self.cfg.redis_for(self.host)))
+        return self._fence_store
+
     # -- reconciliation --------------------------------------------------------------------
 
     async def _reconcile_loop(self, period_s: float = 2.0) -> None:
@@ -273,7 +285,9 @@ class HostAgent:
                 log.exception("reconcile round on %s failed", self.host)
 
     async def reconcile(self, process_id: str) -> bool:
-        """Check ``process_id``'s actor; if it is dead, release its ownership.
+        """Check ``process_id``'s actor; if it is dead, release its ownership. If
+        no actor here serves it but its record is under this host's lease (an
+        etcd restore brought it back), release that record.
 
         Returns:
             True when the actor is alive (or the process is not served here).
@@ -282,6 +296,7 @@ class HostAgent:
 
         current = self.actors.get(process_id)
         if current is None:
+            await self._release_unserved(process_id)
             return True
         token, handle, _own = current
         try:
@@ -293,6 +308,23 @@ class HostAgent:
             log.warning("actor of %s (token %d) died; releasing it", process_id, token)
             await self.release(process_id, token, "actor died")
             return False
+
+    async def _release_unserved(self, process_id: str) -> None:
+        """Release a record under this host's lease that no actor here serves (an
+        etcd restore can bring one back while this host keeps renewing the lease)."""
+        from svit_cluster.ownership import Owners
+
+        if self.lease is None:
+            return
+        lock = self._locks.setdefault(process_id, asyncio.Lock())
+        async with lock:  # not while an activation of it is under way
+            if process_id in self.actors or self.lease is None:
+                return
+            owners = Owners(self.lease, cluster=self.cfg.cluster, host=self.host)
+            try:
+                await owners.release_unserved(process_id)
+            except SvitError:
+                log.exception("releasing the unserved record of %s failed", process_id)
 
     async def release(self, process_id: str, token: int, reason: str = "") -> bool:
         """Release ``process_id`` if still owned under ``token``, then kill its actor."""

@@ -15,6 +15,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from svit_cluster.ownership import record_token
+
 __all__ = ["Route", "RouteCache"]
 
 log = logging.getLogger(__name__)
@@ -22,7 +24,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """Where a process is served: host, token (create revision), Ray actor name.
+    """Where a process is served: host, fencing token (record epoch and create
+    revision, see :func:`svit_cluster.ownership.record_token`), Ray actor name.
 
     The actor name comes from the ownership record, so a new owner's actor never
     shares a name with an earlier owner's actor still registered on a dead node.
@@ -88,7 +91,7 @@ class RouteCache:
                     host, actor = str(record["host"]), str(record["address"])
                 except (ValueError, KeyError, TypeError):
                     return
-                self.routes[pid] = Route(pid, host, create_revision, actor)
+                self.routes[pid] = Route(pid, host, record_token(value, create_revision), actor)
         elif key.startswith(self._hosts_p):
             host = key[len(self._hosts_p):].decode()
             if value is None:

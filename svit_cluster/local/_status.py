@@ -15,7 +15,7 @@ __all__ = ["cluster_status"]
 
 
 async def _etcd_view(endpoint: str, cluster: str) -> dict[str, Any]:
-    from svit_cluster.ownership import open_client
+    from svit_cluster.ownership import open_client, record_token
 
     client = open_client(endpoint)
     try:
@@ -28,7 +28,8 @@ async def _etcd_view(endpoint: str, cluster: str) -> dict[str, Any]:
             if "/hosts/" in key:
                 hosts[key.rsplit("/hosts/", 1)[1]] = {**value, "lease": int(kv.lease)}
             elif "/owners/" in key:
-                owners[key.split("/owners/", 1)[1]] = {**value, "token": int(kv.create_revision)}
+                token = record_token(bytes(kv.value), int(kv.create_revision))
+                owners[key.split("/owners/", 1)[1]] = {**value, "token": token}
         return {"hosts": hosts, "owners": owners}
     finally:
         await client.close()

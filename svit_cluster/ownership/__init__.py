@@ -6,8 +6,15 @@ Public names, by importance:
 * :class:`LeaseState` -- HELD / SUSPENDED / LOST, documented by what a holder
   may assume in each.
 * :class:`Owners` -- acquire (one ``create_revision == 0`` transaction; the
-  fencing token is the create revision), release (only if still ours),
-  ``owner_of``, ``guard`` (self-fencing check for the data path), ``watch``.
+  fencing token is ``epoch << 40 | create revision``), ``claim`` (acquire and
+  claim the Redis fence, recovering in one call from tokens below the fence
+  after an etcd restore), release (only if still ours), ``owner_of``,
+  ``guard`` (self-fencing check for the data path), ``watch``.
+* :func:`recover_after_restore` -- the operator's step after restoring etcd
+  from a backup (``svit-cluster etcd-restored``): raise the fence epoch past
+  every fence, release stale ownership records.
+* :func:`fencing_token`, :func:`split_token`, :data:`EPOCH_SHIFT` -- the token
+  format and its bounds (exact below 2**53, as Redis Lua numbers need).
 * :class:`Ownership`, :class:`OwnerRecord` -- this host's ownership; any owner.
 * :class:`OwnershipWatch` -- reports when ownership is lost.
 * :func:`open_client` -- an ``aetcd.Client`` for ``host:port``.
@@ -16,20 +23,48 @@ The lease is never the proof of ownership: the fencing token checked by the
 Redis commit log is (:mod:`svit_cluster.store`).
 """
 
+from svit_cluster.ownership._epoch import (
+    EPOCH_SHIFT,
+    MAX_EPOCH,
+    MAX_REVISION,
+    epoch_key,
+    fencing_token,
+    read_epoch,
+    split_token,
+)
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, open_client
 from svit_cluster.ownership._lease import DEFAULT_TTL_S, HostLease, LeaseState
-from svit_cluster.ownership._owner import OwnerRecord, Owners, Ownership, owner_key
+from svit_cluster.ownership._owner import (
+    Fences,
+    OwnerRecord,
+    Owners,
+    Ownership,
+    owner_key,
+    record_token,
+)
+from svit_cluster.ownership._restore import RestoreReport, recover_after_restore
 from svit_cluster.ownership._watch import OwnershipWatch
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
     "DEFAULT_TTL_S",
+    "EPOCH_SHIFT",
+    "MAX_EPOCH",
+    "MAX_REVISION",
+    "Fences",
     "HostLease",
     "LeaseState",
     "OwnerRecord",
     "Owners",
     "Ownership",
     "OwnershipWatch",
+    "RestoreReport",
+    "epoch_key",
+    "fencing_token",
     "open_client",
     "owner_key",
+    "read_epoch",
+    "record_token",
+    "recover_after_restore",
+    "split_token",
 ]

@@ -3,7 +3,8 @@
 An :class:`OwnershipWatch` reports loss when any of these is observed:
 
 * the ownership record was deleted (lease expired, released, removed by hand);
-* the record was re-created by another acquisition (another create revision);
+* the record was re-created by another acquisition (another create revision
+  or lease);
 * the host lease became LOST.
 
 The watch reconnects after etcd errors (a loop that never dies until
@@ -96,6 +97,12 @@ class OwnershipWatch:
                      self.ownership.process_id, self.ownership.token, reason)
             self._lost.set()
 
+    def _replaced(self, kv: Any) -> bool:
+        # Create revision and lease: after an etcd restore revisions repeat, so
+        # another host's record can carry our create revision, never our lease.
+        return (int(kv.create_revision) != self.ownership.revision
+                or int(kv.lease) != self.ownership.lease_id)
+
     async def _check_record(self) -> int | None:
         """Return the revision to watch from, or None after reporting loss."""
         client = self._lease.client
@@ -104,7 +111,7 @@ class OwnershipWatch:
         if got is None:
             self._set_lost("deleted")
             return None
-        if int(got.create_revision) != self.ownership.token:
+        if self._replaced(got):
             self._set_lost("replaced")
             return None
         return int(got.header.revision) + 1
@@ -121,7 +128,7 @@ class OwnershipWatch:
             if event.kind == "DELETE":
                 self._set_lost("deleted")
                 return
-            if int(event.kv.create_revision) != self.ownership.token:
+            if self._replaced(event.kv):
                 self._set_lost("replaced")
                 return
         # The stream ended without an event (etcd restarted): check again.

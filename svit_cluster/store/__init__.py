@@ -7,6 +7,8 @@ Public names, by importance:
   ``put_receipt``, ``find_request``, ``snapshot``, ``restore``, ``head``, ``entries``.
 * :class:`StoreConfig` -- key prefix, receipt bound, snapshot cadence, trim margin.
 * :func:`connect` -- a redis-py client with client-side retries disabled.
+* :class:`RedisFences` -- claim or read any process's fence (for ownership
+  claims) and scan every fence (for ``svit-cluster etcd-restored``).
 * :class:`ProcessKeys` -- the Redis keys of one process (hash tag ``{<process>}``).
 * :class:`Head`, :class:`LogEntry`, :class:`StoredSnapshot`, :class:`RestoreStats`
   -- typed views of stored data.
@@ -15,6 +17,7 @@ The test-only fencing-off switch lives in :mod:`svit_cluster.store.testing`.
 Durability under other Redis settings: see ``README.md`` in this package.
 """
 
+from svit_cluster.store._fences import RedisFences
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
 from svit_cluster.store._log import RedisBackend, StoreConfig
 from svit_cluster.store._records import Head, LogEntry, StoredSnapshot
@@ -28,6 +31,7 @@ __all__ = [
     "LogEntry",
     "ProcessKeys",
     "RedisBackend",
+    "RedisFences",
     "RestoreStats",
     "StoreConfig",
     "StoredSnapshot",

@@ -120,7 +120,8 @@ class RedisBackend:
     Args:
         client: a redis-py client (see :func:`svit_cluster.store.connect`).
         process_id: the ``svit://`` id (no braces).
-        token: this owner's fencing token (etcd create revision), >= 1.
+        token: this owner's fencing token (``svit_cluster.ownership``: fence epoch and
+            etcd create revision), >= 1.
         config: :class:`StoreConfig` (defaults as documented there).
         guard: optional check run before every commit, receipt and snapshot
             write; it raises to refuse (e.g. the host lease is not HELD).

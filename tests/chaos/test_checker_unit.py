@@ -222,6 +222,26 @@ def test_entry_above_the_final_fence_is_reported() -> None:
     assert any("above the final fence" in a.message for a in result.anomalies)
 
 
+def test_tokens_compare_across_fence_epochs() -> None:
+    """After an etcd restore the new owner's token is a higher epoch with a LOWER
+    create revision (``svit_cluster.ownership``): still a rise; and an old-epoch
+    owner with a higher revision committing after it is still a stale owner."""
+    from svit_cluster.ownership import fencing_token
+
+    old, new = fencing_token(0, 300), fencing_token(1, 20)
+    b = build(4, token=old)
+    b.log.entries[3] = replace(b.log.entries[3], token=new)
+    b.log.entries[4] = replace(b.log.entries[4], token=new)
+    b.log.fence = new
+    ok = check(b.events(), b.logs())
+    assert ok.verdict == "pass", ok.to_json()
+    stale_token = fencing_token(0, 400)
+    b.log.entries[4] = replace(b.log.entries[4], token=stale_token)
+    result = check(b.events(), b.logs())
+    stale = [a for a in result.anomalies if a.invariant == "tokens"]
+    assert stale and stale[0].tokens == (new, stale_token) and stale[0].versions == (3, 4)
+
+
 # -- (5) restore -----------------------------------------------------------------------------
 
 

@@ -11,15 +11,18 @@ import svit_cluster.store.testing as store_testing
 def test_store_exports() -> None:
     assert sorted(store.__all__) == [
         "DEFAULT_PREFIX", "DEFAULT_TIMEOUT_S", "Head", "LogEntry", "ProcessKeys",
-        "RedisBackend", "RestoreStats", "StoreConfig", "StoredSnapshot", "connect",
+        "RedisBackend", "RedisFences", "RestoreStats", "StoreConfig", "StoredSnapshot",
+        "connect",
     ]
     assert store_testing.__all__ == ["disable_fencing_for_negative_control"]
 
 
 def test_ownership_exports() -> None:
     assert sorted(ownership.__all__) == [
-        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_TTL_S", "HostLease", "LeaseState",
-        "OwnerRecord", "Owners", "Ownership", "OwnershipWatch", "open_client", "owner_key",
+        "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_TTL_S", "EPOCH_SHIFT", "Fences", "HostLease",
+        "LeaseState", "MAX_EPOCH", "MAX_REVISION", "OwnerRecord", "Owners", "Ownership",
+        "OwnershipWatch", "RestoreReport", "epoch_key", "fencing_token", "open_client",
+        "owner_key", "read_epoch", "record_token", "recover_after_restore", "split_token",
     ]
     assert [s.value for s in ownership.LeaseState] == ["held", "suspended", "lost"]
 
