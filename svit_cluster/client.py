@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import json
+import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
@@ -51,6 +54,7 @@ from svit_cluster.errors import (
     OutcomeUnknownError,
     SvitError,
     UnavailableError,
+    error_from_wire,
 )
 from svit_cluster.events import BoundedFeed, Lagged, Signal
 from svit_cluster.process import PROTOCOL, Value, decode_value, encode_value
@@ -60,6 +64,7 @@ __all__ = [
     "RecoveredCommit",
     "Subscription",
     "SvitClient",
+    "SyncSubscription",
     "new_request_id",
 ]
 
@@ -87,25 +92,69 @@ def _control_body(
     ).encode()
 
 
+def _retry_after_s(resp: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds or HTTP date), or None."""
+    raw = resp.headers.get("Retry-After")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
 def _raise_for(resp: httpx.Response) -> None:
+    """Raise the typed error for a 4xx/5xx answer (the class registered for its code).
+
+    Every field the gateway sent (``error.fields`` and any extra keys of the
+    ``error`` object) is kept in ``exc.fields``, plus ``status`` (HTTP status)
+    and ``retry_after_s`` when the answer carried ``Retry-After``.
+    """
     if resp.status_code < 400:
         return
+    fields: dict[str, Any] = {}
     try:
         err = resp.json()["error"]
         code, message = str(err["code"]), str(err["message"])
+        for key, value in err.items():
+            if key == "fields" and isinstance(value, dict):
+                fields.update(value)
+            elif key not in ("code", "message"):
+                fields[key] = value
     except (ValueError, KeyError, TypeError):
-        code, message = "internal", resp.text[:200]
-    if resp.status_code in (502, 503, 504):
-        raise UnavailableError(message, retry_after_s=resp.headers.get("Retry-After"))
-    if resp.status_code == 404:
-        raise NotFound(message)
-    if resp.status_code == 409:
-        raise ConflictError(message)
-    try:
-        ecode = ErrorCode(code)
-    except ValueError:
-        ecode = ErrorCode.INTERNAL
-    raise SvitError(message, code=ecode, status=resp.status_code)
+        code, message = "", f"HTTP {resp.status_code}: {resp.text[:200]}"
+    fields["status"] = resp.status_code
+    retry_after = _retry_after_s(resp)
+    if retry_after is not None:
+        fields["retry_after_s"] = retry_after
+    if code not in _KNOWN_CODES:
+        # No (or an unknown) JSON error: classify by status (a proxy's 502, a 404 route).
+        code = {401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN,
+                404: ErrorCode.NOT_FOUND, 409: ErrorCode.CONFLICT,
+                413: ErrorCode.PAYLOAD_TOO_LARGE, 502: ErrorCode.UNAVAILABLE,
+                503: ErrorCode.UNAVAILABLE, 504: ErrorCode.UNAVAILABLE,
+                }.get(resp.status_code, ErrorCode.INTERNAL)
+    raise error_from_wire(code, message, fields)
+
+
+_KNOWN_CODES = frozenset(str(c) for c in ErrorCode)
+
+
+def _transport_unavailable(url: str, attempts: int, exc: httpx.TransportError
+                           ) -> UnavailableError:
+    kind = "timed out" if isinstance(exc, httpx.TimeoutException) else "unreachable"
+    err = UnavailableError(
+        f"gateway {url} {kind} after {attempts} attempt(s): {type(exc).__name__}: {exc}",
+        cause=type(exc).__name__, url=url, attempts=attempts,
+        timeout=isinstance(exc, httpx.TimeoutException))
+    err.__cause__ = exc
+    return err
 
 
 _RETRYABLE = (httpx.TransportError, UnavailableError)
@@ -163,9 +212,12 @@ def _settle_unknown(
 
 class _Base:
     def __init__(
-        self, url: str, token: str | None, *, client_id: str | None, attempts: int,
+        self, url: str | None, token: str | None, *, client_id: str | None, attempts: int,
         max_wait_s: float,
     ) -> None:
+        from svit_cluster.settings import resolve_gateway
+
+        url, token = resolve_gateway(url, token)
         self.url = url.rstrip("/")
         self.client_id = client_id or f"sdk-{uuid.uuid4().hex[:12]}"
         self.headers = {"Content-Type": "application/json"}
@@ -183,29 +235,62 @@ class _Base:
         self.last_owner_token = int(raw) if raw is not None and raw.isdigit() else None
 
     def _retry_kwargs(self) -> dict[str, Any]:
+        backoff = wait_exponential_jitter(multiplier=0.05, max=self.max_wait_s, jitter=0.05)
+
+        def wait(state: RetryCallState) -> float:
+            # Honour the server's Retry-After (capped at max_wait_s) when it asks
+            # for longer than our own backoff.
+            delay = float(backoff(state))
+            exc = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(exc, SvitError):
+                hint = exc.fields.get("retry_after_s")
+                if isinstance(hint, int | float):
+                    delay = max(delay, min(float(hint), self.max_wait_s))
+            return delay
+
         return {
             "stop": stop_after_attempt(self.attempts),
-            "wait": wait_exponential_jitter(multiplier=0.05, max=self.max_wait_s, jitter=0.05),
+            "wait": wait,
             "retry": retry_if_exception_type(_RETRYABLE),
             "reraise": True,
         }
+
+    @staticmethod
+    def _timeout(kw: dict[str, Any], timeout_s: float | None) -> dict[str, Any]:
+        if timeout_s is not None:
+            kw["timeout"] = timeout_s
+        return kw
 
 
 class SvitClient(_Base):
     """Blocking client.
 
     Args:
-        url: gateway base URL, e.g. ``http://127.0.0.1:8080``.
-        token: bearer token (tenant or admin).
+        url: gateway base URL, e.g. ``http://127.0.0.1:8080``; default ``SVIT_URL``,
+            then ``./.svit/cluster.json`` (see :mod:`svit_cluster.settings`).
+        token: bearer token (tenant or admin); default ``SVIT_TOKEN``, then the
+            cluster file's admin token.
         client_id: idempotency namespace; a random one by default.
-        timeout_s: per-HTTP-call timeout in seconds (default 10).
+        timeout_s: per-HTTP-call timeout in seconds (default 10); every method
+            also takes ``timeout_s=`` to override it for one call.
         attempts: tries per call for transport errors and ``unavailable``
-            (default 8), with exponential backoff capped at ``max_wait_s``.
+            (default 8), with exponential backoff capped at ``max_wait_s``;
+            a ``Retry-After`` answer waits that long (capped at ``max_wait_s``).
+
+    Errors: a 4xx/5xx answer raises the class registered for its stable code
+    (:func:`svit_cluster.errors.error_class`) with every field the gateway
+    sent; transport failures still failing after the retries raise
+    :class:`~svit_cluster.errors.UnavailableError` (the httpx error chained as
+    ``__cause__``).
+
+    Raises:
+        ConfigurationError: no URL given and none in the environment or cluster file.
     """
 
     def __init__(
-        self, url: str, token: str | None = None, *, client_id: str | None = None,
-        timeout_s: float = 10.0, attempts: int = 8, max_wait_s: float = 2.0,
+        self, url: str | None = None, token: str | None = None, *,
+        client_id: str | None = None, timeout_s: float = 10.0, attempts: int = 8,
+        max_wait_s: float = 2.0,
     ) -> None:
         super().__init__(url, token, client_id=client_id, attempts=attempts,
                          max_wait_s=max_wait_s)
@@ -221,59 +306,73 @@ class SvitClient(_Base):
         self.close()
 
     def _call(self, method: str, path: str, *, failed: list[BaseException] | None = None,
-              **kw: Any) -> Any:
-        for attempt in Retrying(**self._retry_kwargs()):
-            with attempt:
-                try:
-                    resp = self._http.request(method, self.url + path, headers=self.headers,
-                                              **kw)
-                    _raise_for(resp)
-                except _RETRYABLE as exc:
-                    if failed is not None:
-                        failed.append(exc)
-                    raise
-                if path == "/v1/control":
-                    self._note_token(resp)
-                return resp.json()
+              timeout_s: float | None = None, **kw: Any) -> Any:
+        self._timeout(kw, timeout_s)
+        try:
+            for attempt in Retrying(**self._retry_kwargs()):
+                with attempt:
+                    try:
+                        resp = self._http.request(method, self.url + path,
+                                                  headers=self.headers, **kw)
+                        _raise_for(resp)
+                    except _RETRYABLE as exc:
+                        if failed is not None:
+                            failed.append(exc)
+                        raise
+                    if path == "/v1/control":
+                        self._note_token(resp)
+                    return resp.json()
+        except httpx.TransportError as exc:
+            raise _transport_unavailable(self.url, self.attempts, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def initialize(self) -> dict[str, Any]:
-        """Negotiate with ``POST /v1/initialize``."""
-        result: dict[str, Any] = self._call("POST", "/v1/initialize",
+    def initialize(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Negotiate with ``POST /v1/initialize``: protocol, capabilities, limits."""
+        result: dict[str, Any] = self._call("POST", "/v1/initialize", timeout_s=timeout_s,
                                             json={"protocols": [PROTOCOL]})
         return result
 
     def create_process(
-        self, process_id: str, *, memory: Any = None, scripts: dict[str, str] | None = None
+        self, process_id: str, *, memory: Any = None, scripts: dict[str, str] | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """Create a process (plain-JSON memory, scripts by name).
 
         Raises:
-            SvitError: e.g. ``conflict`` (409) when it already exists.
+            ConflictError: (409) it already exists.
+            Forbidden: (403) the token may not act on this tenant.
         """
         result: dict[str, Any] = self._call(
-            "POST", "/v1/processes",
+            "POST", "/v1/processes", timeout_s=timeout_s,
             json={"process_id": process_id, "memory": memory, "scripts": scripts or {}},
         )
         return result
 
-    def state(self, process_id: str, path: str = "/memory") -> tuple[Value, int]:
-        """``(value, version)`` of ``path`` from one observation."""
-        doc = self._call("GET", "/v1/processes/state",
+    def state(self, process_id: str, path: str = "/memory", *,
+              timeout_s: float | None = None) -> tuple[Value, int]:
+        """``(value, version)`` of ``path`` from one observation.
+
+        Raises:
+            NotFound: (404) no such process.
+        """
+        doc = self._call("GET", "/v1/processes/state", timeout_s=timeout_s,
                          params={"process_id": process_id, "path": path})
         return decode_value(doc["value"]), int(doc["version"])
 
-    def snapshot(self, process_id: str) -> dict[str, Any]:
+    def snapshot(self, process_id: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """The process snapshot: ``{process_id, version, snapshot}``."""
         result: dict[str, Any] = self._call("POST", "/v1/processes/snapshot",
+                                            timeout_s=timeout_s,
                                             json={"process_id": process_id})
         return result
 
-    def read_versioned(self, process_id: str, path: str = "/") -> tuple[Value, int]:
+    def read_versioned(self, process_id: str, path: str = "/", *,
+                       timeout_s: float | None = None) -> tuple[Value, int]:
         """``(value, version)`` of ``path`` from one observation (same as :meth:`state`)."""
-        return self.state(process_id, path)
+        return self.state(process_id, path, timeout_s=timeout_s)
 
-    def inbox(self, process_id: str, message: Any, *, dedup_key: str | None = None
-              ) -> dict[str, Any]:
+    def inbox(self, process_id: str, message: Any, *, dedup_key: str | None = None,
+              timeout_s: float | None = None) -> dict[str, Any]:
         """Commit ``message`` (plain JSON) to the process inbox: ``{appended, version}``.
 
         Safe to retry only with a ``dedup_key`` (otherwise a retry may append twice).
@@ -281,50 +380,57 @@ class SvitClient(_Base):
         body: dict[str, Any] = {"process_id": process_id, "message": message}
         if dedup_key is not None:
             body["dedup_key"] = dedup_key
-        result: dict[str, Any] = self._call("POST", "/v1/processes/inbox", json=body)
+        result: dict[str, Any] = self._call("POST", "/v1/processes/inbox", json=body,
+                                            timeout_s=timeout_s)
         return result
 
-    def recent_events(self, process_id: str, limit: int = 64, *, session: str | None = None
-                      ) -> list[dict[str, Any]]:
+    def recent_events(self, process_id: str, limit: int = 64, *, session: str | None = None,
+                      timeout_s: float | None = None) -> list[dict[str, Any]]:
         """The newest ``limit`` (1..4096) canonical events, oldest first:
         ``[{session, seq, token, event}]``."""
         params: dict[str, Any] = {"process_id": process_id, "limit": limit}
         if session:
             params["session"] = session
-        doc = self._call("GET", "/v1/processes/events/recent", params=params)
+        doc = self._call("GET", "/v1/processes/events/recent", params=params,
+                         timeout_s=timeout_s)
         return list(doc["events"])
 
-    def recent_messages(self, process_id: str, limit: int = 64, *, session: str | None = None
-                        ) -> list[dict[str, Any]]:
+    def recent_messages(self, process_id: str, limit: int = 64, *, session: str | None = None,
+                        timeout_s: float | None = None) -> list[dict[str, Any]]:
         """Messages projected from the newest canonical events: ``[{session, seq, message}]``."""
         params: dict[str, Any] = {"process_id": process_id, "limit": limit}
         if session:
             params["session"] = session
-        doc = self._call("GET", "/v1/processes/messages/recent", params=params)
+        doc = self._call("GET", "/v1/processes/messages/recent", params=params,
+                         timeout_s=timeout_s)
         return list(doc["messages"])
 
-    def fork(self, process_id: str, new_process_id: str) -> dict[str, Any]:
+    def fork(self, process_id: str, new_process_id: str, *,
+             timeout_s: float | None = None) -> dict[str, Any]:
+        """Fork a process into ``new_process_id`` (same version, new identity)."""
         result: dict[str, Any] = self._call(
-            "POST", "/v1/processes/fork",
+            "POST", "/v1/processes/fork", timeout_s=timeout_s,
             json={"process_id": process_id, "new_process_id": new_process_id},
         )
         return result
 
-    def send_raw(self, body: bytes) -> ControlResponse:
+    def send_raw(self, body: bytes, *, timeout_s: float | None = None) -> ControlResponse:
         """POST one encoded request; retried byte-for-byte on transport errors."""
-        return decode_response(self._call("POST", "/v1/control", content=body))
+        return decode_response(self._call("POST", "/v1/control", content=body,
+                                          timeout_s=timeout_s))
 
     def activate(
         self, process_id: str, script: str, input: Value, *, expected_version: int,
-        request_id: str | None = None,
+        request_id: str | None = None, timeout_s: float | None = None,
     ) -> ControlResponse:
         """One activation request (retried only with the same request id)."""
         body = _control_body(self.client_id, request_id or new_request_id(), process_id,
                              expected_version, script, input)
-        return self.send_raw(body)
+        return self.send_raw(body, timeout_s=timeout_s)
 
     def request_status(self, process_id: str, request_id: str, *,
-                       client_id: str | None = None) -> dict[str, Any]:
+                       client_id: str | None = None, timeout_s: float | None = None,
+                       ) -> dict[str, Any]:
         """Did this principal's request commit? (``GET /v1/processes/requests``)
 
         Returns:
@@ -333,14 +439,35 @@ class SvitClient(_Base):
             for versions ``>= retained_from_version``.
         """
         result: dict[str, Any] = self._call(
-            "GET", "/v1/processes/requests",
+            "GET", "/v1/processes/requests", timeout_s=timeout_s,
             params={"process_id": process_id, "client_id": client_id or self.client_id,
                     "request_id": request_id})
         return result
 
+    def events(self, process_id: str, *, after: str = "$",
+               kinds: Iterable[str] | None = None, buffer: int = 256,
+               timeout_s: float | None = None) -> SyncSubscription:
+        """A blocking observer of ``process_id``'s signals (iterator).
+
+        Use as ``with client.events(pid) as sub: for s in sub: ...``. Same
+        arguments and semantics as :meth:`AsyncSvitClient.events`; ``buffer``
+        is accepted for parity (a blocking reader applies back-pressure
+        through the connection, the gateway reports lag as ``Lagged``).
+        ``timeout_s`` bounds each connect and each wait for a line (default 60 s).
+        """
+        return SyncSubscription(self, process_id, after=after, kinds=kinds,
+                                timeout_s=timeout_s)
+
+    def outbox(self, process_id: str, *, after: str = "$", buffer: int = 256,
+               timeout_s: float | None = None) -> SyncSubscription:
+        """A blocking observer of completed turns (``completion`` signals only)."""
+        return self.events(process_id, after=after, kinds=("completion",), buffer=buffer,
+                           timeout_s=timeout_s)
+
     def activate_until_committed(
         self, process_id: str, script: str, compute: Compute | Value, *,
         observe_path: str = "/memory", max_attempts: int = 50,
+        timeout_s: float | None = None,
     ) -> ControlResponse | RecoveredCommit:
         """Observe, compute the input, activate; on conflict observe again and recompute.
 
@@ -375,23 +502,24 @@ class SvitClient(_Base):
             OutcomeUnknownError: an attempt's outcome was unknown and can no
                 longer be established (fields ``process_id``, ``client_id``,
                 ``request_id``, ``expected_version``, ``retained_from_version``).
-            UnavailableError, httpx.TransportError: still failing after the
-                retries (the last attempt's outcome is unknown).
+            UnavailableError: still failing after the retries (the last
+                attempt's outcome is unknown; a transport error is chained as
+                ``__cause__``).
         """
         for _ in range(max_attempts):
-            value, version = self.state(process_id, observe_path)
+            value, version = self.state(process_id, observe_path, timeout_s=timeout_s)
             inp = compute(value, version) if callable(compute) else compute
             request_id = new_request_id()
             failed: list[BaseException] = []
             resp = decode_response(self._call(
-                "POST", "/v1/control", failed=failed,
+                "POST", "/v1/control", failed=failed, timeout_s=timeout_s,
                 content=_control_body(self.client_id, request_id, process_id, version,
                                       script, inp)))
             if not isinstance(resp.outcome, Conflict):
                 return resp
             if failed:
                 try:
-                    doc = self.request_status(process_id, request_id)
+                    doc = self.request_status(process_id, request_id, timeout_s=timeout_s)
                 except NotFound as exc:  # e.g. a gateway without the endpoint
                     doc = {"error": exc.message}
                 recovered = _settle_unknown(process_id, self.client_id, request_id, version,
@@ -402,11 +530,17 @@ class SvitClient(_Base):
 
 
 class AsyncSvitClient(_Base):
-    """Asyncio client with the same methods as :class:`SvitClient` (awaitable)."""
+    """Asyncio client with the same methods as :class:`SvitClient` (awaitable).
+
+    Same arguments, defaults (``SVIT_URL``/``SVIT_TOKEN``), errors and retries
+    as :class:`SvitClient`; ``tests/client/test_parity.py`` keeps the two
+    method sets equal.
+    """
 
     def __init__(
-        self, url: str, token: str | None = None, *, client_id: str | None = None,
-        timeout_s: float = 10.0, attempts: int = 8, max_wait_s: float = 2.0,
+        self, url: str | None = None, token: str | None = None, *,
+        client_id: str | None = None, timeout_s: float = 10.0, attempts: int = 8,
+        max_wait_s: float = 2.0,
     ) -> None:
         super().__init__(url, token, client_id=client_id, attempts=attempts,
                          max_wait_s=max_wait_s)
@@ -422,72 +556,115 @@ class AsyncSvitClient(_Base):
         await self.aclose()
 
     async def _call(self, method: str, path: str, *,
-                    failed: list[BaseException] | None = None, **kw: Any) -> Any:
-        async for attempt in AsyncRetrying(**self._retry_kwargs()):
-            with attempt:
-                try:
-                    resp = await self._http.request(method, self.url + path,
-                                                    headers=self.headers, **kw)
-                    _raise_for(resp)
-                except _RETRYABLE as exc:
-                    if failed is not None:
-                        failed.append(exc)
-                    raise
-                if path == "/v1/control":
-                    self._note_token(resp)
-                return resp.json()
+                    failed: list[BaseException] | None = None,
+                    timeout_s: float | None = None, **kw: Any) -> Any:
+        self._timeout(kw, timeout_s)
+        try:
+            async for attempt in AsyncRetrying(**self._retry_kwargs()):
+                with attempt:
+                    try:
+                        resp = await self._http.request(method, self.url + path,
+                                                        headers=self.headers, **kw)
+                        _raise_for(resp)
+                    except _RETRYABLE as exc:
+                        if failed is not None:
+                            failed.append(exc)
+                        raise
+                    if path == "/v1/control":
+                        self._note_token(resp)
+                    return resp.json()
+        except httpx.TransportError as exc:
+            raise _transport_unavailable(self.url, self.attempts, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def initialize(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.initialize`."""
+        result: dict[str, Any] = await self._call("POST", "/v1/initialize",
+                                                  timeout_s=timeout_s,
+                                                  json={"protocols": [PROTOCOL]})
+        return result
+
     async def create_process(
-        self, process_id: str, *, memory: Any = None, scripts: dict[str, str] | None = None
+        self, process_id: str, *, memory: Any = None, scripts: dict[str, str] | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.create_process`."""
         result: dict[str, Any] = await self._call(
-            "POST", "/v1/processes",
+            "POST", "/v1/processes", timeout_s=timeout_s,
             json={"process_id": process_id, "memory": memory, "scripts": scripts or {}},
         )
         return result
 
-    async def state(self, process_id: str, path: str = "/memory") -> tuple[Value, int]:
-        doc = await self._call("GET", "/v1/processes/state",
+    async def state(self, process_id: str, path: str = "/memory", *,
+                    timeout_s: float | None = None) -> tuple[Value, int]:
+        """Async form of :meth:`SvitClient.state`."""
+        doc = await self._call("GET", "/v1/processes/state", timeout_s=timeout_s,
                                params={"process_id": process_id, "path": path})
         return decode_value(doc["value"]), int(doc["version"])
 
-    async def send_raw(self, body: bytes) -> ControlResponse:
-        return decode_response(await self._call("POST", "/v1/control", content=body))
+    async def snapshot(self, process_id: str, *, timeout_s: float | None = None
+                       ) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.snapshot`."""
+        result: dict[str, Any] = await self._call("POST", "/v1/processes/snapshot",
+                                                  timeout_s=timeout_s,
+                                                  json={"process_id": process_id})
+        return result
 
-    async def read_versioned(self, process_id: str, path: str = "/") -> tuple[Value, int]:
+    async def fork(self, process_id: str, new_process_id: str, *,
+                   timeout_s: float | None = None) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.fork`."""
+        result: dict[str, Any] = await self._call(
+            "POST", "/v1/processes/fork", timeout_s=timeout_s,
+            json={"process_id": process_id, "new_process_id": new_process_id},
+        )
+        return result
+
+    async def send_raw(self, body: bytes, *, timeout_s: float | None = None
+                       ) -> ControlResponse:
+        """Async form of :meth:`SvitClient.send_raw`."""
+        return decode_response(await self._call("POST", "/v1/control", content=body,
+                                                timeout_s=timeout_s))
+
+    async def read_versioned(self, process_id: str, path: str = "/", *,
+                             timeout_s: float | None = None) -> tuple[Value, int]:
         """``(value, version)`` of ``path`` from one observation."""
-        return await self.state(process_id, path)
+        return await self.state(process_id, path, timeout_s=timeout_s)
 
-    async def inbox(self, process_id: str, message: Any, *, dedup_key: str | None = None
-                    ) -> dict[str, Any]:
+    async def inbox(self, process_id: str, message: Any, *, dedup_key: str | None = None,
+                    timeout_s: float | None = None) -> dict[str, Any]:
         """Async form of :meth:`SvitClient.inbox`."""
         body: dict[str, Any] = {"process_id": process_id, "message": message}
         if dedup_key is not None:
             body["dedup_key"] = dedup_key
-        result: dict[str, Any] = await self._call("POST", "/v1/processes/inbox", json=body)
+        result: dict[str, Any] = await self._call("POST", "/v1/processes/inbox", json=body,
+                                                  timeout_s=timeout_s)
         return result
 
     async def recent_events(self, process_id: str, limit: int = 64, *,
-                            session: str | None = None) -> list[dict[str, Any]]:
+                            session: str | None = None, timeout_s: float | None = None,
+                            ) -> list[dict[str, Any]]:
         """Async form of :meth:`SvitClient.recent_events`."""
         params: dict[str, Any] = {"process_id": process_id, "limit": limit}
         if session:
             params["session"] = session
-        doc = await self._call("GET", "/v1/processes/events/recent", params=params)
+        doc = await self._call("GET", "/v1/processes/events/recent", params=params,
+                               timeout_s=timeout_s)
         return list(doc["events"])
 
     async def recent_messages(self, process_id: str, limit: int = 64, *,
-                              session: str | None = None) -> list[dict[str, Any]]:
+                              session: str | None = None, timeout_s: float | None = None,
+                              ) -> list[dict[str, Any]]:
         """Async form of :meth:`SvitClient.recent_messages`."""
         params: dict[str, Any] = {"process_id": process_id, "limit": limit}
         if session:
             params["session"] = session
-        doc = await self._call("GET", "/v1/processes/messages/recent", params=params)
+        doc = await self._call("GET", "/v1/processes/messages/recent", params=params,
+                               timeout_s=timeout_s)
         return list(doc["messages"])
 
     def events(self, process_id: str, *, after: str = "$",
-               kinds: Iterable[str] | None = None, buffer: int = 256) -> Subscription:
+               kinds: Iterable[str] | None = None, buffer: int = 256,
+               timeout_s: float | None = None) -> Subscription:
         """An independent observer of ``process_id``'s signals (async iterator).
 
         Use as ``async with client.events(pid) as sub: async for s in sub: ...``;
@@ -508,25 +685,30 @@ class AsyncSvitClient(_Base):
             UnavailableError: the gateway stayed unreachable after the retries.
             SvitError: the gateway refused the subscription (401/403/404).
         """
-        return Subscription(self, process_id, after=after, kinds=kinds, buffer=buffer)
+        return Subscription(self, process_id, after=after, kinds=kinds, buffer=buffer,
+                            timeout_s=timeout_s)
 
-    def outbox(self, process_id: str, *, after: str = "$", buffer: int = 256) -> Subscription:
+    def outbox(self, process_id: str, *, after: str = "$", buffer: int = 256,
+               timeout_s: float | None = None) -> Subscription:
         """An independent observer of completed turns (``completion`` signals only)."""
-        return self.events(process_id, after=after, kinds=("completion",), buffer=buffer)
+        return self.events(process_id, after=after, kinds=("completion",), buffer=buffer,
+                           timeout_s=timeout_s)
 
     async def activate(
         self, process_id: str, script: str, input: Value, *, expected_version: int,
-        request_id: str | None = None,
+        request_id: str | None = None, timeout_s: float | None = None,
     ) -> ControlResponse:
+        """Async form of :meth:`SvitClient.activate`."""
         body = _control_body(self.client_id, request_id or new_request_id(), process_id,
                              expected_version, script, input)
-        return await self.send_raw(body)
+        return await self.send_raw(body, timeout_s=timeout_s)
 
     async def request_status(self, process_id: str, request_id: str, *,
-                             client_id: str | None = None) -> dict[str, Any]:
+                             client_id: str | None = None, timeout_s: float | None = None,
+                             ) -> dict[str, Any]:
         """Async form of :meth:`SvitClient.request_status`."""
         result: dict[str, Any] = await self._call(
-            "GET", "/v1/processes/requests",
+            "GET", "/v1/processes/requests", timeout_s=timeout_s,
             params={"process_id": process_id, "client_id": client_id or self.client_id,
                     "request_id": request_id})
         return result
@@ -534,22 +716,24 @@ class AsyncSvitClient(_Base):
     async def activate_until_committed(
         self, process_id: str, script: str, compute: Compute | Value, *,
         observe_path: str = "/memory", max_attempts: int = 50,
+        timeout_s: float | None = None,
     ) -> ControlResponse | RecoveredCommit:
         """Async form of :meth:`SvitClient.activate_until_committed` (same guarantee)."""
         for _ in range(max_attempts):
-            value, version = await self.state(process_id, observe_path)
+            value, version = await self.state(process_id, observe_path, timeout_s=timeout_s)
             inp = compute(value, version) if callable(compute) else compute
             request_id = new_request_id()
             failed: list[BaseException] = []
             resp = decode_response(await self._call(
-                "POST", "/v1/control", failed=failed,
+                "POST", "/v1/control", failed=failed, timeout_s=timeout_s,
                 content=_control_body(self.client_id, request_id, process_id, version,
                                       script, inp)))
             if not isinstance(resp.outcome, Conflict):
                 return resp
             if failed:
                 try:
-                    doc = await self.request_status(process_id, request_id)
+                    doc = await self.request_status(process_id, request_id,
+                                                    timeout_s=timeout_s)
                 except NotFound as exc:  # e.g. a gateway without the endpoint
                     doc = {"error": exc.message}
                 recovered = _settle_unknown(process_id, self.client_id, request_id, version,
@@ -558,6 +742,53 @@ class AsyncSvitClient(_Base):
                     return recovered
         raise ConflictError(f"still conflicting after {max_attempts} attempts")
 
+
+
+class _SseParser:
+    """Server-Sent Events line parser: ``feed(line)`` returns a finished event or None."""
+
+    def __init__(self) -> None:
+        self.event = ""
+        self.data: list[str] = []
+        self.eid: str | None = None
+
+    def feed(self, line: str) -> tuple[str, str, str | None] | None:
+        if line == "":
+            done = (self.event or "message", "\n".join(self.data), self.eid) \
+                if (self.event or self.data) else None
+            self.event, self.data, self.eid = "", [], None
+            return done
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            self.event = value
+        elif name == "data":
+            self.data.append(value)
+        elif name == "id":
+            self.eid = value
+        return None
+
+
+def _decode_sse(event: str, data: str) -> tuple[str, Any]:
+    """``("ready", cursor) | ("lagged", Lagged) | ("signal", Signal)``; raises on ``error``."""
+    doc = json.loads(data) if data else {}
+    if event == "ready":
+        return "ready", str(doc["cursor"])
+    if event == "lagged":
+        return "lagged", Lagged(resume=str(doc["resume"]), oldest=doc.get("oldest"),
+                                source="server")
+    if event == "error":
+        raise UnavailableError(str(doc.get("message", "event stream failed")))
+    return "signal", Signal.from_json(doc)
+
+
+def _events_params(process_id: str, cursor: str, kinds: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"process_id": process_id, "after": cursor}
+    if kinds:
+        params["kinds"] = kinds
+    return params
 
 
 class Subscription:
@@ -570,8 +801,10 @@ class Subscription:
     """
 
     def __init__(self, client: AsyncSvitClient, process_id: str, *, after: str,
-                 kinds: Iterable[str] | None, buffer: int) -> None:
+                 kinds: Iterable[str] | None, buffer: int,
+                 timeout_s: float | None = None) -> None:
         self.client = client
+        self.timeout_s = timeout_s
         self.process_id = process_id
         self.cursor: str = after
         self.kinds = ",".join(kinds) if kinds else None
@@ -635,10 +868,9 @@ class Subscription:
         self._feed.fail(exc)
 
     async def _stream(self) -> None:
-        params: dict[str, Any] = {"process_id": self.process_id, "after": self.cursor}
-        if self.kinds:
-            params["kinds"] = self.kinds
-        timeout = httpx.Timeout(10.0, read=60.0)
+        params = _events_params(self.process_id, self.cursor, self.kinds)
+        timeout = httpx.Timeout(self.timeout_s or 10.0, read=self.timeout_s or 60.0)
+        parser = _SseParser()
         async with self.client._http.stream(
             "GET", self.client.url + "/v1/processes/events", params=params,
             headers={**self.client.headers, "Accept": "text/event-stream"}, timeout=timeout,
@@ -646,40 +878,134 @@ class Subscription:
             if resp.status_code >= 400:
                 await resp.aread()
                 _raise_for(resp)
-            event, eid = "", None
-            data: list[str] = []
             async for line in resp.aiter_lines():
-                if line == "":
-                    if event or data:
-                        self._dispatch(event or "message", "\n".join(data), eid)
-                    event, data, eid = "", [], None
-                elif line.startswith(":"):
-                    continue
-                else:
-                    name, _, value = line.partition(":")
-                    value = value[1:] if value.startswith(" ") else value
-                    if name == "event":
-                        event = value
-                    elif name == "data":
-                        data.append(value)
-                    elif name == "id":
-                        eid = value
+                done = parser.feed(line)
+                if done is not None:
+                    self._dispatch(*done)
         raise UnavailableError("event stream ended")
 
     def _dispatch(self, event: str, data: str, eid: str | None) -> None:
-        doc = json.loads(data) if data else {}
-        if event == "ready":
-            self.cursor = str(doc["cursor"])
+        kind, item = _decode_sse(event, data)
+        if kind == "ready":
+            self.cursor = item
             if not self._ready.done():
                 self._ready.set_result(self.cursor)
-        elif event == "lagged":
-            lagged = Lagged(resume=str(doc["resume"]), oldest=doc.get("oldest"),
-                            source="server")
-            self.cursor = lagged.resume
-            self._feed.offer_lagged(lagged)
-        elif event == "error":
-            raise UnavailableError(str(doc.get("message", "event stream failed")))
+        elif kind == "lagged":
+            self.cursor = item.resume
+            self._feed.offer_lagged(item)
         else:
-            signal = Signal.from_json(doc)
-            self.cursor = signal.id
-            self._feed.offer(signal, signal.id)
+            self.cursor = item.id
+            self._feed.offer(item, item.id)
+
+
+class SyncSubscription:
+    """Blocking observer of one process over SSE (from :meth:`SvitClient.events`).
+
+    Iterating yields :class:`~svit_cluster.events.Signal` or
+    :class:`~svit_cluster.events.Lagged` in stream order. After a transport
+    error it reconnects from its cursor (``after=<last id>``), up to the
+    client's ``attempts`` consecutive failures, then raises
+    :class:`~svit_cluster.errors.UnavailableError`. A refusal (401/403/404)
+    raises its typed error.
+    """
+
+    def __init__(self, client: SvitClient, process_id: str, *, after: str,
+                 kinds: Iterable[str] | None, timeout_s: float | None = None) -> None:
+        self.client = client
+        self.process_id = process_id
+        self.cursor: str = after
+        self.kinds = ",".join(kinds) if kinds else None
+        self.timeout_s = timeout_s
+        self._lines: Iterator[str] | None = None
+        self._resp: Any = None
+        self._parser = _SseParser()
+
+    def __enter__(self) -> SyncSubscription:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> SyncSubscription:
+        return self
+
+    def start(self) -> str:
+        """Connect and wait for the gateway's ``ready``; returns the confirmed cursor.
+
+        Raises:
+            SvitError: the subscription was refused (typed) or the gateway is unreachable.
+        """
+        failures = 0
+        while True:
+            try:
+                self._connect()
+                while True:
+                    done = self._next_event()
+                    kind, item = _decode_sse(*done[:2])
+                    if kind == "ready":
+                        self.cursor = str(item)
+                        return self.cursor
+            except httpx.TransportError as exc:
+                failures += 1
+                self._disconnect()
+                if failures >= self.client.attempts:
+                    raise _transport_unavailable(self.client.url, failures, exc) from exc
+                time.sleep(min(self.client.max_wait_s, 0.05 * 2 ** failures))
+
+    def close(self) -> None:
+        self._disconnect()
+
+    def _connect(self) -> None:
+        self._disconnect()
+        timeout = httpx.Timeout(self.timeout_s or 10.0, read=self.timeout_s or 60.0)
+        request = self.client._http.build_request(
+            "GET", self.client.url + "/v1/processes/events",
+            params=_events_params(self.process_id, self.cursor, self.kinds),
+            headers={**self.client.headers, "Accept": "text/event-stream"}, timeout=timeout)
+        resp = self.client._http.send(request, stream=True)
+        if resp.status_code >= 400:
+            resp.read()
+            resp.close()
+            _raise_for(resp)
+        self._resp = resp
+        self._lines = resp.iter_lines()
+        self._parser = _SseParser()
+
+    def _disconnect(self) -> None:
+        resp, self._resp, self._lines = self._resp, None, None
+        if resp is not None:
+            resp.close()
+
+    def _next_event(self) -> tuple[str, str, str | None]:
+        assert self._lines is not None
+        for line in self._lines:
+            done = self._parser.feed(line)
+            if done is not None:
+                return done
+        raise httpx.RemoteProtocolError("event stream ended")
+
+    def __next__(self) -> Signal | Lagged:
+        failures = 0
+        while True:
+            try:
+                if self._lines is None:
+                    self._connect()
+                kind, item = _decode_sse(*self._next_event()[:2])
+            except (httpx.TransportError, UnavailableError) as exc:
+                failures += 1
+                self._disconnect()
+                if failures >= self.client.attempts:
+                    if isinstance(exc, UnavailableError):
+                        raise
+                    raise _transport_unavailable(self.client.url, failures, exc) from exc
+                time.sleep(min(self.client.max_wait_s, 0.05 * 2 ** failures))
+                continue
+            if kind == "ready":
+                self.cursor = str(item)
+                continue
+            if kind == "lagged":
+                self.cursor = item.resume
+                return item  # type: ignore[no-any-return]
+            self.cursor = item.id
+            return item  # type: ignore[no-any-return]

@@ -21,22 +21,40 @@ Causes (see ``STYLE.md`` §5):
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "ConfigurationError",
     "ConflictError",
     "CorruptData",
+    "DecodeError",
     "ErrorCode",
+    "ExecutionLimitExceeded",
     "FencedError",
+    "Forbidden",
+    "InboxConflict",
+    "InternalError",
+    "InvalidControlId",
     "InvalidInput",
+    "InvalidPath",
+    "InvalidProcessId",
+    "InvalidScriptName",
+    "InvalidSnapshot",
+    "InvalidTransaction",
     "LimitExceeded",
     "NotFound",
     "OutcomeUnknownError",
+    "PayloadTooLarge",
+    "ProcessMismatch",
+    "RequestIdReused",
     "ScriptFailed",
+    "ScriptNotFound",
     "SvitError",
+    "Unauthenticated",
     "UnavailableError",
+    "error_class",
+    "error_from_wire",
     "sanitize_message",
 ]
 
@@ -112,7 +130,20 @@ class SvitError(Exception):
             trip over the wire.
     """
 
-    default_code: ErrorCode = ErrorCode.INTERNAL
+    default_code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Register ``cls`` as *the* class of the code it declares (``default_code``).
+
+        Only a class that sets ``default_code`` in its own body is registered, and
+        the first class to claim a code keeps it: the classes of this module claim
+        every code, so a subclass elsewhere (e.g. a reasoner's ``TurnFailed`` with
+        code ``internal``) refines an error without changing what the wire maps to.
+        """
+        super().__init_subclass__(**kwargs)
+        code = cls.__dict__.get("default_code")
+        if code is not None:
+            _REGISTRY.setdefault(code, cls)
 
     def __init__(
         self, message: str, *, code: ErrorCode | None = None, **fields: Any
@@ -128,6 +159,57 @@ class SvitError(Exception):
     def to_failure(self) -> dict[str, str]:
         """The wire failure shape ``{code, message}`` (control protocol: rejected)."""
         return {"code": str(self.code), "message": self.message}
+
+    def wire_fields(self) -> dict[str, Any]:
+        """The JSON-safe ``fields`` (str, int, float, bool, None, lists/maps of them)."""
+        return {k: v for k, v in self.fields.items() if _json_safe(v)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{code, message, fields}``: the error's full wire form (see :func:`error_from_wire`)."""
+        return {"code": str(self.code), "message": self.message, "fields": self.wire_fields()}
+
+
+_REGISTRY: dict[ErrorCode, type[SvitError]] = {}
+
+
+def _json_safe(value: Any, depth: int = 0) -> bool:
+    if depth > 8:
+        return False
+    if value is None or isinstance(value, str | int | float | bool):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_json_safe(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_safe(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def error_class(code: str | ErrorCode) -> type[SvitError]:
+    """The exception class registered for ``code``; :class:`InternalError` for unknown codes.
+
+    Every :class:`ErrorCode` member has exactly one class (the one whose
+    ``default_code`` it is); the mapping is built by ``SvitError.__init_subclass__``.
+    """
+    try:
+        return _REGISTRY[ErrorCode(code)]
+    except (ValueError, KeyError):
+        return InternalError
+
+
+def error_from_wire(code: str, message: str, fields: dict[str, Any] | None = None,
+                    ) -> SvitError:
+    """Rebuild the typed error from its wire form ``{code, message, fields}``.
+
+    Unknown codes become :class:`InternalError` with ``fields["wire_code"]`` set to
+    the code received. Field names that collide with the constructor's keywords
+    (``message``, ``code``) are dropped.
+    """
+    extra = {k: v for k, v in (fields or {}).items() if k not in ("message", "code")}
+    try:
+        ecode = ErrorCode(code)
+    except ValueError:
+        return InternalError(message, wire_code=str(code)[:64], **extra)
+    return error_class(ecode)(message, code=ecode, **extra)
 
 
 class InvalidInput(SvitError):
@@ -212,3 +294,102 @@ class OutcomeUnknownError(SvitError):
     """
 
     default_code = ErrorCode.OUTCOME_UNKNOWN
+
+
+# -- one class per remaining stable code (registered by SvitError.__init_subclass__) --
+
+
+class InternalError(SvitError):
+    """An unexpected failure inside svit_cluster (a bug); the request may be retried."""
+
+    default_code = ErrorCode.INTERNAL
+
+
+class RequestIdReused(InvalidInput):
+    """A request id was reused with different request bytes (control protocol: receipts)."""
+
+    default_code = ErrorCode.REQUEST_ID_REUSED
+
+
+class ProcessMismatch(InvalidInput):
+    """The request names a different process than the one it was sent to."""
+
+    default_code = ErrorCode.PROCESS_MISMATCH
+
+
+class InvalidScriptName(InvalidInput):
+    """A script name does not match the allowed pattern."""
+
+    default_code = ErrorCode.INVALID_SCRIPT_NAME
+
+
+class ScriptNotFound(NotFound):
+    """The activated script is not stored under ``/lib``."""
+
+    default_code = ErrorCode.SCRIPT_NOT_FOUND
+
+
+class InvalidPath(InvalidInput):
+    """A path is malformed, or its parent does not exist or is not a container."""
+
+    default_code = ErrorCode.INVALID_PATH
+
+
+class ExecutionLimitExceeded(LimitExceeded):
+    """An activation ran out of fuel or time."""
+
+    default_code = ErrorCode.EXECUTION_LIMIT_EXCEEDED
+
+
+class InvalidControlId(InvalidInput):
+    """A ``client_id`` or ``request_id`` is malformed."""
+
+    default_code = ErrorCode.INVALID_CONTROL_ID
+
+
+class InvalidProcessId(InvalidInput):
+    """A process id is not a valid ``svit://tenant/name`` id."""
+
+    default_code = ErrorCode.INVALID_PROCESS_ID
+
+
+class InboxConflict(ConflictError):
+    """The inbox head does not match the expected hash."""
+
+    default_code = ErrorCode.INBOX_CONFLICT
+
+
+class InvalidSnapshot(InvalidInput):
+    """A snapshot document does not verify or decode."""
+
+    default_code = ErrorCode.INVALID_SNAPSHOT
+
+
+class InvalidTransaction(InvalidInput):
+    """A transaction's mutations are not allowed together."""
+
+    default_code = ErrorCode.INVALID_TRANSACTION
+
+
+class DecodeError(InvalidInput):
+    """A request body could not be decoded (JSON, schema, content type)."""
+
+    default_code = ErrorCode.DECODE_ERROR
+
+
+class Unauthenticated(SvitError):
+    """No bearer token, or an unknown one (HTTP 401). Set ``SVIT_TOKEN`` or pass ``token``."""
+
+    default_code = ErrorCode.UNAUTHENTICATED
+
+
+class Forbidden(SvitError):
+    """The token may not act on this process or route (HTTP 403)."""
+
+    default_code = ErrorCode.FORBIDDEN
+
+
+class PayloadTooLarge(LimitExceeded):
+    """The request body exceeds the gateway's byte cap (HTTP 413)."""
+
+    default_code = ErrorCode.PAYLOAD_TOO_LARGE

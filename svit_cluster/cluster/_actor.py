@@ -36,8 +36,7 @@ log = logging.getLogger(__name__)
 
 def error_dict(exc: SvitError) -> dict[str, Any]:
     """``{"error": {"code", "message", "fields"}}`` for a project error."""
-    fields = {k: v for k, v in exc.fields.items() if isinstance(v, str | int | float | bool)}
-    return {"error": {"code": str(exc.code), "message": exc.message, "fields": fields}}
+    return {"error": exc.to_dict()}
 
 
 class ProcessActor:

@@ -23,14 +23,9 @@ from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.control import ControlRequest, ControlResponse, decode_response
 from svit_cluster.errors import (
     ConflictError,
-    CorruptData,
-    ErrorCode,
-    FencedError,
-    InvalidInput,
-    LimitExceeded,
-    NotFound,
     SvitError,
     UnavailableError,
+    error_from_wire,
 )
 from svit_cluster.gateway import GatewayMetrics, report_owner_token
 from svit_cluster.process import Script, Value, decode_value
@@ -39,30 +34,20 @@ __all__ = ["RayRouter", "raise_error_dict"]
 
 log = logging.getLogger(__name__)
 
-_BY_CODE: dict[str, type[SvitError]] = {
-    "not_found": NotFound,
-    "conflict": ConflictError,
-    "unavailable": UnavailableError,
-    "fenced": FencedError,
-    "corrupt_log": CorruptData,
-    "resource_limit_exceeded": LimitExceeded,
-}
-
 
 def raise_error_dict(result: dict[str, Any]) -> dict[str, Any]:
-    """Return ``result`` unless it is ``{"error": ...}``; then raise the matching error."""
+    """Return ``result`` unless it is ``{"error": ...}``; then raise the matching error.
+
+    The class comes from the code registry (:func:`svit_cluster.errors.error_from_wire`),
+    with the error's ``fields``.
+    """
     err = result.get("error")
     if err is None:
         return result
     code = str(err.get("code", "internal"))
-    cls = _BY_CODE.get(code)
-    if cls is None:
-        cls = InvalidInput if code.startswith("invalid") else SvitError
-    try:
-        ecode = ErrorCode(code)
-    except ValueError:
-        ecode = ErrorCode.INTERNAL
-    raise cls(str(err.get("message", code)), code=ecode, **err.get("fields", {}))
+    fields = err.get("fields")
+    raise error_from_wire(code, str(err.get("message", code)),
+                          fields if isinstance(fields, dict) else None)
 
 
 class RayRouter:

@@ -49,6 +49,8 @@ def error_response(
     """``{"error": {"code", "message", ...fields}}`` with ``status``.
 
     ``unavailable`` answers carry ``Retry-After`` (seconds) and ``retry: true``.
+    The SDK rebuilds the typed error from ``code`` and the ``fields`` map
+    (:func:`svit_cluster.errors.error_from_wire`).
     """
     body: dict[str, Any] = {"code": code, "message": sanitize_message(message)}
     body.update(fields)
@@ -60,7 +62,18 @@ def error_response(
 
 
 def from_exception(exc: SvitError) -> JSONResponse:
-    """The JSON error response for ``exc``; fenced becomes ``unavailable`` (retry)."""
+    """The JSON error response for ``exc``; fenced becomes ``unavailable`` (retry).
+
+    The error's JSON-safe ``fields`` travel as ``error.fields`` (a fenced
+    answer keeps ``token``/``fence`` there, plus ``fenced: true``).
+    """
     status = status_for(exc)
-    code = ErrorCode.UNAVAILABLE if isinstance(exc, FencedError) else exc.code
+    fields = exc.wire_fields()
+    if isinstance(exc, FencedError):
+        code: ErrorCode = ErrorCode.UNAVAILABLE
+        fields["fenced"] = True
+    else:
+        code = exc.code
+    if fields:
+        return error_response(status, str(code), exc.message, fields=fields)
     return error_response(status, str(code), exc.message)
