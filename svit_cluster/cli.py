@@ -2,12 +2,14 @@
 
 Every command that acts on a local cluster finds it through
 ``--state-dir`` (default ``./.svit``), where ``up`` writes ``cluster.json``.
+Commands that talk to a gateway read ``SVIT_URL`` and ``SVIT_TOKEN`` (then
+``./.svit/cluster.json``), see :mod:`svit_cluster.settings`. Exit codes and
+``--output {text,json}``: see :mod:`svit_cluster._cliutil`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,15 @@ from typing import Any
 import click
 
 from svit_cluster import __version__
-from svit_cluster.errors import SvitError
+from svit_cluster._cliutil import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    emit,
+    fail,
+    output_option,
+)
+from svit_cluster.errors import SvitError, UnavailableError
 
 __all__ = ["main"]
 
@@ -29,16 +39,26 @@ _state_dir = click.option(
 )
 
 
-def _fail(exc: SvitError) -> None:
-    click.echo(f"error: {exc.code}: {exc.message}", err=True)
-    raise SystemExit(2)
-
-
 def _progress(message: str) -> None:
     click.echo(f"  … {message}", err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Cli(click.Group):
+    """The root group: expected failures anywhere below become one line + exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        import httpx
+
+        try:
+            return super().invoke(ctx)
+        except SvitError as exc:
+            fail(exc)
+        except httpx.HTTPError as exc:
+            fail(UnavailableError(f"{type(exc).__name__}: {exc}",
+                                  timeout=isinstance(exc, httpx.TimeoutException)))
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="svit-cluster")
 def cli() -> None:
     """Fenced, durable hosting of Svit processes on Ray, etcd and Redis.
@@ -59,6 +79,13 @@ def cli() -> None:
       svit-cluster host-agent            this Ray node's host agent
       svit-cluster healthcheck           exit 0 when a gateway or agent is healthy
       svit-cluster smoke --url URL       one authenticated activation against a gateway
+
+    \b
+    Conventions:
+      SVIT_URL, SVIT_TOKEN               the gateway and bearer token (else ./.svit/cluster.json)
+      --output json (or --json)          results as JSON on stdout; progress goes to stderr
+      exit codes                         0 ok, 1 failed, 2 usage, 3 unavailable/inconclusive
+      svit-cluster completion bash       shell completion (bash, zsh, fish)
     """
 
 
@@ -76,59 +103,82 @@ def cli() -> None:
               help="Outbox dispatcher worker processes.")
 @click.option("--allow-webhook-host", "webhook_hosts", multiple=True,
               help="Let the dispatcher call webhooks on HOST or HOST:PORT (repeatable).")
+@output_option
 def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
-       passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...]) -> None:
+       passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...],
+       output: str) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
     Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
     component's PID. etcd and redis-server must be on PATH
-    (apt-get install etcd-server redis-server).
+    (apt-get install etcd-server redis-server). Then
+    `eval "$(svit-cluster env --state-dir STATE_DIR)"` sets SVIT_URL and SVIT_TOKEN.
     """
     from svit_cluster.local import ClusterSpec, LocalCluster
 
-    try:
-        cluster = LocalCluster.up(
-            ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
-                        snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
-                        dispatchers=dispatchers,
-                        dispatch_options={"webhook_hosts": list(webhook_hosts)}),
-            progress=_progress,
-        )
-    except SvitError as exc:
-        _fail(exc)
+    cluster = LocalCluster.up(
+        ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
+                    snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
+                    dispatchers=dispatchers,
+                    dispatch_options={"webhook_hosts": list(webhook_hosts)}),
+        progress=_progress,
+    )
     doc = cluster.doc
-    click.echo(f"cluster up: gateway {doc['gateway']['url']}, hosts "
-               f"{', '.join(sorted(doc['hosts']))}")
-    click.echo(f"admin token in {cluster.path} (tokens.admin)")
+
+    def text() -> None:
+        click.echo(f"cluster up: gateway {doc['gateway']['url']}, hosts "
+                   f"{', '.join(sorted(doc['hosts']))}")
+        click.echo(f"admin token in {cluster.path} (tokens.admin); to use it:")
+        click.echo(f'  eval "$(svit-cluster env --state-dir {state_dir})"')
+
+    emit(output, {"cluster": doc["cluster"], "gateway_url": doc["gateway"]["url"],
+                  "hosts": sorted(doc["hosts"]), "cluster_json": str(cluster.path)}, text)
 
 
 @cli.command()
 @_state_dir
-def down(state_dir: Path) -> None:
+@output_option
+def down(state_dir: Path, output: str) -> None:
     """Stop every component of the local cluster by PID."""
     from svit_cluster.local import LocalCluster
 
-    try:
-        LocalCluster.load(state_dir).down(progress=_progress)
-    except SvitError as exc:
-        _fail(exc)
-    click.echo("cluster down")
+    cluster = LocalCluster.load(state_dir)
+    cluster.down(progress=_progress)
+    emit(output, {"down": True, "cluster": cluster.doc.get("cluster"),
+                  "state_dir": str(state_dir)}, lambda: click.echo("cluster down"))
 
 
 @cli.command()
 @_state_dir
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def status(state_dir: Path, as_json: bool) -> None:
-    """Hosts, leases, owners and live actors of the local cluster."""
+@output_option
+def env(state_dir: Path, output: str) -> None:
+    """Print shell exports of SVIT_URL and SVIT_TOKEN for the local cluster.
+
+    \b
+      eval "$(svit-cluster env)"      then SvitClient() and every command find it
+    """
+    import shlex
+
+    from svit_cluster.local import LocalCluster
+
+    doc = LocalCluster.load(state_dir).doc
+    url, token = doc["gateway"]["url"], doc["tokens"]["admin"]
+    emit(output, {"SVIT_URL": url, "SVIT_TOKEN": token}, lambda: click.echo(
+        f"export SVIT_URL={shlex.quote(url)}\nexport SVIT_TOKEN={shlex.quote(token)}"))
+
+
+@cli.command()
+@_state_dir
+@output_option
+def status(state_dir: Path, output: str) -> None:
+    """Hosts, leases, owners and live actors of the local cluster (a diagnostic: exit 0
+    whenever it could report; use `healthcheck` for a pass/fail check)."""
     from svit_cluster.local import LocalCluster
     from svit_cluster.local._status import cluster_status
 
-    try:
-        info = cluster_status(LocalCluster.load(state_dir))
-    except SvitError as exc:
-        _fail(exc)
-    if as_json:
-        click.echo(json.dumps(info, indent=2, sort_keys=True))
+    info = cluster_status(LocalCluster.load(state_dir))
+    if output == "json":
+        emit(output, info, lambda: None)
         return
     click.echo(f"gateway {info['gateway']['url']}: "
                f"{'healthy' if info['gateway']['healthy'] else 'UNHEALTHY'}")
@@ -136,7 +186,6 @@ def status(state_dir: Path, as_json: bool) -> None:
         click.echo(f"  {host['name']}: process {'up' if host['alive'] else 'DOWN'}, "
                    f"lease {host.get('lease') or '-'}, owners {host.get('owners', 0)}")
     click.echo(f"owners: {len(info['owners'])}")
-
 
 
 @cli.command(name="etcd-restored")
@@ -147,9 +196,9 @@ def status(state_dir: Path, as_json: bool) -> None:
 @click.option("--redis", "redis_url", default=None, help="The cluster's Redis, redis://HOST:PORT/DB.")
 @click.option("--cluster", "cluster_name", default=None, help="The cluster name.")
 @click.option("--prefix", default=None, help="The store's Redis key prefix [default: svit].")
-@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@output_option
 def etcd_restored(state_dir: Path | None, etcd_endpoint: str | None, redis_url: str | None,
-                  cluster_name: str | None, prefix: str | None, as_json: bool) -> None:
+                  cluster_name: str | None, prefix: str | None, output: str) -> None:
     """Run once after restoring etcd from a backup (snapshot restore).
 
     \b
@@ -159,7 +208,7 @@ def etcd_restored(state_dir: Path | None, etcd_endpoint: str | None, redis_url: 
     highest Redis fence, and releases ownership records whose token is below
     their process's fence or whose host is not registered under the record's
     lease. Safe to run more than once and while hosts run. Exit 0 on success,
-    2 when etcd or Redis fails.
+    3 when etcd or Redis fails.
     """
     from svit_cluster.ownership import open_client, recover_after_restore
     from svit_cluster.store import DEFAULT_PREFIX, RedisFences, connect
@@ -167,10 +216,7 @@ def etcd_restored(state_dir: Path | None, etcd_endpoint: str | None, redis_url: 
     if state_dir is not None:
         from svit_cluster.local import LocalCluster
 
-        try:
-            doc = LocalCluster.load(state_dir).doc
-        except SvitError as exc:
-            _fail(exc)
+        doc = LocalCluster.load(state_dir).doc
         etcd_endpoint = etcd_endpoint or doc["etcd"]["endpoint"]
         redis_url = redis_url or doc["redis"]["url"]
         cluster_name = cluster_name or doc["cluster"]
@@ -188,12 +234,9 @@ def etcd_restored(state_dir: Path | None, etcd_endpoint: str | None, redis_url: 
             redis_client.close()
             await client.close()
 
-    try:
-        info = asyncio.run(run())
-    except SvitError as exc:
-        _fail(exc)
-    if as_json:
-        click.echo(json.dumps(info, indent=2, sort_keys=True))
+    info = asyncio.run(run())
+    if output == "json":
+        emit(output, info, lambda: None)
         return
     click.echo(f"fence epoch {info['epoch_before']} -> {info['epoch_after']} (highest fence "
                f"{info['highest_fence']} of {info['fences']}); ownership records released "
@@ -201,21 +244,21 @@ def etcd_restored(state_dir: Path | None, etcd_endpoint: str | None, redis_url: 
     for pid, reason in info["released"].items():
         click.echo(f"  released {pid}: {reason}")
 
+
 def _host_command(name: str, action: str) -> Any:
     @cli.command(name=name)
     @_state_dir
     @click.argument("host")
-    def command(state_dir: Path, host: str) -> None:
+    @output_option
+    def command(state_dir: Path, host: str, output: str) -> None:
         from svit_cluster.local import LocalCluster
 
-        try:
-            cluster = LocalCluster.load(state_dir)
-            pids = getattr(cluster, action)(host)
-        except SvitError as exc:
-            _fail(exc)
-        click.echo(f"{name} {host}: signalled {len(pids)} processes")
+        cluster = LocalCluster.load(state_dir)
+        pids = getattr(cluster, action)(host)
+        emit(output, {"command": name, "host": host, "pids": pids},
+             lambda: click.echo(f"{name} {host}: signalled {len(pids)} processes"))
 
-    command.__doc__ = {
+    command.help = {
         "kill_host": "SIGKILL HOST's raylet and all its worker processes.",
         "pause_host": "SIGSTOP every process of HOST (a frozen, stale owner).",
         "resume_host": "SIGCONT every process of HOST.",
@@ -243,7 +286,9 @@ cli.add_command(dead_letters)
               help="Committed increments each client makes.")
 @click.option("--lease-ttl", "lease_ttl_s", default=3, show_default=True,
               type=click.IntRange(1, 60))
-def demo(state_dir: Path | None, hosts: int, clients: int, ops: int, lease_ttl_s: int) -> None:
+@output_option
+def demo(state_dir: Path | None, hosts: int, clients: int, ops: int, lease_ttl_s: int,
+         output: str) -> None:
     """The main job: a 3-host cluster, the reference request, racing clients, a host kill.
 
     Exits non-zero if any check fails. Everything it starts is stopped again.
@@ -251,8 +296,8 @@ def demo(state_dir: Path | None, hosts: int, clients: int, ops: int, lease_ttl_s
     from svit_cluster.demo import run_demo
 
     ok = run_demo(state_dir=state_dir, hosts=hosts, clients=clients, ops=ops,
-                  lease_ttl_s=lease_ttl_s)
-    raise SystemExit(0 if ok else 1)
+                  lease_ttl_s=lease_ttl_s, json_summary=output == "json")
+    raise SystemExit(EXIT_OK if ok else EXIT_FAILED)
 
 
 @cli.command()
@@ -267,11 +312,8 @@ def gateway(state_dir: Path | None, host: str, port: int, max_request_bytes: int
     """Run the authenticated HTTP gateway (Ray driver + etcd route cache + uvicorn)."""
     from svit_cluster.cluster.serve import serve_gateway
 
-    try:
-        asyncio.run(serve_gateway(state_dir=state_dir, host=host, port=port,
-                                  max_request_bytes=max_request_bytes))
-    except SvitError as exc:
-        _fail(exc)
+    asyncio.run(serve_gateway(state_dir=state_dir, host=host, port=port,
+                              max_request_bytes=max_request_bytes))
 
 
 @cli.command(name="host-agent")
@@ -281,47 +323,94 @@ def host_agent(host_id: str) -> None:
     """Start this Ray node's host agent from SVIT_* env vars and keep it alive."""
     from svit_cluster.cluster.serve import run_host_agent
 
-    try:
-        run_host_agent(host_id)
-    except SvitError as exc:
-        _fail(exc)
+    run_host_agent(host_id)
 
 
 @cli.command()
-@click.option("--url", default="http://127.0.0.1:8080/healthz", show_default=True)
-@click.option("--timeout", "timeout_s", default=3.0, show_default=True)
-def healthcheck(url: str, timeout_s: float) -> None:
-    """Exit 0 when URL answers 200 (for container health checks)."""
+@click.option("--url", default=None,
+              help="Health URL [default: $SVIT_URL/healthz, else "
+                   "http://127.0.0.1:8080/healthz].")
+@click.option("--timeout", "timeout_s", default=3.0, show_default=True,
+              type=click.FloatRange(0.01), help="Seconds to wait for the answer.")
+@output_option
+def healthcheck(url: str | None, timeout_s: float, output: str) -> None:
+    """Exit 0 when URL answers 200, 1 when it answers otherwise, 3 when unreachable."""
     import httpx
 
+    from svit_cluster.settings import ClientSettings
+
+    if url is None:
+        base = ClientSettings().url
+        url = base.rstrip("/") + "/healthz" if base else "http://127.0.0.1:8080/healthz"
+    doc: dict[str, Any] = {"url": url, "healthy": False, "status": None}
     try:
-        ok = httpx.get(url, timeout=timeout_s).status_code == 200
-    except httpx.HTTPError:
-        ok = False
-    raise SystemExit(0 if ok else 1)
+        resp = httpx.get(url, timeout=timeout_s)
+        doc.update(status=resp.status_code, healthy=resp.status_code == 200)
+        code = EXIT_OK if doc["healthy"] else EXIT_FAILED
+    except httpx.HTTPError as exc:
+        doc["error"] = f"{type(exc).__name__}: {exc}"
+        code = EXIT_UNAVAILABLE
+    emit(output, doc, lambda: click.echo(
+        f"{url}: " + ("healthy" if doc["healthy"] else
+                      f"UNHEALTHY (HTTP {doc['status']})" if doc["status"] else
+                      f"unreachable ({doc['error']})")))
+    raise SystemExit(code)
 
 
 @cli.command()
-@click.option("--url", required=True, help="Gateway base URL.")
-@click.option("--token", envvar="SVIT_TOKEN", required=True, help="Bearer token (SVIT_TOKEN).")
+@click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
+              "./.svit/cluster.json].")
+@click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN].")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Take URL and admin token from STATE_DIR/cluster.json.")
 @click.option("--tenant", default="smoke", show_default=True)
-def smoke(url: str, token: str, tenant: str) -> None:
-    """Create a process and run one authenticated activation; exit 0 on success."""
+@click.option("--timeout", "timeout_s", default=10.0, show_default=True,
+              type=click.FloatRange(0.01), help="Seconds per HTTP call.")
+@click.option("--attempts", default=3, show_default=True, type=click.IntRange(1, 100),
+              help="Tries per call for transport errors and unavailable answers.")
+@output_option
+def smoke(url: str | None, token: str | None, state_dir: Path | None, tenant: str,
+          timeout_s: float, attempts: int, output: str) -> None:
+    """Create a process and run one authenticated activation.
+
+    Exit 0 when it committed, 1 when refused or not committed, 3 when the
+    gateway is unreachable or unavailable.
+    """
     import uuid
 
     from svit_cluster.client import SvitClient
+    from svit_cluster.settings import resolve_gateway
 
+    base, tok = resolve_gateway(url, token, state_dir=state_dir)
     pid = f"svit://{tenant}/smoke-{uuid.uuid4().hex[:8]}"
     script = '(define (main input) (do (write "/memory/n" (+ 1 (read "/memory/n"))) 1))'
-    try:
-        with SvitClient(url, token) as client:
-            client.create_process(pid, memory={"n": 0}, scripts={"inc": script})
-            resp = client.activate(pid, "inc", None, expected_version=0)
-    except SvitError as exc:
-        _fail(exc)
+    with SvitClient(base, tok, timeout_s=timeout_s, attempts=attempts,
+                    max_wait_s=1.0) as client:
+        client.create_process(pid, memory={"n": 0}, scripts={"inc": script})
+        resp = client.activate(pid, "inc", None, expected_version=0)
     ok = resp.outcome.status == "committed"
-    click.echo(f"smoke {pid}: {resp.outcome.status}")
-    raise SystemExit(0 if ok else 1)
+    emit(output, {"process_id": pid, "status": resp.outcome.status, "ok": ok,
+                  "url": base},
+         lambda: click.echo(f"smoke {pid}: {resp.outcome.status}"))
+    raise SystemExit(EXIT_OK if ok else EXIT_FAILED)
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL (click's built-in completion).
+
+    \b
+      bash:  eval "$(svit-cluster completion bash)"   (or save to ~/.bash_completion.d/)
+      zsh:   eval "$(svit-cluster completion zsh)"    (in ~/.zshrc)
+      fish:  svit-cluster completion fish > ~/.config/fish/completions/svit-cluster.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    comp_cls = get_completion_class(shell)
+    assert comp_cls is not None  # click ships bash, zsh and fish
+    comp = comp_cls(cli, {}, "svit-cluster", "_SVIT_CLUSTER_COMPLETE")
+    click.echo(comp.source())
 
 
 def main() -> None:

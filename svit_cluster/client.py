@@ -66,6 +66,7 @@ __all__ = [
     "SvitClient",
     "SyncSubscription",
     "new_request_id",
+    "raise_for_response",
 ]
 
 Compute = Callable[[Value, int], Value]
@@ -144,6 +145,10 @@ def _raise_for(resp: httpx.Response) -> None:
 
 
 _KNOWN_CODES = frozenset(str(c) for c in ErrorCode)
+
+#: Public name of the SDK's error mapping, for callers making their own HTTP calls
+#: (the CLI's admin commands): raise the typed error for a 4xx/5xx answer.
+raise_for_response = _raise_for
 
 
 def _transport_unavailable(url: str, attempts: int, exc: httpx.TransportError

@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -132,9 +133,14 @@ def _verify_log(cluster: LocalCluster, live_root_hash: str) -> tuple[bool, str]:
 
 
 def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: int = 60,
-             lease_ttl_s: int = 3) -> bool:
-    """Run the demo; returns True when every check passed. Always tears down."""
-    console = Console(stderr=False)
+             lease_ttl_s: int = 3, json_summary: bool = False) -> bool:
+    """Run the demo; returns True when every check passed. Always tears down.
+
+    With ``json_summary`` the tables and progress go to stderr and one JSON
+    document ``{ok, checks: [{name, ok, detail}], metrics: {...}}`` to stdout.
+    """
+    console = Console(stderr=json_summary)
+    summary: dict[str, Any] = {"ok": False, "checks": [], "metrics": {}}
     tmp = None
     if state_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="svit-demo-")
@@ -232,11 +238,21 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
         console.print(table)
         for name, ok, detail in checks:
             console.print(f"{'[green]PASS[/]' if ok else '[red]FAIL[/]'} {name}: {detail}")
-        return all(ok for _, ok, _ in checks)
+        summary["metrics"] = {
+            "commits": tally.commits, "conflicts": tally.conflicts,
+            "fenced_rejections": int(fenced), "unavailable_answers": int(unavailable),
+            "killed_host": victim, "new_owner": new_owner, "failover_s": failover_s,
+            "lease_ttl_s": lease_ttl_s}
+        summary["ok"] = all(ok for _, ok, _ in checks)
+        return bool(summary["ok"])
     except SvitError as exc:
         console.print(f"[red]demo failed[/]: {exc}")
+        summary["error"] = str(exc)
         return False
     finally:
+        summary["checks"] = [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks]
+        if json_summary:
+            print(json.dumps(summary, indent=2, sort_keys=True, default=str), flush=True)
         if cluster is not None:
             with console.status("stopping the cluster…"):
                 cluster.down()

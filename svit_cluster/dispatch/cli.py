@@ -1,7 +1,9 @@
 """``svit-cluster dispatcher …`` and ``svit-cluster dead-letters …`` (click groups).
 
-Registered in :mod:`svit_cluster.cli`. ``dispatcher run`` is one worker in this
-OS process; ``dead-letters`` talks to a gateway's admin API (admin token).
+Registered in :mod:`svit_cluster.cli` (whose root group turns expected failures
+into one line and an exit code, see :mod:`svit_cluster._cliutil`).
+``dispatcher run`` is one worker in this OS process; ``dead-letters`` talks to
+a gateway's admin API (admin token; ``SVIT_URL``/``SVIT_TOKEN``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import click
 
+from svit_cluster._cliutil import emit, fail, output_option
 from svit_cluster.errors import SvitError
 
 __all__ = ["dead_letters", "dispatcher"]
@@ -21,11 +24,6 @@ _state_dir = click.option(
     "--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="A local cluster's folder: read Redis, gateway and admin token from cluster.json.",
 )
-
-
-def _fail(exc: SvitError) -> None:
-    click.echo(f"error: {exc.code}: {exc.message}", err=True)
-    raise SystemExit(2)
 
 
 @click.group(name="dispatcher")
@@ -42,8 +40,8 @@ def dispatcher() -> None:
 @_state_dir
 @click.option("--redis-url", envvar="SVIT_REDIS_URL", default=None,
               help="Commit-log Redis (SVIT_REDIS_URL); not needed with --state-dir.")
-@click.option("--gateway-url", envvar="SVIT_GATEWAY_URL", default=None,
-              help="Gateway for svit:// destinations (SVIT_GATEWAY_URL).")
+@click.option("--gateway-url", envvar=["SVIT_GATEWAY_URL", "SVIT_URL"], default=None,
+              help="Gateway for svit:// destinations (SVIT_GATEWAY_URL, else SVIT_URL).")
 @click.option("--token", envvar="SVIT_TOKEN", default=None,
               help="Admin bearer token for that gateway (SVIT_TOKEN).")
 @click.option("--worker-id", default=None, help="Consumer name (default <hostname>-<pid>).")
@@ -83,7 +81,7 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
         else:
             config = DispatchConfig.from_mapping(overrides)
     except SvitError as exc:
-        _fail(exc)
+        fail(exc)
     except TypeError as exc:
         raise click.UsageError(f"missing --redis-url or --state-dir ({exc})") from exc
     run_worker(config)
@@ -92,9 +90,9 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
 @dispatcher.command("status")
 @_state_dir
 @click.option("--redis-url", envvar="SVIT_REDIS_URL", default=None)
-@click.option("--json", "as_json", is_flag=True, help="Print every intent as JSON.")
+@output_option
 @click.argument("process_ids", nargs=-1, required=True)
-def status(state_dir: Path | None, redis_url: str | None, as_json: bool,
+def status(state_dir: Path | None, redis_url: str | None, output: str,
            process_ids: tuple[str, ...]) -> None:
     """Delivery status (pending / delivered / dead_lettered) of PROCESS_IDS' intents."""
     from collections import Counter
@@ -104,19 +102,15 @@ def status(state_dir: Path | None, redis_url: str | None, as_json: bool,
     from svit_cluster.store import connect
 
     if redis_url is None and state_dir is not None:
-        redis_url = json.loads((state_dir / "cluster.json").read_text())["redis"]["url"]
+        from svit_cluster.local import LocalCluster
+
+        redis_url = LocalCluster.load(state_dir).doc["redis"]["url"]
     if redis_url is None:
         raise click.UsageError("give --redis-url or --state-dir")
-    try:
-        result = delivery_status(connect(redis_url), process_ids)
-    except SvitError as exc:
-        _fail(exc)
-    if as_json:
-        click.echo(json.dumps([asdict(s) for s in result.values()], indent=2))
-        return
+    result = delivery_status(connect(redis_url), process_ids)
     counts = Counter(s.state.value for s in result.values())
-    click.echo(" ".join(f"{k}={counts.get(k, 0)}"
-                        for k in ("pending", "delivered", "dead_lettered")))
+    emit(output, [asdict(s) for s in result.values()], lambda: click.echo(
+        " ".join(f"{k}={counts.get(k, 0)}" for k in ("pending", "delivered", "dead_lettered"))))
 
 
 @click.group(name="dead-letters")
@@ -125,34 +119,41 @@ def dead_letters() -> None:
 
 
 def _gateway(state_dir: Path | None, url: str | None, token: str | None) -> tuple[str, str]:
-    if state_dir is not None:
-        doc = json.loads((state_dir / "cluster.json").read_text())
-        url = url or doc["gateway"]["url"]
-        token = token or doc["tokens"]["admin"]
-    if not url or not token:
-        raise click.UsageError("give --url and --token (SVIT_TOKEN), or --state-dir")
-    return url.rstrip("/"), token
+    from svit_cluster.settings import resolve_gateway
+
+    base, tok = resolve_gateway(url, token, state_dir=state_dir)
+    if not tok:
+        raise click.UsageError("no admin token: give --token, export SVIT_TOKEN, or "
+                               "--state-dir")
+    return base.rstrip("/"), tok
 
 
-def _call(method: str, url: str, token: str, path: str, **kw: Any) -> Any:
+def _call(method: str, url: str, token: str, path: str, *, timeout_s: float,
+          **kw: Any) -> Any:
+    """One admin call; a 4xx/5xx raises the typed SDK error (see svit_cluster.client)."""
     import httpx
+
+    from svit_cluster.client import raise_for_response
+    from svit_cluster.errors import UnavailableError
 
     try:
         resp = httpx.request(method, url + path, headers={"Authorization": f"Bearer {token}"},
-                             timeout=30.0, **kw)
-    except httpx.HTTPError as exc:
-        click.echo(f"error: unavailable: {exc}", err=True)
-        raise SystemExit(2) from exc
-    if resp.status_code != 200:
-        click.echo(f"error: HTTP {resp.status_code}: {resp.text[:500]}", err=True)
-        raise SystemExit(2)
+                             timeout=timeout_s, **kw)
+    except httpx.TransportError as exc:
+        timeout = isinstance(exc, httpx.TimeoutException)
+        raise UnavailableError(f"gateway {url} {'timed out' if timeout else 'unreachable'}: "
+                               f"{type(exc).__name__}: {exc}", timeout=timeout) from exc
+    raise_for_response(resp)
     return resp.json()
 
 
 _gateway_options = [
     _state_dir,
-    click.option("--url", default=None, help="Gateway base URL."),
-    click.option("--token", envvar="SVIT_TOKEN", default=None, help="Admin token (SVIT_TOKEN)."),
+    click.option("--url", default=None,
+                 help="Gateway base URL [default: SVIT_URL, then ./.svit/cluster.json]."),
+    click.option("--token", default=None, help="Admin token [default: SVIT_TOKEN]."),
+    click.option("--timeout", "timeout_s", default=30.0, show_default=True,
+                 type=click.FloatRange(0.01), help="Seconds to wait for the gateway."),
 ]
 
 
@@ -166,17 +167,17 @@ def _with_gateway(fn: Any) -> Any:
 @_with_gateway
 @click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
 @click.option("--after", default=None, help="Page after this dead-letter id.")
-@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON answer.")
-def list_letters(state_dir: Path | None, url: str | None, token: str | None, limit: int,
-                 after: str | None, as_json: bool) -> None:
+@output_option
+def list_letters(state_dir: Path | None, url: str | None, token: str | None, timeout_s: float,
+                 limit: int, after: str | None, output: str) -> None:
     """Dead letters, oldest first."""
     base, tok = _gateway(state_dir, url, token)
     params: dict[str, Any] = {"limit": limit}
     if after:
         params["after"] = after
-    doc = _call("GET", base, tok, "/v1/admin/dead-letters", params=params)
-    if as_json:
-        click.echo(json.dumps(doc, indent=2))
+    doc = _call("GET", base, tok, "/v1/admin/dead-letters", params=params, timeout_s=timeout_s)
+    if output == "json":
+        emit(output, doc, lambda: None)
         return
     for d in doc["dead_letters"]:
         click.echo(f"{d['id']}  {d['intent_id'] or '?'} -> {d['to'] or '?'}  "
@@ -188,15 +189,21 @@ def list_letters(state_dir: Path | None, url: str | None, token: str | None, lim
 @_with_gateway
 @click.option("--all", "redrive_all", is_flag=True, help="Re-drive the oldest --limit letters.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
+@output_option
 @click.argument("ids", nargs=-1)
-def redrive(state_dir: Path | None, url: str | None, token: str | None, redrive_all: bool,
-            limit: int, ids: tuple[str, ...]) -> None:
+def redrive(state_dir: Path | None, url: str | None, token: str | None, timeout_s: float,
+            redrive_all: bool, limit: int, output: str, ids: tuple[str, ...]) -> None:
     """Send dead letters IDS (or --all) back to delivery, with the same keys."""
     if not ids and not redrive_all:
         raise click.UsageError("give dead-letter IDS or --all")
     base, tok = _gateway(state_dir, url, token)
     body: dict[str, Any] = {"ids": list(ids)} if ids else {"all": True, "limit": limit}
-    doc = _call("POST", base, tok, "/v1/admin/dead-letters/redrive", json=body)
-    click.echo(f"redriven {len(doc['redriven'])}, missing {len(doc['missing'])}")
-    for missing in doc["missing"]:
-        click.echo(f"  missing {missing}", err=True)
+    doc = _call("POST", base, tok, "/v1/admin/dead-letters/redrive", json=body,
+                timeout_s=timeout_s)
+
+    def text() -> None:
+        click.echo(f"redriven {len(doc['redriven'])}, missing {len(doc['missing'])}")
+        for missing in doc["missing"]:
+            click.echo(f"  missing {missing}", err=True)
+
+    emit(output, doc, text)

@@ -1,0 +1,116 @@
+"""Shared CLI conventions: exit codes, one-line failures, ``--output {text,json}``.
+
+Exit codes (every ``svit-cluster`` command):
+
+* ``0`` -- success;
+* ``1`` -- a check or operation failed (refused: 401, 403, 404, conflict, a
+  rejected activation, an unhealthy answer);
+* ``2`` -- usage error only (bad options, missing ``--url``/``SVIT_URL``,
+  no cluster recorded in ``--state-dir``);
+* ``3`` -- unavailable or inconclusive (connection refused, timeout, 502/503/504,
+  etcd/Redis/Ray down).
+
+Expected failures print one line on stderr, ``error: <code>: <cause>; <what to
+do>``, never a traceback. Results go to stdout (JSON with ``--output json``);
+progress and logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from svit_cluster.errors import (
+    ConfigurationError,
+    FencedError,
+    Forbidden,
+    NotFound,
+    OutcomeUnknownError,
+    SvitError,
+    Unauthenticated,
+    UnavailableError,
+)
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "emit",
+    "exit_code_for",
+    "fail",
+    "failure_line",
+    "output_option",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_code_for(exc: SvitError) -> int:
+    """``2`` for local configuration/usage, ``3`` for unavailable/unknown, else ``1``."""
+    if isinstance(exc, ConfigurationError):
+        return EXIT_USAGE
+    if isinstance(exc, UnavailableError | OutcomeUnknownError | FencedError):
+        return EXIT_UNAVAILABLE
+    return EXIT_FAILED
+
+
+def _advice(exc: SvitError) -> str:
+    if isinstance(exc, Unauthenticated):
+        return ("the gateway refused the bearer token (HTTP 401); set SVIT_TOKEN or --token "
+                "to a token of this cluster (`svit-cluster env` prints a local cluster's)")
+    if isinstance(exc, Forbidden):
+        return ("the token may not do this (HTTP 403); use a token of the process's tenant, "
+                "or an admin token")
+    if isinstance(exc, NotFound) and exc.fields.get("status") == 404:
+        return "not found (HTTP 404); check the process id and the gateway URL (SVIT_URL/--url)"
+    if isinstance(exc, UnavailableError):
+        if exc.fields.get("timeout"):
+            return "timed out; retry later, or raise --timeout"
+        return ("is the cluster up? check SVIT_URL/--url (`svit-cluster status`) and "
+                "retry")
+    return ""
+
+
+def failure_line(exc: SvitError) -> str:
+    """The single line printed for ``exc``: ``error: <code>: <message>[; <advice>]``."""
+    advice = _advice(exc)
+    line = f"error: {exc.code}: {exc.message}"
+    return f"{line}; {advice}" if advice else line
+
+
+def fail(exc: SvitError) -> NoReturn:
+    """Print :func:`failure_line` on stderr and exit with :func:`exit_code_for`."""
+    click.echo(failure_line(exc), err=True)
+    raise SystemExit(exit_code_for(exc))
+
+
+def output_option(fn: F) -> F:
+    """Add ``--output {text,json}`` and its alias ``--json``; the command gets ``output``."""
+
+    @click.option("--output", "-o", "output", type=click.Choice(["text", "json"]),
+                  default="text", show_default=True,
+                  help="Result format on stdout (logs and progress go to stderr).")
+    @click.option("--json", "as_json", is_flag=True, help="Same as --output json.")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, as_json: bool, output: str, **kwargs: Any) -> Any:
+        return fn(*args, output="json" if as_json else output, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit(output: str, doc: Any, text: Callable[[], None]) -> None:
+    """Print ``doc`` as JSON on stdout when ``output == "json"``, else call ``text()``."""
+    if output == "json":
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    else:
+        text()
