@@ -1,0 +1,131 @@
+"""Issue 21: every ``svit-cluster`` command that prints results takes ``--output json``.
+
+Each command runs through click's runner against the stand-in cluster of
+``conftest.py`` (real gateway app over loopback HTTP, real Redis and etcd,
+``sleep`` processes as hosts); stdout must parse as JSON and carry the result,
+and nothing but JSON may be on stdout (progress goes to stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from typing import Any
+
+import click
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from svit_cluster.cli import cli
+from tests.cli.conftest import ADMIN, FakeCluster
+
+#: Commands that print no result document: long-running servers, and the
+#: completion script (shell source by definition).
+NO_RESULT = {"gateway", "host-agent", "dispatcher run", "completion"}
+
+
+def _commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
+    out: dict[str, click.Command] = {}
+    for name, cmd in group.commands.items():
+        full = f"{prefix}{name}"
+        if isinstance(cmd, click.Group):
+            out.update(_commands(cmd, full + " "))
+        else:
+            out[full] = cmd
+    return out
+
+
+def run_json(args: list[str], code: int = 0) -> Any:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == code, (args, result.output, result.stderr)
+    assert "Traceback" not in result.stderr
+    return json.loads(result.stdout)
+
+
+def test_every_result_command_has_output_and_json_alias() -> None:
+    commands = _commands(cli)
+    for name, cmd in commands.items():
+        params = {p.name for p in cmd.params}
+        if name in NO_RESULT:
+            continue
+        assert {"output", "as_json"} <= params, name
+        output = next(p for p in cmd.params if p.name == "output")
+        assert isinstance(output.type, click.Choice)
+        assert list(output.type.choices) == ["text", "json"], name
+    # the commands this file exercises below (kept in step with the CLI)
+    assert set(commands) - NO_RESULT == COVERED | {"up", "demo"}
+
+
+COVERED = {"status", "env", "down", "kill-host", "pause-host", "resume-host", "healthcheck",
+           "smoke", "etcd-restored", "dispatcher status", "dead-letters list",
+           "dead-letters redrive"}
+
+
+def test_status_env_and_health(fake_cluster: FakeCluster) -> None:
+    sd = str(fake_cluster.state_dir)
+    info = run_json(["status", "--state-dir", sd, "--output", "json"])
+    assert info["gateway"]["healthy"] is True
+    assert [h["name"] for h in info["hosts"]] == ["h1", "h2"]
+    assert all(h["alive"] for h in info["hosts"])
+    assert run_json(["status", "--state-dir", sd, "--json"]) == info  # the alias
+    env = run_json(["env", "--state-dir", sd, "-o", "json"])
+    assert env == {"SVIT_URL": fake_cluster.url, "SVIT_TOKEN": ADMIN}
+    health = run_json(["healthcheck", "--url", fake_cluster.url + "/healthz",
+                       "--output", "json"])
+    assert health == {"url": fake_cluster.url + "/healthz", "healthy": True, "status": 200}
+
+
+def test_smoke(fake_cluster: FakeCluster, clean_env: object,
+               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SVIT_URL", fake_cluster.url)
+    monkeypatch.setenv("SVIT_TOKEN", ADMIN)
+    doc = run_json(["smoke", "--output", "json"])  # everything from SVIT_URL/SVIT_TOKEN
+    assert doc["status"] == "committed" and doc["ok"] is True
+    assert doc["process_id"].startswith("svit://smoke/smoke-")
+
+
+def test_host_signals_and_down(fake_cluster: FakeCluster) -> None:
+    sd = str(fake_cluster.state_dir)
+    h1, h2 = fake_cluster.hosts["h1"], fake_cluster.hosts["h2"]
+    paused = run_json(["pause-host", "--state-dir", sd, "h1", "--output", "json"])
+    assert paused == {"command": "pause-host", "host": "h1", "pids": [h1.pid]}
+    assert psutil.Process(h1.pid).status() == psutil.STATUS_STOPPED
+    resumed = run_json(["resume-host", "--state-dir", sd, "h1", "--output", "json"])
+    assert resumed["pids"] == [h1.pid]
+    assert psutil.Process(h1.pid).status() != psutil.STATUS_STOPPED
+    killed = run_json(["kill-host", "--state-dir", sd, "h2", "--output", "json"])
+    assert killed == {"command": "kill-host", "host": "h2", "pids": [h2.pid]}
+    assert h2.wait(5) == -signal.SIGKILL
+    down = run_json(["down", "--state-dir", sd, "--output", "json"])
+    assert down["down"] is True and down["cluster"] == fake_cluster.doc["cluster"]
+    assert h1.wait(15) is not None
+    assert not (fake_cluster.state_dir / "cluster.json").exists()
+
+
+def test_etcd_restored_and_dispatch_commands(fake_cluster: FakeCluster) -> None:
+    sd = str(fake_cluster.state_dir)
+    report = run_json(["etcd-restored", "--state-dir", sd, "--output", "json"])
+    assert {"epoch_before", "epoch_after", "released", "kept"} <= set(report)
+    status = run_json(["dispatcher", "status", "--state-dir", sd, "--output", "json",
+                       "svit://acme/nothing-sent"])
+    assert status == []
+    letters = run_json(["dead-letters", "list", "--state-dir", sd, "--output", "json"])
+    assert letters["count"] == len(letters["dead_letters"])
+    redriven = run_json(["dead-letters", "redrive", "--state-dir", sd, "--output", "json",
+                         "0-1"])
+    assert redriven["missing"] == ["0-1"] and redriven["redriven"] == []
+
+
+@pytest.mark.cluster
+def test_up_and_down_output_json(tmp_path: Any) -> None:
+    """``up --output json`` on a real 1-host local cluster (Ray); ``down`` again."""
+    sd = str(tmp_path / "svit")
+    doc = run_json(["up", "--state-dir", sd, "--hosts", "1", "--dispatchers", "0",
+                    "--output", "json"])
+    try:
+        assert doc["hosts"] == ["h1"] and doc["gateway_url"].startswith("http://127.0.0.1:")
+        info = run_json(["status", "--state-dir", sd, "--output", "json"])
+        assert info["gateway"]["healthy"] is True
+    finally:
+        assert run_json(["down", "--state-dir", sd, "--output", "json"])["down"] is True
