@@ -61,9 +61,24 @@ from svit_cluster.store._snapshots import (
     verify_and_restore,
 )
 
-__all__ = ["RedisBackend", "StoreConfig"]
+__all__ = ["REFUSALS_RETAINED", "RedisBackend", "StoreConfig", "refusals_key"]
 
 log = logging.getLogger(__name__)
+
+#: Approximate number of refused writes kept in :func:`refusals_key` (oldest trimmed).
+REFUSALS_RETAINED = 10_000
+
+
+def refusals_key(prefix: str) -> str:
+    """The Redis stream of refused writes of every process (``<prefix>:refusals``).
+
+    One entry per write a stale owner attempted and was refused: ``process_id``,
+    ``op`` (``commit``, ``claim``, ``put_receipt``, …, or ``guard``), ``by``
+    (``fence``: the Lua script saw a higher fence; ``self``: the owner's own
+    lease guard), ``token``, ``fence``, ``at`` (Unix seconds). Observability
+    only (``svit-cluster demo`` counts them); nothing reads it for safety.
+    """
+    return f"{prefix}:refusals"
 
 #: A callable run before every commit; it raises to refuse (self-fencing).
 Guard = Callable[[], None]
@@ -161,6 +176,7 @@ class RedisBackend:
     # -- helpers ----------------------------------------------------------------
 
     def _fenced(self, fence: bytes, op: str) -> FencedError:
+        self._record_refusal(op, "fence", fence=int(fence))
         return FencedError(
             f"{op} refused for {self.process_id}: token {self.token} is below the fence "
             f"{int(fence)}",
@@ -171,7 +187,32 @@ class RedisBackend:
 
     def _check_guard(self) -> None:
         if self._guard is not None:
-            self._guard()
+            try:
+                self._guard()
+            except SvitError as exc:
+                self._record_refusal("guard", "self", reason=exc.message)
+                raise
+
+    def _record_refusal(self, op: str, by: str, *, fence: int | None = None,
+                        reason: str = "") -> None:
+        """Best effort: append one refused write to :func:`refusals_key` (bounded stream).
+
+        ``by`` is ``"fence"`` (the Lua script found a higher fence than this
+        owner's token) or ``"self"`` (the owner's own guard refused: lease
+        suspended/lost, fenced out). Observability only: a Redis error here is
+        logged and ignored, the refusal itself is raised regardless.
+        """
+        fields: dict[Any, Any] = {"process_id": self.process_id, "op": op, "by": by,
+                                  "token": self.token, "at": time.time()}
+        if fence is not None:
+            fields["fence"] = fence
+        if reason:
+            fields["reason"] = reason[:200]
+        try:
+            self._client.xadd(refusals_key(self.config.prefix), fields,
+                              maxlen=REFUSALS_RETAINED, approximate=True)
+        except redis.RedisError as exc:
+            log.debug("could not record a refused write of %s: %s", self.process_id, exc)
 
     # -- ownership -----------------------------------------------------------------
 
