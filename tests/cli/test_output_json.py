@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import signal
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import click
@@ -118,14 +120,17 @@ def test_etcd_restored_and_dispatch_commands(fake_cluster: FakeCluster) -> None:
 
 
 @pytest.mark.cluster
-def test_up_and_down_output_json(tmp_path: Any) -> None:
+def test_up_and_down_output_json() -> None:
     """``up --output json`` on a real 1-host local cluster (Ray); ``down`` again."""
-    sd = str(tmp_path / "svit")
-    doc = run_json(["up", "--state-dir", sd, "--hosts", "1", "--dispatchers", "0",
-                    "--output", "json"])
-    try:
-        assert doc["hosts"] == ["h1"] and doc["gateway_url"].startswith("http://127.0.0.1:")
-        info = run_json(["status", "--state-dir", sd, "--output", "json"])
-        assert info["gateway"]["healthy"] is True
-    finally:
-        assert run_json(["down", "--state-dir", sd, "--output", "json"])["down"] is True
+    # short path: Ray's AF_UNIX sockets live under the state dir (107-byte limit)
+    with tempfile.TemporaryDirectory(prefix="svit-", dir="/tmp") as tmp:
+        sd = str(Path(tmp) / "s")
+        doc = run_json(["up", "--state-dir", sd, "--hosts", "1", "--dispatchers", "0",
+                        "--output", "json"])
+        try:
+            assert doc["hosts"] == ["h1"]
+            assert doc["gateway_url"].startswith("http://127.0.0.1:")
+            info = run_json(["status", "--state-dir", sd, "--output", "json"])
+            assert info["gateway"]["healthy"] is True
+        finally:
+            assert run_json(["down", "--state-dir", sd, "--output", "json"])["down"] is True
