@@ -289,7 +289,11 @@ cli.add_command(dead_letters)
 @output_option
 def demo(state_dir: Path | None, hosts: int, clients: int, ops: int, lease_ttl_s: int,
          output: str) -> None:
-    """The main job: a 3-host cluster, the reference request, racing clients, a host kill.
+    """The main job: 3 hosts, the reference request, racing clients, a host kill, a stale owner.
+
+    The stale owner: the owner of a second process is frozen with a request in
+    flight, a new owner takes over, the old one wakes and its commit is refused
+    by the Redis fence (counted from the store's record of refused writes).
 
     Exits non-zero if any check fails. Everything it starts is stopped again.
     """

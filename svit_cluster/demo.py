@@ -7,10 +7,19 @@
    release"): it commits version 8.
 3. Create a counter; several clients race on expected versions and recompute on
    conflict. Midway, the host that owns the counter is SIGKILLed.
-4. Print commits, conflicts, fenced rejections, the failover time (kill -> first
-   commit on the new owner), whether the final count equals the acknowledged
-   commits, and whether the stored log chain verifies.
-5. Stop everything; return False if any check failed.
+4. A live stale owner: freeze (SIGSTOP) the owner of a second process -- its
+   process actor and the host agent that keeps its lease -- and send it a
+   request, left in flight there. The lease runs out; a second request is
+   placed on a new owner, which claims a higher fencing token and commits.
+   Then the old actor is woken with its agent still frozen (as after a long GC
+   pause, nothing local fences it out): it runs the request it holds and tries
+   to commit. The refusal is read from the store's record of refused writes
+   (``<prefix>:refusals``): by the Redis fence (its token is below the new
+   owner's) or by its own lease guard. Then the rest of the owner resumes.
+5. Print commits, conflicts, the stale owner's refused writes, the failover
+   time (kill -> first commit on the new owner), whether the final counts equal
+   the acknowledged commits, and whether the stored log chains verify.
+6. Stop everything; return False if any check failed.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ __all__ = ["run_demo"]
 
 PLANNER = "svit://local/example/planner"
 COUNTER_ID = "svit://local/example/counter"
+STALE_ID = "svit://local/example/stale-owner"
 PLAN = """
 (define (main input)
   (let ((plans (read "/memory/plans"))
@@ -110,16 +120,17 @@ def _metric(text: str, name: str) -> float:
     return total
 
 
-def _verify_log(cluster: LocalCluster, live_root_hash: str) -> tuple[bool, str]:
-    """Restore the counter from Redis (snapshot + tail, chain verified) and compare hashes."""
+def _verify_log(cluster: LocalCluster, live_root_hash: str, process_id: str = COUNTER_ID
+                ) -> tuple[bool, str]:
+    """Restore a process from Redis (snapshot + tail, chain verified) and compare hashes."""
     from svit_cluster.store import RedisBackend, connect
 
     client = connect(cluster.doc["redis"]["url"])
     try:
-        reader = RedisBackend(client, COUNTER_ID, token=1)
+        reader = RedisBackend(client, process_id, token=1)
         proc = reader.restore()
         if proc is None:
-            return False, "counter missing from the store"
+            return False, f"{process_id} missing from the store"
         stats = reader.last_restore
         ok = proc.root_hash == live_root_hash
         tail = stats.tail_entries if stats else -1
@@ -130,6 +141,153 @@ def _verify_log(cluster: LocalCluster, live_root_hash: str) -> tuple[bool, str]:
         return False, f"log does not verify: {exc}"
     finally:
         client.close()
+
+
+@dataclass
+class _StaleResult:
+    old_host: str | None = None
+    new_host: str | None = None
+    old_token: int | None = None
+    new_token: int | None = None
+    paused_s: float | None = None
+    refusals: list[dict[str, str]] = field(default_factory=list)
+    count: Any = None
+    version: int | None = None
+    log_ok: bool = False
+    log_detail: str = ""
+    error: str = ""
+
+    @property
+    def by_fence(self) -> int:
+        return sum(1 for r in self.refusals if r.get("by") == "fence")
+
+    @property
+    def by_self(self) -> int:
+        return sum(1 for r in self.refusals if r.get("by") == "self")
+
+
+def _owner_processes(cluster: LocalCluster, host: str) -> dict[str, list[int]]:
+    """PIDs of ``host``'s Svit processes: ``agent`` (HostAgent) and ``actors`` (ProcessActor).
+
+    The Ray raylet and the node's other daemons are not included.
+    """
+    import psutil
+
+    found: dict[str, list[int]] = {"agent": [], "actors": []}
+    for pid in cluster.node(host).pids():
+        try:
+            title = " ".join(psutil.Process(pid).cmdline())
+        except psutil.Error:
+            continue
+        if "ray::HostAgent" in title:
+            found["agent"].append(pid)
+        elif "ray::ProcessActor" in title:
+            found["actors"].append(pid)
+    return found
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    import os
+
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
+                 *, wait_refusal_s: float = 30.0) -> _StaleResult:
+    """Freeze the owner with a request in flight, let a new owner take over, wake the old.
+
+    The owner's processes on its host -- its process actor and the host agent
+    that keeps its lease -- are paused (SIGSTOP), as in a long GC pause; the
+    Ray node itself keeps answering (pausing the whole node makes Ray declare
+    it dead within ~2 s and kill its workers, so the old owner never wakes).
+    A request is sent to the frozen owner and left there (its client gives up
+    after one attempt). The lease runs out, a second request is placed on a
+    new owner, which claims a higher fencing token and commits it. Then only
+    the old actor is woken, its agent still frozen so nothing local fences it
+    out: it runs the request it holds and tries to commit. Waits are
+    event-driven: the second request's commit, then a blocking ``XREAD`` on
+    the store's refusals stream (at most ``wait_refusal_s``).
+    """
+    import signal
+
+    from svit_cluster.store import DEFAULT_PREFIX, connect
+    from svit_cluster.store._log import refusals_key
+
+    res = _StaleResult()
+    with SvitClient(url, token, client_id="demo-stale-setup") as c:
+        c.create_process(STALE_ID, memory={"count": 0}, scripts={"counter": COUNTER})
+        c.activate(STALE_ID, "counter", {"by": 1}, expected_version=0)
+        res.old_token = c.last_owner_token
+    res.old_host = _owner_host(cluster, STALE_ID)
+    if res.old_host is None or res.old_token is None:
+        res.error = "no owner recorded for the stale-owner process"
+        return res
+    procs = _owner_processes(cluster, res.old_host)
+    if not procs["agent"] or not procs["actors"]:
+        res.error = f"owner processes not found on {res.old_host}: {procs}"
+        return res
+    rkey = refusals_key(DEFAULT_PREFIX)
+    redis_client = connect(cluster.doc["redis"]["url"])
+    frozen = procs["agent"] + procs["actors"]
+    try:
+        last: Any = redis_client.xrevrange(rkey, count=1)
+        cursor = last[0][0] if last else "0-0"
+        _signal(frozen, signal.SIGSTOP)
+        paused_at = time.monotonic()
+        console.print(f"[yellow]froze the owner on {res.old_host}[/] (SIGSTOP: its actor and "
+                      f"host agent, token {res.old_token}); sending it a request")
+        try:
+            with SvitClient(url, token, client_id="demo-stale-inflight", attempts=1,
+                            timeout_s=15.0) as c:
+                c.activate(STALE_ID, "counter", {"by": 100}, expected_version=1,
+                           request_id=new_request_id())
+            res.error = "the frozen owner answered"
+        except SvitError as exc:
+            console.print(f"in-flight request to the frozen owner: {exc.code} (left there)")
+        try:
+            with SvitClient(url, token, client_id="demo-stale-takeover", attempts=400,
+                            max_wait_s=0.5, timeout_s=10.0) as c:
+                resp = c.activate(STALE_ID, "counter", {"by": 1}, expected_version=1,
+                                  request_id=new_request_id())
+                res.new_token = c.last_owner_token
+            res.new_host = _owner_host(cluster, STALE_ID)
+            console.print(f"new owner {res.new_host} (token {res.new_token}): "
+                          f"{resp.outcome.status}")
+            _signal(procs["actors"], signal.SIGCONT)
+            console.print(f"[yellow]woke the old actor[/] on {res.old_host} (its host agent "
+                          "still frozen)")
+            deadline = time.monotonic() + wait_refusal_s
+            while not res.refusals and time.monotonic() < deadline:
+                block_ms = max(1, min(1000, int((deadline - time.monotonic()) * 1000)))
+                got: Any = redis_client.xread({rkey: cursor}, block=block_ms)
+                for _key, entries in got or []:
+                    for entry_id, raw in entries:
+                        cursor = entry_id
+                        entry = {k.decode(): v.decode() for k, v in raw.items()}
+                        if (entry.get("process_id") == STALE_ID
+                                and entry.get("token") == str(res.old_token)):
+                            res.refusals.append(entry)
+        finally:
+            res.paused_s = time.monotonic() - paused_at
+            _signal(frozen, signal.SIGCONT)
+            console.print(f"[yellow]resumed the old owner[/] on {res.old_host} after "
+                          f"{res.paused_s:.1f} s")
+    finally:
+        redis_client.close()
+    for r in res.refusals:
+        how = (f"refused by the Redis fence (token {r.get('token')} < fence {r.get('fence')})"
+               if r.get("by") == "fence" else
+               f"refused by its own lease guard ({r.get('reason', '')})")
+        console.print(f"[red]stale owner on {res.old_host}[/]: {r.get('op')} {how}")
+    with SvitClient(url, token, client_id="demo-stale-check") as c:
+        res.count, res.version = c.state(STALE_ID, "/memory/count")
+        snap = c.snapshot(STALE_ID)["snapshot"]
+    res.log_ok, res.log_detail = _verify_log(cluster, snap["root_hash"], STALE_ID)
+    return res
 
 
 def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: int = 60,
@@ -202,6 +360,9 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
         failover_s = (min(after) - kill_at) if after else None
         new_owner = _owner_host(cluster, COUNTER_ID)
 
+        # -- a live stale owner: pause, take over, resume ----------------------------------
+        stale = _stale_owner(cluster, url, token, console)
+
         # -- checks ----------------------------------------------------------------------
         with SvitClient(url, token, client_id="demo-check") as admin:
             count, version = admin.state(COUNTER_ID, "/memory/count")
@@ -222,13 +383,23 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
             ("owner moved off the killed host", victim is not None and new_owner != victim,
              f"{victim} -> {new_owner}"),
             ("log chain verifies", log_ok, log_detail),
+            ("live stale owner's commit refused", bool(stale.refusals) and not stale.error,
+             stale.error or f"owner on {stale.old_host} (token {stale.old_token}) frozen "
+             f"{stale.paused_s or 0:.1f} s, {stale.new_host} (token {stale.new_token}) took "
+             f"over; the woken old owner's writes refused: {stale.by_fence} by the Redis "
+             f"fence, {stale.by_self} by its own lease guard"),
+            ("stale owner's request never applied", stale.count == 2 and stale.version == 2,
+             f"count {stale.count}, version {stale.version} (its +100 is absent)"),
+            ("stale-owner log chain verifies", stale.log_ok, stale.log_detail),
         ]
         table = Table(title="svit-cluster demo")
         table.add_column("metric")
         table.add_column("value", justify="right")
         table.add_row("commits (acknowledged)", str(tally.commits))
         table.add_row("conflicts (recomputed)", str(tally.conflicts))
-        table.add_row("fenced rejections", f"{fenced:.0f}")
+        table.add_row("fenced answers (gateway)", f"{fenced:.0f}")
+        table.add_row("stale-owner writes refused by the fence", str(stale.by_fence))
+        table.add_row("stale-owner writes refused by its lease guard", str(stale.by_self))
         table.add_row("unavailable answers (retried)", f"{unavailable:.0f}")
         table.add_row("killed host", str(victim))
         table.add_row("new owner", str(new_owner))
@@ -238,11 +409,25 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
         console.print(table)
         for name, ok, detail in checks:
             console.print(f"{'[green]PASS[/]' if ok else '[red]FAIL[/]'} {name}: {detail}")
+        if all(ok for _, ok, _ in checks):
+            mech = ("the Redis fence" if stale.by_fence else "its own lease guard")
+            summary["proven"] = (
+                f"Proven: a live stale owner (on {stale.old_host}, token {stale.old_token}) "
+                f"woke after a {stale.paused_s or 0:.1f} s freeze and its commit was refused "
+                f"by {mech} while {stale.new_host} (token {stale.new_token}) owned the "
+                f"process; every acknowledged commit is in the log exactly once and both log "
+                f"chains verify.")
+            console.print(f"[bold green]{summary['proven']}[/]")
         summary["metrics"] = {
             "commits": tally.commits, "conflicts": tally.conflicts,
             "fenced_rejections": int(fenced), "unavailable_answers": int(unavailable),
             "killed_host": victim, "new_owner": new_owner, "failover_s": failover_s,
-            "lease_ttl_s": lease_ttl_s}
+            "lease_ttl_s": lease_ttl_s,
+            "stale_owner": {"old_host": stale.old_host, "old_token": stale.old_token,
+                            "new_host": stale.new_host, "new_token": stale.new_token,
+                            "paused_s": stale.paused_s, "refused_by_fence": stale.by_fence,
+                            "refused_by_own_guard": stale.by_self,
+                            "refusals": stale.refusals}}
         summary["ok"] = all(ok for _, ok, _ in checks)
         return bool(summary["ok"])
     except SvitError as exc:
