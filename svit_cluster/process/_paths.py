@@ -106,12 +106,12 @@ def validate_script_name(name: object) -> str:
 
 
 def is_guest_writable(path: Path) -> bool:
-    """True for paths strictly below ``/memory``, and for ``/lib/<name>`` exactly.
+    """True for ``/memory`` and paths below it, and for ``/lib/<name>`` exactly.
 
-    Writing ``/memory`` itself is not allowed (it must stay a map); below
-    ``/lib`` only whole scripts are written.
+    ``/memory`` itself may be written (with a map, as in the reference) but not
+    removed; below ``/lib`` only whole scripts are written.
     """
-    if len(path) >= 2 and path[0] == "memory":
+    if len(path) >= 1 and path[0] == "memory":
         return True
     return len(path) == 2 and path[0] == "lib"
 

@@ -133,7 +133,9 @@ def tree_and_write(draw: st.DrawFn) -> tuple[dict[str, Any], str, Any]:
     for seg in parent[1:]:
         node = node[int(seg)] if isinstance(node, list) else node[seg]  # type: ignore[index]
     if isinstance(node, list):
-        child = str(draw(st.integers(0, len(node))))
+        # an existing index only (writes never append past the end); an empty
+        # array has none, and the write is then refused with invalid_path
+        child = str(draw(st.integers(0, max(len(node) - 1, 0))))
     else:
         options = [k for k in node if k and "/" not in k and k not in (".", "..")] if isinstance(
             node, dict) else []
@@ -153,10 +155,11 @@ def test_a_write_changes_exactly_the_written_node_and_its_ancestors(
     old_node = p.node(path)
     try:
         change = p.write(path, value)  # type: ignore[arg-type]
-    except Exception as exc:  # only the depth rule may refuse a generated write
-        from svit_cluster.errors import LimitExceeded
+    except Exception as exc:  # only the depth rule (or an empty array) may refuse it
+        from svit_cluster.errors import InvalidInput
 
-        assert isinstance(exc, LimitExceeded)
+        assert isinstance(exc, InvalidInput)
+        assert exc.code == "invalid_value" or (exc.code == "invalid_path" and old_node is None)
         assume(False)
         return
     after = digests(p.root)
