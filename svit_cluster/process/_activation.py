@@ -91,6 +91,7 @@ class _Session:
         self.log_bytes = 0
         self.messages: list[dict[str, Any]] = []
         self.staged_scripts: set[str] = set()
+        self.library_changes = 0
         self.depth = 0
         self.new_version = process.version + 1
 
@@ -118,15 +119,23 @@ class _Session:
         return {"kind": node.kind, "hash": node.hex, "size": size}
 
     # -- writes ---------------------------------------------------------------
+    def _count_library_change(self) -> None:
+        # Every library write or removal counts against max_staged_scripts, as in
+        # the reference (a count of changes, not of distinct names).
+        self.library_changes += 1
+        if self.library_changes > self.limits.max_staged_scripts:
+            raise LimitExceeded("too many staged scripts (max_staged_scripts)")
+
     def write(self, path: str, value: Value) -> None:
         segs = self.wc.write(path, value)
         if segs[0] == "lib":
             self.staged_scripts.add(segs[1])
-            if len(self.staged_scripts) > self.limits.max_staged_scripts:
-                raise LimitExceeded("too many staged scripts (max_staged_scripts)")
+            self._count_library_change()
 
     def remove(self, path: str) -> None:
-        self.wc.remove(path)
+        segs = self.wc.remove(path)
+        if segs[0] == "lib":
+            self._count_library_change()
 
     def send(self, to: str, body: Value) -> str:
         if type(to) is not str:

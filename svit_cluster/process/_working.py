@@ -43,8 +43,10 @@ class Change:
 
     Attributes:
         version: the process version after the commit.
-        paths: sorted paths whose content hash differs from before the commit.
-        hashes: hex content hash for every changed path *and each ancestor up to*
+        paths: sorted paths the commit's mutations touched (written, removed,
+            appended to), even when the content ended up equal (reference:
+            process.rs change paths are the touched paths).
+        hashes: hex content hash for every touched path *and each ancestor up to*
             ``"/"``; ``None`` for a removed path. No values: a Change is an
             invalidation, not a payload.
     """
@@ -252,16 +254,13 @@ class WorkingCopy:
     # -- sealing ---------------------------------------------------------------
 
     def change(self, version: int) -> Change:
-        """The :class:`Change` between the base and the current root."""
-        old, new = self.base, self.root
-        changed: list[str] = []
-        for text in sorted(self.touched):
-            path = parse_path(text)
-            a = get_node(old, path)
-            b = get_node(new, path)
-            # "is not None", never truthiness: an empty MapNode has len() == 0
-            if (None if a is None else a.digest) != (None if b is None else b.digest):
-                changed.append(text)
+        """The :class:`Change` of the staged mutations: every touched path, sorted.
+
+        A path written with the value it already had is still reported, as the
+        reference reports the touched paths of a transition, not a diff.
+        """
+        new = self.root
+        changed = sorted(self.touched)
         hashes: dict[str, str | None] = {}
         for text in changed:
             path = parse_path(text)
