@@ -30,7 +30,7 @@ from svit_cluster.errors import (
     SvitError,
 )
 from svit_cluster.process._limits import Limits
-from svit_cluster.process._paths import parse_path, validate_process_id, validate_script_name
+from svit_cluster.process._paths import parse_path, validate_address, validate_script_name
 from svit_cluster.process._process import Process
 from svit_cluster.process._tree import (
     ArrayNode,
@@ -140,8 +140,8 @@ class _Session:
     def send(self, to: str, body: Value) -> str:
         if type(to) is not str:
             raise ScriptFailed("send! needs a string address")
-        try:  # reference: the address is parsed as a process id, else the script fails
-            validate_process_id(to)
+        try:  # reference: the address must parse, else the script fails (see validate_address)
+            validate_address(to)
         except InvalidInput as exc:
             raise ScriptFailed(f"send! address: {exc.message}") from None
         if len(self.messages) >= self.limits.max_messages:

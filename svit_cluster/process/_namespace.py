@@ -6,7 +6,12 @@ from typing import Any
 
 from svit_cluster.errors import ErrorCode, InvalidInput, SvitError
 from svit_cluster.process._limits import Limits
-from svit_cluster.process._paths import ROOT_KEYS, validate_process_id, validate_script_name
+from svit_cluster.process._paths import (
+    ROOT_KEYS,
+    validate_address,
+    validate_process_id,
+    validate_script_name,
+)
 from svit_cluster.process._tree import (
     EMPTY_MAP,
     ArrayNode,
@@ -156,7 +161,8 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
       ``capabilities`` equal what this host generates;
     * ``/system/lineage`` is ``{parent}`` with a process id or null;
     * ``/system/outbox`` is an array of ``{id, to, body}`` maps with a string
-      ``id`` and a process-id ``to``.
+      ``id`` and a ``to`` that is a process id or an external address
+      (:func:`~svit_cluster.process.validate_address`).
 
     Args:
         root: the root node.
@@ -229,11 +235,11 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
         if not isinstance(intent_id, ScalarNode) or intent_id.kind != "string":
             raise _root_error(f"{where}/id", "must be a string")
         if not isinstance(to, ScalarNode) or to.kind != "string":
-            raise _root_error(f"{where}/to", "must be a process id")
+            raise _root_error(f"{where}/to", "must be an address string")
         try:
-            validate_process_id(to.value)
+            validate_address(to.value)
         except InvalidInput:
-            raise _root_error(f"{where}/to", "is not a process id") from None
+            raise _root_error(f"{where}/to", "is not a process id or external address") from None
 
 
 def encode_node(node: Node) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""Point 2: ``send!`` parses its address as a process id (reference: process.rs, send!).
+"""Point 2: ``send!`` parses its address (reference: process.rs, send! parses a process id).
 
-An address that is not ``svit://<rest>`` fails the activation with ``script_failed``;
-nothing is committed, so the dispatcher never sees it.
+An address that is neither a ``svit://<rest>`` process id nor, for this host's outbox
+dispatcher, an external ``<scheme>://<destination>`` URI fails the activation with
+``script_failed``; nothing is committed, so the dispatcher never sees it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from svit_cluster.process import Process
 from svit_cluster.process._activation import activate
 
 
-@pytest.mark.parametrize("address", ["not-an-address", "svit://", "svit:// x", "", "http://x"])
+@pytest.mark.parametrize("address", ["not-an-address", "svit://", "svit:// x", "svit:x",
+                                     "", "Svit://x", "http://", "://x", "http://a b"])
 def test_2_send_to_an_invalid_address_fails_the_activation(address: str) -> None:
     proc = Process.create("svit://conformance/sender", scripts={
         "s": f'(define (main input) (send! "{address}" 1))'})
@@ -26,11 +28,17 @@ def test_2_send_to_an_invalid_address_fails_the_activation(address: str) -> None
     assert proc.read("/system/outbox") == []
 
 
-def test_2_send_to_a_process_id_commits_the_intent() -> None:
+@pytest.mark.parametrize("address", [
+    "svit://conformance/peer",
+    # decision D8 (docs/conformance.md): external destinations for the dispatcher
+    "https://hooks.example.org/x", "redis-stream://integrations:orders",
+])
+def test_2_send_to_a_process_id_or_external_uri_commits_the_intent(address: str) -> None:
     """Control: a valid address still commits one intent."""
     proc = Process.create("svit://conformance/sender", scripts={
-        "s": '(define (main input) (send! "svit://conformance/peer" 1))'})
+        "s": f'(define (main input) (send! "{address}" 1))'})
     result = activate(proc, "s", None)
-    assert [m["to"] for m in result.messages] == ["svit://conformance/peer"]
+    assert [m["to"] for m in result.messages] == [address]
     outbox = proc.read("/system/outbox")
     assert isinstance(outbox, list) and len(outbox) == 1
+    assert Process.restore(proc.snapshot()).root_hash == proc.root_hash
