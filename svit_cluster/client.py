@@ -56,12 +56,17 @@ from svit_cluster.events import BoundedFeed, Lagged, Signal
 from svit_cluster.process import PROTOCOL, Value, decode_value, encode_value
 
 __all__ = [
+    "CLIENT_CAPABILITIES",
     "AsyncSvitClient",
     "RecoveredCommit",
     "Subscription",
     "SvitClient",
     "new_request_id",
 ]
+
+#: Gateway capabilities this client supports and offers in ``initialize``; the
+#: gateway answers with the ones both sides list (an omitted one is unsupported).
+CLIENT_CAPABILITIES: tuple[str, ...] = ("host-api", "fenced-receipts", "events")
 
 Compute = Callable[[Value, int], Value]
 
@@ -238,9 +243,11 @@ class SvitClient(_Base):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def initialize(self) -> dict[str, Any]:
-        """Negotiate with ``POST /v1/initialize``."""
-        result: dict[str, Any] = self._call("POST", "/v1/initialize",
-                                            json={"protocols": [PROTOCOL]})
+        """Negotiate with ``POST /v1/initialize`` (offers :data:`CLIENT_CAPABILITIES`)."""
+        result: dict[str, Any] = self._call(
+            "POST", "/v1/initialize",
+            json={"protocols": [PROTOCOL], "capabilities": list(CLIENT_CAPABILITIES)},
+        )
         return result
 
     def create_process(

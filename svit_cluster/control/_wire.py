@@ -174,7 +174,12 @@ ProcessId = Annotated[
     BeforeValidator(_check_pid),
     WithJsonSchema({"type": "string", "pattern": "^svit://\\S+$", "maxLength": 256}),
 ]
+#: A process version: 0..2**63-1 (the host's version range, see process.MAX_VERSION).
 Version = Annotated[int, Field(ge=0, le=2**63 - 1, strict=True)]
+#: A version a client expects: the reference's u64 range, 0..2**64-1. A value
+#: above the host's version range is well formed and simply conflicts (no
+#: process can be at it), so it is answered like any stale expectation.
+ExpectedVersion = Annotated[int, Field(ge=0, le=2**64 - 1, strict=True)]
 Hash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 _LENIENT = ConfigDict(extra="ignore", strict=True, frozen=True)
@@ -202,7 +207,7 @@ class ControlRequest(BaseModel):
     client_id: Identifier
     request_id: Identifier
     process_id: ProcessId
-    expected_version: Version
+    expected_version: ExpectedVersion
     command: Command
 
 
@@ -245,7 +250,7 @@ class Committed(BaseModel):
 class Conflict(BaseModel):
     model_config = _LENIENT
     status: Literal["conflict"]
-    expected_version: Version
+    expected_version: ExpectedVersion
     actual_version: Version
     root_hash: Hash
 

@@ -192,8 +192,9 @@ def create_app(
         return {
             "protocol": chosen,
             "protocols": [PROTOCOL],
-            "capabilities": [c for c in CAPABILITIES if c in body.capabilities]
-            if body.capabilities else list(CAPABILITIES),
+            # Only what both sides list: a capability the client omits (or an
+            # empty list) is unsupported (control protocol: protocol evolution).
+            "capabilities": [c for c in CAPABILITIES if c in body.capabilities],
             "implementation": IMPLEMENTATION,
             "authentication": {"scheme": "bearer", "header": "Authorization"},
             "limits": {"max_request_bytes": max_request_bytes},

@@ -35,6 +35,7 @@ from svit_cluster.lisp._types import (
     type_name,
     utf8len,
 )
+from svit_cluster.process._paths import validate_address
 from svit_cluster.process._values import from_plain_json, strict_json_loads, to_plain_json
 
 __all__ = ["SVIT", "SVIT_NOT_INLINE", "result_error", "result_ok"]
@@ -203,6 +204,10 @@ def b_exec(r: Run, a: Args) -> Any:
 def b_send(r: Run, a: Args) -> Any:
     arity("send!", a, 2)
     to = expect_str("send!", a[0])
+    try:  # reference: the address must parse (here: process id or external URI)
+        validate_address(to)
+    except SvitError as e:
+        raise script_failed(f"send! address is not valid: {e.message}") from None
     body = to_value(r, a[1])
     try:
         return r.host.send(to, body)

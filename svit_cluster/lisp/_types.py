@@ -288,7 +288,7 @@ def remember(run: Run, container: list[Any] | dict[str, Any], h: int) -> None:
     Flat containers (height 1) are not cached: walking them later is as cheap.
     """
     if h > run.max_depth:
-        raise resource_limit("value depth", f"max_value_depth={run.max_depth}")
+        raise invalid_value(f"value depth limit exceeded (max_value_depth={run.max_depth})")
     if h > 1:
         run.hcache[id(container)] = (container, h)
 
@@ -302,7 +302,8 @@ def to_value(run: Run, value: Any, depth: int = 0) -> Any:
     Raises:
         InvalidInput: (``invalid_value``) a function, symbol, keyword or char,
             or an integer outside signed 64 bits.
-        LimitExceeded: the result would nest deeper than ``max_value_depth``.
+        InvalidInput: (``invalid_value``) the result would nest deeper than
+            ``max_value_depth`` (reference: value validation is ``invalid_value``).
     """
     t = type(value)
     if t is int:
@@ -315,7 +316,7 @@ def to_value(run: Run, value: Any, depth: int = 0) -> Any:
         if not value:
             return None
         if depth >= run.max_depth:
-            raise resource_limit("value depth", f"max_value_depth={run.max_depth}")
+            raise invalid_value(f"value depth limit exceeded (max_value_depth={run.max_depth})")
         out = [to_value(run, item, depth + 1) for item in value]
         run.touch(len(out))
         run.alloc(16 + 8 * len(out))

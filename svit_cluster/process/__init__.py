@@ -9,7 +9,7 @@ Pure Python, no I/O. See ``DESIGN.md`` §1. Public names, by importance:
 * Commits: :class:`Change`, :class:`Transition`, :class:`Transaction`,
   :class:`Mutation`, :class:`WorkingCopy`.
 * Paths and ids: :func:`parse_path`, :func:`validate_process_id`,
-  :func:`validate_script_name`.
+  :func:`validate_address`, :func:`validate_script_name`.
 """
 
 from svit_cluster.process._limits import HARD_MAXIMA, Limits
@@ -18,6 +18,7 @@ from svit_cluster.process._paths import (
     ROOT_KEYS,
     format_path,
     parse_path,
+    validate_address,
     validate_process_id,
     validate_script_name,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "script_from_value",
     "strict_json_loads",
     "to_plain_json",
+    "validate_address",
     "validate_process_id",
     "validate_script_name",
     "values_equal",

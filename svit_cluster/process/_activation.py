@@ -21,9 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from svit_cluster.errors import ErrorCode, LimitExceeded, NotFound, ScriptFailed, SvitError
+from svit_cluster.errors import (
+    ErrorCode,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    ScriptFailed,
+    SvitError,
+)
 from svit_cluster.process._limits import Limits
-from svit_cluster.process._paths import parse_path, validate_script_name
+from svit_cluster.process._paths import parse_path, validate_address, validate_script_name
 from svit_cluster.process._process import Process
 from svit_cluster.process._tree import (
     ArrayNode,
@@ -31,6 +38,7 @@ from svit_cluster.process._tree import (
     Node,
     ScriptNode,
     get_node,
+    lookup_node,
     node_from_value,
     value_from_node,
 )
@@ -83,23 +91,26 @@ class _Session:
         self.log_bytes = 0
         self.messages: list[dict[str, Any]] = []
         self.staged_scripts: set[str] = set()
+        self.library_changes = 0
         self.depth = 0
         self.new_version = process.version + 1
 
     # -- reads ----------------------------------------------------------------
     def read(self, path: str) -> Value:
-        return _value_or_none(get_node(self.wc.root, parse_path(path)))
+        return _value_or_none(lookup_node(self.wc.root, parse_path(path)))
 
     def discover(self, path: str) -> Value:
-        node = get_node(self.wc.root, parse_path(path))
+        node = lookup_node(self.wc.root, parse_path(path))
         if isinstance(node, MapNode):
             return list(node.keys())
         if isinstance(node, ArrayNode):
             return [str(i) for i in range(len(node.items))]
-        return []
+        what = "nothing" if node is None else f"a {node.kind}"
+        raise InvalidInput(f"cannot discover {path[:200]}: {what} is there",
+                           code=ErrorCode.INVALID_PATH)
 
     def stat(self, path: str) -> Value:
-        node = get_node(self.wc.root, parse_path(path))
+        node = lookup_node(self.wc.root, parse_path(path))
         if node is None:
             return None
         size = len(node) if isinstance(node, MapNode) else (
@@ -108,19 +119,31 @@ class _Session:
         return {"kind": node.kind, "hash": node.hex, "size": size}
 
     # -- writes ---------------------------------------------------------------
+    def _count_library_change(self) -> None:
+        # Every library write or removal counts against max_staged_scripts, as in
+        # the reference (a count of changes, not of distinct names).
+        self.library_changes += 1
+        if self.library_changes > self.limits.max_staged_scripts:
+            raise LimitExceeded("too many staged scripts (max_staged_scripts)")
+
     def write(self, path: str, value: Value) -> None:
         segs = self.wc.write(path, value)
         if segs[0] == "lib":
             self.staged_scripts.add(segs[1])
-            if len(self.staged_scripts) > self.limits.max_staged_scripts:
-                raise LimitExceeded("too many staged scripts (max_staged_scripts)")
+            self._count_library_change()
 
     def remove(self, path: str) -> None:
-        self.wc.remove(path)
+        segs = self.wc.remove(path)
+        if segs[0] == "lib":
+            self._count_library_change()
 
     def send(self, to: str, body: Value) -> str:
-        if type(to) is not str or not to:
-            raise ScriptFailed("send! needs a non-empty string address")
+        if type(to) is not str:
+            raise ScriptFailed("send! needs a string address")
+        try:  # reference: the address must parse, else the script fails (see validate_address)
+            validate_address(to)
+        except InvalidInput as exc:
+            raise ScriptFailed(f"send! address: {exc.message}") from None
         if len(self.messages) >= self.limits.max_messages:
             raise LimitExceeded("too many messages (max_messages)")
         node_from_value(  # the intent {id, to, body} wraps the body one level deeper

@@ -103,6 +103,9 @@ def kind_of(value: object) -> str:
 def values_equal(a: Value, b: Value) -> bool:
     """Type-strict structural equality: ``values_equal(1, 1.0)`` is ``False``.
 
+    ``values_equal(-0.0, 0.0)`` is ``True``: the reference treats the two zeros
+    as one number (and decoders here store ``-0.0`` as ``0.0``).
+
     Raises:
         LimitExceeded: the values nest deeper than :data:`MAX_WALK_DEPTH`.
     """
@@ -124,10 +127,7 @@ def _equal(a: Value, b: Value, depth: int) -> bool:
     if ta is dict:
         assert isinstance(a, dict) and isinstance(b, dict)
         return a.keys() == b.keys() and all(_equal(a[k], b[k], depth + 1) for k in a)
-    if ta is float:
-        assert isinstance(a, float) and isinstance(b, float)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return a == b
+    return a == b  # floats: -0.0 == 0.0, one value as in the reference (value.rs)
 
 
 def utf8_len(s: str) -> int:
@@ -173,7 +173,7 @@ def _check_int(v: int) -> int:
 def _check_float(v: float) -> float:
     if not math.isfinite(v):
         raise InvalidInput("number must be finite", code=ErrorCode.INVALID_VALUE)
-    return v
+    return v + 0.0  # canonical zero: -0.0 + 0.0 == +0.0
 
 
 class _Budget:
@@ -191,14 +191,17 @@ class _Budget:
     def entry(self, depth: int) -> None:
         self.entries += 1
         if self.entries > self.max_entries:
-            raise LimitExceeded("value has too many entries (max_value_entries)")
+            raise InvalidInput("value has too many entries (max_value_entries)",
+                               code=ErrorCode.INVALID_VALUE)
         if depth > self.max_depth:
-            raise LimitExceeded("value is nested too deeply (max_value_depth)")
+            raise InvalidInput("value is nested too deeply (max_value_depth)",
+                               code=ErrorCode.INVALID_VALUE)
 
     def add_text(self, s: str) -> None:
         self.text += utf8_len(s)
         if self.text > self.max_text:
-            raise LimitExceeded("value has too much text (max_text_bytes)")
+            raise InvalidInput("value has too much text (max_text_bytes)",
+                               code=ErrorCode.INVALID_VALUE)
 
 
 _DEFAULT_DEPTH = 128
@@ -276,7 +279,7 @@ def decode_value(
 
     Raises:
         InvalidInput: (``invalid_value``) on any malformed node.
-        LimitExceeded: (``resource_limit_exceeded``) a bound was exceeded.
+        InvalidInput: (``invalid_value``) a depth, entry or text bound was exceeded.
     """
     return _decode(data, 0, _Budget(max_depth, max_entries, max_text_bytes))
 
@@ -349,7 +352,7 @@ def from_plain_json(
 
     Raises:
         InvalidInput: (``invalid_value``) non-finite numbers or non-JSON types.
-        LimitExceeded: a bound was exceeded.
+        InvalidInput: (``invalid_value``) a depth, entry or text bound was exceeded.
     """
     return _plain(data, 0, _Budget(max_depth, max_entries, max_text_bytes))
 

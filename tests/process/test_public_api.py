@@ -32,6 +32,7 @@ EXPECTED = [
     "script_from_value",
     "strict_json_loads",
     "to_plain_json",
+    "validate_address",
     "validate_process_id",
     "validate_script_name",
     "values_equal",
