@@ -44,7 +44,7 @@ from svit_cluster.events._model import (
 )
 from svit_cluster.events._source import ReadResult, Window
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
-from svit_cluster.store._redis import redis_boundary
+from svit_cluster.store._redis import failure_reason, redis_boundary
 
 __all__ = ["RedisEventLog", "RedisSignalSource", "fork_events", "parse_signal"]
 
@@ -381,4 +381,4 @@ class RedisSignalSource:
 
 def _unavailable(op: str, process_id: str, exc: Exception) -> UnavailableError:
     return UnavailableError(f"redis {op} failed for {process_id[:200]}: {type(exc).__name__}",
-                            op=op, process_id=process_id)
+                            op=op, process_id=process_id, reason=failure_reason(exc))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,9 +49,11 @@ __all__ = [
     "SAFE_EVICTION_POLICY",
     "EvictionPolicyError",
     "allow_unverified_from_env",
+    "async_policy_check",
     "check_eviction_policy",
     "connect",
     "failure_reason",
+    "judge_policy_reply",
     "redis_boundary",
     "refusal_reason",
     "verify_eviction_policy",
@@ -186,10 +188,23 @@ def check_eviction_policy(execute: Callable[..., Any], *, allow_unverified: bool
         redis.exceptions.ConnectionError, TimeoutError: Redis is unreachable.
     """
     try:
-        reply = execute("CONFIG", "GET", "maxmemory-policy")
+        reply: Any = execute("CONFIG", "GET", "maxmemory-policy")
     except ResponseError as exc:  # unknown command (renamed away), NOPERM, ...
+        reply = exc
+    return judge_policy_reply(reply, allow_unverified=allow_unverified, where=where)
+
+
+def judge_policy_reply(reply: Any, *, allow_unverified: bool, where: str) -> str | None:
+    """:func:`check_eviction_policy` on an already read ``CONFIG GET`` reply.
+
+    Args:
+        reply: the reply, or the ``ResponseError`` Redis answered instead.
+
+    Returns and raises as :func:`check_eviction_policy`.
+    """
+    if isinstance(reply, ResponseError):
         policy = None
-        detail = str(exc)
+        detail = str(reply)
     else:
         policy = _config_value(reply, "maxmemory-policy")
         detail = "CONFIG GET returned no value"
@@ -227,6 +242,29 @@ def _policy_checking_connect(allow_unverified: bool, where: str) -> Callable[[An
             return conn.read_response()
 
         check_eviction_policy(execute, allow_unverified=allow_unverified, where=where)
+
+    return on_connect
+
+
+def async_policy_check(url: str, *, allow_unverified: bool | None = None
+                       ) -> Callable[[Any], Awaitable[None]]:
+    """A ``redis_connect_func`` for ``redis.asyncio`` clients: the check of :func:`connect`.
+
+    Args:
+        url: the client's URL (named in messages, without credentials).
+        allow_unverified: as in :func:`connect` (None reads :data:`ALLOW_UNVERIFIED_ENV`).
+    """
+    allow = allow_unverified_from_env() if allow_unverified is None else allow_unverified
+    where = _where(url)
+
+    async def on_connect(conn: Any) -> None:
+        await conn.on_connect()
+        await conn.send_command("CONFIG", "GET", "maxmemory-policy")
+        try:
+            reply: Any = await conn.read_response()
+        except ResponseError as exc:
+            reply = exc
+        judge_policy_reply(reply, allow_unverified=allow, where=where)
 
     return on_connect
 

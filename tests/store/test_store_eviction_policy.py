@@ -199,3 +199,25 @@ def test_a_stale_owner_cannot_commit_after_its_fence_is_evicted(
     assert refusals and all(r.fields["reason"] == "eviction_policy" for r in refusals)
     assert raw.xlen(old.keys.stream) == 0
     raw.close()
+
+
+async def test_the_dispatcher_client_refuses_an_evicting_redis(
+    lru_redis: ConfiguredRedis, fresh_redis: RedisServer
+) -> None:
+    """The dispatcher's stream leases carry a TTL: volatile-* and allkeys-* could
+    evict one early and let two workers read one stream."""
+    from svit_cluster.dispatch._redisutil import async_client, boundary
+
+    client = async_client(lru_redis.url)
+    with pytest.raises(UnavailableError) as info:
+        with boundary("lease.claim", outcome="unknown"):
+            await client.set("svit:dispatch:lease", "w1", px=1000)
+    assert info.value.fields["reason"] == "eviction_policy"
+    assert "allkeys-lru" in info.value.message
+    await client.aclose()
+    ok = async_client(fresh_redis.url)
+    assert await ok.set("svit:dispatch:lease", "w1", px=1000)
+    await ok.aclose()
+    raw = redis.Redis.from_url(lru_redis.url)
+    assert raw.keys("*") == []
+    raw.close()
