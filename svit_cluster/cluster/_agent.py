@@ -75,14 +75,34 @@ class HostAgent:
     # -- lease ---------------------------------------------------------------------------
 
     async def start(self) -> dict[str, Any]:
-        """Grant the lease, register the host, start the rejoin loop. Idempotent."""
+        """Grant the lease, register the host, start the rejoin loop. Idempotent.
+
+        Raises:
+            ConfigurationError: the commit log's Redis may evict keys (its
+                ``maxmemory-policy`` is not ``noeviction``), or its policy cannot
+                be read and ``redis_allow_unverified_eviction_policy`` is off.
+                The host does not join. (Redis being unreachable only logs a
+                warning: every new connection checks the policy again.)
+        """
         if self.lease is None:
+            await asyncio.to_thread(self._check_redis)
             await self._join()
             loop = asyncio.get_running_loop()
             self._rejoin = loop.create_task(self._rejoin_loop())
             self._reconcile_task = loop.create_task(self._reconcile_loop())
             self._refill()
         return await self.status()
+
+    def _check_redis(self) -> None:
+        from svit_cluster.store import verify_eviction_policy
+
+        url = self.cfg.redis_for(self.host)
+        try:
+            verify_eviction_policy(
+                url, allow_unverified=self.cfg.redis_allow_unverified_eviction_policy)
+        except UnavailableError as exc:
+            log.warning("could not check the eviction policy of the commit log's Redis: %s",
+                        exc)
 
     # -- warm spares ---------------------------------------------------------------------
 

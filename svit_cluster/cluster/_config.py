@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.errors import ConfigurationError
+from svit_cluster.store._redis import allow_unverified_from_env
 
 __all__ = ["ClusterConfig"]
 
@@ -35,6 +36,11 @@ class ClusterConfig:
             never read from cluster.json, the environment or a CLI flag: only
             ``LocalCluster.up(unsafe_disable_fencing=True)`` sets it, in Python.
         signal_retention: observer signals kept per process (default 10 000).
+        redis_allow_unverified_eviction_policy: start against a Redis whose
+            ``maxmemory-policy`` cannot be read (``CONFIG`` disabled, as on some
+            managed services), with a warning; the operator vouches that it is
+            ``noeviction``. Env ``SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY``
+            (default False: such a Redis is refused, as is any evicting one).
         reasoner: the reasoning loop's settings
             (``svit_cluster.reasoning.ReasonerConfig`` fields; default: the
             simulated reasoner). May hold an API key: kept out of ``repr``.
@@ -52,6 +58,7 @@ class ClusterConfig:
     host_endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
     unsafe_disable_fencing: bool = False
     signal_retention: int = 10_000
+    redis_allow_unverified_eviction_policy: bool = False
     reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -109,6 +116,7 @@ class ClusterConfig:
                 snapshot_every=int(env.get("SVIT_SNAPSHOT_EVERY", "100")),
                 passivate_after_s=float(env.get("SVIT_PASSIVATE_AFTER_S", "300")),
                 signal_retention=int(env.get("SVIT_SIGNAL_RETENTION", "10000")),
+                redis_allow_unverified_eviction_policy=allow_unverified_from_env(),
                 reasoner={k: env[f"SVIT_REASONER_{k.upper()}"]
                           for k in ("kind", "base_url", "model", "api_key_env")
                           if f"SVIT_REASONER_{k.upper()}" in env},

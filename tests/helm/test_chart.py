@@ -555,6 +555,18 @@ def test_external_redis_url_is_kept_in_a_secret(render: Render) -> None:
     assert url not in json.dumps(_kind(manifests, "ConfigMap"))
 
 
+def test_eviction_policy_override_reaches_only_external_redis(render: Render) -> None:
+    """svit refuses a Redis that may evict keys; the override (for a managed Redis
+    without CONFIG) is off by default and never applies to the bundled Redis."""
+    assert _config(render())["SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY"] == "false"
+    bundled = render(None, "redis.external.allowUnverifiedEvictionPolicy=true")
+    assert _config(bundled)["SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY"] == "false"
+    assert "maxmemory-policy noeviction" in _redis_conf(bundled)
+    external = render(None, "redis.enabled=false", "redis.external.url=redis://r.infra:6379/0",
+                      "redis.external.allowUnverifiedEvictionPolicy=true")
+    assert _config(external)["SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY"] == "true"
+
+
 def test_restricted_gateway_ingress_still_admits_the_test_hook(render: Render) -> None:
     manifests = render(CHART / "ci" / "production-values.yaml")
     policy = _policies(manifests)["gateway"]
