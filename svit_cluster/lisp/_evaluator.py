@@ -7,7 +7,9 @@ and tail calls run in constant space:
 * a call pushes the :data:`RET` marker, unless the marker is already on top
   (the call is in tail position), in which case the frame is simply replaced;
 * ``max_call_stack`` bounds the number of :data:`RET` markers (guest frames);
-* ``max_value_stack`` bounds the control stack plus the arguments being bound.
+* ``max_value_stack`` bounds the control stack plus the arguments being bound,
+  for closures and builtins alike (inline builtin calls of at most 3 arguments
+  are not counted; see docs/conformance.md, R1).
 
 Simple subtrees (see :mod:`svit_cluster.lisp._nodes`) are evaluated by their
 direct closures; Python recursion depth there is bounded by
@@ -298,6 +300,8 @@ def _loop(
                 vals = vals[1:]
                 vals[0] = None
                 continue
+            if len(ctl) + len(vals) - 2 > max_vs:  # builtin arguments count too
+                raise _fail(resource_limit("value stack", f"max_value_stack={max_vs}"), where)
             fast = fn.fast
             done = False
             if fast is not None and len(vals) == 4:

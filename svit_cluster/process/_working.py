@@ -55,6 +55,23 @@ class Change:
     paths: tuple[str, ...]
     hashes: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
 
+    def touches(self, path: str) -> bool:
+        """Whether this commit may have changed what ``path`` shows.
+
+        True when ``path`` is a touched path, lies below one (its subtree), or is
+        an ancestor of one (its listing or hash changed), ``"/"`` included; false
+        for siblings and unrelated subtrees (reference: process.rs ``Change``
+        covers the touched node, its subtree and every ancestor). Paths are
+        compared segment by segment, so ``/memory/a`` does not touch ``/memory/ab``.
+        """
+        target = tuple(s for s in path.split("/") if s)
+        for touched in self.paths:
+            seg = tuple(s for s in touched.split("/") if s)
+            n = min(len(seg), len(target))
+            if seg[:n] == target[:n]:
+                return True
+        return False
+
 
 @dataclass(frozen=True, slots=True)
 class Transition:
