@@ -25,6 +25,7 @@ from svit_cluster.errors import ErrorCode, LimitExceeded, NotFound, ScriptFailed
 from svit_cluster.process._limits import Limits
 from svit_cluster.process._paths import parse_path, validate_script_name
 from svit_cluster.process._process import Process
+from svit_cluster.process._stat import stat_record
 from svit_cluster.process._tree import (
     ArrayNode,
     MapNode,
@@ -102,10 +103,7 @@ class _Session:
         node = get_node(self.wc.root, parse_path(path))
         if node is None:
             return None
-        size = len(node) if isinstance(node, MapNode) else (
-            len(node.items) if isinstance(node, ArrayNode) else 0
-        )
-        return {"kind": node.kind, "hash": node.hex, "size": size}
+        return stat_record(path, node)
 
     # -- writes ---------------------------------------------------------------
     def write(self, path: str, value: Value) -> None:
