@@ -34,7 +34,7 @@ literals                    numbers, strings (JSON escapes), ``true``,
 
 Bounds (the reference's): the filter is 1 to 4096 bytes and nests at most 64
 levels, at most 100 outputs, whose JSON text totals at most
-``max_text_bytes``. Every 64 evaluation steps cost one fuel unit, so a filter
+``max_text_bytes``. Every 8 evaluation steps cost one fuel unit, so a filter
 that explodes over a large input stops at the fuel limit deterministically.
 """
 
@@ -96,14 +96,14 @@ def _tokens(text: str) -> list[tuple[str, Any]]:
                 raise script_failed("jq: invalid string literal") from None
             i = j + 1
             continue
-        if c.isdigit():
-            j = i
+        if c.isdigit() or (c == "-" and i + 1 < n and text[i + 1].isdigit()):
+            j = i + 1
             while j < n and (text[j].isdigit() or text[j] in ".eE" or
                              (text[j] in "+-" and text[j - 1] in "eE")):
                 j += 1
             lit = text[i:j]
             try:
-                num: Any = int(lit) if lit.isdigit() else float(lit)
+                num: Any = int(lit) if lit.lstrip("-").isdigit() else float(lit)
             except ValueError:
                 raise script_failed(f"jq: invalid number {lit[:40]}") from None
             if type(num) is float and not math.isfinite(num):
@@ -336,7 +336,7 @@ class _Eval:
 
     def step(self) -> None:
         self.steps += 1
-        if self.steps & 63 == 0:
+        if self.steps & 7 == 0:
             r = self.r
             r.fuel += 1
             if r.fuel > r.check_at:
