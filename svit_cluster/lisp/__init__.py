@@ -49,7 +49,11 @@ class GuestHost(Protocol):
         """The child names below ``path`` (an array of strings)."""
 
     def stat(self, path: str) -> Value:
-        """A map describing the node at ``path`` (``None`` if missing)."""
+        """The facts record of the node at ``path`` (``None`` if missing).
+
+        Shape: :func:`svit_cluster.process._stat.stat_record` (the reference's
+        ``kind``, ``access``, ``locality``, ``facts``, ``hash``, ...).
+        """
 
     def write(self, path: str, value: Value) -> None:
         """Stage a write below ``/memory`` or to ``/lib/<name>``."""

@@ -273,10 +273,20 @@ def _map(name: str, value: Any) -> dict[str, Any]:
 
 
 def b_map_get(r: Run, a: Args) -> Any:
+    """``(map-get map key [default])``: an absent key fails unless a default is given.
+
+    The reference's catalog says an absent key fails; the optional default is
+    our extension (``map-get-safe`` returns a result map instead).
+    """
     arity("map-get", a, 2, 3)
     m = _map("map-get", a[0])
     key = expect_str("map-get", a[1])
-    return m.get(key, a[2] if len(a) == 3 else None)
+    found = m.get(key, _MISSING)
+    if found is not _MISSING:
+        return found
+    if len(a) == 3:
+        return a[2]
+    raise script_failed(f"map-get: key {key[:200]!r} is absent")
 
 
 def b_map_has(r: Run, a: Args) -> Any:

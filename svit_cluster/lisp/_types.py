@@ -42,10 +42,12 @@ __all__ = [
     "Builtin",
     "Char",
     "Closure",
+    "DispatchTable",
     "Keyword",
     "Lambda",
     "Symbol",
     "SynList",
+    "TailCall",
     "case_eq",
     "display",
     "height",
@@ -187,7 +189,9 @@ class Builtin:
         name: the Lisp name.
         fn: ``fn(run, args)``; raises project errors only.
         special: 0, or :data:`SP_APPLY` / :data:`SP_SAFE` for functions the
-            evaluator itself implements because they call guest functions.
+            evaluator itself implements because they call guest functions, or
+            :data:`SP_CALL` for a builtin whose ``fn`` may return a
+            :class:`TailCall` for the evaluator to perform.
         inline: ``False`` for builtins that must run from the evaluator loop
             (they re-enter the interpreter, like ``exec``).
         fast: ``(op, ranged)`` for binary integer arithmetic and comparison:
@@ -217,6 +221,49 @@ class Builtin:
 
 SP_APPLY = 1
 SP_SAFE = 2
+#: A builtin that may call a guest function: ``fn`` returns a value or a :class:`TailCall`.
+SP_CALL = 3
+
+
+class TailCall:
+    """What an :data:`SP_CALL` builtin asks the evaluator to do next.
+
+    The evaluator applies ``fn`` to ``args``; when that call returns, ``post``
+    (if any) maps its value (``post(run, value) -> value``), and with
+    ``catch`` a catchable error of the call becomes an error result, exactly
+    as with ``safe-call``.
+    """
+
+    __slots__ = ("args", "catch", "fn", "post")
+
+    def __init__(
+        self,
+        fn: Any,
+        args: Sequence[Any],
+        post: Callable[[Run, Any], Any] | None = None,
+        catch: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.post = post
+        self.catch = catch
+
+
+class DispatchTable:
+    """An ephemeral, guest-built table of named handler functions (``dispatch-table``).
+
+    It holds only the functions the guest listed, so ``dispatch`` can never
+    reach any other guest or host function by name. It cannot be stored.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: dict[str, Any]) -> None:
+        self.entries = entries
+
+    def __repr__(self) -> str:
+        return f"<dispatch-table {len(self.entries)}>"
+
 
 _NAMES: dict[type, str] = {
     int: "integer",
@@ -232,6 +279,7 @@ _NAMES: dict[type, str] = {
     Closure: "lambda",
     Builtin: "function",
     Script: "script",
+    DispatchTable: "dispatch-table",
 }
 
 

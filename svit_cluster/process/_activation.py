@@ -32,6 +32,7 @@ from svit_cluster.errors import (
 from svit_cluster.process._limits import Limits
 from svit_cluster.process._paths import parse_path, validate_address, validate_script_name
 from svit_cluster.process._process import Process
+from svit_cluster.process._stat import stat_record
 from svit_cluster.process._tree import (
     ArrayNode,
     MapNode,
@@ -113,10 +114,7 @@ class _Session:
         node = lookup_node(self.wc.root, parse_path(path))
         if node is None:
             return None
-        size = len(node) if isinstance(node, MapNode) else (
-            len(node.items) if isinstance(node, ArrayNode) else 0
-        )
-        return {"kind": node.kind, "hash": node.hex, "size": size}
+        return stat_record(path, node)
 
     # -- writes ---------------------------------------------------------------
     def _count_library_change(self) -> None:

@@ -31,6 +31,7 @@ from svit_cluster.process._namespace import (
     with_system,
 )
 from svit_cluster.process._paths import parse_path, validate_process_id
+from svit_cluster.process._stat import stat_record
 from svit_cluster.process._transaction import GENESIS_HASH, Transaction
 from svit_cluster.process._tree import (
     ArrayNode,
@@ -210,17 +211,11 @@ class Process:
                            code=ErrorCode.INVALID_PATH)
 
     def stat(self, path: str) -> dict[str, Value] | None:
-        """``{kind, hash, size}`` of the node at ``path`` or None when missing.
-
-        ``size`` is the number of children of a container, else 0.
-        """
+        """The facts record of the node at ``path`` (:func:`stat_record`), None when missing."""
         node = self.node(path)
         if node is None:
             return None
-        size = len(node) if isinstance(node, MapNode) else (
-            len(node.items) if isinstance(node, ArrayNode) else 0
-        )
-        return {"kind": node.kind, "hash": node.hex, "size": size}
+        return stat_record(path, node)
 
     # -- commits ------------------------------------------------------------------
 

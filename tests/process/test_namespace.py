@@ -29,9 +29,16 @@ def test_root_has_exactly_the_design_keys() -> None:
     p = Process.create("svit://n")
     assert set(ROOT_KEYS) == DESIGN_ROOT_KEYS and len(ROOT_KEYS) == len(DESIGN_ROOT_KEYS)
     assert p.discover("/") == sorted(DESIGN_ROOT_KEYS)
-    assert p.stat("/inbox") == {"kind": "array", "hash": p.node("/inbox").hex, "size": 0}  # type: ignore[union-attr]
+    assert p.stat("/inbox") == {  # the reference's facts record (svit_cluster.process._stat)
+        "access": "read", "attached": True, "facts": {"content": "array", "entries": 0},
+        "hash": p.node("/inbox").hex, "kind": "directory", "locality": "cache",  # type: ignore[union-attr]
+        "mount": None, "path": "/inbox", "source": "process",
+    }
     for key in DESIGN_ROOT_KEYS - {"inbox"}:
-        assert p.stat(f"/{key}")["kind"] == "map"  # type: ignore[index]
+        record = p.stat(f"/{key}")
+        assert record is not None and record["kind"] == "directory"
+        assert record["facts"]["content"] == "object"  # type: ignore[index,call-overload]
+        assert record["access"] == ("read-write" if key == "memory" else "read")
     for reserved in ("ports", "mounts", "tasks", "children", "thread"):
         assert p.read(f"/{reserved}") == {}
 
