@@ -214,10 +214,14 @@ def b_send(r: Run, a: Args) -> Any:
 def b_log_info(r: Run, a: Args) -> Any:
     arity("log-info!", a, 1, 2)
     message = expect_str("log-info!", a[0])
+    fields: dict[str, Any] = {}
     if len(a) == 2:
-        message = f"{message} {_stringify(r, a[1])}"
+        # The record is {message, fields}: a map becomes the fields; any other
+        # value is kept whole under "value" (svit_cluster's choice, docs/conformance.md).
+        value = to_value(r, a[1])
+        fields = dict(value) if type(value) is dict else {"value": value}
     try:
-        r.host.log_info(message)
+        r.host.log_info(message, fields)
     except SvitError as e:
         r.foreign = e
         raise

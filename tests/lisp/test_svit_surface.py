@@ -31,7 +31,7 @@ def test_reference_counter_with_log_and_null_check() -> None:
     """
     out, host, _ = run(src, {"by": 2}, memory={"count": 0})
     assert out == {"count": 2, "missing-is-null": True}
-    assert host.logs == ['counted {"count":2}']
+    assert host.logs == [{"message": "counted", "fields": {"count": 2}}]
 
 
 def test_reference_generic_operations_and_nested_exec() -> None:
@@ -136,7 +136,7 @@ def test_stat_discover_send_log() -> None:
     out, host, _ = run(src, memory={"k": 1})
     assert out == [{"kind": "map", "path": "/memory"}, None, ["k"], "svit://local/test:1:0", None]
     assert host.messages == [("svit://local/other", {"hi": 1})]
-    assert host.logs == ["plain"]
+    assert host.logs == [{"message": "plain", "fields": {}}]
     with pytest.raises(ScriptFailed):
         run("(define (main input) (send! 1 2))")
     with pytest.raises(ScriptFailed):
