@@ -7,6 +7,7 @@ from typing import Any
 from svit_cluster.errors import ErrorCode, InvalidInput
 from svit_cluster.process._limits import Limits
 from svit_cluster.process._paths import ROOT_KEYS, validate_process_id, validate_script_name
+from svit_cluster.process._transaction import TRANSACTION_FORMAT
 from svit_cluster.process._tree import (
     EMPTY_MAP,
     ArrayNode,
@@ -17,7 +18,7 @@ from svit_cluster.process._tree import (
     get_node,
     node_from_value,
 )
-from svit_cluster.process._values import Script, Value, decode_value
+from svit_cluster.process._values import Script, Value, decode_value, script_json
 
 __all__ = [
     "LANGUAGE",
@@ -42,7 +43,7 @@ def _system(process_id: str, limits: Limits, authenticated: bool, parent: str | 
         "runtime": {
             "language": LANGUAGE,
             "snapshot_format": SNAPSHOT_FORMAT,
-            "transaction_format": "svit-transaction@1",
+            "transaction_format": TRANSACTION_FORMAT,
         },
         "api": {"control": PROTOCOL},
         "capabilities": [],
@@ -116,10 +117,7 @@ def encode_node(node: Node) -> dict[str, Any]:
     if isinstance(node, ArrayNode):
         return {"type": "array", "value": [encode_node(n) for n in node.items]}
     assert isinstance(node, ScriptNode)
-    return {
-        "type": "script",
-        "value": {"source": node.script.source, "documentation": node.script.documentation},
-    }
+    return {"type": "script", "value": script_json(node.script)}
 
 
 def decode_root(data: Any, process_id: str, limits: Limits) -> MapNode:

@@ -13,6 +13,7 @@ string      ``str``                 ``{"type":"string","value":"x"}``
 array       ``list``                ``{"type":"array","value":[...]}``
 map         ``dict[str, Value]``    ``{"type":"map","value":{...}}`` (keys sorted)
 script      :class:`Script`         ``{"type":"script","value":{"source":..,"documentation":..}}``
+                                    (``documentation`` omitted when absent)
 ==========  ======================  ==========================================
 
 Integer ``1`` and number ``1.0`` are different values: use :func:`values_equal`,
@@ -39,6 +40,7 @@ __all__ = [
     "encode_value",
     "from_plain_json",
     "kind_of",
+    "script_json",
     "strict_json_loads",
     "to_plain_json",
     "utf8_len",
@@ -206,20 +208,34 @@ _DEFAULT_ENTRIES = 1_000_000
 _DEFAULT_TEXT = 64 * 1024 * 1024
 
 
-def encode_value(value: Value) -> dict[str, Any]:
+def script_json(script: Script, *, null_documentation: bool = False) -> dict[str, Any]:
+    """``{source, documentation}`` of a script; ``documentation`` is omitted when absent.
+
+    ``null_documentation=True`` writes an absent documentation as ``null``
+    instead: the encoding of records this project wrote before issue 14
+    (legacy ``svit-transaction@1`` records hash it that way).
+    """
+    if script.documentation is None and not null_documentation:
+        return {"source": script.source}
+    return {"source": script.source, "documentation": script.documentation}
+
+
+def encode_value(value: Value, *, null_documentation: bool = False) -> dict[str, Any]:
     """Encode a plain value to its tagged wire form (a JSON-ready ``dict``).
 
-    Map keys are emitted in sorted order.
+    Map keys are emitted in sorted order. A script without documentation is
+    ``{"source": ...}`` (``documentation`` omitted, never ``null``) unless
+    ``null_documentation`` (see :func:`script_json`).
 
     Raises:
         InvalidInput: (``invalid_value``) a non-value, a non-finite float, an
             integer outside i64, or a non-string map key is found.
         LimitExceeded: the value nests deeper than :data:`MAX_WALK_DEPTH` (or is cyclic).
     """
-    return _encode(value, 0)
+    return _encode(value, 0, null_documentation)
 
 
-def _encode(value: Value, depth: int) -> dict[str, Any]:
+def _encode(value: Value, depth: int, null_doc: bool = False) -> dict[str, Any]:
     if value is None:
         return {"type": "null"}
     t = type(value)
@@ -237,20 +253,17 @@ def _encode(value: Value, depth: int) -> dict[str, Any]:
         raise _too_deep()
     if t is list:
         assert isinstance(value, list)
-        return {"type": "array", "value": [_encode(v, depth + 1) for v in value]}
+        return {"type": "array", "value": [_encode(v, depth + 1, null_doc) for v in value]}
     if t is dict:
         assert isinstance(value, dict)
         _check_keys(value)
         out: dict[str, Any] = {}
         for k in sorted(value):
-            out[k] = _encode(value[k], depth + 1)
+            out[k] = _encode(value[k], depth + 1, null_doc)
         return {"type": "map", "value": out}
     if t is Script:
         assert isinstance(value, Script)
-        return {
-            "type": "script",
-            "value": {"source": value.source, "documentation": value.documentation},
-        }
+        return {"type": "script", "value": script_json(value, null_documentation=null_doc)}
     raise InvalidInput(f"not a storable value: {t.__name__}", code=ErrorCode.INVALID_VALUE)
 
 
@@ -384,7 +397,7 @@ def _plain(data: Any, depth: int, budget: _Budget) -> Value:
 
 
 def to_plain_json(value: Value) -> Any:
-    """Convert a plain value to untagged JSON; a script becomes ``{source, documentation}``.
+    """Convert a plain value to untagged JSON; a script becomes :func:`script_json`.
 
     This loses the integer/number distinction for integral floats only in JSON
     text produced by other tools; Python's :mod:`json` keeps ``1.0`` as ``1.0``.
@@ -409,7 +422,7 @@ def _to_plain(value: Value, depth: int) -> Any:
         return {k: _to_plain(value[k], depth + 1) for k in sorted(value)}
     if t is Script:
         assert isinstance(value, Script)
-        return {"source": value.source, "documentation": value.documentation}
+        return script_json(value)
     return value
 
 
