@@ -12,7 +12,6 @@ failures (see :func:`~svit_cluster.lisp._errors.catchable`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from svit_cluster.lisp._errors import (
     resource_limit,
     script_failed,
 )
+from svit_cluster.lisp._json import json_text
 from svit_cluster.lisp._meter import Run
 from svit_cluster.lisp._types import (
     container_height,
@@ -233,7 +233,7 @@ def b_log_info(r: Run, a: Args) -> Any:
 
 def _stringify(r: Run, value: Any) -> str:
     plain = to_plain_json(to_value(r, value))
-    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json_text(plain)  # serde_json's bytes, numbers included (``1e21``, ``1e-7``)
     r.touch(len(text))
     r.alloc(16 + len(text))
     return text
@@ -248,7 +248,8 @@ def b_json_parse(r: Run, a: Args) -> Any:
     if size > limits.max_text_bytes:
         raise resource_limit("text bytes", f"max_text_bytes={limits.max_text_bytes}")
     r.alloc(16 + size)
-    data = strict_json_loads(text, what="json-parse input")
+    # A repeated key keeps its last value, as serde_json does for maps.
+    data = strict_json_loads(text, what="json-parse input", last_duplicate_wins=True)
     return from_plain_json(
         data,
         max_depth=r.max_depth,

@@ -463,11 +463,15 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def strict_json_loads(data: bytes | str, *, what: str = "document") -> Any:
+def strict_json_loads(
+    data: bytes | str, *, what: str = "document", last_duplicate_wins: bool = False
+) -> Any:
     """Parse one strict JSON document.
 
     Rejects duplicate object keys, ``NaN``/``Infinity`` constants, invalid
     UTF-8, and anything but whitespace after the document (trailing bytes).
+    With ``last_duplicate_wins`` a repeated key keeps its last value instead
+    of failing (serde_json's rule for maps; ``json-parse`` uses it).
 
     Raises:
         InvalidInput: (``decode_error``) on any of the above; the message names
@@ -475,7 +479,8 @@ def strict_json_loads(data: bytes | str, *, what: str = "document") -> Any:
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        hook = dict if last_duplicate_wins else _no_duplicates
+        return json.loads(text, object_pairs_hook=hook, parse_constant=_no_constants)
     except (ValueError, RecursionError, UnicodeDecodeError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
         raise InvalidInput(
