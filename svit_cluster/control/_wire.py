@@ -24,6 +24,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     WithJsonSchema,
+    model_validator,
 )
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, SvitError
@@ -45,6 +46,7 @@ __all__ = [
     "ControlRequest",
     "ControlResponse",
     "Failure",
+    "LogRecord",
     "Message",
     "Outcome",
     "Rejected",
@@ -212,12 +214,38 @@ class ControlRequest(BaseModel):
 
 
 class Message(BaseModel):
-    """An outbox intent staged by ``send!``: id ``<sender>:<version>:<index>``."""
+    """An outbox intent staged by ``send!``.
+
+    ``message_id`` is ``<sender>:<version>:<index>`` (the reference's field name;
+    it is the dispatcher's idempotency key).
+    """
 
     model_config = _LENIENT
-    id: str
+    message_id: str
     to: str
     body: TaggedValue
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_id(cls, data: Any) -> Any:
+        # Receipts stored before the rename carry ``id``: read both, write ``message_id``.
+        if isinstance(data, dict) and "message_id" not in data and "id" in data:
+            return {**data, "message_id": data["id"]}
+        return data
+
+
+class LogRecord(BaseModel):
+    """One ``log-info!`` record: ``message`` and a map of tagged ``fields`` (maybe empty)."""
+
+    model_config = _LENIENT
+    message: str
+    fields: dict[str, TaggedValue] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_text(cls, data: Any) -> Any:
+        # Receipts stored before records carried plain strings: read them as records.
+        return {"message": data, "fields": {}} if isinstance(data, str) else data
 
 
 class Activation(BaseModel):
@@ -225,7 +253,7 @@ class Activation(BaseModel):
 
     model_config = _LENIENT
     output: TaggedValue
-    logs: list[str]
+    logs: list[LogRecord]
     messages: list[Message]
     version: Version
     root_hash: Hash

@@ -67,8 +67,8 @@ class GuestHost(Protocol):
     def send(self, to: str, body: Value) -> str:
         """Stage an outbox intent; returns its id."""
 
-    def log_info(self, message: str) -> None:
-        """Record a log line (``log-info!``; optional fields are appended as JSON)."""
+    def log_info(self, message: str, fields: dict[str, Value] | None = None) -> None:
+        """Record a log record ``{message, fields}`` (``log-info!``; ``fields`` a map)."""
 
 
 _cache: OrderedDict[tuple[Any, ...], Program | tuple[type[SvitError], str, Any, dict[str, Any]]]

@@ -12,7 +12,6 @@ failures (see :func:`~svit_cluster.lisp._errors.catchable`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from svit_cluster.lisp._errors import (
     resource_limit,
     script_failed,
 )
+from svit_cluster.lisp._json import json_text
 from svit_cluster.lisp._meter import Run
 from svit_cluster.lisp._types import (
     container_height,
@@ -219,10 +219,14 @@ def b_send(r: Run, a: Args) -> Any:
 def b_log_info(r: Run, a: Args) -> Any:
     arity("log-info!", a, 1, 2)
     message = expect_str("log-info!", a[0])
+    fields: dict[str, Any] = {}
     if len(a) == 2:
-        message = f"{message} {_stringify(r, a[1])}"
+        # The record is {message, fields}: a map becomes the fields; any other
+        # value is kept whole under "value" (svit_cluster's choice, docs/conformance.md).
+        value = to_value(r, a[1])
+        fields = dict(value) if type(value) is dict else {"value": value}
     try:
-        r.host.log_info(message)
+        r.host.log_info(message, fields)
     except SvitError as e:
         r.foreign = e
         raise
@@ -234,7 +238,7 @@ def b_log_info(r: Run, a: Args) -> Any:
 
 def _stringify(r: Run, value: Any) -> str:
     plain = to_plain_json(to_value(r, value))
-    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json_text(plain)  # serde_json's bytes, numbers included (``1e21``, ``1e-7``)
     r.touch(len(text))
     r.alloc(16 + len(text))
     return text
@@ -249,7 +253,8 @@ def b_json_parse(r: Run, a: Args) -> Any:
     if size > limits.max_text_bytes:
         raise resource_limit("text bytes", f"max_text_bytes={limits.max_text_bytes}")
     r.alloc(16 + size)
-    data = strict_json_loads(text, what="json-parse input")
+    # A repeated key keeps its last value, as serde_json does for maps.
+    data = strict_json_loads(text, what="json-parse input", last_duplicate_wins=True)
     return from_plain_json(
         data,
         max_depth=r.max_depth,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from svit_cluster.lisp._errors import invalid_value, resource_limit, script_failed
-from svit_cluster.process._values import I64_MAX, I64_MIN, Script
+from svit_cluster.process._values import I64_MAX, I64_MIN, Script, script_json
 
 if TYPE_CHECKING:
     from svit_cluster.lisp._meter import Run
@@ -458,7 +458,7 @@ def _quote_str(text: str) -> str:
 
 def _json_default(obj: Any) -> Any:
     if type(obj) is Script:
-        return {"source": obj.source, "documentation": obj.documentation}
+        return script_json(obj)
     raise TypeError(type(obj).__name__)
 
 

@@ -25,10 +25,12 @@ from svit_cluster.process._paths import (
 from svit_cluster.process._process import MAX_SNAPSHOT_BYTES, Committer, Process
 from svit_cluster.process._transaction import (
     GENESIS_HASH,
+    LEGACY_TRANSACTION_FORMAT,
     TRANSACTION_FORMAT,
     Mutation,
     Transaction,
 )
+from svit_cluster.process._tree import HASH_SCHEME
 from svit_cluster.process._values import (
     Script,
     Value,
@@ -45,7 +47,9 @@ from svit_cluster.process._working import Change, Transition, WorkingCopy, scrip
 __all__ = [
     "GENESIS_HASH",
     "HARD_MAXIMA",
+    "HASH_SCHEME",
     "LANGUAGE",
+    "LEGACY_TRANSACTION_FORMAT",
     "MAX_SNAPSHOT_BYTES",
     "PROTOCOL",
     "ROOT_KEYS",

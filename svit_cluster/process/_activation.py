@@ -43,7 +43,7 @@ from svit_cluster.process._tree import (
     node_from_value,
     value_from_node,
 )
-from svit_cluster.process._values import Value
+from svit_cluster.process._values import Value, canonical_json, to_plain_json
 from svit_cluster.process._working import Transition, WorkingCopy
 
 __all__ = ["ActivationResult", "activate", "prepare_activation"]
@@ -57,8 +57,9 @@ class ActivationResult:
 
     Attributes:
         output: ``main``'s return value.
-        logs: ``log-info!`` records, in order.
-        messages: outbox intents ``{id, to, body}`` in order.
+        logs: ``log-info!`` records ``{message, fields}`` in order (``fields``
+            a plain map, possibly empty; the reference's log record shape).
+        messages: outbox intents ``{message_id, to, body}`` in order.
         version: the new process version.
         root_hash: hex root hash after the commit.
         changed: sorted changed paths.
@@ -67,7 +68,7 @@ class ActivationResult:
     """
 
     output: Value
-    logs: tuple[str, ...]
+    logs: tuple[dict[str, Any], ...]
     messages: tuple[dict[str, Any], ...]
     version: int
     root_hash: str
@@ -88,7 +89,7 @@ class _Session:
         self.limits: Limits = process.limits
         self.wc = wc
         self.meter = meter
-        self.logs: list[str] = []
+        self.logs: list[dict[str, Any]] = []
         self.log_bytes = 0
         self.messages: list[dict[str, Any]] = []
         self.staged_scripts: set[str] = set()
@@ -144,24 +145,33 @@ class _Session:
             raise ScriptFailed(f"send! address: {exc.message}") from None
         if len(self.messages) >= self.limits.max_messages:
             raise LimitExceeded("too many messages (max_messages)")
-        node_from_value(  # the intent {id, to, body} wraps the body one level deeper
+        node_from_value(  # the intent {message_id, to, body} wraps the body one level deeper
             body,
             max_depth=max(0, self.limits.max_value_depth - 1),
             max_entries=self.limits.max_value_entries,
             max_text_bytes=self.limits.max_text_bytes,
         )
         intent_id = f"{self.process.id}:{self.new_version}:{len(self.messages)}"
-        self.messages.append({"id": intent_id, "to": to, "body": body})
+        self.messages.append({"message_id": intent_id, "to": to, "body": body})
         return intent_id
 
-    def log_info(self, message: str) -> None:
+    def log_info(self, message: str, fields: dict[str, Value] | None = None) -> None:
         if len(self.logs) >= self.limits.max_logs:
             raise LimitExceeded("too many log records (max_logs)")
         text = message if type(message) is str else str(message)
+        record_fields = dict(fields or {})
         self.log_bytes += len(text.encode("utf-8"))
+        if record_fields:
+            node_from_value(  # the record {message, fields} wraps each field one level deeper
+                record_fields,
+                max_depth=max(0, self.limits.max_value_depth - 1),
+                max_entries=self.limits.max_value_entries,
+                max_text_bytes=self.limits.max_text_bytes,
+            )
+            self.log_bytes += len(canonical_json(to_plain_json(record_fields)))
         if self.log_bytes > self.limits.max_text_bytes:
             raise LimitExceeded("log records exceed max_text_bytes")
-        self.logs.append(text)
+        self.logs.append({"message": text, "fields": record_fields})
 
     def exec(self, script: str, input: Value) -> Value:
         name = script[len("/lib/") :] if script.startswith("/lib/") else script

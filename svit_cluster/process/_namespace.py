@@ -12,6 +12,7 @@ from svit_cluster.process._paths import (
     validate_process_id,
     validate_script_name,
 )
+from svit_cluster.process._transaction import LEGACY_TRANSACTION_FORMAT, TRANSACTION_FORMAT
 from svit_cluster.process._tree import (
     EMPTY_MAP,
     ArrayNode,
@@ -22,7 +23,7 @@ from svit_cluster.process._tree import (
     get_node,
     node_from_value,
 )
-from svit_cluster.process._values import Script, Value, decode_value
+from svit_cluster.process._values import Script, Value, decode_value, script_json
 
 __all__ = [
     "INTENT_FIELDS",
@@ -49,8 +50,13 @@ PROTOCOL = "svit-control@1"
 #: ``resource_limit_exceeded``, like the reference's version overflow.
 MAX_VERSION = 2**63 - 1
 
-#: The fields of one ``/system/outbox`` intent (stamped by the activation).
-INTENT_FIELDS = frozenset({"id", "to", "body"})
+#: The fields of one ``/system/outbox`` intent (stamped by the activation), as
+#: the reference names them.
+INTENT_FIELDS = frozenset({"message_id", "to", "body"})
+
+#: The fields of an intent committed before ``id`` became ``message_id``; restore
+#: still accepts them (those processes exist in logs written by older versions).
+_LEGACY_INTENT_FIELDS = frozenset({"id", "to", "body"})
 
 #: Root sections reserved for features this host does not have; they stay empty.
 RESERVED_ROOTS = ("children", "mounts", "ports", "tasks")
@@ -67,7 +73,7 @@ def _system(process_id: str, limits: Limits, authenticated: bool, parent: str | 
         "runtime": {
             "language": LANGUAGE,
             "snapshot_format": SNAPSHOT_FORMAT,
-            "transaction_format": "svit-transaction@1",
+            "transaction_format": TRANSACTION_FORMAT,
         },
         "api": {"control": PROTOCOL},
         "capabilities": [],
@@ -160,9 +166,12 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
       authenticated), ``limits`` (these limits), ``runtime``, ``api`` and
       ``capabilities`` equal what this host generates;
     * ``/system/lineage`` is ``{parent}`` with a process id or null;
-    * ``/system/outbox`` is an array of ``{id, to, body}`` maps with a string
-      ``id`` and a ``to`` that is a process id or an external address
-      (:func:`~svit_cluster.process.validate_address`).
+    * ``/system/runtime`` names this host's formats, or the legacy transaction
+      format (:data:`~svit_cluster.process.LEGACY_TRANSACTION_FORMAT`) of a
+      process created before the rename;
+    * ``/system/outbox`` is an array of ``{message_id, to, body}`` maps (or the
+      legacy ``{id, to, body}``) with a string id and a ``to`` that is a
+      process id or an external address (:func:`~svit_cluster.process.validate_address`).
 
     Args:
         root: the root node.
@@ -207,11 +216,19 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
     assert isinstance(generated, MapNode)
     if system.keys() != generated.keys():
         raise _root_error("/system", "keys must be exactly " + ",".join(generated.keys()))
+    legacy_runtime = node_from_value(
+        {
+            "language": LANGUAGE,
+            "snapshot_format": SNAPSHOT_FORMAT,
+            "transaction_format": LEGACY_TRANSACTION_FORMAT,
+        }
+    )
     for key, want in generated.items():
         if key in _SYSTEM_PER_PROCESS:
             continue
         got = system.get(key)
-        if got is None or got.digest != want.digest:
+        accepted = {want.digest, legacy_runtime.digest} if key == "runtime" else {want.digest}
+        if got is None or got.digest not in accepted:
             raise _root_error(f"/system/{key}", "does not match the generated process metadata")
     lineage = system.get("lineage")
     parent = lineage.get("parent") if isinstance(lineage, MapNode) else None
@@ -229,11 +246,13 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
         raise _root_error("/system/outbox", "must be an array")
     for i, intent in enumerate(outbox.items):
         where = f"/system/outbox/{i}"
-        if not isinstance(intent, MapNode) or set(intent.keys()) != INTENT_FIELDS:
+        keys = set(intent.keys()) if isinstance(intent, MapNode) else set()
+        if not isinstance(intent, MapNode) or keys not in (INTENT_FIELDS, _LEGACY_INTENT_FIELDS):
             raise _root_error(where, "must be a map {" + ",".join(sorted(INTENT_FIELDS)) + "}")
-        intent_id, to = intent.get("id"), intent.get("to")
+        id_key = "message_id" if "message_id" in keys else "id"
+        intent_id, to = intent.get(id_key), intent.get("to")
         if not isinstance(intent_id, ScalarNode) or intent_id.kind != "string":
-            raise _root_error(f"{where}/id", "must be a string")
+            raise _root_error(f"{where}/{id_key}", "must be a string")
         if not isinstance(to, ScalarNode) or to.kind != "string":
             raise _root_error(f"{where}/to", "must be an address string")
         try:
@@ -253,10 +272,7 @@ def encode_node(node: Node) -> dict[str, Any]:
     if isinstance(node, ArrayNode):
         return {"type": "array", "value": [encode_node(n) for n in node.items]}
     assert isinstance(node, ScriptNode)
-    return {
-        "type": "script",
-        "value": {"source": node.script.source, "documentation": node.script.documentation},
-    }
+    return {"type": "script", "value": script_json(node.script)}
 
 
 def decode_root(data: Any, process_id: str, limits: Limits) -> MapNode:

@@ -13,6 +13,22 @@ leaf of at most ``LEAF_MAX`` entries, instead of all *n* entries.
 
 Arrays are tuples of nodes and re-hash all their children on change
 (``O(len)``); keep large collections in maps.
+
+The structural hash encoding is named :data:`HASH_SCHEME`
+(``svit-cluster-hash@1``). It is svit_cluster's own, **not** the reference's
+committed value-hash contract (README "Formats"): SHA-256 over
+
+* null ``n``; bool ``b`` + byte 0/1; integer ``i`` + 8-byte big-endian signed;
+  number ``f`` + 8-byte big-endian IEEE-754 double; string ``s`` + UTF-8;
+* script ``S`` + u32 BE source length + source + (``0x00`` | ``0x01`` + documentation);
+* array ``a`` + u32 BE count + each child digest;
+* map ``m`` + u32 BE count + trie digest, where a trie leaf is ``L`` + per key in
+  sorted order (u32 BE key length, UTF-8 key, child digest) and a branch is
+  ``B`` + 16 slot digests (32 zero bytes for an empty slot), keys spread by
+  the nibbles of ``sha256(key)``, leaves of at most :data:`LEAF_MAX` keys.
+
+Golden vectors pin it (``tests/conformance/test_formats.py``); changing any of
+it is a new scheme name and breaks every stored root hash.
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ from svit_cluster.errors import ErrorCode, InvalidInput
 from svit_cluster.process._values import I64_MAX, I64_MIN, Script, Value, utf8_len
 
 __all__ = [
+    "HASH_SCHEME",
     "LEAF_MAX",
     "ArrayNode",
     "MapNode",
@@ -39,6 +56,8 @@ __all__ = [
     "value_from_node",
 ]
 
+#: The name of the structural hash encoding above (not the reference's encoding).
+HASH_SCHEME = "svit-cluster-hash@1"
 LEAF_MAX = 32
 _ZERO = b"\x00" * 32
 _sha = hashlib.sha256

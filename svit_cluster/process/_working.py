@@ -2,7 +2,7 @@
 
 Host operations and activations both stage their changes in a
 :class:`WorkingCopy`, then seal them into one :class:`Transition` (a new root,
-its ``svit-transaction@1`` record and the :class:`Change`). Nothing is visible
+its ``svit-cluster-transaction@1`` record and the :class:`Change`). Nothing is visible
 until the owning :class:`~svit_cluster.process.Process` applies the transition,
 so a failure anywhere leaves the process unchanged.
 """

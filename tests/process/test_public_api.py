@@ -7,7 +7,9 @@ import svit_cluster.process as process
 EXPECTED = [
     "GENESIS_HASH",
     "HARD_MAXIMA",
+    "HASH_SCHEME",
     "LANGUAGE",
+    "LEGACY_TRANSACTION_FORMAT",
     "MAX_SNAPSHOT_BYTES",
     "PROTOCOL",
     "ROOT_KEYS",

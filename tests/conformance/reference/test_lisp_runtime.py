@@ -9,9 +9,6 @@ from svit_cluster.process import Process, Script, from_plain_json, to_plain_json
 from svit_cluster.process._activation import activate
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "difference: Activation.logs holds strings here, records {message, fields} in the "
-    "reference (issue 14 point 3, handled on another branch)"))
 def test_lisp_activation_commits_memory_and_returns_a_map() -> None:
     """A stored counter reads memory and input, commits the sum, logs it with
     fields, and reports that a missing memory path reads as null."""

@@ -8,16 +8,11 @@ for this port) loaded from disk.
 
 from __future__ import annotations
 
-import pytest
-
 from svit_cluster.process import Process, Script
 from svit_cluster.process._activation import activate
 from tests.conformance.reference._support import SCRIPTS
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "difference: Activation.logs holds strings here, records {message, fields} in the "
-    "reference (issue 14 point 3, handled on another branch)"))
 def test_direct_macro_preserves_lisp_names_and_executes() -> None:
     """A script with a helper whose name ends in ``?`` and with documentation runs,
     answers its input and a null check, and logs the check as a field."""
