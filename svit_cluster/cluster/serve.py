@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.errors import ConfigurationError
@@ -65,15 +66,27 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
         ray.shutdown()
 
 
-def run_host_agent(host_id: str) -> None:
+def run_host_agent(host_id: str, *, heartbeat_file: str | None = None,
+                   period_s: float = 5.0) -> None:
     """Create this node's detached host agent (Kubernetes), then watch it until it dies.
 
-    Exits (raises) when the agent is gone, so the container restarts.
+    Every ``period_s`` seconds it asks the agent for its ``status()`` (30 s
+    deadline) and rewrites ``heartbeat_file`` (default ``SVIT_AGENT_HEARTBEAT_FILE``
+    or ``/tmp/svit-agent-heartbeat.json``), which the pod's probes read with
+    ``svit-cluster healthcheck --heartbeat`` (no Ray driver per probe).
+
+    Raises:
+        ray.exceptions.RayError: the agent is gone or did not answer in 30 s,
+            so the container exits and restarts.
+        OSError: the heartbeat file cannot be written.
     """
     import ray
 
+    from svit_cluster.cluster._heartbeat import DEFAULT_HEARTBEAT_FILE, write_heartbeat
     from svit_cluster.cluster.bootstrap import start_agents
 
+    path = heartbeat_file or os.environ.get("SVIT_AGENT_HEARTBEAT_FILE",
+                                            DEFAULT_HEARTBEAT_FILE)
     config = ClusterConfig.from_env()
     ray.init(address=config.ray_address or "auto", namespace=config.namespace,
              logging_level=logging.ERROR, log_to_driver=False)
@@ -82,6 +95,7 @@ def run_host_agent(host_id: str) -> None:
 
     handle = ray.get_actor(agent_name(host_id), namespace=config.namespace)
     while True:
-        ray.get(handle.ping.remote(), timeout=30)
-        time.sleep(5)
+        status: dict[str, Any] = ray.get(handle.status.remote(), timeout=30)
+        write_heartbeat(path, status)
+        time.sleep(period_s)
 

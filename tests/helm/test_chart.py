@@ -415,11 +415,19 @@ def test_every_long_running_container_has_probes(render: Render, values: Path | 
 def test_gateway_and_host_agent_probes_use_the_runtime_contract(render: Render) -> None:
     manifests = render()
     gateway = _one(manifests, "Deployment", f"{RELEASE}-gateway")["spec"]["template"]["spec"]
-    probe = gateway["containers"][0]["readinessProbe"]["httpGet"]
-    assert probe == {"path": "/healthz", "port": "http"}
+    container = gateway["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    # Liveness must not depend on registered hosts (/healthz is 503 without them).
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
     hosts = _one(manifests, "StatefulSet", f"{RELEASE}-ray-worker")["spec"]["template"]["spec"]
-    cmd = hosts["containers"][0]["livenessProbe"]["exec"]["command"]
-    assert cmd == ["svit-cluster", "healthcheck", "--agent"]
+    host = hosts["containers"][0]
+    heartbeat = _env(host, "SVIT_AGENT_HEARTBEAT_FILE")["value"]
+    live = host["livenessProbe"]["exec"]["command"]
+    ready = host["readinessProbe"]["exec"]["command"]
+    assert live[:4] == ["svit-cluster", "healthcheck", "--heartbeat", heartbeat]
+    assert "--require-lease" not in live
+    assert ready[:4] == live[:4] and "--require-lease" in ready
 
 
 @pytest.mark.parametrize("values", VALUES_CASES, ids=VALUES_IDS)
