@@ -95,7 +95,7 @@ def run_host_agent(host_id: str, *, heartbeat_file: str | None = None,
 
     handle = ray.get_actor(agent_name(host_id), namespace=config.namespace)
     while True:
-        status: dict[str, Any] = ray.get(handle.status.remote(), timeout=30)
+        status: Any = ray.get(handle.status.remote(), timeout=30)
         write_heartbeat(path, status)
         time.sleep(period_s)
 
