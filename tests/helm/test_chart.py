@@ -382,8 +382,11 @@ def test_network_policies_select_the_right_pods(render: Render, values: Path | N
         for component, labels_list in by_component.items():
             for labels in labels_list:
                 may_connect = _admits(policy, labels, client_port)
-                # etcd members also reach each other's client port; Redis has no peers.
-                expected = component in ("gateway", "ray-worker") or (component == store == "etcd")
+                # etcd members also reach each other's client port; Redis has no
+                # peers; the outbox dispatcher is a Redis client only.
+                expected = (component in ("gateway", "ray-worker")
+                            or (component == store == "etcd")
+                            or (component == "dispatcher" and store == "redis"))
                 assert may_connect == expected, (store, component)
         assert not _admits(policy, outsider)
         assert not _admits(policy, other_release)
@@ -577,8 +580,10 @@ def test_optional_gateway_resources(render: Render) -> None:
     hpa = _one(manifests, "HorizontalPodAutoscaler", f"{RELEASE}-gateway")
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
     assert "replicas" not in _one(manifests, "Deployment", f"{RELEASE}-gateway")["spec"]
-    (monitor,) = _kind(manifests, "ServiceMonitor")
-    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    monitors = {m["metadata"]["name"]: m for m in _kind(manifests, "ServiceMonitor")}
+    assert set(monitors) == {f"{RELEASE}-gateway", f"{RELEASE}-dispatcher"}
+    for monitor in monitors.values():
+        assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     default = render()
     assert not _kind(default, "Ingress") and not _kind(default, "HorizontalPodAutoscaler")
     assert not _kind(default, "ServiceMonitor")

@@ -64,6 +64,22 @@ matchExpressions:
 {{- end -}}
 
 {{/*
+Selector for every pod of this release that talks to Redis: the etcd clients
+plus the outbox dispatcher.
+*/}}
+{{- define "svit.redisClientSelector" -}}
+matchLabels:
+  app.kubernetes.io/instance: {{ .Release.Name }}
+matchExpressions:
+  - key: app.kubernetes.io/component
+    operator: In
+    values:
+      - gateway
+      - ray-worker
+      - dispatcher
+{{- end -}}
+
+{{/*
 Selector for every Ray node of this release (head, worker hosts and, when it
 joins Ray, the gateway).
 */}}
