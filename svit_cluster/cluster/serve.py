@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +68,17 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
 
 
 def run_host_agent(host_id: str, *, heartbeat_file: str | None = None,
-                   period_s: float = 5.0) -> None:
+                   period_s: float = 5.0, shutdown_timeout_s: float = 20.0) -> None:
     """Create this node's detached host agent (Kubernetes), then watch it until it dies.
 
     Every ``period_s`` seconds it asks the agent for its ``status()`` (30 s
     deadline) and rewrites ``heartbeat_file`` (default ``SVIT_AGENT_HEARTBEAT_FILE``
     or ``/tmp/svit-agent-heartbeat.json``), which the pod's probes read with
     ``svit-cluster healthcheck --heartbeat`` (no Ray driver per probe).
+
+    On SIGTERM it asks the agent to release every process and revoke the host
+    lease (``HostAgent.shutdown``, at most ``shutdown_timeout_s`` seconds), then
+    returns, so the container exits within the pod's termination grace period.
 
     Raises:
         ray.exceptions.RayError: the agent is gone or did not answer in 30 s,
@@ -94,8 +99,14 @@ def run_host_agent(host_id: str, *, heartbeat_file: str | None = None,
     from svit_cluster.cluster._agent import agent_name
 
     handle = ray.get_actor(agent_name(host_id), namespace=config.namespace)
-    while True:
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signo, _frame: stopping.set())
+    while not stopping.is_set():
         status: Any = ray.get(handle.status.remote(), timeout=30)
         write_heartbeat(path, status)
-        time.sleep(period_s)
+        stopping.wait(period_s)
+    # SIGTERM (pod deletion, drain): release the processes and revoke the lease
+    # so another host serves them now, not after the lease TTL.
+    result: Any = ray.get(handle.shutdown.remote("SIGTERM"), timeout=shutdown_timeout_s)
+    log.warning("host %s stopped on SIGTERM: %s", host_id, result)
 
