@@ -21,7 +21,8 @@ class ClusterConfig:
 
     Attributes:
         cluster: cluster name; etcd keys live under ``/svit/<cluster>/``.
-        etcd_endpoint: ``host:port`` of etcd (control plane).
+        etcd_endpoint: ``host:port`` of etcd (control plane), or several
+            members separated by commas (``open_client`` fails over between them).
         redis_url: ``redis://host:port/db`` of the commit log (data path).
         ray_address: ``host:port`` of the Ray GCS.
         lease_ttl_s: host lease TTL in seconds (default 5).
@@ -109,7 +110,8 @@ class ClusterConfig:
         try:
             return cls(
                 cluster=env.get("SVIT_CLUSTER", "default"),
-                etcd_endpoint=env.get("SVIT_ETCD_ENDPOINTS", "127.0.0.1:2379").split(",")[0],
+                # Every member: open_client fails over between them.
+                etcd_endpoint=_etcd_endpoints(env.get("SVIT_ETCD_ENDPOINTS", "127.0.0.1:2379")),
                 redis_url=env.get("SVIT_REDIS_URL", "redis://127.0.0.1:6379/0"),
                 ray_address=env.get("SVIT_RAY_ADDRESS", ""),
                 lease_ttl_s=int(env.get("SVIT_LEASE_TTL_S", "5")),
@@ -123,3 +125,18 @@ class ClusterConfig:
             )
         except ValueError as exc:
             raise ConfigurationError(f"bad SVIT_* setting: {exc}") from exc
+
+
+def _etcd_endpoints(raw: str) -> str:
+    """``SVIT_ETCD_ENDPOINTS`` normalised to ``"h:p,h:p"`` (all members, order kept).
+
+    Raises:
+        ValueError: an entry is not ``host:port`` or the list is empty.
+    """
+    from svit_cluster.ownership._failover import parse_endpoints
+
+    try:
+        members = parse_endpoints(raw)
+    except ValueError as exc:
+        raise ValueError(f"SVIT_ETCD_ENDPOINTS: {exc}") from exc
+    return ",".join(f"{host}:{port}" for host, port in members)
