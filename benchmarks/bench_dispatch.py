@@ -180,7 +180,8 @@ def _commit_times(client: redis.Redis, prefix: str, pids: list[str]) -> dict[str
     out: dict[str, float] = {}
     for pid in pids:
         for eid, fields in client.xrange(keys.outbox(pid)):
-            out[json.loads(fields[b"intent"])["id"]] = int(eid.split(b"-")[0]) / 1000
+            doc = json.loads(fields[b"intent"])
+            out[doc.get("message_id", doc.get("id"))] = int(eid.split(b"-")[0]) / 1000
     return out
 
 

@@ -8,7 +8,17 @@ PYTHON="${1:-python3.11}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/src"
-cp -r "$ROOT/pyproject.toml" "$ROOT/svit_cluster" "$tmp/src/"
+# Every top-level package directory pyproject.toml names ([tool.setuptools]
+# packages, mapped through package-dir: svit_chaos lives in chaos/).
+mapfile -t pkg_dirs < <("$PYTHON" - "$ROOT/pyproject.toml" <<'PY'
+import sys, tomllib
+st = tomllib.load(open(sys.argv[1], "rb"))["tool"]["setuptools"]
+dirs = st.get("package-dir", {})
+print("\n".join(sorted({dirs.get(p.split(".")[0], p.split(".")[0]) for p in st["packages"]})))
+PY
+)
+cp "$ROOT/pyproject.toml" "$tmp/src/"
+for d in "${pkg_dirs[@]}"; do cp -r "$ROOT/$d" "$tmp/src/$d"; done
 [[ -f "$ROOT/README.md" ]] && cp "$ROOT/README.md" "$tmp/src/" || echo "# svit-cluster" >"$tmp/src/README.md"
 "$PYTHON" -m venv "$tmp/venv"
 "$tmp/venv/bin/python" -m pip install --quiet --upgrade pip

@@ -77,7 +77,7 @@ def cli() -> None:
     Components (what the Helm chart runs):
       svit-cluster gateway               the authenticated HTTP gateway
       svit-cluster host-agent            this Ray node's host agent
-      svit-cluster healthcheck           exit 0 when a gateway or agent is healthy
+      svit-cluster healthcheck           exit 0 when a gateway (URL) or agent (heartbeat) is healthy
       svit-cluster smoke --url URL       one authenticated activation against a gateway
 
     \b
@@ -332,13 +332,41 @@ def host_agent(host_id: str) -> None:
 
 @cli.command()
 @click.option("--url", default=None,
-              help="Health URL [default: $SVIT_URL/healthz, else "
-                   "http://127.0.0.1:8080/healthz].")
+              help="Gateway URL that must answer 200 (ignored with --heartbeat) "
+                   "[default: $SVIT_URL/healthz, else http://127.0.0.1:8080/healthz].")
 @click.option("--timeout", "timeout_s", default=3.0, show_default=True,
-              type=click.FloatRange(0.01), help="Seconds to wait for the answer.")
+              type=click.FloatRange(0.01), help="HTTP timeout in seconds.")
+@click.option("--heartbeat", "heartbeat_file", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Check a host agent's heartbeat file instead of a URL "
+                   "(written by `svit-cluster host-agent`; no Ray driver is started).")
+@click.option("--max-age", "max_age_s", default=30.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
+              help="With --heartbeat: oldest acceptable heartbeat, in seconds.")
+@click.option("--require-lease", is_flag=True,
+              help="With --heartbeat: also require the host lease to be held (readiness).")
 @output_option
-def healthcheck(url: str | None, timeout_s: float, output: str) -> None:
-    """Exit 0 when URL answers 200, 1 when it answers otherwise, 3 when unreachable."""
+def healthcheck(url: str | None, timeout_s: float, heartbeat_file: Path | None,
+                max_age_s: float, require_lease: bool, output: str) -> None:
+    """Exit 0 when healthy, 1 when unhealthy, 3 when the URL is unreachable (container
+    probes treat any non-zero exit as a failure).
+
+    \b
+    Gateway:     svit-cluster healthcheck --url http://127.0.0.1:8080/livez
+    Host agent:  svit-cluster healthcheck --heartbeat FILE [--require-lease]
+    """
+    if heartbeat_file is not None:
+        from svit_cluster.cluster._heartbeat import check_heartbeat
+
+        ok, reason = check_heartbeat(heartbeat_file, max_age_s=max_age_s,
+                                     require_lease=require_lease)
+        if output == "json":
+            emit(output, {"heartbeat": str(heartbeat_file), "healthy": ok, "reason": reason},
+                 lambda: None)
+        else:
+            click.echo(reason, err=not ok)
+        raise SystemExit(EXIT_OK if ok else EXIT_FAILED)
+
     import httpx
 
     from svit_cluster.settings import ClientSettings

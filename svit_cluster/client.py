@@ -60,6 +60,7 @@ from svit_cluster.events import BoundedFeed, Lagged, Signal
 from svit_cluster.process import PROTOCOL, Value, decode_value, encode_value
 
 __all__ = [
+    "CLIENT_CAPABILITIES",
     "AsyncSvitClient",
     "RecoveredCommit",
     "Subscription",
@@ -68,6 +69,10 @@ __all__ = [
     "new_request_id",
     "raise_for_response",
 ]
+
+#: Gateway capabilities this client supports and offers in ``initialize``; the
+#: gateway answers with the ones both sides list (an omitted one is unsupported).
+CLIENT_CAPABILITIES: tuple[str, ...] = ("host-api", "fenced-receipts", "events")
 
 Compute = Callable[[Value, int], Value]
 
@@ -332,9 +337,11 @@ class SvitClient(_Base):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def initialize(self, *, timeout_s: float | None = None) -> dict[str, Any]:
-        """Negotiate with ``POST /v1/initialize``: protocol, capabilities, limits."""
-        result: dict[str, Any] = self._call("POST", "/v1/initialize", timeout_s=timeout_s,
-                                            json={"protocols": [PROTOCOL]})
+        """Negotiate with ``POST /v1/initialize`` (offers :data:`CLIENT_CAPABILITIES`)."""
+        result: dict[str, Any] = self._call(
+            "POST", "/v1/initialize", timeout_s=timeout_s,
+            json={"protocols": [PROTOCOL], "capabilities": list(CLIENT_CAPABILITIES)},
+        )
         return result
 
     def create_process(
@@ -584,9 +591,10 @@ class AsyncSvitClient(_Base):
 
     async def initialize(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         """Async form of :meth:`SvitClient.initialize`."""
-        result: dict[str, Any] = await self._call("POST", "/v1/initialize",
-                                                  timeout_s=timeout_s,
-                                                  json={"protocols": [PROTOCOL]})
+        result: dict[str, Any] = await self._call(
+            "POST", "/v1/initialize", timeout_s=timeout_s,
+            json={"protocols": [PROTOCOL], "capabilities": list(CLIENT_CAPABILITIES)},
+        )
         return result
 
     async def create_process(

@@ -121,7 +121,8 @@ class ProcessActor:
         from svit_cluster.events import RedisEventLog
         from svit_cluster.store import RedisBackend, StoreConfig, connect
 
-        client = connect(self.cfg.redis_for(self.host))
+        client = connect(self.cfg.redis_for(self.host), allow_unverified_eviction_policy=(
+            self.cfg.redis_allow_unverified_eviction_policy))
         backend = RedisBackend(
             client,
             self.process_id,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.errors import ConfigurationError
+from svit_cluster.store._redis import allow_unverified_from_env
 
 __all__ = ["ClusterConfig"]
 
@@ -20,7 +21,8 @@ class ClusterConfig:
 
     Attributes:
         cluster: cluster name; etcd keys live under ``/svit/<cluster>/``.
-        etcd_endpoint: ``host:port`` of etcd (control plane).
+        etcd_endpoint: ``host:port`` of etcd (control plane), or several
+            members separated by commas (``open_client`` fails over between them).
         redis_url: ``redis://host:port/db`` of the commit log (data path).
         ray_address: ``host:port`` of the Ray GCS.
         lease_ttl_s: host lease TTL in seconds (default 5).
@@ -35,6 +37,11 @@ class ClusterConfig:
             never read from cluster.json, the environment or a CLI flag: only
             ``LocalCluster.up(unsafe_disable_fencing=True)`` sets it, in Python.
         signal_retention: observer signals kept per process (default 10 000).
+        redis_allow_unverified_eviction_policy: start against a Redis whose
+            ``maxmemory-policy`` cannot be read (``CONFIG`` disabled, as on some
+            managed services), with a warning; the operator vouches that it is
+            ``noeviction``. Env ``SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY``
+            (default False: such a Redis is refused, as is any evicting one).
         reasoner: the reasoning loop's settings
             (``svit_cluster.reasoning.ReasonerConfig`` fields; default: the
             simulated reasoner). May hold an API key: kept out of ``repr``.
@@ -52,6 +59,7 @@ class ClusterConfig:
     host_endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
     unsafe_disable_fencing: bool = False
     signal_retention: int = 10_000
+    redis_allow_unverified_eviction_policy: bool = False
     reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -102,16 +110,33 @@ class ClusterConfig:
         try:
             return cls(
                 cluster=env.get("SVIT_CLUSTER", "default"),
-                etcd_endpoint=env.get("SVIT_ETCD_ENDPOINTS", "127.0.0.1:2379").split(",")[0],
+                # Every member: open_client fails over between them.
+                etcd_endpoint=_etcd_endpoints(env.get("SVIT_ETCD_ENDPOINTS", "127.0.0.1:2379")),
                 redis_url=env.get("SVIT_REDIS_URL", "redis://127.0.0.1:6379/0"),
                 ray_address=env.get("SVIT_RAY_ADDRESS", ""),
                 lease_ttl_s=int(env.get("SVIT_LEASE_TTL_S", "5")),
                 snapshot_every=int(env.get("SVIT_SNAPSHOT_EVERY", "100")),
                 passivate_after_s=float(env.get("SVIT_PASSIVATE_AFTER_S", "300")),
                 signal_retention=int(env.get("SVIT_SIGNAL_RETENTION", "10000")),
+                redis_allow_unverified_eviction_policy=allow_unverified_from_env(),
                 reasoner={k: env[f"SVIT_REASONER_{k.upper()}"]
                           for k in ("kind", "base_url", "model", "api_key_env")
                           if f"SVIT_REASONER_{k.upper()}" in env},
             )
         except ValueError as exc:
             raise ConfigurationError(f"bad SVIT_* setting: {exc}") from exc
+
+
+def _etcd_endpoints(raw: str) -> str:
+    """``SVIT_ETCD_ENDPOINTS`` normalised to ``"h:p,h:p"`` (all members, order kept).
+
+    Raises:
+        ValueError: an entry is not ``host:port`` or the list is empty.
+    """
+    from svit_cluster.ownership._failover import parse_endpoints
+
+    try:
+        members = parse_endpoints(raw)
+    except ValueError as exc:
+        raise ValueError(f"SVIT_ETCD_ENDPOINTS: {exc}") from exc
+    return ",".join(f"{host}:{port}" for host, port in members)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
+import signal
+import threading
 from pathlib import Path
+from typing import Any
 
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.errors import ConfigurationError
@@ -65,15 +67,31 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
         ray.shutdown()
 
 
-def run_host_agent(host_id: str) -> None:
+def run_host_agent(host_id: str, *, heartbeat_file: str | None = None,
+                   period_s: float = 5.0, shutdown_timeout_s: float = 20.0) -> None:
     """Create this node's detached host agent (Kubernetes), then watch it until it dies.
 
-    Exits (raises) when the agent is gone, so the container restarts.
+    Every ``period_s`` seconds it asks the agent for its ``status()`` (30 s
+    deadline) and rewrites ``heartbeat_file`` (default ``SVIT_AGENT_HEARTBEAT_FILE``
+    or ``/tmp/svit-agent-heartbeat.json``), which the pod's probes read with
+    ``svit-cluster healthcheck --heartbeat`` (no Ray driver per probe).
+
+    On SIGTERM it asks the agent to release every process and revoke the host
+    lease (``HostAgent.shutdown``, at most ``shutdown_timeout_s`` seconds), then
+    returns, so the container exits within the pod's termination grace period.
+
+    Raises:
+        ray.exceptions.RayError: the agent is gone or did not answer in 30 s,
+            so the container exits and restarts.
+        OSError: the heartbeat file cannot be written.
     """
     import ray
 
+    from svit_cluster.cluster._heartbeat import DEFAULT_HEARTBEAT_FILE, write_heartbeat
     from svit_cluster.cluster.bootstrap import start_agents
 
+    path = heartbeat_file or os.environ.get("SVIT_AGENT_HEARTBEAT_FILE",
+                                            DEFAULT_HEARTBEAT_FILE)
     config = ClusterConfig.from_env()
     ray.init(address=config.ray_address or "auto", namespace=config.namespace,
              logging_level=logging.ERROR, log_to_driver=False)
@@ -81,7 +99,14 @@ def run_host_agent(host_id: str) -> None:
     from svit_cluster.cluster._agent import agent_name
 
     handle = ray.get_actor(agent_name(host_id), namespace=config.namespace)
-    while True:
-        ray.get(handle.ping.remote(), timeout=30)
-        time.sleep(5)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _signo, _frame: stopping.set())
+    while not stopping.is_set():
+        status: Any = ray.get(handle.status.remote(), timeout=30)
+        write_heartbeat(path, status)
+        stopping.wait(period_s)
+    # SIGTERM (pod deletion, drain): release the processes and revoke the lease
+    # so another host serves them now, not after the lease TTL.
+    result: Any = ray.get(handle.shutdown.remote("SIGTERM"), timeout=shutdown_timeout_s)
+    log.warning("host %s stopped on SIGTERM: %s", host_id, result)
 

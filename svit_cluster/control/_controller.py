@@ -31,6 +31,7 @@ from svit_cluster.control._wire import (
     ControlRequest,
     ControlResponse,
     Failure,
+    LogRecord,
     Message,
     Rejected,
     decode_response,
@@ -182,9 +183,16 @@ class ProcessController:
             return response
         activation = Activation(
             output=wire(result.output),
-            logs=list(result.logs),
+            logs=[
+                LogRecord(
+                    message=rec["message"],
+                    fields={k: wire(v) for k, v in rec["fields"].items()},
+                )
+                for rec in result.logs
+            ],
             messages=[
-                Message(id=m["id"], to=m["to"], body=wire(m["body"])) for m in result.messages
+                Message(message_id=m["message_id"], to=m["to"], body=wire(m["body"]))
+                for m in result.messages
             ],
             version=result.version,
             root_hash=result.root_hash,

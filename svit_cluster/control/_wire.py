@@ -24,6 +24,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     WithJsonSchema,
+    model_validator,
 )
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, SvitError
@@ -45,6 +46,7 @@ __all__ = [
     "ControlRequest",
     "ControlResponse",
     "Failure",
+    "LogRecord",
     "Message",
     "Outcome",
     "Rejected",
@@ -174,7 +176,12 @@ ProcessId = Annotated[
     BeforeValidator(_check_pid),
     WithJsonSchema({"type": "string", "pattern": "^svit://\\S+$", "maxLength": 256}),
 ]
+#: A process version: 0..2**63-1 (the host's version range, see process.MAX_VERSION).
 Version = Annotated[int, Field(ge=0, le=2**63 - 1, strict=True)]
+#: A version a client expects: the reference's u64 range, 0..2**64-1. A value
+#: above the host's version range is well formed and simply conflicts (no
+#: process can be at it), so it is answered like any stale expectation.
+ExpectedVersion = Annotated[int, Field(ge=0, le=2**64 - 1, strict=True)]
 Hash = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 _LENIENT = ConfigDict(extra="ignore", strict=True, frozen=True)
@@ -202,17 +209,43 @@ class ControlRequest(BaseModel):
     client_id: Identifier
     request_id: Identifier
     process_id: ProcessId
-    expected_version: Version
+    expected_version: ExpectedVersion
     command: Command
 
 
 class Message(BaseModel):
-    """An outbox intent staged by ``send!``: id ``<sender>:<version>:<index>``."""
+    """An outbox intent staged by ``send!``.
+
+    ``message_id`` is ``<sender>:<version>:<index>`` (the reference's field name;
+    it is the dispatcher's idempotency key).
+    """
 
     model_config = _LENIENT
-    id: str
+    message_id: str
     to: str
     body: TaggedValue
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_id(cls, data: Any) -> Any:
+        # Receipts stored before the rename carry ``id``: read both, write ``message_id``.
+        if isinstance(data, dict) and "message_id" not in data and "id" in data:
+            return {**data, "message_id": data["id"]}
+        return data
+
+
+class LogRecord(BaseModel):
+    """One ``log-info!`` record: ``message`` and a map of tagged ``fields`` (maybe empty)."""
+
+    model_config = _LENIENT
+    message: str
+    fields: dict[str, TaggedValue] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_text(cls, data: Any) -> Any:
+        # Receipts stored before records carried plain strings: read them as records.
+        return {"message": data, "fields": {}} if isinstance(data, str) else data
 
 
 class Activation(BaseModel):
@@ -220,7 +253,7 @@ class Activation(BaseModel):
 
     model_config = _LENIENT
     output: TaggedValue
-    logs: list[str]
+    logs: list[LogRecord]
     messages: list[Message]
     version: Version
     root_hash: Hash
@@ -245,7 +278,7 @@ class Committed(BaseModel):
 class Conflict(BaseModel):
     model_config = _LENIENT
     status: Literal["conflict"]
-    expected_version: Version
+    expected_version: ExpectedVersion
     actual_version: Version
     root_hash: Hash
 

@@ -1,7 +1,7 @@
 """One committed outbox intent, decoded from a source-stream entry.
 
 The commit script writes each intent as ``XADD <prefix>:{P}:outbox * intent
-<canonical JSON {"body","id","to"}> version <N>`` (``svit_cluster/store``); the
+<canonical JSON {"body","message_id","to"}> version <N>`` (``svit_cluster/store``); the
 re-drive stream adds ``source``, ``stream``, ``entry_id`` and ``committed_ms``
 fields that point back at the original entry.
 """
@@ -94,7 +94,10 @@ def parse_entry(stream: str, entry_id: str, fields: dict[bytes, bytes],
         raise bad("not JSON") from exc
     if not isinstance(doc, dict):
         raise bad("not a JSON object")
-    intent_id, to = doc.get("id"), doc.get("to")
+    # ``message_id`` since issue 14 (the reference's name); entries committed
+    # earlier carry ``id``. Either is the idempotency key.
+    intent_id = doc.get("message_id", doc.get("id"))
+    to = doc.get("to")
     if not isinstance(intent_id, str) or not intent_id or len(intent_id) > 512:
         raise bad("missing or oversized id")
     if not isinstance(to, str) or not to:

@@ -45,7 +45,7 @@ from svit_cluster.events._model import (
 )
 from svit_cluster.events._source import ReadResult, Window
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
-from svit_cluster.store._redis import redis_boundary
+from svit_cluster.store._redis import failure_reason, redis_boundary
 from svit_cluster.store._scripts import ADD_SIGNAL
 
 __all__ = ["RedisEventLog", "RedisSignalSource", "fork_events", "parse_signal"]
@@ -395,4 +395,4 @@ def _prev(fields: Mapping[Any, Any]) -> str | None:
 
 def _unavailable(op: str, process_id: str, exc: Exception) -> UnavailableError:
     return UnavailableError(f"redis {op} failed for {process_id[:200]}: {type(exc).__name__}",
-                            op=op, process_id=process_id)
+                            op=op, process_id=process_id, reason=failure_reason(exc))

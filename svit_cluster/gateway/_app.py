@@ -171,8 +171,21 @@ def create_app(
 
     @api.get("/healthz")
     async def healthz() -> JSONResponse:
+        """Readiness: 200 when the gateway can route (hosts registered), else 503."""
         health = await router.health()
         return JSONResponse(health, status_code=200 if health.get("ok") else 503)
+
+    @api.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """Readiness probe: the same answer as ``/healthz``."""
+        return await healthz()
+
+    @api.get("/livez")
+    async def livez() -> JSONResponse:
+        """Liveness probe: 200 while the event loop answers. It never depends on
+        etcd, Ray or the hosts, so an outage of those does not restart gateways
+        (Kubernetes restarts a container whose liveness probe fails)."""
+        return JSONResponse({"ok": True})
 
     @api.get("/metrics")
     async def metrics_endpoint() -> Response:
@@ -192,8 +205,9 @@ def create_app(
         return {
             "protocol": chosen,
             "protocols": [PROTOCOL],
-            "capabilities": [c for c in CAPABILITIES if c in body.capabilities]
-            if body.capabilities else list(CAPABILITIES),
+            # Only what both sides list: a capability the client omits (or an
+            # empty list) is unsupported (control protocol: protocol evolution).
+            "capabilities": [c for c in CAPABILITIES if c in body.capabilities],
             "implementation": IMPLEMENTATION,
             "authentication": {"scheme": "bearer", "header": "Authorization"},
             "limits": {"max_request_bytes": max_request_bytes},

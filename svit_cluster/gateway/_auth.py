@@ -28,7 +28,9 @@ __all__ = [
 ]
 
 #: Paths reachable without a token: health, metrics, negotiation, API docs.
-PUBLIC_PATHS = frozenset({"/healthz", "/metrics", "/v1/initialize", "/openapi.json", "/docs"})
+PUBLIC_PATHS = frozenset({
+    "/healthz", "/livez", "/readyz", "/metrics", "/v1/initialize", "/openapi.json", "/docs",
+})
 
 
 @dataclass(frozen=True, slots=True)

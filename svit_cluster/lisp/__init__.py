@@ -49,7 +49,11 @@ class GuestHost(Protocol):
         """The child names below ``path`` (an array of strings)."""
 
     def stat(self, path: str) -> Value:
-        """A map describing the node at ``path`` (``None`` if missing)."""
+        """The facts record of the node at ``path`` (``None`` if missing).
+
+        Shape: :func:`svit_cluster.process._stat.stat_record` (the reference's
+        ``kind``, ``access``, ``locality``, ``facts``, ``hash``, ...).
+        """
 
     def write(self, path: str, value: Value) -> None:
         """Stage a write below ``/memory`` or to ``/lib/<name>``."""
@@ -63,8 +67,8 @@ class GuestHost(Protocol):
     def send(self, to: str, body: Value) -> str:
         """Stage an outbox intent; returns its id."""
 
-    def log_info(self, message: str) -> None:
-        """Record a log line (``log-info!``; optional fields are appended as JSON)."""
+    def log_info(self, message: str, fields: dict[str, Value] | None = None) -> None:
+        """Record a log record ``{message, fields}`` (``log-info!``; ``fields`` a map)."""
 
 
 _cache: OrderedDict[tuple[Any, ...], Program | tuple[type[SvitError], str, Any, dict[str, Any]]]

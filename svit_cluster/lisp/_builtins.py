@@ -3,7 +3,9 @@
 Nothing is seeded from Python's namespaces: a guest sees exactly the names in
 :data:`BUILTINS` and :data:`CONSTANTS`, the global ``input``, and what it
 defines itself. ``apply`` and ``safe-call`` call guest functions, so the
-evaluator implements them (their ``fn`` is never called directly).
+evaluator implements them (their ``fn`` is never called directly); the
+result and dispatch helpers that call guest functions are ``SP_CALL``
+builtins whose ``fn`` hands the call to the evaluator.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from svit_cluster.lisp._builtins_catalog import CALLERS, HELPERS
 from svit_cluster.lisp._builtins_core import CORE
+from svit_cluster.lisp._builtins_ketos import KETOS
 from svit_cluster.lisp._builtins_seq import SEQ
 from svit_cluster.lisp._builtins_svit import SVIT, SVIT_NOT_INLINE
 from svit_cluster.lisp._errors import script_failed
 from svit_cluster.lisp._meter import Run
-from svit_cluster.lisp._types import SP_APPLY, SP_SAFE, Builtin
+from svit_cluster.lisp._types import SP_APPLY, SP_CALL, SP_SAFE, Builtin
 
 __all__ = ["BUILTINS", "CONSTANTS", "SVIT_VERSION"]
 
@@ -45,12 +49,15 @@ _FAST: dict[str, tuple[Callable[[Any, Any], Any], bool]] = {
 
 def _table() -> dict[str, Builtin]:
     table: dict[str, Builtin] = {}
-    for source in (CORE, SEQ, SVIT):
+    for source in (CORE, SEQ, SVIT, KETOS, HELPERS):
         for name, fn in source.items():
             assert name not in table, name
             table[name] = Builtin(
                 name, fn, inline=name not in SVIT_NOT_INLINE, fast=_FAST.get(name)
             )
+    for name, fn in CALLERS.items():
+        assert name not in table, name
+        table[name] = Builtin(name, fn, special=SP_CALL)
     table["apply"] = Builtin("apply", _evaluator_only, special=SP_APPLY)
     table["safe-call"] = Builtin("safe-call", _evaluator_only, special=SP_SAFE)
     return table

@@ -12,7 +12,6 @@ failures (see :func:`~svit_cluster.lisp._errors.catchable`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from svit_cluster.lisp._errors import (
     resource_limit,
     script_failed,
 )
+from svit_cluster.lisp._json import json_text
 from svit_cluster.lisp._meter import Run
 from svit_cluster.lisp._types import (
     container_height,
@@ -35,6 +35,7 @@ from svit_cluster.lisp._types import (
     type_name,
     utf8len,
 )
+from svit_cluster.process._paths import validate_address
 from svit_cluster.process._values import from_plain_json, strict_json_loads, to_plain_json
 
 __all__ = ["SVIT", "SVIT_NOT_INLINE", "result_error", "result_ok"]
@@ -203,6 +204,10 @@ def b_exec(r: Run, a: Args) -> Any:
 def b_send(r: Run, a: Args) -> Any:
     arity("send!", a, 2)
     to = expect_str("send!", a[0])
+    try:  # reference: the address must parse (here: process id or external URI)
+        validate_address(to)
+    except SvitError as e:
+        raise script_failed(f"send! address is not valid: {e.message}") from None
     body = to_value(r, a[1])
     try:
         return r.host.send(to, body)
@@ -214,10 +219,14 @@ def b_send(r: Run, a: Args) -> Any:
 def b_log_info(r: Run, a: Args) -> Any:
     arity("log-info!", a, 1, 2)
     message = expect_str("log-info!", a[0])
+    fields: dict[str, Any] = {}
     if len(a) == 2:
-        message = f"{message} {_stringify(r, a[1])}"
+        # The record is {message, fields}: a map becomes the fields; any other
+        # value is kept whole under "value" (svit_cluster's choice, docs/conformance.md).
+        value = to_value(r, a[1])
+        fields = dict(value) if type(value) is dict else {"value": value}
     try:
-        r.host.log_info(message)
+        r.host.log_info(message, fields)
     except SvitError as e:
         r.foreign = e
         raise
@@ -229,7 +238,7 @@ def b_log_info(r: Run, a: Args) -> Any:
 
 def _stringify(r: Run, value: Any) -> str:
     plain = to_plain_json(to_value(r, value))
-    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = json_text(plain)  # serde_json's bytes, numbers included (``1e21``, ``1e-7``)
     r.touch(len(text))
     r.alloc(16 + len(text))
     return text
@@ -244,7 +253,8 @@ def b_json_parse(r: Run, a: Args) -> Any:
     if size > limits.max_text_bytes:
         raise resource_limit("text bytes", f"max_text_bytes={limits.max_text_bytes}")
     r.alloc(16 + size)
-    data = strict_json_loads(text, what="json-parse input")
+    # A repeated key keeps its last value, as serde_json does for maps.
+    data = strict_json_loads(text, what="json-parse input", last_duplicate_wins=True)
     return from_plain_json(
         data,
         max_depth=r.max_depth,
@@ -268,10 +278,20 @@ def _map(name: str, value: Any) -> dict[str, Any]:
 
 
 def b_map_get(r: Run, a: Args) -> Any:
+    """``(map-get map key [default])``: an absent key fails unless a default is given.
+
+    The reference's catalog says an absent key fails; the optional default is
+    our extension (``map-get-safe`` returns a result map instead).
+    """
     arity("map-get", a, 2, 3)
     m = _map("map-get", a[0])
     key = expect_str("map-get", a[1])
-    return m.get(key, a[2] if len(a) == 3 else None)
+    found = m.get(key, _MISSING)
+    if found is not _MISSING:
+        return found
+    if len(a) == 3:
+        return a[2]
+    raise script_failed(f"map-get: key {key[:200]!r} is absent")
 
 
 def b_map_has(r: Run, a: Args) -> Any:

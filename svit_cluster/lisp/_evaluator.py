@@ -7,7 +7,9 @@ and tail calls run in constant space:
 * a call pushes the :data:`RET` marker, unless the marker is already on top
   (the call is in tail position), in which case the frame is simply replaced;
 * ``max_call_stack`` bounds the number of :data:`RET` markers (guest frames);
-* ``max_value_stack`` bounds the control stack plus the arguments being bound.
+* ``max_value_stack`` bounds the control stack plus the arguments being bound,
+  for closures and builtins alike (inline builtin calls of at most 3 arguments
+  are not counted; see docs/conformance.md, R1).
 
 Simple subtrees (see :mod:`svit_cluster.lisp._nodes`) are evaluated by their
 direct closures; Python recursion depth there is bounded by
@@ -46,10 +48,12 @@ from svit_cluster.lisp._nodes import (
 )
 from svit_cluster.lisp._types import (
     SP_APPLY,
+    SP_CALL,
     UNBOUND,
     Builtin,
     Closure,
     Keyword,
+    TailCall,
     to_value,
     type_name,
 )
@@ -57,7 +61,7 @@ from svit_cluster.lisp._types import (
 __all__ = ["Program"]
 
 M_EVAL, M_RETURN, M_APPLY, M_ARGS, M_LET, M_DO, M_AND, M_OR, M_COND = range(9)
-K_ARGS, K_IF, K_LET, K_DO, K_AND, K_OR, K_COND, K_CASE, K_DEF, K_SAFE = range(10)
+K_ARGS, K_IF, K_LET, K_DO, K_AND, K_OR, K_COND, K_CASE, K_DEF, K_SAFE, K_POST = range(11)
 
 #: Control-stack marker of one guest call frame.
 RET = (-1,)
@@ -291,6 +295,23 @@ def _loop(
             if special == SP_APPLY:
                 vals = _spread(r, vals, where, len(ctl))
                 continue
+            if special == SP_CALL:
+                try:
+                    out = fn.fn(r, vals[2:])
+                except SvitError as err:
+                    fail_at(err, where, r.foreign)
+                if type(out) is not TailCall:
+                    val = out
+                    mode = M_RETURN
+                    continue
+                if out.post is not None:
+                    push((K_POST, out.post, where))
+                if out.catch:
+                    push((K_SAFE, depth))
+                if len(ctl) + len(out.args) > max_vs:
+                    raise _fail(resource_limit("value stack", f"max_value_stack={max_vs}"), where)
+                vals = [None, out.fn, *out.args]
+                continue
             if special:  # SP_SAFE
                 if len(vals) < 3:
                     raise _fail(script_failed("safe-call expects a function"), where)
@@ -298,6 +319,8 @@ def _loop(
                 vals = vals[1:]
                 vals[0] = None
                 continue
+            if len(ctl) + len(vals) - 2 > max_vs:  # builtin arguments count too
+                raise _fail(resource_limit("value stack", f"max_value_stack={max_vs}"), where)
             fast = fn.fast
             done = False
             if fast is not None and len(vals) == 4:
@@ -380,6 +403,12 @@ def _loop(
                     node = c[1]
                     r.define(node.a, val, node.where)
                     val = node.c
+                    continue
+                if k == K_POST:
+                    try:
+                        val = c[1](r, val)
+                    except SvitError as err:
+                        fail_at(err, c[2], r.foreign)
                     continue
                 val = result_ok(r, val)  # K_SAFE
             continue

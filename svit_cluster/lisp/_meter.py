@@ -7,7 +7,10 @@ application costs 1 (the operator symbol of an application is a lookup, so
 costs 1; the implicit ``()`` of an ``if`` without else and the prologue that
 fills parameter defaults are free. A builtin additionally spends 1 unit per 64
 elements or bytes it touches (``n // 64`` for ``n`` touched), and ``apply``
-spends the same for the list it spreads. The same program on the same input
+spends the same for the list it spreads; ``jq`` spends 1 unit per 8 filter
+evaluation steps (:mod:`svit_cluster.lisp._jq`). A helper that calls a guest
+function (``result-map``, ``dispatch``, ...) is charged as an application, and
+the function it calls as any call. The same program on the same input
 therefore spends the same fuel and fails at the same step on every host: the
 check (``fuel > max_fuel`` fails) runs whenever a form is charged; literal and
 variable arguments are charged together with their application.

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from svit_cluster.errors import SvitError
-from svit_cluster.lisp._errors import relocate, script_failed
+from svit_cluster.lisp._errors import relocate, resource_limit, script_failed
 from svit_cluster.lisp._types import UNBOUND, Closure, Lambda, Symbol, case_eq, type_name
 
 __all__ = [
@@ -560,12 +560,16 @@ def _app_closure(fn: Any, args: Sequence[Node], where: str) -> Ev:
 
     else:
         all_evs = tuple(evs)
+        nargs = len(all_evs)
 
         def ev(f: Frame) -> Any:
             r = f[1]
             r.fuel += cost
             if r.fuel > r.check_at:
                 r.tick(where)
+            if nargs > r.max_vs:  # the arguments occupy the value stack
+                fail_at(resource_limit("value stack", f"max_value_stack={r.max_vs}"),
+                        where, r.foreign)
             try:
                 return fn(r, tuple([e(f) for e in all_evs]))
             except SvitError as e:

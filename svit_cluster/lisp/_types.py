@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from svit_cluster.lisp._errors import invalid_value, resource_limit, script_failed
-from svit_cluster.process._values import I64_MAX, I64_MIN, Script
+from svit_cluster.process._values import I64_MAX, I64_MIN, Script, script_json
 
 if TYPE_CHECKING:
     from svit_cluster.lisp._meter import Run
@@ -42,10 +42,12 @@ __all__ = [
     "Builtin",
     "Char",
     "Closure",
+    "DispatchTable",
     "Keyword",
     "Lambda",
     "Symbol",
     "SynList",
+    "TailCall",
     "case_eq",
     "display",
     "height",
@@ -187,7 +189,9 @@ class Builtin:
         name: the Lisp name.
         fn: ``fn(run, args)``; raises project errors only.
         special: 0, or :data:`SP_APPLY` / :data:`SP_SAFE` for functions the
-            evaluator itself implements because they call guest functions.
+            evaluator itself implements because they call guest functions, or
+            :data:`SP_CALL` for a builtin whose ``fn`` may return a
+            :class:`TailCall` for the evaluator to perform.
         inline: ``False`` for builtins that must run from the evaluator loop
             (they re-enter the interpreter, like ``exec``).
         fast: ``(op, ranged)`` for binary integer arithmetic and comparison:
@@ -217,6 +221,49 @@ class Builtin:
 
 SP_APPLY = 1
 SP_SAFE = 2
+#: A builtin that may call a guest function: ``fn`` returns a value or a :class:`TailCall`.
+SP_CALL = 3
+
+
+class TailCall:
+    """What an :data:`SP_CALL` builtin asks the evaluator to do next.
+
+    The evaluator applies ``fn`` to ``args``; when that call returns, ``post``
+    (if any) maps its value (``post(run, value) -> value``), and with
+    ``catch`` a catchable error of the call becomes an error result, exactly
+    as with ``safe-call``.
+    """
+
+    __slots__ = ("args", "catch", "fn", "post")
+
+    def __init__(
+        self,
+        fn: Any,
+        args: Sequence[Any],
+        post: Callable[[Run, Any], Any] | None = None,
+        catch: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.post = post
+        self.catch = catch
+
+
+class DispatchTable:
+    """An ephemeral, guest-built table of named handler functions (``dispatch-table``).
+
+    It holds only the functions the guest listed, so ``dispatch`` can never
+    reach any other guest or host function by name. It cannot be stored.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: dict[str, Any]) -> None:
+        self.entries = entries
+
+    def __repr__(self) -> str:
+        return f"<dispatch-table {len(self.entries)}>"
+
 
 _NAMES: dict[type, str] = {
     int: "integer",
@@ -232,6 +279,7 @@ _NAMES: dict[type, str] = {
     Closure: "lambda",
     Builtin: "function",
     Script: "script",
+    DispatchTable: "dispatch-table",
 }
 
 
@@ -288,7 +336,7 @@ def remember(run: Run, container: list[Any] | dict[str, Any], h: int) -> None:
     Flat containers (height 1) are not cached: walking them later is as cheap.
     """
     if h > run.max_depth:
-        raise resource_limit("value depth", f"max_value_depth={run.max_depth}")
+        raise invalid_value(f"value depth limit exceeded (max_value_depth={run.max_depth})")
     if h > 1:
         run.hcache[id(container)] = (container, h)
 
@@ -302,7 +350,8 @@ def to_value(run: Run, value: Any, depth: int = 0) -> Any:
     Raises:
         InvalidInput: (``invalid_value``) a function, symbol, keyword or char,
             or an integer outside signed 64 bits.
-        LimitExceeded: the result would nest deeper than ``max_value_depth``.
+        InvalidInput: (``invalid_value``) the result would nest deeper than
+            ``max_value_depth`` (reference: value validation is ``invalid_value``).
     """
     t = type(value)
     if t is int:
@@ -315,7 +364,7 @@ def to_value(run: Run, value: Any, depth: int = 0) -> Any:
         if not value:
             return None
         if depth >= run.max_depth:
-            raise resource_limit("value depth", f"max_value_depth={run.max_depth}")
+            raise invalid_value(f"value depth limit exceeded (max_value_depth={run.max_depth})")
         out = [to_value(run, item, depth + 1) for item in value]
         run.touch(len(out))
         run.alloc(16 + 8 * len(out))
@@ -409,7 +458,7 @@ def _quote_str(text: str) -> str:
 
 def _json_default(obj: Any) -> Any:
     if type(obj) is Script:
-        return {"source": obj.source, "documentation": obj.documentation}
+        return script_json(obj)
     raise TypeError(type(obj).__name__)
 
 

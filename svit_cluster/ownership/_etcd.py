@@ -36,21 +36,29 @@ _CONVERTED = (aetcd.ClientError, _rpc.RpcError, TimeoutError, OSError)
 def open_client(
     endpoint: str, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
 ) -> Any:
-    """An ``aetcd.Client`` for ``host:port`` (connects lazily, on first use).
+    """An ``aetcd.Client`` for one or more etcd members (connects lazily, on first use).
 
     Args:
-        endpoint: ``"127.0.0.1:2379"`` form.
+        endpoint: ``"127.0.0.1:2379"``, or a comma-separated list of members
+            (``SVIT_ETCD_ENDPOINTS``: ``"etcd-0:2379,etcd-1:2379,etcd-2:2379"``).
+            With several, the client is a
+            :class:`~svit_cluster.ownership._failover.FailoverClient` that moves
+            to the next member when the one in use stops answering.
         request_timeout_s: gRPC deadline of every request (default 2 s).
 
     Raises:
-        ValueError: ``endpoint`` is not ``host:port`` or the timeout is not positive.
+        ValueError: an entry is not ``host:port``, the list is empty, or the
+            timeout is not positive.
     """
-    host, sep, port = endpoint.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"etcd endpoint must be host:port, got {endpoint!r}")
+    from svit_cluster.ownership._failover import FailoverClient, parse_endpoints
+
+    endpoints = parse_endpoints(endpoint)
     if request_timeout_s <= 0:
         raise ValueError("request_timeout_s must be positive")
-    return aetcd.Client(host=host, port=int(port), timeout=request_timeout_s, options=_CHANNEL)
+    if len(endpoints) == 1:
+        host, port = endpoints[0]
+        return aetcd.Client(host=host, port=port, timeout=request_timeout_s, options=_CHANNEL)
+    return FailoverClient(endpoints, request_timeout_s=request_timeout_s, options=_CHANNEL)
 
 
 async def etcd_call(op: str, awaitable: Awaitable[T], *, timeout_s: float,

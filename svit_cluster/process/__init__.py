@@ -9,7 +9,7 @@ Pure Python, no I/O. See ``DESIGN.md`` §1. Public names, by importance:
 * Commits: :class:`Change`, :class:`Transition`, :class:`Transaction`,
   :class:`Mutation`, :class:`WorkingCopy`.
 * Paths and ids: :func:`parse_path`, :func:`validate_process_id`,
-  :func:`validate_script_name`.
+  :func:`validate_address`, :func:`validate_script_name`.
 """
 
 from svit_cluster.process._limits import HARD_MAXIMA, Limits
@@ -18,16 +18,19 @@ from svit_cluster.process._paths import (
     ROOT_KEYS,
     format_path,
     parse_path,
+    validate_address,
     validate_process_id,
     validate_script_name,
 )
 from svit_cluster.process._process import MAX_SNAPSHOT_BYTES, Committer, Process
 from svit_cluster.process._transaction import (
     GENESIS_HASH,
+    LEGACY_TRANSACTION_FORMAT,
     TRANSACTION_FORMAT,
     Mutation,
     Transaction,
 )
+from svit_cluster.process._tree import HASH_SCHEME
 from svit_cluster.process._values import (
     Script,
     Value,
@@ -44,7 +47,9 @@ from svit_cluster.process._working import Change, Transition, WorkingCopy, scrip
 __all__ = [
     "GENESIS_HASH",
     "HARD_MAXIMA",
+    "HASH_SCHEME",
     "LANGUAGE",
+    "LEGACY_TRANSACTION_FORMAT",
     "MAX_SNAPSHOT_BYTES",
     "PROTOCOL",
     "ROOT_KEYS",
@@ -69,6 +74,7 @@ __all__ = [
     "script_from_value",
     "strict_json_loads",
     "to_plain_json",
+    "validate_address",
     "validate_process_id",
     "validate_script_name",
     "values_equal",

@@ -21,20 +21,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from svit_cluster.errors import ErrorCode, LimitExceeded, NotFound, ScriptFailed, SvitError
+from svit_cluster.errors import (
+    ErrorCode,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    ScriptFailed,
+    SvitError,
+)
 from svit_cluster.process._limits import Limits
-from svit_cluster.process._paths import parse_path, validate_script_name
+from svit_cluster.process._paths import parse_path, validate_address, validate_script_name
 from svit_cluster.process._process import Process
+from svit_cluster.process._stat import stat_record
 from svit_cluster.process._tree import (
     ArrayNode,
     MapNode,
     Node,
     ScriptNode,
     get_node,
+    lookup_node,
     node_from_value,
     value_from_node,
 )
-from svit_cluster.process._values import Value
+from svit_cluster.process._values import Value, canonical_json, to_plain_json
 from svit_cluster.process._working import Transition, WorkingCopy
 
 __all__ = ["ActivationResult", "activate", "prepare_activation"]
@@ -48,8 +57,9 @@ class ActivationResult:
 
     Attributes:
         output: ``main``'s return value.
-        logs: ``log-info!`` records, in order.
-        messages: outbox intents ``{id, to, body}`` in order.
+        logs: ``log-info!`` records ``{message, fields}`` in order (``fields``
+            a plain map, possibly empty; the reference's log record shape).
+        messages: outbox intents ``{message_id, to, body}`` in order.
         version: the new process version.
         root_hash: hex root hash after the commit.
         changed: sorted changed paths.
@@ -58,7 +68,7 @@ class ActivationResult:
     """
 
     output: Value
-    logs: tuple[str, ...]
+    logs: tuple[dict[str, Any], ...]
     messages: tuple[dict[str, Any], ...]
     version: int
     root_hash: str
@@ -79,68 +89,89 @@ class _Session:
         self.limits: Limits = process.limits
         self.wc = wc
         self.meter = meter
-        self.logs: list[str] = []
+        self.logs: list[dict[str, Any]] = []
         self.log_bytes = 0
         self.messages: list[dict[str, Any]] = []
         self.staged_scripts: set[str] = set()
+        self.library_changes = 0
         self.depth = 0
         self.new_version = process.version + 1
 
     # -- reads ----------------------------------------------------------------
     def read(self, path: str) -> Value:
-        return _value_or_none(get_node(self.wc.root, parse_path(path)))
+        return _value_or_none(lookup_node(self.wc.root, parse_path(path)))
 
     def discover(self, path: str) -> Value:
-        node = get_node(self.wc.root, parse_path(path))
+        node = lookup_node(self.wc.root, parse_path(path))
         if isinstance(node, MapNode):
             return list(node.keys())
         if isinstance(node, ArrayNode):
             return [str(i) for i in range(len(node.items))]
-        return []
+        what = "nothing" if node is None else f"a {node.kind}"
+        raise InvalidInput(f"cannot discover {path[:200]}: {what} is there",
+                           code=ErrorCode.INVALID_PATH)
 
     def stat(self, path: str) -> Value:
-        node = get_node(self.wc.root, parse_path(path))
+        node = lookup_node(self.wc.root, parse_path(path))
         if node is None:
             return None
-        size = len(node) if isinstance(node, MapNode) else (
-            len(node.items) if isinstance(node, ArrayNode) else 0
-        )
-        return {"kind": node.kind, "hash": node.hex, "size": size}
+        return stat_record(path, node)
 
     # -- writes ---------------------------------------------------------------
+    def _count_library_change(self) -> None:
+        # Every library write or removal counts against max_staged_scripts, as in
+        # the reference (a count of changes, not of distinct names).
+        self.library_changes += 1
+        if self.library_changes > self.limits.max_staged_scripts:
+            raise LimitExceeded("too many staged scripts (max_staged_scripts)")
+
     def write(self, path: str, value: Value) -> None:
         segs = self.wc.write(path, value)
         if segs[0] == "lib":
             self.staged_scripts.add(segs[1])
-            if len(self.staged_scripts) > self.limits.max_staged_scripts:
-                raise LimitExceeded("too many staged scripts (max_staged_scripts)")
+            self._count_library_change()
 
     def remove(self, path: str) -> None:
-        self.wc.remove(path)
+        segs = self.wc.remove(path)
+        if segs[0] == "lib":
+            self._count_library_change()
 
     def send(self, to: str, body: Value) -> str:
-        if type(to) is not str or not to:
-            raise ScriptFailed("send! needs a non-empty string address")
+        if type(to) is not str:
+            raise ScriptFailed("send! needs a string address")
+        try:  # reference: the address must parse, else the script fails (see validate_address)
+            validate_address(to)
+        except InvalidInput as exc:
+            raise ScriptFailed(f"send! address: {exc.message}") from None
         if len(self.messages) >= self.limits.max_messages:
             raise LimitExceeded("too many messages (max_messages)")
-        node_from_value(  # the intent {id, to, body} wraps the body one level deeper
+        node_from_value(  # the intent {message_id, to, body} wraps the body one level deeper
             body,
             max_depth=max(0, self.limits.max_value_depth - 1),
             max_entries=self.limits.max_value_entries,
             max_text_bytes=self.limits.max_text_bytes,
         )
         intent_id = f"{self.process.id}:{self.new_version}:{len(self.messages)}"
-        self.messages.append({"id": intent_id, "to": to, "body": body})
+        self.messages.append({"message_id": intent_id, "to": to, "body": body})
         return intent_id
 
-    def log_info(self, message: str) -> None:
+    def log_info(self, message: str, fields: dict[str, Value] | None = None) -> None:
         if len(self.logs) >= self.limits.max_logs:
             raise LimitExceeded("too many log records (max_logs)")
         text = message if type(message) is str else str(message)
+        record_fields = dict(fields or {})
         self.log_bytes += len(text.encode("utf-8"))
+        if record_fields:
+            node_from_value(  # the record {message, fields} wraps each field one level deeper
+                record_fields,
+                max_depth=max(0, self.limits.max_value_depth - 1),
+                max_entries=self.limits.max_value_entries,
+                max_text_bytes=self.limits.max_text_bytes,
+            )
+            self.log_bytes += len(canonical_json(to_plain_json(record_fields)))
         if self.log_bytes > self.limits.max_text_bytes:
             raise LimitExceeded("log records exceed max_text_bytes")
-        self.logs.append(text)
+        self.logs.append({"message": text, "fields": record_fields})
 
     def exec(self, script: str, input: Value) -> Value:
         name = script[len("/lib/") :] if script.startswith("/lib/") else script

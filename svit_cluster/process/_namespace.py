@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from svit_cluster.errors import ErrorCode, InvalidInput
+from svit_cluster.errors import ErrorCode, InvalidInput, SvitError
 from svit_cluster.process._limits import Limits
-from svit_cluster.process._paths import ROOT_KEYS, validate_process_id, validate_script_name
+from svit_cluster.process._paths import (
+    ROOT_KEYS,
+    validate_address,
+    validate_process_id,
+    validate_script_name,
+)
+from svit_cluster.process._transaction import LEGACY_TRANSACTION_FORMAT, TRANSACTION_FORMAT
 from svit_cluster.process._tree import (
     EMPTY_MAP,
     ArrayNode,
@@ -17,21 +23,46 @@ from svit_cluster.process._tree import (
     get_node,
     node_from_value,
 )
-from svit_cluster.process._values import Script, Value, decode_value
+from svit_cluster.process._values import Script, Value, decode_value, script_json
 
 __all__ = [
+    "INTENT_FIELDS",
     "LANGUAGE",
+    "MAX_VERSION",
     "PROTOCOL",
+    "RESERVED_ROOTS",
     "SNAPSHOT_FORMAT",
     "build_root",
+    "check_script",
     "decode_root",
     "encode_node",
+    "validate_root",
     "with_system",
 ]
 
 LANGUAGE = "svit-lisp@2"
 SNAPSHOT_FORMAT = "svit-snapshot@1"
 PROTOCOL = "svit-control@1"
+
+#: Highest process version. Versions are signed 64-bit here (they travel as
+#: integer values and as Redis/JSON numbers); the reference's u64 range is
+#: halved on purpose (docs/conformance.md). A commit past it is refused with
+#: ``resource_limit_exceeded``, like the reference's version overflow.
+MAX_VERSION = 2**63 - 1
+
+#: The fields of one ``/system/outbox`` intent (stamped by the activation), as
+#: the reference names them.
+INTENT_FIELDS = frozenset({"message_id", "to", "body"})
+
+#: The fields of an intent committed before ``id`` became ``message_id``; restore
+#: still accepts them (those processes exist in logs written by older versions).
+_LEGACY_INTENT_FIELDS = frozenset({"id", "to", "body"})
+
+#: Root sections reserved for features this host does not have; they stay empty.
+RESERVED_ROOTS = ("children", "mounts", "ports", "tasks")
+
+#: ``/system`` keys whose content is per process (checked by shape, not equality).
+_SYSTEM_PER_PROCESS = frozenset({"lineage", "outbox"})
 
 
 def _system(process_id: str, limits: Limits, authenticated: bool, parent: str | None) -> Value:
@@ -42,7 +73,7 @@ def _system(process_id: str, limits: Limits, authenticated: bool, parent: str | 
         "runtime": {
             "language": LANGUAGE,
             "snapshot_format": SNAPSHOT_FORMAT,
-            "transaction_format": "svit-transaction@1",
+            "transaction_format": TRANSACTION_FORMAT,
         },
         "api": {"control": PROTOCOL},
         "capabilities": [],
@@ -56,7 +87,6 @@ def build_root(
     *,
     memory: Value = None,
     scripts: dict[str, Script] | None = None,
-    authenticated: bool = False,
     parent: str | None = None,
 ) -> MapNode:
     """Build a fresh root map.
@@ -66,8 +96,10 @@ def build_root(
         limits: validated limits, recorded under ``/system/limits``.
         memory: initial ``/memory`` map (plain values) or None for empty.
         scripts: initial ``/lib`` entries.
-        authenticated: recorded in ``/system/identity``.
         parent: lineage parent id (set by fork).
+
+    ``/system/identity/authenticated`` is always false: the address in process
+    metadata is never a credential (reference: process.rs identity).
 
     Raises:
         InvalidInput: a bad id, script name or memory value (not a map).
@@ -86,7 +118,7 @@ def build_root(
     for name, script in (scripts or {}).items():
         validate_script_name(name)
         lib[name] = ScriptNode(script)
-    system = node_from_value(_system(process_id, limits, authenticated, parent))
+    system = node_from_value(_system(process_id, limits, False, parent))
     items: dict[str, Node] = {key: EMPTY_MAP for key in ROOT_KEYS}
     items.update(
         memory=mem,
@@ -99,10 +131,134 @@ def build_root(
 
 def with_system(root: MapNode, process_id: str, limits: Limits, parent: str | None) -> MapNode:
     """Return ``root`` with a fresh ``/system`` for a fork (new identity, empty outbox)."""
-    auth = get_node(root, ("system", "identity", "authenticated"))
-    authenticated = isinstance(auth, ScalarNode) and auth.value is True
-    system = node_from_value(_system(process_id, limits, authenticated, parent))
+    system = node_from_value(_system(process_id, limits, False, parent))
     return root.with_key("system", system)
+
+
+def check_script(name: str, script: Script, limits: Limits) -> None:
+    """Compile ``script`` as ``/lib/<name>`` would run (reference: scripts compile on write).
+
+    Raises:
+        ScriptFailed: (``script_failed``) a syntax error or malformed form.
+        LimitExceeded: (``resource_limit_exceeded``) script bytes, syntax depth,
+            integer bits.
+    """
+    from svit_cluster.lisp import compile_script  # the interpreter depends on this package
+
+    compile_script(script.source, name=name, limits=limits)
+
+
+def _root_error(path: str, reason: str) -> InvalidInput:
+    return InvalidInput(f"invalid root: {path}: {reason}", code=ErrorCode.INVALID_SNAPSHOT)
+
+
+def validate_root(root: Node, process_id: str, limits: Limits) -> None:
+    """Check a whole root against the namespace rules, once (restore, fork, import).
+
+    The rules (reference: process.rs root validation; DESIGN.md §1):
+
+    * the root is a map with exactly :data:`~svit_cluster.process.ROOT_KEYS`;
+    * ``/memory`` and ``/thread`` are maps, ``/inbox`` is an array, and every
+      reserved section (:data:`RESERVED_ROOTS`) is an empty map;
+    * ``/lib`` maps valid script names to scripts of at most
+      ``max_script_bytes`` that compile;
+    * ``/system`` has exactly its seven keys; ``identity`` (this address, not
+      authenticated), ``limits`` (these limits), ``runtime``, ``api`` and
+      ``capabilities`` equal what this host generates;
+    * ``/system/lineage`` is ``{parent}`` with a process id or null;
+    * ``/system/runtime`` names this host's formats, or the legacy transaction
+      format (:data:`~svit_cluster.process.LEGACY_TRANSACTION_FORMAT`) of a
+      process created before the rename;
+    * ``/system/outbox`` is an array of ``{message_id, to, body}`` maps (or the
+      legacy ``{id, to, body}``) with a string id and a ``to`` that is a
+      process id or an external address (:func:`~svit_cluster.process.validate_address`).
+
+    Args:
+        root: the root node.
+        process_id: the id the root must carry.
+        limits: the limits the root must record (and compile under).
+
+    Raises:
+        InvalidInput: (``invalid_snapshot``) the first violation; the message
+            names the path and the reason.
+    """
+    if not isinstance(root, MapNode):
+        raise _root_error("/", "the root must be a map")
+    if set(root.keys()) != set(ROOT_KEYS):
+        raise _root_error("/", "keys must be exactly " + ",".join(ROOT_KEYS))
+    for key, kind in (("memory", MapNode), ("thread", MapNode), ("inbox", ArrayNode)):
+        if not isinstance(root.get(key), kind):
+            raise _root_error(f"/{key}", f"must be {'an array' if kind is ArrayNode else 'a map'}")
+    for key in RESERVED_ROOTS:
+        node = root.get(key)
+        if not isinstance(node, MapNode) or len(node) != 0:
+            raise _root_error(f"/{key}", "is reserved and must be an empty map")
+    lib = root.get("lib")
+    if not isinstance(lib, MapNode):
+        raise _root_error("/lib", "must be a map")
+    for name, entry in lib.items():
+        try:
+            validate_script_name(name)
+        except InvalidInput:
+            raise _root_error(f"/lib/{name[:64]}", "invalid script name") from None
+        if not isinstance(entry, ScriptNode):
+            raise _root_error(f"/lib/{name}", "is not a script")
+        if len(entry.script.source.encode("utf-8")) > limits.max_script_bytes:
+            raise _root_error(f"/lib/{name}", "exceeds max_script_bytes")
+        try:
+            check_script(name, entry.script, limits)
+        except SvitError as exc:
+            raise _root_error(f"/lib/{name}", f"does not compile: {exc.message}") from None
+    system = root.get("system")
+    if not isinstance(system, MapNode):
+        raise _root_error("/system", "must be a map")
+    generated = node_from_value(_system(process_id, limits, False, None))
+    assert isinstance(generated, MapNode)
+    if system.keys() != generated.keys():
+        raise _root_error("/system", "keys must be exactly " + ",".join(generated.keys()))
+    legacy_runtime = node_from_value(
+        {
+            "language": LANGUAGE,
+            "snapshot_format": SNAPSHOT_FORMAT,
+            "transaction_format": LEGACY_TRANSACTION_FORMAT,
+        }
+    )
+    for key, want in generated.items():
+        if key in _SYSTEM_PER_PROCESS:
+            continue
+        got = system.get(key)
+        accepted = {want.digest, legacy_runtime.digest} if key == "runtime" else {want.digest}
+        if got is None or got.digest not in accepted:
+            raise _root_error(f"/system/{key}", "does not match the generated process metadata")
+    lineage = system.get("lineage")
+    parent = lineage.get("parent") if isinstance(lineage, MapNode) else None
+    if not isinstance(lineage, MapNode) or lineage.keys() != ["parent"] or parent is None:
+        raise _root_error("/system/lineage", "must be exactly {parent}")
+    if parent.kind != "null":
+        if not isinstance(parent, ScalarNode) or parent.kind != "string":
+            raise _root_error("/system/lineage/parent", "must be a process id or null")
+        try:
+            validate_process_id(parent.value)
+        except InvalidInput:
+            raise _root_error("/system/lineage/parent", "is not a process id") from None
+    outbox = system.get("outbox")
+    if not isinstance(outbox, ArrayNode):
+        raise _root_error("/system/outbox", "must be an array")
+    for i, intent in enumerate(outbox.items):
+        where = f"/system/outbox/{i}"
+        keys = set(intent.keys()) if isinstance(intent, MapNode) else set()
+        if not isinstance(intent, MapNode) or keys not in (INTENT_FIELDS, _LEGACY_INTENT_FIELDS):
+            raise _root_error(where, "must be a map {" + ",".join(sorted(INTENT_FIELDS)) + "}")
+        id_key = "message_id" if "message_id" in keys else "id"
+        intent_id, to = intent.get(id_key), intent.get("to")
+        if not isinstance(intent_id, ScalarNode) or intent_id.kind != "string":
+            raise _root_error(f"{where}/{id_key}", "must be a string")
+        if not isinstance(to, ScalarNode) or to.kind != "string":
+            raise _root_error(f"{where}/to", "must be an address string")
+        try:
+            validate_address(to.value)
+        except InvalidInput:
+            raise _root_error(f"{where}/to", "is not a process id or external address") from None
 
 
 def encode_node(node: Node) -> dict[str, Any]:
@@ -116,19 +272,14 @@ def encode_node(node: Node) -> dict[str, Any]:
     if isinstance(node, ArrayNode):
         return {"type": "array", "value": [encode_node(n) for n in node.items]}
     assert isinstance(node, ScriptNode)
-    return {
-        "type": "script",
-        "value": {"source": node.script.source, "documentation": node.script.documentation},
-    }
+    return {"type": "script", "value": script_json(node.script)}
 
 
 def decode_root(data: Any, process_id: str, limits: Limits) -> MapNode:
     """Decode and validate a tagged root map, as found in a snapshot.
 
-    Checks the namespace shape: exactly the root keys; ``/memory``, ``/lib``,
-    ``/thread`` and the reserved roots are maps; ``/inbox`` is an array; scripts
-    appear only as ``/lib/<valid name>``; ``/system/identity/address`` equals
-    ``process_id``; ``/system/outbox`` is an array. Value limits apply.
+    Decodes the tagged sections (value limits apply), then runs the one full
+    check :func:`validate_root` (restore, fork and import all share it).
 
     Raises:
         InvalidInput: (``invalid_snapshot``) any structural violation.
@@ -184,8 +335,7 @@ def decode_root(data: Any, process_id: str, limits: Limits) -> MapNode:
     address = get_node(root, ("system", "identity", "address"))
     if not isinstance(address, ScalarNode) or address.value != process_id:
         raise bad("/system/identity/address does not match the snapshot id")
-    if not isinstance(get_node(root, ("system", "outbox")), ArrayNode):
-        raise bad("/system/outbox must be an array")
     if root.size > limits.max_tree_nodes or root.text > limits.max_tree_text_bytes:
         raise bad("tree exceeds max_tree_nodes or max_tree_text_bytes")
+    validate_root(root, process_id, limits)
     return root

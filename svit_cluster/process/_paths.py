@@ -13,6 +13,7 @@ __all__ = [
     "format_path",
     "is_guest_writable",
     "parse_path",
+    "validate_address",
     "validate_process_id",
     "validate_script_name",
 ]
@@ -38,6 +39,8 @@ GUEST_WRITABLE_ROOTS = ("memory", "lib")
 _SCRIPT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _MAX_PATH_BYTES = 4096
 _MAX_PROCESS_ID_BYTES = 256
+_MAX_ADDRESS_BYTES = 2048
+_EXTERNAL_ADDRESS = re.compile(r"[a-z][a-z0-9+.\-]*://[^\s]+")
 
 
 def parse_path(path: object) -> Path:
@@ -106,12 +109,12 @@ def validate_script_name(name: object) -> str:
 
 
 def is_guest_writable(path: Path) -> bool:
-    """True for paths strictly below ``/memory``, and for ``/lib/<name>`` exactly.
+    """True for ``/memory`` and paths below it, and for ``/lib/<name>`` exactly.
 
-    Writing ``/memory`` itself is not allowed (it must stay a map); below
-    ``/lib`` only whole scripts are written.
+    ``/memory`` itself may be written (with a map, as in the reference) but not
+    removed; below ``/lib`` only whole scripts are written.
     """
-    if len(path) >= 2 and path[0] == "memory":
+    if len(path) >= 1 and path[0] == "memory":
         return True
     return len(path) == 2 and path[0] == "lib"
 
@@ -137,3 +140,34 @@ def validate_process_id(process_id: object) -> str:
             code=ErrorCode.INVALID_PROCESS_ID,
         )
     return process_id
+
+
+def validate_address(address: object) -> str:
+    """Check a ``send!`` destination: a process id, or an external URI for the dispatcher.
+
+    The reference parses every address as a process id. This host also routes
+    outbox intents to external sinks (``http(s)://``, ``redis-stream://``; see
+    ``svit_cluster.dispatch``), so an address is either a valid ``svit://`` process
+    id or ``<scheme>://<rest>`` with a lower-case scheme other than ``svit``, no
+    whitespace or control characters, at most 2048 bytes. Whether a sink exists
+    for the scheme is the dispatcher's decision (unknown: dead-lettered).
+
+    Raises:
+        InvalidInput: (``invalid_process_id``) a ``svit`` address that is not a
+            process id, or anything that is not an address at all.
+    """
+    if type(address) is str and address.startswith("svit:"):
+        return validate_process_id(address)
+    if (
+        type(address) is not str
+        or len(address) > _MAX_ADDRESS_BYTES
+        or not 0 <= _utf8_len(address) <= _MAX_ADDRESS_BYTES
+        or not _EXTERNAL_ADDRESS.fullmatch(address)
+        or not address.isprintable()
+    ):
+        raise InvalidInput(
+            f"invalid address {str(address)[:80]!r}: need a svit:// process id or "
+            "<scheme>://<destination>",
+            code=ErrorCode.INVALID_PROCESS_ID,
+        )
+    return address

@@ -21,13 +21,17 @@ from svit_cluster.errors import (
 )
 from svit_cluster.process._limits import Limits
 from svit_cluster.process._namespace import (
+    MAX_VERSION,
     SNAPSHOT_FORMAT,
     build_root,
+    check_script,
     decode_root,
     encode_node,
+    validate_root,
     with_system,
 )
 from svit_cluster.process._paths import parse_path, validate_process_id
+from svit_cluster.process._stat import stat_record
 from svit_cluster.process._transaction import GENESIS_HASH, Transaction
 from svit_cluster.process._tree import (
     ArrayNode,
@@ -35,6 +39,7 @@ from svit_cluster.process._tree import (
     Node,
     ScriptNode,
     get_node,
+    lookup_node,
     value_from_node,
 )
 from svit_cluster.process._values import (
@@ -106,7 +111,6 @@ class Process:
         limits: Limits | None = None,
         memory: Value = None,
         scripts: dict[str, Script | str] | None = None,
-        authenticated: bool = False,
     ) -> Process:
         """Create a process at version 0.
 
@@ -114,20 +118,27 @@ class Process:
             process_id: ``svit://<rest>``, no whitespace, at most 256 bytes.
             limits: defaults to :class:`Limits` ().
             memory: initial ``/memory`` map of plain values.
-            scripts: initial ``/lib``: name -> :class:`Script` or source text.
-            authenticated: recorded in ``/system/identity/authenticated``.
+            scripts: initial ``/lib``: name -> :class:`Script` or source text;
+                each must compile (reference: scripts compile when stored).
+
+        ``/system/identity/authenticated`` is always false (process metadata is
+        never a credential).
 
         Raises:
-            InvalidInput: bad id, memory not a map, bad script name or value.
-            LimitExceeded: memory or scripts exceed the limits, or the whole
-                tree exceeds ``max_tree_nodes`` / ``max_tree_text_bytes``.
+            InvalidInput: bad id, memory not a map, bad script name or value
+                (``invalid_value`` also for value depth/entry/text bounds).
+            ScriptFailed: (``script_failed``) a script does not compile.
+            LimitExceeded: a script exceeds its size or syntax limits, or the
+                whole tree exceeds ``max_tree_nodes`` / ``max_tree_text_bytes``.
         """
         lim = (limits or Limits()).validate()
         lib = {
             name: script_from_value(s if isinstance(s, Script | dict) else Script(s), lim)
             for name, s in (scripts or {}).items()
         }
-        root = build_root(process_id, lim, memory=memory, scripts=lib, authenticated=authenticated)
+        for name, script in lib.items():
+            check_script(name, script, lim)
+        root = build_root(process_id, lim, memory=memory, scripts=lib)
         if root.size > lim.max_tree_nodes:
             raise LimitExceeded("process tree exceeds max_tree_nodes")
         if root.text > lim.max_tree_text_bytes:
@@ -166,12 +177,13 @@ class Process:
         return self._chain_head
 
     def read(self, path: str) -> Value:
-        """The plain value at ``path``; a missing path reads as ``None``.
+        """The plain value at ``path``; a missing key or index reads as ``None``.
 
         Raises:
-            InvalidInput: (``invalid_path``) malformed path.
+            InvalidInput: (``invalid_path``) malformed path, a path through a
+                scalar, or a non-decimal array index (reference: path reads).
         """
-        node = get_node(self._root, parse_path(path))
+        node = lookup_node(self._root, parse_path(path))
         return None if node is None else value_from_node(node)
 
     def read_versioned(self, path: str) -> tuple[Value, int]:
@@ -179,30 +191,31 @@ class Process:
         return self.read(path), self._version
 
     def node(self, path: str) -> Node | None:
-        """The node at ``path`` (with its digest), or None."""
-        return get_node(self._root, parse_path(path))
+        """The node at ``path`` (with its digest), or None; raises like :meth:`read`."""
+        return lookup_node(self._root, parse_path(path))
 
     def discover(self, path: str) -> list[str]:
-        """Sorted child names of a map, or indexes of an array; ``[]`` otherwise."""
+        """Sorted child names of a map, or indexes of an array.
+
+        Raises:
+            InvalidInput: (``invalid_path``) nothing at ``path``, or a scalar or
+                script there (reference: discover needs a container).
+        """
         node = self.node(path)
         if isinstance(node, MapNode):
             return node.keys()
         if isinstance(node, ArrayNode):
             return [str(i) for i in range(len(node.items))]
-        return []
+        what = "nothing" if node is None else f"a {node.kind}"
+        raise InvalidInput(f"cannot discover {path[:200]}: {what} is there",
+                           code=ErrorCode.INVALID_PATH)
 
     def stat(self, path: str) -> dict[str, Value] | None:
-        """``{kind, hash, size}`` of the node at ``path`` or None when missing.
-
-        ``size`` is the number of children of a container, else 0.
-        """
+        """The facts record of the node at ``path`` (:func:`stat_record`), None when missing."""
         node = self.node(path)
         if node is None:
             return None
-        size = len(node) if isinstance(node, MapNode) else (
-            len(node.items) if isinstance(node, ArrayNode) else 0
-        )
-        return {"kind": node.kind, "hash": node.hex, "size": size}
+        return stat_record(path, node)
 
     # -- commits ------------------------------------------------------------------
 
@@ -215,7 +228,15 @@ class Process:
         return WorkingCopy(self._root, self._limits)
 
     def seal(self, wc: WorkingCopy, source: str) -> Transition:
-        """Seal a working copy into the next transition (not yet applied)."""
+        """Seal a working copy into the next transition (not yet applied).
+
+        Raises:
+            LimitExceeded: (``resource_limit_exceeded``) the process is at
+                :data:`MAX_VERSION` (2**63 - 1): no further version exists.
+        """
+        if self._version >= MAX_VERSION:
+            raise LimitExceeded(f"process version limit exceeded (max {MAX_VERSION})",
+                                limit="process version")
         return wc.seal(
             address=self._id,
             position=self._position + 1,
@@ -259,21 +280,32 @@ class Process:
     def write(self, path: str, value: Value) -> Change:
         """Host write of ``value`` at ``path`` (only below ``/memory`` or ``/lib/<name>``).
 
+        ``/memory`` itself may be written with a map. A script written to
+        ``/lib/<name>`` must compile (reference: compiled on write).
+
         Returns:
             The :class:`Change` of the new version (``version + 1``).
 
         Raises:
             InvalidInput: (``invalid_path``/``invalid_script_name``/``invalid_value``).
-            LimitExceeded: value or tree bounds.
+            ScriptFailed: (``script_failed``) the script does not compile.
+            LimitExceeded: tree bounds, script size/syntax limits, or the version limit.
         """
-        return self._host_commit("host.write", lambda wc: wc.write(path, value))
+        def stage(wc: WorkingCopy) -> None:
+            segs = wc.write(path, value)
+            if segs[0] == "lib":
+                node = get_node(wc.root, segs)
+                assert isinstance(node, ScriptNode)
+                check_script(segs[1], node.script, self._limits)
+
+        return self._host_commit("host.write", stage)
 
     def remove(self, path: str) -> Change:
         """Host remove of an existing key below ``/memory`` or a ``/lib/<name>``.
 
         Raises:
-            InvalidInput: (``invalid_path``) e.g. ``/memory`` itself.
-            NotFound: (``not_found``) nothing at ``path``.
+            InvalidInput: (``invalid_path``) e.g. ``/memory`` itself, or nothing
+                at ``path`` (reference: a missing target is ``invalid_path``).
         """
         return self._host_commit("host.remove", lambda wc: wc.remove(path))
 
@@ -312,7 +344,8 @@ class Process:
         Each record must be internally consistent (:meth:`Transaction.verify`),
         continue the chain (``previous_hash``), step the version by exactly +1
         from the current one, advance ``position`` by 1, name this process, and
-        produce its ``resulting_root_hash``. Replay is all or nothing: on any
+        produce its ``resulting_root_hash``; the final root must pass the full
+        root validation (:func:`validate_root`). Replay is all or nothing: on any
         failure the process is left exactly as it was before the call.
 
         Returns:
@@ -358,6 +391,12 @@ class Process:
             position = rec.position
             head = rec.event_hash
             n += 1
+        if n:
+            try:
+                validate_root(root, self._id, self._limits)
+            except SvitError as exc:
+                raise CorruptData(f"replay of {self._id} up to position {position} gives an "
+                                  f"invalid root: {exc.message}") from None
         self._root, self._version, self._position, self._chain_head = root, version, position, head
         return n
 
@@ -400,9 +439,10 @@ class Process:
 
         Raises:
             InvalidInput: (``invalid_snapshot``) too large, not strict JSON,
-                trailing bytes, unknown format, wrong fields, limits above the
-                hard maxima, an invalid root (checked before the hash), or a
-                root-hash mismatch. (``decode_error``) for unparsable JSON.
+                trailing bytes, unknown format, wrong fields, a version outside
+                ``0..MAX_VERSION``, limits above the hard maxima, an invalid
+                root (the full :func:`validate_root`, checked before the hash:
+                the message names the path), or a root-hash mismatch.
         """
         def bad(msg: str) -> InvalidInput:
             return InvalidInput(f"snapshot rejected: {msg}", code=ErrorCode.INVALID_SNAPSHOT)
@@ -421,13 +461,13 @@ class Process:
             raise bad("fields must be exactly " + ",".join(sorted(_SNAPSHOT_FIELDS)))
         if doc["format"] != SNAPSHOT_FORMAT:
             raise bad(f"unknown format {str(doc['format'])[:64]!r}")
-        if type(doc["version"]) is not int or doc["version"] < 0:
-            raise bad("version must be a non-negative integer")
+        if type(doc["version"]) is not int or not 0 <= doc["version"] <= MAX_VERSION:
+            raise bad(f"version must be an integer in 0..{MAX_VERSION}")
         try:
             process_id = validate_process_id(doc["id"])
             limits = Limits.from_dict(doc["limits"])
             root = decode_root(doc["root"], process_id, limits)
-        except (InvalidInput, LimitExceeded) as exc:
+        except SvitError as exc:
             raise bad(exc.message) from None
         if root.hex != doc["root_hash"]:
             raise bad("root hash mismatch")
@@ -452,12 +492,16 @@ class Process:
         transaction chain, and shares no future mutations with the parent
         (unchanged subtrees keep their hashes).
 
+        The child runs the same full root validation as a restore.
+
         Raises:
-            InvalidInput: (``invalid_process_id``) ``new_id`` is invalid.
+            InvalidInput: (``invalid_process_id``) ``new_id`` is invalid;
+                (``invalid_snapshot``) the resulting root is invalid.
         """
         validate_process_id(new_id)
         assert isinstance(self._root, MapNode)
         root = with_system(self._root, new_id, self._limits, self._id)
+        validate_root(root, new_id, self._limits)
         return Process(new_id, root, version=self._version, limits=self._limits)
 
     def scripts(self) -> dict[str, Script]:

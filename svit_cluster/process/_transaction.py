@@ -1,12 +1,21 @@
-"""``svit-transaction@1`` records: one per commit, hash-chained, replayable.
+"""``svit-cluster-transaction@1`` records: one per commit, hash-chained, replayable.
 
 A record states *what changed* as typed mutations, so that replaying the
 records from a base state re-creates the exact root hash **without running any
 guest code** (DESIGN.md §1 "Transactions").
 
+This is svit_cluster's own record format, **not** the reference's
+``svit-transaction@1`` (README "Formats", docs/conformance.md): the field
+names (``format``, ``op``), ``append`` carrying one value, ``remove_front``
+without an expected value hash, the first record's ``position`` and
+``previous_hash``, and the hash encoding all differ. Records this project wrote
+before the rename say ``format: "svit-transaction@1"`` (:data:`LEGACY_TRANSACTION_FORMAT`);
+they are still read and verified exactly as they were written (a script
+without documentation hashed as ``"documentation": null``), and never written.
+
 Wire shape (canonical JSON, keys sorted)::
 
-    {"format": "svit-transaction@1", "address": "svit://...", "position": 8,
+    {"format": "svit-cluster-transaction@1", "address": "svit://...", "position": 8,
      "previous_hash": "<64 hex>", "process_version_before": 7,
      "process_version_after": 8,
      "mutations": [{"op": "set", "path": "/memory/x", "value": <tagged>},
@@ -18,7 +27,9 @@ Wire shape (canonical JSON, keys sorted)::
 
 ``event_hash`` is SHA-256 over the canonical JSON of every other field;
 ``previous_hash`` is the previous record's ``event_hash`` (:data:`GENESIS_HASH`
-for the first record of a chain).
+for the first record of a chain). ``source`` is any non-empty string of at
+most :data:`MAX_SOURCE_BYTES` UTF-8 bytes (the reference's rule); this project
+writes the values in :data:`SOURCES`.
 """
 
 from __future__ import annotations
@@ -39,15 +50,23 @@ from svit_cluster.process._values import (
 
 __all__ = [
     "GENESIS_HASH",
+    "LEGACY_TRANSACTION_FORMAT",
+    "MAX_SOURCE_BYTES",
     "SOURCES",
     "TRANSACTION_FORMAT",
     "Mutation",
     "Transaction",
 ]
 
-TRANSACTION_FORMAT = "svit-transaction@1"
+#: The record format this project writes (not the reference's format).
+TRANSACTION_FORMAT = "svit-cluster-transaction@1"
+#: The name this project's records carried before issue 14: read, never written.
+LEGACY_TRANSACTION_FORMAT = "svit-transaction@1"
+_FORMATS = frozenset({TRANSACTION_FORMAT, LEGACY_TRANSACTION_FORMAT})
 GENESIS_HASH = "0" * 64
-#: Every allowed ``source``.
+#: The longest ``source``, in UTF-8 bytes (the reference's bound).
+MAX_SOURCE_BYTES = 4096
+#: The ``source`` values svit_cluster writes (any other valid source is read).
 SOURCES = frozenset(
     {"activation", "host.write", "host.remove", "inbox.append", "inbox.ack", "host.event"}
 )
@@ -74,6 +93,12 @@ def _bad(msg: str) -> InvalidInput:
     return InvalidInput(msg, code=ErrorCode.INVALID_TRANSACTION)
 
 
+def _check_source(source: object) -> str:
+    if type(source) is not str or not source or len(source.encode("utf-8")) > MAX_SOURCE_BYTES:
+        raise _bad(f"source must be a non-empty string of at most {MAX_SOURCE_BYTES} bytes")
+    return source
+
+
 def _is_hex64(v: object) -> bool:
     return (
         type(v) is str
@@ -93,16 +118,21 @@ class Mutation:
     path: str
     value: Value = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, null_documentation: bool = False) -> dict[str, Any]:
+        """The mutation's JSON (``null_documentation``: the legacy script encoding)."""
         out: dict[str, Any] = {"op": self.op, "path": self.path}
         if self.op in _OPS_WITH_VALUE:
-            out["value"] = encode_value(self.value)
+            out["value"] = encode_value(self.value, null_documentation=null_documentation)
         return out
 
 
 @dataclass(frozen=True, slots=True)
 class Transaction:
-    """An immutable ``svit-transaction@1`` record. Build with :meth:`seal`."""
+    """An immutable transaction record. Build with :meth:`seal`.
+
+    ``format`` is :data:`TRANSACTION_FORMAT` for every record this version
+    writes, or :data:`LEGACY_TRANSACTION_FORMAT` for an older record read back.
+    """
 
     address: str
     position: int
@@ -114,16 +144,18 @@ class Transaction:
     source: str
     resulting_root_hash: str
     event_hash: str
+    format: str = TRANSACTION_FORMAT
 
     def _body(self) -> dict[str, Any]:
+        legacy = self.format == LEGACY_TRANSACTION_FORMAT
         return {
-            "format": TRANSACTION_FORMAT,
+            "format": self.format,
             "address": self.address,
             "position": self.position,
             "previous_hash": self.previous_hash,
             "process_version_before": self.process_version_before,
             "process_version_after": self.process_version_after,
-            "mutations": [m.to_json() for m in self.mutations],
+            "mutations": [m.to_json(null_documentation=legacy) for m in self.mutations],
             "touched_paths": list(self.touched_paths),
             "source": self.source,
             "resulting_root_hash": self.resulting_root_hash,
@@ -141,11 +173,20 @@ class Transaction:
         touched_paths: tuple[str, ...],
         source: str,
         resulting_root_hash: str,
+        format: str = TRANSACTION_FORMAT,
     ) -> Transaction:
         """Build a record and compute its ``event_hash``.
 
-        The version after is always ``version_before + 1``.
+        The version after is always ``version_before + 1``. ``format`` is only
+        ever :data:`LEGACY_TRANSACTION_FORMAT` when re-sealing an old record.
+
+        Raises:
+            InvalidInput: (``invalid_transaction``) an unknown ``format``, or a
+                ``source`` that is empty or longer than :data:`MAX_SOURCE_BYTES`.
         """
+        if format not in _FORMATS:
+            raise _bad(f"unknown transaction format {str(format)[:64]!r}")
+        _check_source(source)
         tmp = cls(
             address,
             position,
@@ -157,6 +198,7 @@ class Transaction:
             source,
             resulting_root_hash,
             "",
+            format,
         )
         body = tmp._body()
         digest = hashlib.sha256(canonical_json(body)).hexdigest()
@@ -171,6 +213,7 @@ class Transaction:
             source,
             resulting_root_hash,
             digest,
+            format,
         )
 
     def verify(self) -> Transaction:
@@ -210,6 +253,7 @@ class Transaction:
                 touched_paths=self.touched_paths,
                 source=self.source,
                 resulting_root_hash=self.resulting_root_hash,
+                format=self.format,
             )
         except SvitError as exc:
             raise _bad(f"record does not encode: {exc.message}") from None
@@ -234,7 +278,8 @@ class Transaction:
         Raises:
             InvalidInput: (``invalid_transaction``) malformed JSON, duplicate,
                 unknown or missing fields, wrong types, a version step other
-                than +1, an unknown mutation or source, an invalid address or
+                than +1, an unknown format or mutation, an empty or oversized
+                source, an invalid address or
                 path, touched paths that are not the sorted mutation paths, a
                 mutation value that does not decode, or an ``event_hash`` that
                 does not match the other fields.
@@ -249,8 +294,8 @@ class Transaction:
     def from_json(cls, raw: Any) -> Transaction:
         """Like :meth:`decode`, from already-parsed JSON."""
         if type(raw) is not dict or set(raw) != _FIELDS:
-            raise _bad("transaction must have exactly the svit-transaction@1 fields")
-        if raw["format"] != TRANSACTION_FORMAT:
+            raise _bad(f"transaction must have exactly the {TRANSACTION_FORMAT} fields")
+        if type(raw["format"]) is not str or raw["format"] not in _FORMATS:
             raise _bad(f"unknown transaction format {str(raw['format'])[:64]!r}")
         for name in ("position", "process_version_before", "process_version_after"):
             if type(raw[name]) is not int or raw[name] < 0:
@@ -260,8 +305,7 @@ class Transaction:
         for name in ("previous_hash", "resulting_root_hash", "event_hash"):
             if not _is_hex64(raw[name]):
                 raise _bad(f"{name} must be 64 lowercase hex characters")
-        if type(raw["source"]) is not str or raw["source"] not in SOURCES:
-            raise _bad("unknown source")
+        _check_source(raw["source"])
         try:
             validate_process_id(raw["address"])
         except InvalidInput as exc:
@@ -296,6 +340,7 @@ class Transaction:
             touched_paths=tuple(touched),
             source=raw["source"],
             resulting_root_hash=raw["resulting_root_hash"],
+            format=raw["format"],
         )
         if record.event_hash != raw["event_hash"]:
             raise _bad(f"event_hash mismatch at position {raw['position']}")

@@ -13,6 +13,22 @@ leaf of at most ``LEAF_MAX`` entries, instead of all *n* entries.
 
 Arrays are tuples of nodes and re-hash all their children on change
 (``O(len)``); keep large collections in maps.
+
+The structural hash encoding is named :data:`HASH_SCHEME`
+(``svit-cluster-hash@1``). It is svit_cluster's own, **not** the reference's
+committed value-hash contract (README "Formats"): SHA-256 over
+
+* null ``n``; bool ``b`` + byte 0/1; integer ``i`` + 8-byte big-endian signed;
+  number ``f`` + 8-byte big-endian IEEE-754 double; string ``s`` + UTF-8;
+* script ``S`` + u32 BE source length + source + (``0x00`` | ``0x01`` + documentation);
+* array ``a`` + u32 BE count + each child digest;
+* map ``m`` + u32 BE count + trie digest, where a trie leaf is ``L`` + per key in
+  sorted order (u32 BE key length, UTF-8 key, child digest) and a branch is
+  ``B`` + 16 slot digests (32 zero bytes for an empty slot), keys spread by
+  the nibbles of ``sha256(key)``, leaves of at most :data:`LEAF_MAX` keys.
+
+Golden vectors pin it (``tests/conformance/test_formats.py``); changing any of
+it is a new scheme name and breaks every stored root hash.
 """
 
 from __future__ import annotations
@@ -21,10 +37,11 @@ import hashlib
 import struct
 from collections.abc import Iterator
 
-from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, NotFound
+from svit_cluster.errors import ErrorCode, InvalidInput
 from svit_cluster.process._values import I64_MAX, I64_MIN, Script, Value, utf8_len
 
 __all__ = [
+    "HASH_SCHEME",
     "LEAF_MAX",
     "ArrayNode",
     "MapNode",
@@ -32,12 +49,15 @@ __all__ = [
     "ScalarNode",
     "ScriptNode",
     "get_node",
+    "lookup_node",
     "node_from_value",
     "remove_node",
     "set_node",
     "value_from_node",
 ]
 
+#: The name of the structural hash encoding above (not the reference's encoding).
+HASH_SCHEME = "svit-cluster-hash@1"
 LEAF_MAX = 32
 _ZERO = b"\x00" * 32
 _sha = hashlib.sha256
@@ -359,20 +379,28 @@ def node_from_value(
 
     Raises:
         InvalidInput: (``invalid_value``) a non-value, a script where none is
-            allowed, a non-finite number, an integer outside i64.
-        LimitExceeded: (``resource_limit_exceeded``) a bound above was exceeded;
-            the message names it.
+            allowed, a non-finite number, an integer outside i64, or a value
+            bound above exceeded (the message names it; the reference's value
+            validation reports depth, entry and text bounds as ``invalid_value``).
+
+    A number ``-0.0`` is stored as ``0.0``: the two are the same value (same
+    hash, equal), as in the reference.
     """
     walk = _Walk(max_depth, max_entries, max_text_bytes, allow_script)
     return _to_node(value, 0, walk)
 
 
+def _value_bound(message: str) -> InvalidInput:
+    """A value bound (depth, entries, text) failed: ``invalid_value`` (reference: value.rs)."""
+    return InvalidInput(message, code=ErrorCode.INVALID_VALUE)
+
+
 def _to_node(value: Value, depth: int, w: _Walk) -> Node:
     if depth > w.max_depth:
-        raise LimitExceeded("value is nested too deeply (max_value_depth)")
+        raise _value_bound("value is nested too deeply (max_value_depth)")
     w.entries += 1
     if w.entries > w.max_entries:
-        raise LimitExceeded("value has too many entries (max_value_entries)")
+        raise _value_bound("value has too many entries (max_value_entries)")
     if value is None:
         return NULL_NODE
     t = type(value)
@@ -388,13 +416,13 @@ def _to_node(value: Value, depth: int, w: _Walk) -> Node:
         assert isinstance(value, float)
         if value != value or value in (float("inf"), float("-inf")):
             raise InvalidInput("number must be finite", code=ErrorCode.INVALID_VALUE)
-        return ScalarNode("number", value)
+        return ScalarNode("number", value + 0.0)  # -0.0 + 0.0 == +0.0: one zero
     if t is str:
         assert isinstance(value, str)
         n = utf8_len(value)
         w.text += n
         if w.text > w.max_text:
-            raise LimitExceeded("value has too much text (max_text_bytes)")
+            raise _value_bound("value has too much text (max_text_bytes)")
         return ScalarNode("string", value, n)
     if t is list:
         assert isinstance(value, list)
@@ -407,7 +435,7 @@ def _to_node(value: Value, depth: int, w: _Walk) -> Node:
                 raise InvalidInput("map keys must be strings", code=ErrorCode.INVALID_VALUE)
             w.text += utf8_len(k)
             if w.text > w.max_text:
-                raise LimitExceeded("value has too much text (max_text_bytes)")
+                raise _value_bound("value has too much text (max_text_bytes)")
             items[k] = _to_node(v, depth + 1, w)
         return MapNode.from_items(items)
     if t is Script:
@@ -421,7 +449,7 @@ def _to_node(value: Value, depth: int, w: _Walk) -> Node:
         node = ScriptNode(value)
         w.text += node.text
         if w.text > w.max_text:
-            raise LimitExceeded("value has too much text (max_text_bytes)")
+            raise _value_bound("value has too much text (max_text_bytes)")
         return node
     raise InvalidInput(f"not a storable value: {t.__name__}", code=ErrorCode.INVALID_VALUE)
 
@@ -468,11 +496,51 @@ def get_node(root: Node, path: tuple[str, ...]) -> Node | None:
     return node
 
 
-def set_node(root: Node, path: tuple[str, ...], node: Node) -> Node:
+def lookup_node(root: Node, path: tuple[str, ...]) -> Node | None:
+    """The node at ``path`` for a *read* (reference: process.rs path reads).
+
+    A missing map key or an index past the end of an array gives None, but a
+    path that is malformed for the tree it walks is an error.
+
+    Raises:
+        InvalidInput: (``invalid_path``) a step goes through a scalar or script,
+            or an array step is not a canonical decimal index (``"x"``, ``"01"``).
+    """
+    node: Node | None = root
+    for k, seg in enumerate(path):
+        if isinstance(node, MapNode):
+            node = node.get(seg)
+        elif isinstance(node, ArrayNode):
+            if not (seg.isascii() and seg.isdigit()) or (len(seg) > 1 and seg[0] == "0"):
+                raise InvalidInput(
+                    f"array index {seg[:32]!r} is not a decimal index in "
+                    f"/{'/'.join(path)[:200]}",
+                    code=ErrorCode.INVALID_PATH,
+                )
+            i = int(seg)
+            node = node.items[i] if i < len(node.items) else None
+        else:
+            assert node is not None
+            raise InvalidInput(
+                f"/{'/'.join(path)[:200]} goes through a {node.kind} at "
+                f"/{'/'.join(path[:k])[:200]}",
+                code=ErrorCode.INVALID_PATH,
+            )
+        if node is None:
+            return None
+    return node
+
+
+def set_node(
+    root: Node, path: tuple[str, ...], node: Node, *, allow_append: bool = False
+) -> Node:
     """Return a new root with ``node`` at ``path``; the parent must exist.
 
-    In a map, the key is inserted or replaced. In an array, an existing index is
-    replaced, and the index equal to the length appends.
+    In a map, the key is inserted or replaced. In an array, only an existing
+    index is replaced: writing past the end is refused, as in the reference
+    (host inbox/outbox appends use ``append`` mutations instead).
+    ``allow_append`` (replay of records written before that rule only) lets
+    the index equal to the length append.
 
     Raises:
         InvalidInput: (``invalid_path``) ``path`` is the root, the parent does
@@ -480,10 +548,10 @@ def set_node(root: Node, path: tuple[str, ...], node: Node) -> Node:
     """
     if not path:
         raise InvalidInput("cannot replace the root", code=ErrorCode.INVALID_PATH)
-    return _set(root, path, 0, node)
+    return _set(root, path, 0, node, allow_append)
 
 
-def _set(cur: Node, path: tuple[str, ...], i: int, node: Node) -> Node:
+def _set(cur: Node, path: tuple[str, ...], i: int, node: Node, append: bool) -> Node:
     seg = path[i]
     last = i == len(path) - 1
     if isinstance(cur, MapNode):
@@ -494,19 +562,19 @@ def _set(cur: Node, path: tuple[str, ...], i: int, node: Node) -> Node:
             raise InvalidInput(
                 f"parent of /{'/'.join(path)[:200]} does not exist", code=ErrorCode.INVALID_PATH
             )
-        return cur.with_key(seg, _set(child, path, i + 1, node))
+        return cur.with_key(seg, _set(child, path, i + 1, node, append))
     if isinstance(cur, ArrayNode):
-        idx = _index(seg, len(cur.items), allow_end=last)
+        idx = _index(seg, len(cur.items), allow_end=append and last)
         if idx is None:
             raise InvalidInput(
-                f"bad array index {seg[:32]!r} in /{'/'.join(path)[:200]}",
+                f"no array element {seg[:32]!r} in /{'/'.join(path)[:200]}",
                 code=ErrorCode.INVALID_PATH,
             )
         items = list(cur.items)
         if idx == len(items):
             items.append(node)
         else:
-            items[idx] = node if last else _set(items[idx], path, i + 1, node)
+            items[idx] = node if last else _set(items[idx], path, i + 1, node, append)
         return ArrayNode(tuple(items))
     raise InvalidInput(
         f"parent of /{'/'.join(path)[:200]} is not a map or array", code=ErrorCode.INVALID_PATH
@@ -519,12 +587,17 @@ def remove_node(root: Node, path: tuple[str, ...]) -> Node:
     Removing an array element shifts the later elements down by one.
 
     Raises:
-        InvalidInput: (``invalid_path``) ``path`` is the root or its parent is missing.
-        NotFound: (``not_found``) the key or index does not exist.
+        InvalidInput: (``invalid_path``) ``path`` is the root, or nothing is at
+            ``path`` (a missing key, index or parent: the reference reports a
+            missing removal target as ``invalid_path``).
     """
     if not path:
         raise InvalidInput("cannot remove the root", code=ErrorCode.INVALID_PATH)
     return _remove(root, path, 0)
+
+
+def _missing(path: tuple[str, ...]) -> InvalidInput:
+    return InvalidInput(f"/{'/'.join(path)[:200]} does not exist", code=ErrorCode.INVALID_PATH)
 
 
 def _remove(cur: Node, path: tuple[str, ...], i: int) -> Node:
@@ -534,20 +607,20 @@ def _remove(cur: Node, path: tuple[str, ...], i: int) -> Node:
         if last:
             new = cur.without_key(seg)
             if new is None:
-                raise NotFound(f"/{'/'.join(path)[:200]} does not exist")
+                raise _missing(path)
             return new
         child = cur.get(seg)
         if child is None:
-            raise NotFound(f"/{'/'.join(path)[:200]} does not exist")
+            raise _missing(path)
         return cur.with_key(seg, _remove(child, path, i + 1))
     if isinstance(cur, ArrayNode):
         idx = _index(seg, len(cur.items), allow_end=False)
         if idx is None:
-            raise NotFound(f"/{'/'.join(path)[:200]} does not exist")
+            raise _missing(path)
         items = list(cur.items)
         if last:
             del items[idx]
         else:
             items[idx] = _remove(items[idx], path, i + 1)
         return ArrayNode(tuple(items))
-    raise NotFound(f"/{'/'.join(path)[:200]} does not exist")
+    raise _missing(path)

@@ -13,6 +13,7 @@ string      ``str``                 ``{"type":"string","value":"x"}``
 array       ``list``                ``{"type":"array","value":[...]}``
 map         ``dict[str, Value]``    ``{"type":"map","value":{...}}`` (keys sorted)
 script      :class:`Script`         ``{"type":"script","value":{"source":..,"documentation":..}}``
+                                    (``documentation`` omitted when absent)
 ==========  ======================  ==========================================
 
 Integer ``1`` and number ``1.0`` are different values: use :func:`values_equal`,
@@ -39,6 +40,7 @@ __all__ = [
     "encode_value",
     "from_plain_json",
     "kind_of",
+    "script_json",
     "strict_json_loads",
     "to_plain_json",
     "utf8_len",
@@ -103,6 +105,9 @@ def kind_of(value: object) -> str:
 def values_equal(a: Value, b: Value) -> bool:
     """Type-strict structural equality: ``values_equal(1, 1.0)`` is ``False``.
 
+    ``values_equal(-0.0, 0.0)`` is ``True``: the reference treats the two zeros
+    as one number (and decoders here store ``-0.0`` as ``0.0``).
+
     Raises:
         LimitExceeded: the values nest deeper than :data:`MAX_WALK_DEPTH`.
     """
@@ -124,10 +129,7 @@ def _equal(a: Value, b: Value, depth: int) -> bool:
     if ta is dict:
         assert isinstance(a, dict) and isinstance(b, dict)
         return a.keys() == b.keys() and all(_equal(a[k], b[k], depth + 1) for k in a)
-    if ta is float:
-        assert isinstance(a, float) and isinstance(b, float)
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return a == b
+    return a == b  # floats: -0.0 == 0.0, one value as in the reference (value.rs)
 
 
 def utf8_len(s: str) -> int:
@@ -173,7 +175,7 @@ def _check_int(v: int) -> int:
 def _check_float(v: float) -> float:
     if not math.isfinite(v):
         raise InvalidInput("number must be finite", code=ErrorCode.INVALID_VALUE)
-    return v
+    return v + 0.0  # canonical zero: -0.0 + 0.0 == +0.0
 
 
 class _Budget:
@@ -191,14 +193,17 @@ class _Budget:
     def entry(self, depth: int) -> None:
         self.entries += 1
         if self.entries > self.max_entries:
-            raise LimitExceeded("value has too many entries (max_value_entries)")
+            raise InvalidInput("value has too many entries (max_value_entries)",
+                               code=ErrorCode.INVALID_VALUE)
         if depth > self.max_depth:
-            raise LimitExceeded("value is nested too deeply (max_value_depth)")
+            raise InvalidInput("value is nested too deeply (max_value_depth)",
+                               code=ErrorCode.INVALID_VALUE)
 
     def add_text(self, s: str) -> None:
         self.text += utf8_len(s)
         if self.text > self.max_text:
-            raise LimitExceeded("value has too much text (max_text_bytes)")
+            raise InvalidInput("value has too much text (max_text_bytes)",
+                               code=ErrorCode.INVALID_VALUE)
 
 
 _DEFAULT_DEPTH = 128
@@ -206,20 +211,34 @@ _DEFAULT_ENTRIES = 1_000_000
 _DEFAULT_TEXT = 64 * 1024 * 1024
 
 
-def encode_value(value: Value) -> dict[str, Any]:
+def script_json(script: Script, *, null_documentation: bool = False) -> dict[str, Any]:
+    """``{source, documentation}`` of a script; ``documentation`` is omitted when absent.
+
+    ``null_documentation=True`` writes an absent documentation as ``null``
+    instead: the encoding of records this project wrote before issue 14
+    (legacy ``svit-transaction@1`` records hash it that way).
+    """
+    if script.documentation is None and not null_documentation:
+        return {"source": script.source}
+    return {"source": script.source, "documentation": script.documentation}
+
+
+def encode_value(value: Value, *, null_documentation: bool = False) -> dict[str, Any]:
     """Encode a plain value to its tagged wire form (a JSON-ready ``dict``).
 
-    Map keys are emitted in sorted order.
+    Map keys are emitted in sorted order. A script without documentation is
+    ``{"source": ...}`` (``documentation`` omitted, never ``null``) unless
+    ``null_documentation`` (see :func:`script_json`).
 
     Raises:
         InvalidInput: (``invalid_value``) a non-value, a non-finite float, an
             integer outside i64, or a non-string map key is found.
         LimitExceeded: the value nests deeper than :data:`MAX_WALK_DEPTH` (or is cyclic).
     """
-    return _encode(value, 0)
+    return _encode(value, 0, null_documentation)
 
 
-def _encode(value: Value, depth: int) -> dict[str, Any]:
+def _encode(value: Value, depth: int, null_doc: bool = False) -> dict[str, Any]:
     if value is None:
         return {"type": "null"}
     t = type(value)
@@ -237,20 +256,17 @@ def _encode(value: Value, depth: int) -> dict[str, Any]:
         raise _too_deep()
     if t is list:
         assert isinstance(value, list)
-        return {"type": "array", "value": [_encode(v, depth + 1) for v in value]}
+        return {"type": "array", "value": [_encode(v, depth + 1, null_doc) for v in value]}
     if t is dict:
         assert isinstance(value, dict)
         _check_keys(value)
         out: dict[str, Any] = {}
         for k in sorted(value):
-            out[k] = _encode(value[k], depth + 1)
+            out[k] = _encode(value[k], depth + 1, null_doc)
         return {"type": "map", "value": out}
     if t is Script:
         assert isinstance(value, Script)
-        return {
-            "type": "script",
-            "value": {"source": value.source, "documentation": value.documentation},
-        }
+        return {"type": "script", "value": script_json(value, null_documentation=null_doc)}
     raise InvalidInput(f"not a storable value: {t.__name__}", code=ErrorCode.INVALID_VALUE)
 
 
@@ -276,7 +292,7 @@ def decode_value(
 
     Raises:
         InvalidInput: (``invalid_value``) on any malformed node.
-        LimitExceeded: (``resource_limit_exceeded``) a bound was exceeded.
+        InvalidInput: (``invalid_value``) a depth, entry or text bound was exceeded.
     """
     return _decode(data, 0, _Budget(max_depth, max_entries, max_text_bytes))
 
@@ -349,7 +365,7 @@ def from_plain_json(
 
     Raises:
         InvalidInput: (``invalid_value``) non-finite numbers or non-JSON types.
-        LimitExceeded: a bound was exceeded.
+        InvalidInput: (``invalid_value``) a depth, entry or text bound was exceeded.
     """
     return _plain(data, 0, _Budget(max_depth, max_entries, max_text_bytes))
 
@@ -384,7 +400,7 @@ def _plain(data: Any, depth: int, budget: _Budget) -> Value:
 
 
 def to_plain_json(value: Value) -> Any:
-    """Convert a plain value to untagged JSON; a script becomes ``{source, documentation}``.
+    """Convert a plain value to untagged JSON; a script becomes :func:`script_json`.
 
     This loses the integer/number distinction for integral floats only in JSON
     text produced by other tools; Python's :mod:`json` keeps ``1.0`` as ``1.0``.
@@ -409,7 +425,7 @@ def _to_plain(value: Value, depth: int) -> Any:
         return {k: _to_plain(value[k], depth + 1) for k in sorted(value)}
     if t is Script:
         assert isinstance(value, Script)
-        return {"source": value.source, "documentation": value.documentation}
+        return script_json(value)
     return value
 
 
@@ -450,11 +466,15 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def strict_json_loads(data: bytes | str, *, what: str = "document") -> Any:
+def strict_json_loads(
+    data: bytes | str, *, what: str = "document", last_duplicate_wins: bool = False
+) -> Any:
     """Parse one strict JSON document.
 
     Rejects duplicate object keys, ``NaN``/``Infinity`` constants, invalid
     UTF-8, and anything but whitespace after the document (trailing bytes).
+    With ``last_duplicate_wins`` a repeated key keeps its last value instead
+    of failing (serde_json's rule for maps; ``json-parse`` uses it).
 
     Raises:
         InvalidInput: (``decode_error``) on any of the above; the message names
@@ -462,7 +482,8 @@ def strict_json_loads(data: bytes | str, *, what: str = "document") -> Any:
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        hook = dict if last_duplicate_wins else _no_duplicates
+        return json.loads(text, object_pairs_hook=hook, parse_constant=_no_constants)
     except (ValueError, RecursionError, UnicodeDecodeError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
         raise InvalidInput(

@@ -2,7 +2,7 @@
 
 Host operations and activations both stage their changes in a
 :class:`WorkingCopy`, then seal them into one :class:`Transition` (a new root,
-its ``svit-transaction@1`` record and the :class:`Change`). Nothing is visible
+its ``svit-cluster-transaction@1`` record and the :class:`Change`). Nothing is visible
 until the owning :class:`~svit_cluster.process.Process` applies the transition,
 so a failure anywhere leaves the process unchanged.
 """
@@ -43,8 +43,10 @@ class Change:
 
     Attributes:
         version: the process version after the commit.
-        paths: sorted paths whose content hash differs from before the commit.
-        hashes: hex content hash for every changed path *and each ancestor up to*
+        paths: sorted paths the commit's mutations touched (written, removed,
+            appended to), even when the content ended up equal (reference:
+            process.rs change paths are the touched paths).
+        hashes: hex content hash for every touched path *and each ancestor up to*
             ``"/"``; ``None`` for a removed path. No values: a Change is an
             invalidation, not a payload.
     """
@@ -52,6 +54,23 @@ class Change:
     version: int
     paths: tuple[str, ...]
     hashes: Mapping[str, str | None] = field(default_factory=lambda: MappingProxyType({}))
+
+    def touches(self, path: str) -> bool:
+        """Whether this commit may have changed what ``path`` shows.
+
+        True when ``path`` is a touched path, lies below one (its subtree), or is
+        an ancestor of one (its listing or hash changed), ``"/"`` included; false
+        for siblings and unrelated subtrees (reference: process.rs ``Change``
+        covers the touched node, its subtree and every ancestor). Paths are
+        compared segment by segment, so ``/memory/a`` does not touch ``/memory/ab``.
+        """
+        target = tuple(s for s in path.split("/") if s)
+        for touched in self.paths:
+            seg = tuple(s for s in touched.split("/") if s)
+            n = min(len(seg), len(target))
+            if seg[:n] == target[:n]:
+                return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +119,10 @@ def script_from_value(value: Value, limits: Limits) -> Script:
 def _value_node(path: Path, value: Value, limits: Limits) -> Node:
     if path[0] == "lib":
         return ScriptNode(script_from_value(value, limits))
+    if path == ("memory",) and type(value) is not dict:
+        # Decision (docs/conformance.md): /memory itself may be written, as in the
+        # reference, but it stays a map, as every part of this host assumes.
+        raise InvalidInput("/memory must be a map", code=ErrorCode.INVALID_VALUE)
     # /memory is one persistent value (as in the reference): its nodes may sit at
     # most max_value_depth below /memory, so a value written at /memory/a/b
     # (depth 2) may itself nest at most max_value_depth - 2 more levels. This
@@ -126,9 +149,9 @@ def apply_mutation(root: Node, mut: Mutation, limits: Limits) -> Node:
     """
     path = parse_path(mut.path)
     if mut.op in ("set", "remove") and not _host_managed(path):
-        _check_writable(path, mut.path)
+        _check_writable(path, mut.path, removing=mut.op == "remove")
     if mut.op == "set":
-        return set_node(root, path, _value_node(path, mut.value, limits))
+        return set_node(root, path, _value_node(path, mut.value, limits), allow_append=True)
     if mut.op == "remove":
         return remove_node(root, path)
     if mut.op not in ("append", "remove_front"):
@@ -156,10 +179,11 @@ def _host_managed(path: Path) -> bool:
     return len(path) >= 2 and path[0] == "thread"
 
 
-def _check_writable(path: Path, text: str) -> None:
-    if not is_guest_writable(path):
+def _check_writable(path: Path, text: str, *, removing: bool) -> None:
+    if not is_guest_writable(path) or (removing and path == ("memory",)):
         raise InvalidInput(
-            f"{text[:200]} is not writable: only below /memory and /lib/<name>",
+            f"{text[:200]} is not writable: only /memory (write), below /memory "
+            "and /lib/<name>",
             code=ErrorCode.INVALID_PATH,
         )
     if path[0] == "lib":
@@ -188,12 +212,14 @@ class WorkingCopy:
         """Stage ``set path value`` under the guest write rules (DESIGN.md §1).
 
         Raises:
-            InvalidInput: (``invalid_path``) not writable or parent missing;
-                (``invalid_script_name``) bad ``/lib`` name; (``invalid_value``).
-            LimitExceeded: value or tree bounds.
+            InvalidInput: (``invalid_path``) not writable, parent missing, or an
+                array index that does not exist (no append past the end);
+                (``invalid_script_name``) bad ``/lib`` name; (``invalid_value``)
+                a bad value, a value bound, or a non-map at ``/memory``.
+            LimitExceeded: tree bounds.
         """
         path = parse_path(path_text)
-        _check_writable(path, path_text)
+        _check_writable(path, path_text, removing=False)
         node = _value_node(path, value, self.limits)
         if isinstance(node, ScriptNode):
             value = node.script
@@ -204,11 +230,12 @@ class WorkingCopy:
         """Stage ``remove path``. Removing a missing key is an error.
 
         Raises:
-            InvalidInput: (``invalid_path``) not writable, e.g. ``/memory`` itself.
-            NotFound: (``not_found``) nothing at ``path``.
+            InvalidInput: (``invalid_path``) not writable (e.g. ``/memory``
+                itself), or nothing at ``path`` (reference: a missing removal
+                target is ``invalid_path``).
         """
         path = parse_path(path_text)
-        _check_writable(path, path_text)
+        _check_writable(path, path_text, removing=True)
         self._stage(remove_node(self.root, path), Mutation("remove", path_text))
         return path
 
@@ -244,16 +271,13 @@ class WorkingCopy:
     # -- sealing ---------------------------------------------------------------
 
     def change(self, version: int) -> Change:
-        """The :class:`Change` between the base and the current root."""
-        old, new = self.base, self.root
-        changed: list[str] = []
-        for text in sorted(self.touched):
-            path = parse_path(text)
-            a = get_node(old, path)
-            b = get_node(new, path)
-            # "is not None", never truthiness: an empty MapNode has len() == 0
-            if (None if a is None else a.digest) != (None if b is None else b.digest):
-                changed.append(text)
+        """The :class:`Change` of the staged mutations: every touched path, sorted.
+
+        A path written with the value it already had is still reported, as the
+        reference reports the touched paths of a transition, not a diff.
+        """
+        new = self.root
+        changed = sorted(self.touched)
         hashes: dict[str, str | None] = {}
         for text in changed:
             path = parse_path(text)

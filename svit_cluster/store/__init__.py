@@ -6,7 +6,10 @@ Public names, by importance:
   ``create``, ``commit`` (the controller's ``CommitBackend``), ``get_receipt``,
   ``put_receipt``, ``find_request``, ``snapshot``, ``restore``, ``head``, ``entries``.
 * :class:`StoreConfig` -- key prefix, receipt bound, snapshot cadence, trim margin.
-* :func:`connect` -- a redis-py client with client-side retries disabled.
+* :func:`connect` -- a redis-py client with client-side retries disabled,
+  whose every connection refuses a Redis that may evict keys;
+  :func:`verify_eviction_policy` checks that eagerly at start-up
+  (:data:`ALLOW_UNVERIFIED_EVICTION_ENV` is the override where ``CONFIG`` is disabled).
 * :class:`RedisFences` -- claim or read any process's fence (for ownership
   claims) and scan every fence (for ``svit-cluster etcd-restored``).
 * :class:`ProcessKeys` -- the Redis keys of one process (hash tag ``{<process>}``).
@@ -21,10 +24,12 @@ from svit_cluster.store._fences import RedisFences
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
 from svit_cluster.store._log import RedisBackend, StoreConfig
 from svit_cluster.store._records import Head, LogEntry, StoredSnapshot
-from svit_cluster.store._redis import DEFAULT_TIMEOUT_S, connect
+from svit_cluster.store._redis import ALLOW_UNVERIFIED_ENV as ALLOW_UNVERIFIED_EVICTION_ENV
+from svit_cluster.store._redis import DEFAULT_TIMEOUT_S, connect, verify_eviction_policy
 from svit_cluster.store._snapshots import RestoreStats
 
 __all__ = [
+    "ALLOW_UNVERIFIED_EVICTION_ENV",
     "DEFAULT_PREFIX",
     "DEFAULT_TIMEOUT_S",
     "Head",
@@ -36,4 +41,5 @@ __all__ = [
     "StoreConfig",
     "StoredSnapshot",
     "connect",
+    "verify_eviction_policy",
 ]

@@ -39,6 +39,7 @@ from svit_cluster.errors import (
     InvalidInput,
     NotFound,
     SvitError,
+    UnavailableError,
 )
 from svit_cluster.process import Limits, Process, Transition, canonical_json
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys, receipt_field
@@ -52,7 +53,7 @@ from svit_cluster.store._records import (
     parse_head,
     parse_snapshot,
 )
-from svit_cluster.store._redis import redis_boundary
+from svit_cluster.store._redis import redis_boundary, refusal_reason
 from svit_cluster.store._scripts import Scripts
 from svit_cluster.store._snapshots import (
     RestoreStats,
@@ -310,9 +311,14 @@ class RedisBackend:
             ConflictError: the durable head is not the transition's base
                 (fields ``expected_version``, ``actual_version``); nothing stored.
             NotFound: the process was never created (see :meth:`create`).
-            CorruptData: the stream already holds an entry at the new version.
+            CorruptData: the stream already holds an entry at the new version
+                (or its key has the wrong type).
             UnavailableError: Redis failed; ``fields["outcome"]`` is
-                ``"unknown"`` (see the module docstring).
+                ``"unknown"`` (see the module docstring), except when Redis
+                refused the script's first write (``reason`` ``oom``,
+                ``readonly``, ``misconf``... see ``store._redis.REFUSALS``):
+                then ``"none"``, nothing was stored, and the same request can be
+                retried once Redis recovers.
         """
         self._check_guard()
         rec = transition.record
@@ -360,9 +366,18 @@ class RedisBackend:
         if status == "missing":
             raise NotFound(f"process {self.process_id} was never created in the store",
                            process_id=self.process_id)
+        detail = rest[0].decode(errors="replace") if rest else status
+        reason = refusal_reason(detail)
+        if reason is not None:
+            # The XADD is the script's first write and it was refused (OOM,
+            # READONLY, MISCONF...): the script returned before writing anything.
+            raise UnavailableError(
+                f"commit of version {rec.process_version_after} of {self.process_id} "
+                f"refused by redis: {detail[:300]}",
+                op="commit", process_id=self.process_id, outcome="none", reason=reason,
+            )
         raise corrupt(self.process_id, f"stream refused version {rec.process_version_after}: "
-                      f"{rest[0].decode(errors='replace') if rest else status}",
-                      version=rec.process_version_after)
+                      f"{detail}", version=rec.process_version_after)
 
     def committer(self) -> Callable[[Transition], None]:
         """A :data:`~svit_cluster.process.Committer` for host operations (no receipt)."""

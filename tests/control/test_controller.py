@@ -201,7 +201,8 @@ def test_oversized_input_is_rejected_without_receipt_then_same_ids_commit() -> N
         "pad": {"type": "string", "value": "x" * 5000}}})
     out = run(ctrl, huge)
     assert out["outcome"]["status"] == "rejected"
-    assert out["outcome"]["failure"]["code"] == "resource_limit_exceeded"
+    # value text/depth bounds are invalid_value (reference: value validation)
+    assert out["outcome"]["failure"]["code"] == "invalid_value"
     assert run(ctrl, request(rid="big", version=0))["outcome"]["status"] == "committed"
 
 
@@ -211,7 +212,7 @@ def test_deeply_nested_input_is_rejected_without_receipt(controller: ProcessCont
         value = {"type": "array", "value": [value]}
     doc = request(rid="deep", version=0, input_value={"type": "map", "value": {"by": value}})
     out = run(controller, doc)
-    assert out["outcome"]["failure"]["code"] == "resource_limit_exceeded"
+    assert out["outcome"]["failure"]["code"] == "invalid_value"
     assert run(controller, request(rid="deep", version=0))["outcome"]["status"] == "committed"
 
 

@@ -149,7 +149,7 @@ class Sender:
         }
         resp = self.ctrl.execute(decode_request(json.dumps(request).encode()))
         assert resp.outcome.status == "committed", resp.outcome
-        return [m.id for m in resp.outcome.activation.messages]
+        return [m.message_id for m in resp.outcome.activation.messages]
 
 
 def wait_for(cond: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition",

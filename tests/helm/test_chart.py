@@ -382,8 +382,11 @@ def test_network_policies_select_the_right_pods(render: Render, values: Path | N
         for component, labels_list in by_component.items():
             for labels in labels_list:
                 may_connect = _admits(policy, labels, client_port)
-                # etcd members also reach each other's client port; Redis has no peers.
-                expected = component in ("gateway", "ray-worker") or (component == store == "etcd")
+                # etcd members also reach each other's client port; Redis has no
+                # peers; the outbox dispatcher is a Redis client only.
+                expected = (component in ("gateway", "ray-worker")
+                            or (component == store == "etcd")
+                            or (component == "dispatcher" and store == "redis"))
                 assert may_connect == expected, (store, component)
         assert not _admits(policy, outsider)
         assert not _admits(policy, other_release)
@@ -415,11 +418,19 @@ def test_every_long_running_container_has_probes(render: Render, values: Path | 
 def test_gateway_and_host_agent_probes_use_the_runtime_contract(render: Render) -> None:
     manifests = render()
     gateway = _one(manifests, "Deployment", f"{RELEASE}-gateway")["spec"]["template"]["spec"]
-    probe = gateway["containers"][0]["readinessProbe"]["httpGet"]
-    assert probe == {"path": "/healthz", "port": "http"}
+    container = gateway["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    # Liveness must not depend on registered hosts (/healthz is 503 without them).
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
     hosts = _one(manifests, "StatefulSet", f"{RELEASE}-ray-worker")["spec"]["template"]["spec"]
-    cmd = hosts["containers"][0]["livenessProbe"]["exec"]["command"]
-    assert cmd == ["svit-cluster", "healthcheck", "--agent"]
+    host = hosts["containers"][0]
+    heartbeat = _env(host, "SVIT_AGENT_HEARTBEAT_FILE")["value"]
+    live = host["livenessProbe"]["exec"]["command"]
+    ready = host["readinessProbe"]["exec"]["command"]
+    assert live[:4] == ["svit-cluster", "healthcheck", "--heartbeat", heartbeat]
+    assert "--require-lease" not in live
+    assert ready[:4] == live[:4] and "--require-lease" in ready
 
 
 @pytest.mark.parametrize("values", VALUES_CASES, ids=VALUES_IDS)
@@ -555,6 +566,18 @@ def test_external_redis_url_is_kept_in_a_secret(render: Render) -> None:
     assert url not in json.dumps(_kind(manifests, "ConfigMap"))
 
 
+def test_eviction_policy_override_reaches_only_external_redis(render: Render) -> None:
+    """svit refuses a Redis that may evict keys; the override (for a managed Redis
+    without CONFIG) is off by default and never applies to the bundled Redis."""
+    assert _config(render())["SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY"] == "false"
+    bundled = render(None, "redis.external.allowUnverifiedEvictionPolicy=true")
+    assert _config(bundled)["SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY"] == "false"
+    assert "maxmemory-policy noeviction" in _redis_conf(bundled)
+    external = render(None, "redis.enabled=false", "redis.external.url=redis://r.infra:6379/0",
+                      "redis.external.allowUnverifiedEvictionPolicy=true")
+    assert _config(external)["SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY"] == "true"
+
+
 def test_restricted_gateway_ingress_still_admits_the_test_hook(render: Render) -> None:
     manifests = render(CHART / "ci" / "production-values.yaml")
     policy = _policies(manifests)["gateway"]
@@ -569,8 +592,10 @@ def test_optional_gateway_resources(render: Render) -> None:
     hpa = _one(manifests, "HorizontalPodAutoscaler", f"{RELEASE}-gateway")
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
     assert "replicas" not in _one(manifests, "Deployment", f"{RELEASE}-gateway")["spec"]
-    (monitor,) = _kind(manifests, "ServiceMonitor")
-    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    monitors = {m["metadata"]["name"]: m for m in _kind(manifests, "ServiceMonitor")}
+    assert set(monitors) == {f"{RELEASE}-gateway", f"{RELEASE}-dispatcher"}
+    for monitor in monitors.values():
+        assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     default = render()
     assert not _kind(default, "Ingress") and not _kind(default, "HorizontalPodAutoscaler")
     assert not _kind(default, "ServiceMonitor")

@@ -57,7 +57,7 @@ class FakeHost:
             "lib": {k: Script(v) for k, v in (lib or {}).items()},
             "system": {"identity": {"address": "svit://local/test"}},
         }
-        self.logs: list[str] = []
+        self.logs: list[dict[str, Any]] = []
         self.messages: list[tuple[str, Any]] = []
         self.meter: Meter | None = None
         self.depth = 0
@@ -137,8 +137,8 @@ class FakeHost:
         self.messages.append((to, body))
         return f"svit://local/test:1:{len(self.messages) - 1}"
 
-    def log_info(self, message: str) -> None:
-        self.logs.append(message)
+    def log_info(self, message: str, fields: dict[str, Any] | None = None) -> None:
+        self.logs.append({"message": message, "fields": dict(fields or {})})
 
 
 def run(

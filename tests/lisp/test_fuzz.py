@@ -28,6 +28,13 @@ BUILTIN_NAMES = [
     "json-stringify", "map-get", "map-has?", "map-set", "list?", "string?", "number?",
     "boolean?", "null?", "result-ok", "result-error", "result-ok?", "result-value",
     "safe-call", "apply", "panic", "exec-safe", "json-parse-safe",
+    # issue 14: the reference's runtime helper catalog and the Ketos core functions
+    "runtime-builtins", "map?", "map-get-safe", "list-get", "result-error-message",
+    "result-map", "result-and-then", "result-or-else", "value-at", "value-at-safe",
+    "value-has-path?", "dispatch-table", "dispatch", "dispatch-safe", "jq", "search",
+    "port-call", "^", "<<", ">>", "ceil", "floor", "round", "trunc", "int", "float", "inf",
+    "nan", "denom", "fract", "numer", "rat", "recip", "bytes", "is-instance", ".", ".=",
+    "new", "print", "println",
 ]
 
 TOKENS = [
@@ -83,7 +90,7 @@ ATOMS = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False, width=32).map(lambda f: repr(float(f))),
     st.sampled_from(['"s"', '""', '"/a"', '"/memory/a"', "true", "false", "()", "input",
                      "x", "y", "'sym", ":k", "(value-array)", "(value-map)", "'(1 (\"a\"))",
-                     "'()", "+", "f"]),
+                     "'()", "+", "f", '"."', '".[] | .a?"', "1e300", "-1", "4000000000"]),
 )
 
 

@@ -97,11 +97,11 @@ HOSTILE: list[tuple[str, str, type[SvitError], ErrorCode, str]] = [
     ("deep list nesting stored",
      "(define (nest n acc) (if (= n 0) acc (nest (- n 1) (list acc))))"
      "(define (main input) (write \"/memory/x\" (nest 100 1)))",
-     LimitExceeded, RES, "value depth"),
+     InvalidInput, ErrorCode.INVALID_VALUE, "value depth"),  # reference: invalid_value
     ("deep typed nesting",
      "(define (nest n acc) (if (= n 0) acc (nest (- n 1) (value-array acc))))"
      "(define (main input) (nest 100000 1))",
-     LimitExceeded, RES, "value depth"),
+     InvalidInput, ErrorCode.INVALID_VALUE, "value depth"),  # reference: invalid_value
     ("huge format padding",
      "(define (main input) (format \"~999999999a\" 1))",
      LimitExceeded, RES, "guest memory"),

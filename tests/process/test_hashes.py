@@ -50,13 +50,13 @@ def test_change_reports_sorted_paths_and_hashes_up_to_the_root() -> None:
     wc.write("/memory/z", 1)
     wc.write("/memory/a/x", 10)
     wc.remove("/memory/gone")
-    wc.write("/memory/same", 5)  # written but unchanged: not reported
+    wc.write("/memory/same", 5)  # written but unchanged: still touched (reference)
     change = p.commit(p.seal(wc, "activation"))
     assert change.version == 1
-    assert change.paths == ("/memory/a/x", "/memory/gone", "/memory/z")
+    assert change.paths == ("/memory/a/x", "/memory/gone", "/memory/same", "/memory/z")
     assert list(change.paths) == sorted(change.paths)
     assert set(change.hashes) == {"/", "/memory", "/memory/a", "/memory/a/x", "/memory/gone",
-                                  "/memory/z"}
+                                  "/memory/same", "/memory/z"}
     assert change.hashes["/memory/gone"] is None
     for path, h in change.hashes.items():
         if h is not None:
@@ -64,10 +64,12 @@ def test_change_reports_sorted_paths_and_hashes_up_to_the_root() -> None:
     assert change.hashes["/"] == p.root_hash
 
 
-def test_an_unchanged_commit_reports_no_paths() -> None:
+def test_an_unchanged_write_still_reports_its_touched_path() -> None:
     p = Process.create("svit://h", memory={"a": 1})
+    before = p.root_hash
     change = p.write("/memory/a", 1)
-    assert change.paths == () and dict(change.hashes) == {} and change.version == 1
+    assert change.paths == ("/memory/a",) and change.version == 1
+    assert p.root_hash == before and change.hashes["/"] == before
 
 
 def test_change_hashes_for_removal_and_inbox() -> None:
@@ -133,7 +135,9 @@ def tree_and_write(draw: st.DrawFn) -> tuple[dict[str, Any], str, Any]:
     for seg in parent[1:]:
         node = node[int(seg)] if isinstance(node, list) else node[seg]  # type: ignore[index]
     if isinstance(node, list):
-        child = str(draw(st.integers(0, len(node))))
+        # an existing index only (writes never append past the end); an empty
+        # array has none, and the write is then refused with invalid_path
+        child = str(draw(st.integers(0, max(len(node) - 1, 0))))
     else:
         options = [k for k in node if k and "/" not in k and k not in (".", "..")] if isinstance(
             node, dict) else []
@@ -153,10 +157,11 @@ def test_a_write_changes_exactly_the_written_node_and_its_ancestors(
     old_node = p.node(path)
     try:
         change = p.write(path, value)  # type: ignore[arg-type]
-    except Exception as exc:  # only the depth rule may refuse a generated write
-        from svit_cluster.errors import LimitExceeded
+    except Exception as exc:  # only the depth rule (or an empty array) may refuse it
+        from svit_cluster.errors import InvalidInput
 
-        assert isinstance(exc, LimitExceeded)
+        assert isinstance(exc, InvalidInput)
+        assert exc.code == "invalid_value" or (exc.code == "invalid_path" and old_node is None)
         assume(False)
         return
     after = digests(p.root)
@@ -175,6 +180,5 @@ def test_a_write_changes_exactly_the_written_node_and_its_ancestors(
         else:
             assert before.get(q) == after.get(q), q
     assert after[path] == p.node(path).hex  # type: ignore[union-attr]
-    assert change.paths == ((path,) if changed else ())
-    if changed:
-        assert set(change.hashes) == ancestors | {path}
+    assert change.paths == (path,)  # touched, changed or not (reference)
+    assert set(change.hashes) == ancestors | {path}

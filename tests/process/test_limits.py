@@ -84,32 +84,39 @@ def _check(exc: SvitError) -> None:
     assert "\n" not in exc.message
 
 
+def _check_value(exc: SvitError) -> None:
+    """Value depth/entry/text bounds are invalid_value (reference: value validation)."""
+    assert exc.code == ErrorCode.INVALID_VALUE
+    assert 0 < len(exc.message.encode()) <= 200 < MAX_MESSAGE_BYTES
+    assert "\n" not in exc.message
+
+
 def test_max_value_depth_counts_from_memory() -> None:
     p = Process.create("svit://l", limits=Limits(max_value_depth=8))
     p.write("/memory/x", _nested(7))  # leaf at depth 1 + 7 = 8 below /memory
-    with pytest.raises(LimitExceeded) as info:
+    with pytest.raises(InvalidInput) as info:
         p.write("/memory/y", _nested(8))
-    _check(info.value)
+    _check_value(info.value)
     p.write("/memory/m", {"a": {}})
     p.write("/memory/m/a/b", _nested(5))  # 3 + 5 = 8
-    with pytest.raises(LimitExceeded):
+    with pytest.raises(InvalidInput):
         p.write("/memory/m/a/c", _nested(6))
     assert p.version == 3
     p.inbox_append(_nested(8))  # a message is one value of its own
-    with pytest.raises(LimitExceeded):
+    with pytest.raises(InvalidInput):
         p.inbox_append(_nested(9))
-    with pytest.raises(LimitExceeded):
+    with pytest.raises(InvalidInput):
         Process.create("svit://l", memory={"x": _nested(8)}, limits=Limits(max_value_depth=8))
 
 
 def test_max_value_entries() -> None:
     p = Process.create("svit://l", limits=Limits(max_value_entries=10))
     p.write("/memory/x", list(range(9)))  # 1 array + 9 items
-    with pytest.raises(LimitExceeded) as info:
+    with pytest.raises(InvalidInput) as info:
         p.write("/memory/x", list(range(10)))
-    _check(info.value)
+    _check_value(info.value)
     p.write("/memory/m", {str(i): i for i in range(9)})
-    with pytest.raises(LimitExceeded):
+    with pytest.raises(InvalidInput):
         p.write("/memory/m", {str(i): i for i in range(10)})
 
 
@@ -120,9 +127,9 @@ def test_max_text_bytes_counts_strings_and_keys_in_utf8() -> None:
     p.write("/memory/m", {"k" * 50: "v" * 50})
     too_much: list[Any] = ["a" * 101, "é" * 51, {"k" * 51: "v" * 50}, ["a" * 60, "b" * 41]]
     for bad in too_much:
-        with pytest.raises(LimitExceeded) as info:
+        with pytest.raises(InvalidInput) as info:
             p.write("/memory/s", bad)
-        _check(info.value)
+        _check_value(info.value)
     assert p.version == 3
 
 

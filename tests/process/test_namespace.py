@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from svit_cluster.errors import ErrorCode, InvalidInput, NotFound
+from svit_cluster.errors import ErrorCode, InvalidInput
 from svit_cluster.process import (
     LANGUAGE,
     ROOT_KEYS,
@@ -29,9 +29,16 @@ def test_root_has_exactly_the_design_keys() -> None:
     p = Process.create("svit://n")
     assert set(ROOT_KEYS) == DESIGN_ROOT_KEYS and len(ROOT_KEYS) == len(DESIGN_ROOT_KEYS)
     assert p.discover("/") == sorted(DESIGN_ROOT_KEYS)
-    assert p.stat("/inbox") == {"kind": "array", "hash": p.node("/inbox").hex, "size": 0}  # type: ignore[union-attr]
+    assert p.stat("/inbox") == {  # the reference's facts record (svit_cluster.process._stat)
+        "access": "read", "attached": True, "facts": {"content": "array", "entries": 0},
+        "hash": p.node("/inbox").hex, "kind": "directory", "locality": "cache",  # type: ignore[union-attr]
+        "mount": None, "path": "/inbox", "source": "process",
+    }
     for key in DESIGN_ROOT_KEYS - {"inbox"}:
-        assert p.stat(f"/{key}")["kind"] == "map"  # type: ignore[index]
+        record = p.stat(f"/{key}")
+        assert record is not None and record["kind"] == "directory"
+        assert record["facts"]["content"] == "object"  # type: ignore[index,call-overload]
+        assert record["access"] == ("read-write" if key == "memory" else "read")
     for reserved in ("ports", "mounts", "tasks", "children", "thread"):
         assert p.read(f"/{reserved}") == {}
 
@@ -85,31 +92,40 @@ def test_path_length_is_bounded_at_4096_bytes() -> None:
 def test_array_children_are_decimal_indexes() -> None:
     p = Process.create("svit://n", memory={"arr": [10, 20], "map": {"0": "zero"}})
     assert p.read("/memory/arr/0") == 10 and p.read("/memory/arr/1") == 20
-    for not_index in ("01", "-1", "+1", "1.0", " 1", "1 ", "a", "2", "١"):
-        assert p.read(f"/memory/arr/{not_index}") is None
+    for not_index in ("01", "-1", "+1", "1.0", " 1", "1 ", "a", "١"):
+        with pytest.raises(InvalidInput) as info:  # reference: a non-index is invalid_path
+            p.read(f"/memory/arr/{not_index}")
+        assert info.value.code == ErrorCode.INVALID_PATH
+    assert p.read("/memory/arr/2") is None  # past the end: missing, not malformed
     assert p.read("/memory/map/0") == "zero"  # a map key that looks like an index
     assert p.discover("/memory/arr") == ["0", "1"]
     p.write("/memory/arr/1", 21)
-    p.write("/memory/arr/2", 30)  # the index equal to the length appends
+    p.write("/memory", {"arr": [10, 21, 30], "map": {"0": "zero"}})  # no append via set
     assert p.read("/memory/arr") == [10, 21, 30]
-    for bad in ("01", "-1", "4", "x"):
+    for bad in ("01", "-1", "3", "4", "x"):
         with pytest.raises(InvalidInput) as info:
             p.write(f"/memory/arr/{bad}", 0)
         assert info.value.code == ErrorCode.INVALID_PATH
     p.remove("/memory/arr/0")
     assert p.read("/memory/arr") == [21, 30]
-    with pytest.raises(NotFound):
+    with pytest.raises(InvalidInput) as info:
         p.remove("/memory/arr/2")
+    assert info.value.code == ErrorCode.INVALID_PATH
     assert p.version == 3
 
 
 def test_reading_a_missing_path_gives_null() -> None:
     p = Process.create("svit://n", memory={"a": 1})
     assert p.read("/memory/b") is None
-    assert p.read("/memory/a/b") is None  # below a scalar
     assert p.read("/nope/x") is None
     assert p.node("/memory/b") is None and p.stat("/memory/b") is None
-    assert p.discover("/memory/b") == [] and p.discover("/memory/a") == []
+    # below a scalar, and discover of a missing path or a scalar: invalid_path
+    # (reference: path reads and discover)
+    for call in (lambda: p.read("/memory/a/b"), lambda: p.discover("/memory/b"),
+                 lambda: p.discover("/memory/a")):
+        with pytest.raises(InvalidInput) as info:
+            call()
+        assert info.value.code == ErrorCode.INVALID_PATH
 
 
 # -- write / remove rules ------------------------------------------------------------------
@@ -125,7 +141,7 @@ def test_writes_below_memory_and_at_lib_name_are_allowed(path: str) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/", "/memory", "/lib", "/lib/tool/x", "/inbox", "/inbox/0", "/system", "/system/outbox",
+    ["/", "/lib", "/lib/tool/x", "/inbox", "/inbox/0", "/system", "/system/outbox",
      "/system/identity/address", "/thread/x", "/ports/x", "/mounts/x", "/tasks/x",
      "/children/x", "/other"],
 )
@@ -158,9 +174,9 @@ def test_remove_existing_and_missing() -> None:
     p.remove("/lib/t")
     assert p.read("/memory/a") == {} and p.read("/lib/t") is None
     for missing in ("/memory/a/b", "/memory/nope", "/memory/nope/deeper", "/lib/t"):
-        with pytest.raises(NotFound) as info:
+        with pytest.raises(InvalidInput) as info:  # reference: invalid_path, not not_found
             p.remove(missing)
-        assert info.value.code == ErrorCode.NOT_FOUND
+        assert info.value.code == ErrorCode.INVALID_PATH
     assert p.version == 2
 
 
@@ -209,11 +225,12 @@ def test_empty_dot_and_non_text_script_names_are_invalid(name: object) -> None:
 
 def test_system_holds_identity_lineage_limits_runtime_and_outbox() -> None:
     limits = Limits(max_fuel=5000)
-    p = Process.create("svit://sys/one", limits=limits, authenticated=True)
+    p = Process.create("svit://sys/one", limits=limits)
     system = p.read("/system")
     assert isinstance(system, dict)
     assert {"identity", "lineage", "limits", "runtime", "outbox"} <= set(system)
-    assert system["identity"] == {"address": "svit://sys/one", "authenticated": True}
+    # never authenticated: process metadata is not a credential (reference identity)
+    assert system["identity"] == {"address": "svit://sys/one", "authenticated": False}
     assert system["lineage"] == {"parent": None}
     assert system["limits"] == limits.to_dict()
     runtime = system["runtime"]

@@ -7,7 +7,9 @@ import svit_cluster.process as process
 EXPECTED = [
     "GENESIS_HASH",
     "HARD_MAXIMA",
+    "HASH_SCHEME",
     "LANGUAGE",
+    "LEGACY_TRANSACTION_FORMAT",
     "MAX_SNAPSHOT_BYTES",
     "PROTOCOL",
     "ROOT_KEYS",
@@ -32,6 +34,7 @@ EXPECTED = [
     "script_from_value",
     "strict_json_loads",
     "to_plain_json",
+    "validate_address",
     "validate_process_id",
     "validate_script_name",
     "values_equal",

@@ -28,7 +28,7 @@ from .strategies import PROPS, digests, dumps, flip_json, nested_json, state
 def sample() -> Process:
     p = Process.create("svit://s", memory={"a": {"b": [1, 2.5, "x", None, True]}},
                        scripts={"count": Script("(defn main (input) 1)", "doc")},
-                       limits=Limits(max_fuel=12345), authenticated=True)
+                       limits=Limits(max_fuel=12345))
     p.write("/memory/c", {"d": -1})
     p.inbox_append({"hello": "world"})
     return p
@@ -201,7 +201,7 @@ def test_every_live_process_snapshot_restores_even_at_the_depth_limit() -> None:
     p.write("/memory/a/b/c/d/e", {"f": 1})  # leaf at depth 6: the limit
     with pytest.raises(Exception) as info:
         p.write("/memory/a/b/c/d/e/f", {"g": 1})  # depth 7
-    assert info.value.code == ErrorCode.RESOURCE_LIMIT_EXCEEDED  # type: ignore[attr-defined]
+    assert info.value.code == ErrorCode.INVALID_VALUE  # type: ignore[attr-defined]
     assert Process.restore(p.snapshot()).root_hash == p.root_hash
 
 
@@ -220,7 +220,7 @@ def test_fork_keeps_the_version_and_state_with_a_new_identity_and_empty_outbox()
     assert parent.read("/system/outbox") != []
     child = parent.fork("svit://s/child")
     assert child.id == "svit://s/child" and child.version == parent.version == 3
-    assert child.read("/system/identity") == {"address": "svit://s/child", "authenticated": True}
+    assert child.read("/system/identity") == {"address": "svit://s/child", "authenticated": False}
     assert child.read("/system/lineage") == {"parent": "svit://s"}
     assert child.read("/system/outbox") == []
     assert child.read("/memory") == parent.read("/memory")

@@ -62,7 +62,7 @@ def test_every_commit_yields_one_record_with_the_design_fields() -> None:
         assert set(doc) == {"format", "address", "position", "previous_hash",
                             "process_version_before", "process_version_after", "mutations",
                             "touched_paths", "source", "resulting_root_hash", "event_hash"}
-        assert doc["format"] == TRANSACTION_FORMAT == "svit-transaction@1"
+        assert doc["format"] == TRANSACTION_FORMAT == "svit-cluster-transaction@1"
         assert r.address == "svit://t" and r.position == i
         assert r.process_version_before == i - 1 and r.process_version_after == i
         assert r.previous_hash == prev
@@ -210,7 +210,8 @@ BAD_DOCS = [
     ("version float", lambda d: {**d, "process_version_before": 0.0}),
     ("hash upper", lambda d: {**d, "previous_hash": "A" * 64}),
     ("hash short", lambda d: {**d, "resulting_root_hash": "a" * 63}),
-    ("source", lambda d: {**d, "source": "guest"}),
+    ("source empty", lambda d: {**d, "source": ""}),
+    ("source oversized", lambda d: {**d, "source": "s" * 4097}),
     ("source list", lambda d: {**d, "source": ["host.write"]}),
     ("address", lambda d: {**d, "address": "http://x"}),
     ("address type", lambda d: {**d, "address": 5}),

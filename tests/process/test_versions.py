@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from svit_cluster.errors import ConflictError, ErrorCode, InvalidInput, NotFound
+from svit_cluster.errors import ConflictError, ErrorCode, InvalidInput
 from svit_cluster.process import Change, Process, Transition
 
 from .strategies import state
@@ -41,7 +41,7 @@ def test_failed_operations_do_not_change_the_version() -> None:
         (lambda: p.write("/system/x", 1), InvalidInput),
         (lambda: p.write("/memory/x/y", 1), InvalidInput),
         (lambda: p.write("/memory/x", float("nan")), InvalidInput),
-        (lambda: p.remove("/memory/nope"), NotFound),
+        (lambda: p.remove("/memory/nope"), InvalidInput),
         (lambda: p.inbox_ack("0" * 64), ConflictError),
         (lambda: p.inbox_append(object()), InvalidInput),  # type: ignore[arg-type]
     ]

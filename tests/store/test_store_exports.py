@@ -10,9 +10,9 @@ import svit_cluster.store.testing as store_testing
 
 def test_store_exports() -> None:
     assert sorted(store.__all__) == [
-        "DEFAULT_PREFIX", "DEFAULT_TIMEOUT_S", "Head", "LogEntry", "ProcessKeys",
-        "RedisBackend", "RedisFences", "RestoreStats", "StoreConfig", "StoredSnapshot",
-        "connect",
+        "ALLOW_UNVERIFIED_EVICTION_ENV", "DEFAULT_PREFIX", "DEFAULT_TIMEOUT_S", "Head",
+        "LogEntry", "ProcessKeys", "RedisBackend", "RedisFences", "RestoreStats",
+        "StoreConfig", "StoredSnapshot", "connect", "verify_eviction_policy",
     ]
     assert store_testing.__all__ == ["disable_fencing_for_negative_control"]
 

@@ -64,6 +64,22 @@ matchExpressions:
 {{- end -}}
 
 {{/*
+Selector for every pod of this release that talks to Redis: the etcd clients
+plus the outbox dispatcher.
+*/}}
+{{- define "svit.redisClientSelector" -}}
+matchLabels:
+  app.kubernetes.io/instance: {{ .Release.Name }}
+matchExpressions:
+  - key: app.kubernetes.io/component
+    operator: In
+    values:
+      - gateway
+      - ray-worker
+      - dispatcher
+{{- end -}}
+
+{{/*
 Selector for every Ray node of this release (head, worker hosts and, when it
 joins Ray, the gateway).
 */}}
@@ -280,26 +296,31 @@ Cross-field checks the JSON schema cannot express.
 {{- end -}}
 
 {{/*
-Probes of a host-agent container: `svit-cluster healthcheck --agent` exits 0
-while the agent holds its lease and its raylet is up.
+Probes of a host-agent container. `svit-cluster host-agent` rewrites a heartbeat
+file (SVIT_AGENT_HEARTBEAT_FILE) after each answer from its agent, every 5 s;
+`svit-cluster healthcheck --heartbeat` only reads that file (no Ray driver).
+Liveness: the heartbeat is fresh (the launcher and its agent are alive).
+Readiness: fresh and the host lease is held (the host can take processes).
 */}}
+{{- define "svit.heartbeatFile" -}}/tmp/svit-agent-heartbeat.json{{- end -}}
+
 {{- define "svit.hostAgentProbes" -}}
 startupProbe:
   exec:
-    command: ["svit-cluster", "healthcheck", "--agent"]
+    command: ["svit-cluster", "healthcheck", "--heartbeat", {{ include "svit.heartbeatFile" . | quote }}, "--max-age", "30"]
   periodSeconds: 5
-  timeoutSeconds: 10
+  timeoutSeconds: 5
   failureThreshold: 60
 livenessProbe:
   exec:
-    command: ["svit-cluster", "healthcheck", "--agent"]
+    command: ["svit-cluster", "healthcheck", "--heartbeat", {{ include "svit.heartbeatFile" . | quote }}, "--max-age", "60"]
   periodSeconds: 10
-  timeoutSeconds: 10
+  timeoutSeconds: 5
   failureThreshold: 3
 readinessProbe:
   exec:
-    command: ["svit-cluster", "healthcheck", "--agent"]
+    command: ["svit-cluster", "healthcheck", "--heartbeat", {{ include "svit.heartbeatFile" . | quote }}, "--max-age", "20", "--require-lease"]
   periodSeconds: 5
-  timeoutSeconds: 10
+  timeoutSeconds: 5
   failureThreshold: 2
 {{- end -}}

@@ -1,0 +1,177 @@
+"""An etcd client that fails over between the members of a cluster.
+
+``aetcd.Client`` talks to one ``host:port``. A Kubernetes install lists every
+member (``SVIT_ETCD_ENDPOINTS=etcd-0:2379,etcd-1:2379,etcd-2:2379``): when the
+member in use stops answering (drained, restarted, partitioned), the client must
+move to another one, or every host lease held through it expires at once.
+
+:class:`FailoverClient` is an ``aetcd.Client`` whose requests, when they fail
+with a connection error (gRPC UNAVAILABLE, DEADLINE_EXCEEDED, a socket error)
+or are cancelled after running (almost) as long as the request deadline, move the client to
+the next endpoint in the list (round robin): the old gRPC channel and its
+watches are closed, and the next request connects to the new member.
+
+The failed request itself is NOT retried here: a write may have been applied
+(outcome unknown) and only the caller knows whether it is safe to repeat. Every
+caller already treats an etcd error as "unavailable, try again" (lease
+keepalives, the rejoin loop, the route-cache and ownership watches), so the
+retry lands on the next member. Concurrent failures of one endpoint move the
+client once (a generation counter), not once per failed request.
+
+Any member serves every request: etcd forwards writes to the leader and lease
+keepalives are cluster-wide, so the order of endpoints only chooses whom to
+ask first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import aetcd
+
+__all__ = ["FailoverClient", "parse_endpoints"]
+
+log = logging.getLogger(__name__)
+
+#: Errors that say "this member does not answer" (not "the request was wrong").
+_FAILOVER_ERRORS = (
+    aetcd.ConnectionFailedError,
+    aetcd.ConnectionTimeoutError,
+    OSError,
+)
+
+#: A request cancelled after this fraction of its deadline counts as unanswered
+#: (callers' own deadlines usually equal the request deadline and may fire first).
+_HUNG_FRACTION = 0.9
+
+#: aetcd.Client coroutine methods that send a request.
+_REQUEST_METHODS = (
+    "get", "get_prefix", "get_range", "get_all", "put", "delete", "delete_prefix",
+    "delete_range", "replace", "transaction", "lease", "revoke_lease", "refresh_lease",
+    "get_lease_info", "status", "members", "watch", "watch_prefix", "watch_once",
+    "watch_prefix_once",
+)
+
+
+def parse_endpoints(endpoints: str) -> list[tuple[str, int]]:
+    """``"a:2379, b:2379"`` -> ``[("a", 2379), ("b", 2379)]`` (order kept, duplicates dropped).
+
+    Raises:
+        ValueError: the list is empty or an entry is not ``host:port``.
+    """
+    out: list[tuple[str, int]] = []
+    for raw in endpoints.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        host, sep, port = entry.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"etcd endpoint must be host:port, got {entry!r}")
+        if (host, int(port)) not in out:
+            out.append((host, int(port)))
+    if not out:
+        raise ValueError(f"no etcd endpoint in {endpoints!r}")
+    return out
+
+
+def _failing_over(name: str) -> Callable[..., Any]:
+    method = getattr(aetcd.Client, name)
+
+    @functools.wraps(method)
+    async def call(self: FailoverClient, *args: Any, **kwargs: Any) -> Any:
+        generation = self._generation
+        started = time.monotonic()
+        try:
+            return await method(self, *args, **kwargs)
+        except _FAILOVER_ERRORS as exc:
+            self._fail_over(generation, f"{name}: {type(exc).__name__}: {exc}")
+            raise
+        except asyncio.CancelledError:
+            # A caller's own deadline (asyncio.wait_for) fired while the member
+            # did not answer within the request deadline: a hung member.
+            if time.monotonic() - started >= _HUNG_FRACTION * self.request_timeout_s:
+                self._fail_over(generation, f"{name}: no answer in {self.request_timeout_s}s")
+            raise
+
+    return call
+
+
+class FailoverClient(aetcd.Client):  # type: ignore[misc]
+    """An ``aetcd.Client`` over several etcd members (see the module docstring).
+
+    Args:
+        endpoints: ``(host, port)`` pairs, tried in this order (at least one).
+        request_timeout_s: gRPC deadline of every request, in seconds.
+        options: gRPC channel options.
+
+    Attributes:
+        endpoints: the members, as given.
+        failovers: how many times the client moved to another member.
+    """
+
+    def __init__(self, endpoints: Sequence[tuple[str, int]], *, request_timeout_s: float,
+                 options: dict[str, Any] | None = None) -> None:
+        if not endpoints:
+            raise ValueError("FailoverClient needs at least one endpoint")
+        host, port = endpoints[0]
+        super().__init__(host=host, port=port, timeout=request_timeout_s, options=options)
+        self.endpoints = tuple(endpoints)
+        self.request_timeout_s = request_timeout_s
+        self.failovers = 0
+        self._index = 0
+        self._generation = 0
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def endpoint(self) -> str:
+        """The member in use, ``host:port``."""
+        host, port = self.endpoints[self._index]
+        return f"{host}:{port}"
+
+    def _fail_over(self, generation: int, reason: str) -> None:
+        """Move to the next member, unless a newer failover already did (or there is one)."""
+        if len(self.endpoints) < 2 or generation != self._generation:
+            return
+        old = self.endpoint
+        self._generation += 1
+        self._index = (self._index + 1) % len(self.endpoints)
+        self._host, self._port = self.endpoints[self._index]
+        self.failovers += 1
+        # Detach the old channel now (synchronously, so the next request
+        # connects to the new member) and close it in the background.
+        channel, watcher = self.channel, self._watcher
+        self._init_channel_attrs()
+        self._connected.clear()
+        log.warning("etcd %s failed (%s); failing over to %s", old, reason, self.endpoint)
+        if channel is not None:
+            task = asyncio.get_running_loop().create_task(self._close_old(channel, watcher))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_old(channel: Any, watcher: Any) -> None:
+        try:
+            if watcher is not None:
+                await watcher.shutdown()
+        except Exception:
+            log.debug("closing the old etcd watcher failed", exc_info=True)
+        try:
+            await channel.close()
+        except Exception:
+            log.debug("closing the old etcd channel failed", exc_info=True)
+
+    async def close(self) -> None:
+        """Close the channel in use and any old one still closing."""
+        await super().close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+for _name in _REQUEST_METHODS:
+    setattr(FailoverClient, _name, _failing_over(_name))
+del _name
