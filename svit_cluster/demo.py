@@ -14,7 +14,7 @@
    Then the old actor is woken with its agent still frozen (as after a long GC
    pause, nothing local fences it out): it runs the request it holds and tries
    to commit. The refusal is read from the store's record of refused writes
-   (``<prefix>:refusals``): by the Redis fence (its token is below the new
+   (``<prefix>:stale_writes``): by the Redis fence (its token is below the new
    owner's) or by its own lease guard. Then the rest of the owner resumes.
 5. Print commits, conflicts, the stale owner's refused writes, the failover
    time (kill -> first commit on the new owner), whether the final counts equal
@@ -215,7 +215,7 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
     import signal
 
     from svit_cluster.store import DEFAULT_PREFIX, connect
-    from svit_cluster.store._log import refusals_key
+    from svit_cluster.store._log import stale_writes_key
 
     res = _StaleResult()
     with SvitClient(url, token, client_id="demo-stale-setup") as c:
@@ -230,7 +230,7 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
     if not procs["agent"] or not procs["actors"]:
         res.error = f"owner processes not found on {res.old_host}: {procs}"
         return res
-    rkey = refusals_key(DEFAULT_PREFIX)
+    rkey = stale_writes_key(DEFAULT_PREFIX)
     redis_client = connect(cluster.doc["redis"]["url"])
     frozen = procs["agent"] + procs["actors"]
     try:

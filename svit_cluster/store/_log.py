@@ -62,16 +62,16 @@ from svit_cluster.store._snapshots import (
     verify_and_restore,
 )
 
-__all__ = ["REFUSALS_RETAINED", "RedisBackend", "StoreConfig", "refusals_key"]
+__all__ = ["STALE_WRITES_RETAINED", "RedisBackend", "StoreConfig", "stale_writes_key"]
 
 log = logging.getLogger(__name__)
 
-#: Approximate number of refused writes kept in :func:`refusals_key` (oldest trimmed).
-REFUSALS_RETAINED = 10_000
+#: Approximate number of refused writes kept in :func:`stale_writes_key` (oldest trimmed).
+STALE_WRITES_RETAINED = 10_000
 
 
-def refusals_key(prefix: str) -> str:
-    """The Redis stream of refused writes of every process (``<prefix>:refusals``).
+def stale_writes_key(prefix: str) -> str:
+    """The Redis stream of refused writes of every process (``<prefix>:stale_writes``).
 
     One entry per write a stale owner attempted and was refused: ``process_id``,
     ``op`` (``commit``, ``claim``, ``put_receipt``, …, or ``guard``), ``by``
@@ -79,7 +79,7 @@ def refusals_key(prefix: str) -> str:
     lease guard), ``token``, ``fence``, ``at`` (Unix seconds). Observability
     only (``svit-cluster demo`` counts them); nothing reads it for safety.
     """
-    return f"{prefix}:refusals"
+    return f"{prefix}:stale_writes"
 
 #: A callable run before every commit; it raises to refuse (self-fencing).
 Guard = Callable[[], None]
@@ -196,7 +196,7 @@ class RedisBackend:
 
     def _record_refusal(self, op: str, by: str, *, fence: int | None = None,
                         reason: str = "") -> None:
-        """Best effort: append one refused write to :func:`refusals_key` (bounded stream).
+        """Best effort: append one refused write to :func:`stale_writes_key` (bounded stream).
 
         ``by`` is ``"fence"`` (the Lua script found a higher fence than this
         owner's token) or ``"self"`` (the owner's own guard refused: lease
@@ -210,8 +210,8 @@ class RedisBackend:
         if reason:
             fields["reason"] = reason[:200]
         try:
-            self._client.xadd(refusals_key(self.config.prefix), fields,
-                              maxlen=REFUSALS_RETAINED, approximate=True)
+            self._client.xadd(stale_writes_key(self.config.prefix), fields,
+                              maxlen=STALE_WRITES_RETAINED, approximate=True)
         except redis.RedisError as exc:
             log.debug("could not record a refused write of %s: %s", self.process_id, exc)
 

@@ -1,4 +1,4 @@
-"""Issue 21: every write refused to a stale owner is recorded in ``<prefix>:refusals``.
+"""Issue 21: every write refused to a stale owner is recorded in ``<prefix>:stale_writes``.
 
 Real redis-server. Token 1 creates the log, token 2 claims (a newer owner);
 token 1's commit is refused by the Lua fence check and the refusal is appended
@@ -14,7 +14,7 @@ import redis
 
 from svit_cluster.errors import FencedError, UnavailableError
 from svit_cluster.store import RedisBackend, StoreConfig
-from svit_cluster.store._log import refusals_key
+from svit_cluster.store._log import stale_writes_key
 from tests.store._support import commit_write, new_log, unique
 
 pytestmark = pytest.mark.servers
@@ -22,11 +22,11 @@ pytestmark = pytest.mark.servers
 
 def _entries(rclient: redis.Redis, prefix: str) -> list[dict[str, str]]:
     return [{k.decode(): v.decode() for k, v in fields.items()}
-            for _id, fields in rclient.xrange(refusals_key(prefix))]
+            for _id, fields in rclient.xrange(stale_writes_key(prefix))]
 
 
 def test_fence_refusal_is_recorded(rclient: redis.Redis) -> None:
-    config = StoreConfig(prefix=unique("refusals"))
+    config = StoreConfig(prefix=unique("stalewrites"))
     pid = f"svit://test/{unique('stale')}"
     old, proc = new_log(rclient, pid, 1, config)
     commit_write(old, proc, 1)
@@ -41,7 +41,7 @@ def test_fence_refusal_is_recorded(rclient: redis.Redis) -> None:
 
 
 def test_guard_refusal_is_recorded(rclient: redis.Redis) -> None:
-    config = StoreConfig(prefix=unique("refusals"))
+    config = StoreConfig(prefix=unique("stalewrites"))
     pid = f"svit://test/{unique('self')}"
     lost = False
 
