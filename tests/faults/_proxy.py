@@ -125,11 +125,14 @@ class FaultProxy:
     Attributes:
         port: the proxy's own loopback port; :attr:`url` is the Redis URL to use.
         fired: the faults applied so far, in order (``(fault, command name)``).
+        upstream_failures: client connections reset because Redis refused.
     """
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.fired: list[tuple[Fault, bytes]] = []
+        #: Client connections reset because Redis could not be reached.
+        self.upstream_failures = 0
         self._armed: _Armed | None = None
         self._conns: set[_Conn] = set()
         self._loop = asyncio.new_event_loop()
@@ -197,6 +200,7 @@ class FaultProxy:
         try:
             up_reader, up_writer = await asyncio.open_connection(_LOOPBACK, self.upstream_port)
         except OSError:
+            self.upstream_failures += 1
             _abort(writer)
             return
         conn = _Conn(writer, up_writer)
