@@ -96,3 +96,28 @@ def test_conflict_after_lost_reply_names_the_durable_version(
     assert stale.outcome.actual_version == 1
     again = activate(ctrl, pid, "r9", 5, client="c2")
     assert again.replayed and again.outcome == stale.outcome
+
+
+def test_own_write_that_lands_late_is_resynchronised_not_fenced(
+    rclient: redis.Redis,
+) -> None:
+    """A commit of this owner that lands after its caller gave up (a delayed
+    request; here written through a second backend with the same token) moves
+    the durable head under the controller. Its next commit must re-synchronise
+    and evaluate again (committing the next version), not fence the owner."""
+    pid, config = f"svit://test/{unique('late')}", StoreConfig(prefix=unique("f"))
+    ctrl = new_controller(rclient, pid, 7, config, create=True)
+    twin = new_controller(rclient, pid, 7, config, create=False)  # same owner, same token
+    landed = activate(twin, pid, "r1", 0)
+    assert landed.outcome.status == "committed"
+    # The controller still holds v0: r2 evaluates at v0, its commit finds the
+    # head at v1, and after re-synchronising r2 is a conflict at the real v1.
+    raced = activate(ctrl, pid, "r2", 0, client="c2")
+    assert raced.outcome.status == "conflict", raced.outcome
+    assert raced.outcome.actual_version == 1
+    nxt = activate(ctrl, pid, "r3", 1)
+    assert nxt.outcome.status == "committed", nxt.outcome
+    assert nxt.outcome.activation.version == 2
+    retry = activate(ctrl, pid, "r1", 0)
+    assert retry.replayed and retry.outcome == landed.outcome
+    assert ctrl.observe()[0] == 2
