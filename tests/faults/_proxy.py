@@ -17,8 +17,10 @@ One-shot faults (:meth:`FaultProxy.arm`), applied to the next matching command:
 * ``STALL_REPLY`` -- forwarded and executed; the reply is withheld until the
   client gives up (its socket timeout), as on a path that black-holes replies.
 * ``DELAY`` -- forwarded ``delay_s`` seconds late; the reply flows normally.
-* ``ERROR_REPLY`` -- not forwarded; the client gets the error reply ``error``
-  (for example ``LOADING ...``) as if Redis had refused it.
+* ``ERROR_REPLY`` -- not run; Redis is sent, in its place, a script that only
+  answers the error reply ``error`` (for example ``LOADING ...``), so the
+  client gets that error in the right place among its replies (also inside a
+  ``MULTI``/``EXEC`` batch), as if Redis had refused the command.
 
 :meth:`FaultProxy.reset_all` resets every open connection (idle pooled ones
 included). Every socket belongs to one event-loop thread; the public methods
@@ -83,6 +85,12 @@ def split_command(buf: bytearray) -> tuple[list[bytes], int] | None:
         args.append(bytes(buf[start:start + length]))
         pos = start + length + 2
     return args, pos
+
+
+def _error_script(error: bytes) -> bytes:
+    """A RESP ``EVAL`` whose only effect is to reply with the error ``error``."""
+    args = [b"EVAL", b"return redis.error_reply(ARGV[1])", b"0", error.replace(b"\r\n", b" ")]
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
 def _abort(writer: asyncio.StreamWriter | None) -> None:
@@ -247,7 +255,7 @@ class FaultProxy:
                     conn.reset()
                     return
                 if armed.fault is Fault.ERROR_REPLY:
-                    conn.client.write(b"-" + armed.error.replace(b"\r\n", b" ") + b"\r\n")
+                    conn.upstream.write(_error_script(armed.error))
                     continue
                 if armed.fault is Fault.DELAY:
                     await asyncio.sleep(armed.delay_s)

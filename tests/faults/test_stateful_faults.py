@@ -441,7 +441,12 @@ SETTINGS = settings(
 def test_controller_survives_injected_faults(world: World) -> None:
     FaultMachine.world = world
     STATS.clear()
-    run_state_machine_as_test(FaultMachine, settings=SETTINGS)
+    VIOLATIONS.clear()
+    try:
+        run_state_machine_as_test(FaultMachine, settings=SETTINGS)
+    except BaseException:
+        print("first violation:", VIOLATIONS[:1])
+        raise
     print("stateful fault run:", dict(sorted(STATS.items())))
     # not vacuous: outcomes were lost and retried, owners changed, Redis restarted
     for needed in ("fired drop_reply on commit", "fired stall_reply on commit",
