@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from svit_chaos.history import Event, HistoryWriter
@@ -27,6 +27,15 @@ def completions(events: list[Event]) -> dict[str, list[Event]]:
         if e["kind"] in ("ok", "fail", "info"):
             done[e["rid"]].append(e)
     return done
+
+
+async def until(condition: Callable[[], bool], what: str, *, timeout_s: float = 20.0) -> None:
+    """Wait (event loop keeps running) until ``condition()``; fail with ``what`` after
+    ``timeout_s`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.01)
 
 
 async def run_for(workload: Workload, seconds: float) -> None:
@@ -76,15 +85,21 @@ async def test_transport_faults_are_retried_with_the_same_request_id(gateway: st
         await workload.setup()
         stop = asyncio.Event()
         task = asyncio.ensure_future(workload.run(stop))
-        await asyncio.sleep(0.4)
+        # Conditions, not sleeps: each phase lasts until what it is for has happened.
+        stats = workload.stats
+        await until(lambda: stats.ok >= 3, "no commit before the faults")
         await asyncio.to_thread(link.set_mode, LinkMode.DROP)
-        await asyncio.sleep(0.3)  # shorter than the op deadline: retries succeed
+        # heal at the first transport error: well inside the op deadline, so retries succeed
+        await until(lambda: stats.transient_errors > 0, "the dropped link caused no error")
         await asyncio.to_thread(link.set_mode, LinkMode.PASS)
-        await asyncio.sleep(0.5)
+        await until(lambda: any(e["kind"] == "ok" and e["attempts"] > 1
+                                for e in history.events), "no retried request committed")
         await asyncio.to_thread(link.set_mode, LinkMode.STALL)
-        await asyncio.sleep(1.5)  # longer than the op deadline: some outcomes stay unknown
+        # stalled past the op deadline: an outcome stays unknown
+        await until(lambda: stats.info > 0, "nothing timed out during the stall")
         await asyncio.to_thread(link.set_mode, LinkMode.PASS)
-        await asyncio.sleep(0.6)
+        healed_ok = stats.ok
+        await until(lambda: stats.ok > healed_ok, "no commit after healing")
         stop.set()
         await asyncio.wait_for(task, 30)
         final = await workload.read_final()
