@@ -634,13 +634,13 @@ class PauseOwner(Nemesis):
             if host is None or token <= 0:
                 continue
             inflight = stale.prepare(process, token)
+            # the change was sealed on the state of the owner about to be stopped
+            fence = stale.fence(process)
+            if fence != token or ctx.target.owner(process) != host:
+                raise HarnessError(f"pause-owner: {process} moved (token {token} -> {fence}) "
+                                   f"while its change was being sealed", stage="inject")
             ctx.target.pause_host(host)
             self.host, self.inflight = host, inflight
-            # the fence names who owned the process when the host stopped
-            fence = stale.fence(process)
-            if fence != token:
-                raise HarnessError(f"pause-owner: {process} moved from token {token} to "
-                                   f"{fence} while {host} was being paused", stage="inject")
             return {"host": host, "process": process, "token": token,
                     "expected": inflight.proc.version, "rid": inflight.rid}
         raise HarnessError("pause-owner: no process has an owner yet", stage="inject")
