@@ -19,10 +19,9 @@ cut-redis      host's Redis proxy DROP / STALL    PASS
 slow-link      host's proxy DELAY n ms            PASS
 kill-redis     ``kill -9`` redis-server           start it again; it reloads its AOF
 kill-etcd      ``kill -9`` etcd                   start it again on the same data directory
-pause-owner    pick a process and its owner host; wait (event-driven, bounded) until a
-               seal a change under the owner's    newer owner committed, SIGCONT the old
-               token, SIGSTOP that host           owner, commit the sealed change with its
-                                                  old token (a stale writer every time)
+pause-owner    seal a change under a process's    wait (polling Redis, bounded) until a newer
+               owner token, SIGSTOP that owner's  owner committed; SIGCONT; then commit the
+               host                               sealed change with the old token
 stale-owner    remember every process's token     commit once with the old token where a
                                                   newer owner has claimed (see ``stale``)
 ============== ================================== ===========================================
