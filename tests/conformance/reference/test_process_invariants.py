@@ -149,11 +149,7 @@ _ACTIVATION_LIMIT_CASES = [
         """(define a 1) (define b 2) (define c 3) (define d 4)
            (define e 5) (define f 6) (define g 7) (define h 8)
            (define (main input) (do (write "/memory/changed" true) true))""",
-        "namespace", id="namespace",
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "difference R2: 8 script globals under max_namespace_entries=16 run here; "
-            "the reference refuses them with its guest-namespace limit (it likely counts "
-            "the runtime functions in the guest scope too)"))),
+        "guest namespace", id="namespace"),
 ]
 
 
