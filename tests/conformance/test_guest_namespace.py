@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 
 from svit_cluster.errors import ErrorCode, LimitExceeded
-from svit_cluster.lisp._builtins import GUEST_SCOPE
 from svit_cluster.lisp._builtins_catalog import CATALOG
 from svit_cluster.process import Limits, Process
 from svit_cluster.process._activation import activate
@@ -36,6 +35,8 @@ def _process(limit: int, source: str) -> Process:
 
 
 def test_r2_the_runtime_names_are_the_reference_scope() -> None:
+    from svit_cluster.lisp._builtins import GUEST_SCOPE
+
     assert len(GUEST_SCOPE) == RUNTIME_NAMES == 2 + len(CATALOG)
     assert {"*svit-version*", "input", "read", "write", "send!", "safe-call"} <= GUEST_SCOPE
     assert "+" not in GUEST_SCOPE and "list" not in GUEST_SCOPE  # Ketos's system scope
