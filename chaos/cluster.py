@@ -181,6 +181,18 @@ class LocalClusterTarget:
     def link(self, host: str, service: str) -> Link:
         return self.hub.link(host, service)
 
+    def owner(self, process: str) -> str | None:
+        """The host of ``process``'s etcd ownership record (None: none, or etcd down)."""
+        from .observer import etcd_owners
+
+        doc = self.cluster.doc
+        try:
+            owners = etcd_owners(doc["etcd"]["endpoint"], str(doc.get("cluster", "local")))
+        except (OSError, ValueError):
+            return None
+        record = owners.get(process)
+        return record[0] if record is not None and record[0] in self.hosts() else None
+
 
 class _LocalChaosCluster:
     def __init__(self, cluster: Any, hub: ProxyHub, lease_ttl_s: float) -> None:

@@ -19,9 +19,16 @@ cut-redis      host's Redis proxy DROP / STALL    PASS
 slow-link      host's proxy DELAY n ms            PASS
 kill-redis     ``kill -9`` redis-server           start it again; it reloads its AOF
 kill-etcd      ``kill -9`` etcd                   start it again on the same data directory
+pause-owner    seal a change under a process's    wait (polling Redis, bounded) until a newer
+               owner token, SIGSTOP that owner's  owner committed; SIGCONT; then commit the
+               host                               sealed change with the old token
 stale-owner    remember every process's token     commit once with the old token where a
                                                   newer owner has claimed (see ``stale``)
 ============== ================================== ===========================================
+
+``stale-owner`` writes only if a failover happened to occur inside its window;
+``pause-owner`` makes one happen, so the negative control (fencing off) always
+has a stale commit to catch and the fenced leg always has one to refuse.
 
 The :class:`NemesisRunner` records every inject and heal in the history, waits
 for healed services to answer (a condition, not a sleep), and **always heals
@@ -38,6 +45,7 @@ import functools
 import queue
 import random
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -50,19 +58,21 @@ from .clock import Clock, MonotonicClock, wait_until
 from .errors import HarnessError
 from .history import HistoryWriter
 from .proxy import LinkMode
-from .stale import StaleWriter
+from .stale import InFlight, StaleWriter
 
 T = TypeVar("T")
 
 __all__ = [
     "HOST_KINDS",
     "KINDS",
+    "OWNER_KINDS",
     "SCENARIOS",
     "FaultTarget",
     "Link",
     "Nemesis",
     "NemesisRunner",
     "NemesisSpec",
+    "PauseOwner",
     "Schedule",
     "Window",
     "build_schedule",
@@ -72,11 +82,13 @@ __all__ = [
 
 #: Every nemesis kind.
 KINDS = ("kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link", "kill-redis",
-         "kill-etcd", "stale-owner")
+         "kill-etcd", "pause-owner", "stale-owner")
 #: Kinds that fault one host.
 HOST_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link"})
 #: Kinds after which processes of the faulted host move to a new owner.
-FAILOVER_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd"})
+FAILOVER_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "pause-owner"})
+#: Kinds that fault a host chosen when injected (the owner of a process), not by the schedule.
+OWNER_KINDS = frozenset({"pause-owner"})
 
 
 class Link(Protocol):
@@ -91,6 +103,7 @@ class FaultTarget(Protocol):
     ``restart_host`` returns False when the cluster cannot restart a killed
     host (the host then stays down; the schedule generator accounts for it).
     ``service_ready`` answers whether ``"redis"`` / ``"etcd"`` answers now.
+    ``owner`` names the host that owns ``process`` now (None: no owner, or unknown).
     """
 
     @property
@@ -117,6 +130,8 @@ class FaultTarget(Protocol):
     def service_ready(self, service: str) -> bool: ...
 
     def link(self, host: str, service: str) -> Link: ...
+
+    def owner(self, process: str) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -215,17 +230,26 @@ class _Planner:
     def busy_hosts(self, start: float, end: float) -> set[str]:
         busy = {h for h, t in self.dead.items() if t < end}
         for w in self.windows:
-            if w.spec.host and w.start_s < end + self.ttl_s and start < w.end_s + self.ttl_s:
+            overlaps = w.start_s < end + self.ttl_s and start < w.end_s + self.ttl_s
+            if w.spec.host and overlaps:
                 busy.add(w.spec.host)
+            elif w.spec.kind in OWNER_KINDS and overlaps:
+                busy.add("?")  # a host the schedule cannot name is faulted then
         return busy
 
     def pick_host(self, start: float, end: float) -> str | None:
         """A host to fault in ``[start, end]`` such that another one stays healthy."""
         busy = self.busy_hosts(start, end)
         free = [h for h in self.hosts if h not in busy]
-        if len(free) < 2:
+        if len(free) < 2 + ("?" in busy):
             return None
         return self.rng.choice(free)
+
+    def owner_fault_fits(self, start: float, end: float) -> bool:
+        """An owner fault may hit any live host: it needs no other host fault at the time,
+        and two live hosts (the owner and one to claim)."""
+        busy = self.busy_hosts(start, end)
+        return not busy - set(self.dead) and len(set(self.hosts) - busy) >= 2
 
     def duration(self, kind: str) -> float:
         ttl = self.ttl_s
@@ -237,6 +261,8 @@ class _Planner:
             "slow-link": 2.0 + self.rng.uniform(0, ttl),
             "kill-redis": 1.0 + self.rng.uniform(0, 2.0),
             "kill-etcd": 1.0 + self.rng.uniform(0, min(2.0, ttl)),
+            # nominal: the heal waits (bounded) for the new owner's commit
+            "pause-owner": 2 * ttl + 1.0,
             "stale-owner": 0.0,
         }[kind]
 
@@ -257,6 +283,8 @@ class _Planner:
             host = self.pick_host(start, start + length)
             if host is None:
                 return None
+        if kind in OWNER_KINDS and not self.owner_fault_fits(start, start + length):
+            return None
         spec = self.spec(kind, host)
         if stale and kind in FAILOVER_KINDS:
             # the stale owner remembers tokens just before the fault and writes after it
@@ -293,10 +321,11 @@ def build_schedule(
     """The schedule of scenario ``name``.
 
     * ``smoke`` -- every nemesis kind once, one after another, with stale-owner
-      windows around the kill, the pause and the etcd cut (CI; see
-      :func:`smoke_duration_s` for its minimum length).
-    * ``negative`` -- a kill and a pause with stale-owner windows: the
-      negative-control run (fencing off must be caught).
+      windows around the owner pause, the kill, the pause and the etcd cut (CI;
+      see :func:`smoke_duration_s` for its minimum length).
+    * ``negative`` -- an owner pause (a stale commit on every run), a host pause
+      and a kill with stale-owner windows: the negative-control run (fencing
+      off must be caught).
     * ``random`` -- :func:`random_schedule` from ``seed``.
     * a kind name (``kill-host``, ``cut-redis``, ...) -- that fault, repeated.
     * ``none`` -- no faults (a baseline).
@@ -324,8 +353,9 @@ def build_schedule(
     if name == "none":
         return Schedule(name, seed, (), duration_s)
     if name in ("smoke", "negative"):
-        kinds = (["kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link", "kill-redis",
-                  "kill-etcd"] if name == "smoke" else ["pause-host", "kill-host"])
+        kinds = (["pause-owner", "kill-host", "pause-host", "cut-etcd", "cut-redis",
+                  "slow-link", "kill-redis", "kill-etcd"] if name == "smoke"
+                 else ["pause-owner", "pause-host", "kill-host"])
         t = warmup_s
         for kind in kinds:
             end = plan.add(t, kind, stale=True)
@@ -362,7 +392,8 @@ def smoke_duration_s(lease_ttl_s: float) -> float:
     """The shortest workload duration the ``smoke`` scenario fits in (seconds)."""
     ttl = lease_ttl_s
     # upper bounds of every window, the gaps, warm-up and cool-down
-    lengths = [ttl + 3, 3 * ttl + 1, 3 * ttl + 1, 2 + ttl, 2 + ttl, 3.0, 1 + min(2.0, ttl)]
+    lengths = [2 * ttl + 1, ttl + 3, 3 * ttl + 1, 3 * ttl + 1, 2 + ttl, 2 + ttl, 3.0,
+               1 + min(2.0, ttl)]
     return 3.0 + sum(lengths) + (len(lengths) - 1) * (ttl + 2) + ttl + 3 + 1
 
 
@@ -434,6 +465,9 @@ class Nemesis(ABC):
 
     def __init__(self, spec: NemesisSpec) -> None:
         self.spec = spec
+        #: set by the runner when the run stopped before this window's end:
+        #: heal only undoes the fault (nothing is waited for)
+        self.interrupted = False
 
     @abstractmethod
     def inject(self, ctx: NemesisContext) -> dict[str, Any]:
@@ -558,6 +592,94 @@ class StaleOwner(Nemesis):
         return {"writes": results}
 
 
+class PauseOwner(Nemesis):
+    """A stale owner on every run, not by luck of timing (the negative control's fault).
+
+    ``inject`` picks the first process with an owner, seals one change under the
+    owner's token (the commit it has in flight, :meth:`StaleWriter.prepare`) and
+    SIGSTOPs the owner's host. ``heal`` waits -- polling Redis, bounded by
+    ``claim_timeout_s`` (default ``10 * lease TTL + 10`` s) -- until a newer owner
+    has *committed* (the head's token is above the old token: it claimed, and
+    its entry precedes the stale one in the chain), SIGCONTs the old owner, and
+    only then commits the sealed change with the old token (a ``conflict`` is
+    retried on fresh state, as a zombie that keeps serving would). With fencing
+    on the store must refuse it; with fencing off it lands and the checker must
+    report it.
+
+    Heal raises :class:`HarnessError` (the run is inconclusive, with the reason)
+    when no process has an owner, the owner changed while it was being paused,
+    or no other host committed within the deadline; the host is resumed first.
+    """
+
+    heal_timeout_factor = 2.0
+    poll_s: ClassVar[float] = 0.02
+
+    def __init__(self, spec: NemesisSpec, *, claim_timeout_s: float | None = None) -> None:
+        super().__init__(spec)
+        self.claim_timeout_s = claim_timeout_s
+        self.host: str | None = None
+        self.inflight: InFlight | None = None
+
+    def _stale(self, ctx: NemesisContext) -> StaleWriter:
+        if ctx.stale is None:
+            raise HarnessError("pause-owner needs a stale writer", stage="inject")
+        return ctx.stale
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        stale = self._stale(ctx)
+        for process in ctx.processes:
+            host = ctx.target.owner(process)
+            token = stale.fence(process) if host is not None else 0
+            if host is None or token <= 0:
+                continue
+            inflight = stale.prepare(process, token)
+            # the change was sealed on the state of the owner about to be stopped
+            fence = stale.fence(process)
+            if fence != token or ctx.target.owner(process) != host:
+                raise HarnessError(f"pause-owner: {process} moved (token {token} -> {fence}) "
+                                   f"while its change was being sealed", stage="inject")
+            ctx.target.pause_host(host)
+            self.host, self.inflight = host, inflight
+            return {"host": host, "process": process, "token": token,
+                    "expected": inflight.proc.version, "rid": inflight.rid}
+        raise HarnessError("pause-owner: no process has an owner yet", stage="inject")
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        host, inflight = self.host, self.inflight
+        if host is None or inflight is None:
+            return {}
+        if self.interrupted:  # the run is stopping: no workload will fail over, just resume
+            self.host = self.inflight = None
+            ctx.target.resume_host(host)
+            return {"host": host, "resumed": True, "write": "skipped: run stopped"}
+        stale = self._stale(ctx)
+        ttl = ctx.target.lease_ttl_s
+        timeout = self.claim_timeout_s if self.claim_timeout_s is not None else 10 * ttl + 10
+        deadline = time.monotonic() + timeout
+        claimed = 0
+        started = time.monotonic()
+        try:
+            while True:
+                with contextlib.suppress(Exception):  # Redis may be briefly unreachable
+                    claimed = stale.head_token(inflight.process)
+                if claimed > inflight.token or time.monotonic() >= deadline:
+                    break
+                time.sleep(self.poll_s)
+        finally:
+            self.host = None
+            ctx.target.resume_host(host)
+        waited = round(time.monotonic() - started, 3)
+        if claimed <= inflight.token:
+            self.inflight = None
+            raise HarnessError(f"pause-owner: no other host committed to {inflight.process} "
+                               f"within {timeout:.0f} s of pausing {host}; no stale writer",
+                               stage="heal")
+        self.inflight = None
+        write = stale.write(inflight.process, inflight.token, prepared=inflight)
+        return {"host": host, "resumed": True, "new_token": claimed, "waited_s": waited,
+                "write": write}
+
+
 _CLASSES: dict[str, type[Nemesis]] = {
     "kill-host": KillHost,
     "pause-host": PauseHost,
@@ -566,6 +688,7 @@ _CLASSES: dict[str, type[Nemesis]] = {
     "slow-link": CutLink,
     "kill-redis": KillServer,
     "kill-etcd": KillServer,
+    "pause-owner": PauseOwner,
     "stale-owner": StaleOwner,
 }
 
@@ -730,7 +853,10 @@ class NemesisRunner:
         self.ctx.history.record("nemesis", phase="inject", nemesis=window.spec.kind,
                                 window=index, spec=spec, detail=detail)
         try:
-            await self._sleep_or_stop(window.duration_s, stop)
+            nemesis.interrupted = await self._sleep_or_stop(window.duration_s, stop)
+        except BaseException:
+            nemesis.interrupted = True
+            raise
         finally:
             await asyncio.shield(self._heal(index))
 
@@ -771,6 +897,7 @@ class NemesisRunner:
     def heal_all_sync(self) -> None:
         """Blocking :meth:`heal_all` for paths without a running loop (best effort)."""
         for index, nemesis in sorted(self.active.items()):
+            nemesis.interrupted = True
             with contextlib.suppress(Exception):
                 nemesis.heal(self.ctx)
             self.active.pop(index, None)

@@ -29,7 +29,7 @@ __all__ = ["build_report", "failover_times", "render_timeline", "write_html", "w
 _COLORS = {
     "kill-host": "#d62728", "pause-host": "#9467bd", "cut-etcd": "#ff7f0e",
     "cut-redis": "#8c564b", "slow-link": "#bcbd22", "kill-redis": "#e377c2",
-    "kill-etcd": "#17becf", "stale-owner": "#7f7f7f",
+    "kill-etcd": "#17becf", "stale-owner": "#7f7f7f", "pause-owner": "#2ca02c",
 }
 
 
@@ -83,7 +83,8 @@ def failover_times(history: Sequence[Event], logs: StoredLogs, *,
         if ev.get("nemesis") not in FAILOVER_KINDS:
             continue
         t0 = float(ev["t"])
-        host = (ev.get("spec") or {}).get("host")
+        # an owner fault names its host in the inject detail (picked at run time)
+        host = (ev.get("spec") or {}).get("host") or (ev.get("detail") or {}).get("host")
         later = [float(e["t"]) for e in injects[i + 1:] if e.get("nemesis") != "stale-owner"]
         next_fault = min(later, default=float("inf"))
         for process in sorted(set(oks) | set(fences)):

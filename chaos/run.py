@@ -171,7 +171,8 @@ class RunConfig:
         if scenario == "smoke":
             return smoke_duration_s(ttl)
         if scenario == "negative":
-            return 3.0 + (3 * ttl + 1) + (ttl + 2) + (ttl + 3) + (ttl + 3) + 1
+            return (3.0 + (2 * ttl + 1) + (ttl + 2) + (3 * ttl + 1) + (ttl + 2) + (ttl + 3)
+                    + (ttl + 3) + 1)
         return 60.0
 
 
@@ -493,9 +494,11 @@ def _negative_verdict(leg: LegResult) -> dict[str, Any]:
                 "detail": f"checker reported {len(stale)} stale-owner anomalies "
                           f"({leg.stale_commits} stale commits landed)"}
     if leg.stale_commits == 0:
+        why = "; ".join(leg.result.harness_errors[:3])
         return {"verdict": "inconclusive", "expected": "fail",
                 "detail": f"no stale commit landed ({leg.stale_attempts} stale attempts; "
-                          "without an attempt no failover happened under the stale writer)"}
+                          "without an attempt no failover happened under the stale writer)"
+                          + (f"; harness errors: {why}" if why else "")}
     return {"verdict": "fail", "expected": "fail",
             "detail": f"{leg.stale_commits} stale commits landed but the checker reported "
                       "nothing"}

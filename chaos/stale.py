@@ -22,18 +22,37 @@ checker, from a workload activation committed by a stale actor.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from svit_cluster.errors import ErrorCode, FencedError, SvitError, UnavailableError
-from svit_cluster.process import Value
-from svit_cluster.store import DEFAULT_PREFIX, RedisBackend, StoreConfig
+from svit_cluster.process import Process, Value
+from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys, RedisBackend, StoreConfig
 
 from .history import HistoryWriter
 from .workload import KEEP_OPS
 
-__all__ = ["StaleWriter"]
+__all__ = ["InFlight", "StaleWriter"]
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A change sealed by an owner that has not committed it yet (:meth:`StaleWriter.prepare`).
+
+    Attributes:
+        process, token: the process and the fencing token of the owner that sealed it.
+        proc: the state it was sealed on (its ``version`` is the expected version).
+        transition: the sealed transition.
+        rid: its request id (``<run_id>.stale.<n>``).
+    """
+
+    process: str
+    token: int
+    proc: Process
+    transition: Any
+    rid: str
 
 
 class StaleWriter:
@@ -69,41 +88,73 @@ class StaleWriter:
         """The current fence of ``process`` (0: never claimed). Raises UnavailableError."""
         return RedisBackend(self.client, process, 1, self.config).fence()
 
-    def write(self, process: str, token: int, *, tries: int = 5) -> dict[str, Any]:
-        """Commit to ``process`` as the owner holding ``token``, like a zombie would.
+    def head_token(self, process: str) -> int:
+        """The token of the last commit of ``process`` (0: none yet). Raises redis.RedisError."""
+        raw = self.client.hget(ProcessKeys(process, self.config.prefix).head, "token")
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        return int(text) if isinstance(text, str) and text.isdigit() else 0
 
-        Each try restores from Redis and commits one change; a ``conflict``
-        (the live owner committed in between) is retried up to ``tries`` times,
-        as a zombie that keeps serving would. Every try is one operation in the
-        history: ``invoke``, then ``ok`` / ``fail`` (fenced, conflict) / ``info``
-        (Redis failed: unknown outcome). Never raises for store outcomes.
-
-        Returns:
-            The last try: ``{"process", "token", "rid", "outcome", "version"?}``.
-        """
+    def _backend(self, process: str, token: int) -> RedisBackend:
         backend = RedisBackend(self.client, process, token, self.config)
         if self.unfenced:
             from svit_cluster.store.testing import disable_fencing_for_negative_control
 
             disable_fencing_for_negative_control(backend)
+        return backend
+
+    def prepare(self, process: str, token: int) -> InFlight:
+        """Seal, as the owner holding ``token``, one change on the current state.
+
+        This is the commit the owner has *in flight* when it is paused: call it
+        while ``token`` still owns the process, pass the result to :meth:`write`
+        after a newer owner has claimed. Nothing is written or recorded yet.
+
+        Raises:
+            SvitError: the process cannot be restored (Redis down, not in the store).
+        """
+        backend = self._backend(process, token)
+        sealed = self._seal(backend, process)
+        if isinstance(sealed, str):
+            raise UnavailableError(f"cannot prepare a stale commit to {process}: {sealed}")
+        return InFlight(process, token, *sealed)
+
+    def write(self, process: str, token: int, *, tries: int = 5,
+              prepared: InFlight | None = None) -> dict[str, Any]:
+        """Commit to ``process`` as the owner holding ``token``, like a zombie would.
+
+        The first try commits ``prepared`` (sealed by :meth:`prepare` before the
+        failover) when given; every other try restores from Redis and commits one
+        change. A ``conflict`` (the live owner committed in between) is retried up
+        to ``tries`` times, as a zombie that keeps serving would. Every try is one
+        operation in the history: ``invoke``, then ``ok`` / ``fail`` (fenced,
+        conflict) / ``info`` (Redis failed: unknown outcome). Never raises for
+        store outcomes.
+
+        Returns:
+            The last try: ``{"process", "token", "rid", "outcome", "version"?}``.
+        """
+        backend = self._backend(process, token)
         out: dict[str, Any] = {}
-        for _ in range(max(1, tries)):
-            out = self._try(backend, process, token)
+        for attempt in range(max(1, tries)):
+            if attempt == 0 and prepared is not None and prepared.process == process \
+                    and prepared.token == token:
+                out = self._commit(backend, process, token, prepared.proc,
+                                   prepared.transition, prepared.rid)
+            else:
+                out = self._try(backend, process, token)
             if out["outcome"] != str(ErrorCode.CONFLICT):
                 break
         return out
 
-    def _try(self, backend: RedisBackend, process: str, token: int) -> dict[str, Any]:
+    def _seal(self, backend: RedisBackend, process: str) -> tuple[Process, Any, str] | str:
+        """Restore and seal one workload-shaped change; a string says why not."""
         rid = f"{self.run_id}.stale.{next(self._seq)}"
-        out: dict[str, Any] = {"process": process, "token": token, "rid": rid}
         try:
             proc = backend.restore()
         except SvitError as exc:
-            out["outcome"] = f"restore failed: {exc.code}"
-            return out
+            return f"restore failed: {exc.code}"
         if proc is None:
-            out["outcome"] = "not in the store"
-            return out
+            return "not in the store"
         count = proc.read("/memory/count")
         ops = proc.read("/memory/ops")
         wc = proc.working_copy()
@@ -111,7 +162,18 @@ class StaleWriter:
         wc.write("/memory/count", (count if isinstance(count, int) else 0) + 1)
         kept: Value = [*ops, rid][-KEEP_OPS:] if isinstance(ops, list) else [rid]
         wc.write("/memory/ops", kept)
-        transition = proc.seal(wc, "host.write")
+        return proc, proc.seal(wc, "host.write"), rid
+
+    def _try(self, backend: RedisBackend, process: str, token: int) -> dict[str, Any]:
+        sealed = self._seal(backend, process)
+        if isinstance(sealed, str):
+            return {"process": process, "token": token, "outcome": sealed}
+        proc, transition, rid = sealed
+        return self._commit(backend, process, token, proc, transition, rid)
+
+    def _commit(self, backend: RedisBackend, process: str, token: int, proc: Process,
+                transition: Any, rid: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"process": process, "token": token, "rid": rid}
         self.attempts += 1
         self.history.record("invoke", client="stale", process=process, rid=rid,
                             expected=proc.version, token=token)

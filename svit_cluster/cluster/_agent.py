@@ -241,13 +241,30 @@ class HostAgent:
 
     async def _activate(self, process_id: str, create: dict[str, Any] | None
                         ) -> dict[str, Any]:
+        """One activation under ONE lease object.
+
+        The rejoin loop may drop or replace ``self.lease`` at any await, so no
+        state read before an await is trusted after it: the lease is read once,
+        checked again after every await (:meth:`_same_lease`), and an actor is
+        registered only while that same lease is still this agent's lease.
+        (Source: issue 15 item 5 -- a lease read before an await and used after
+        the rejoin loop had reset it raised ``AttributeError``.)
+
+        Raises:
+            UnavailableError: no lease, or the lease was lost or replaced meanwhile.
+            ConflictError, InvalidInput: from the ownership transaction.
+        """
         from svit_cluster.ownership import Owners
 
-        if self.lease is None:
-            raise UnavailableError(f"host {self.host} has no lease yet")
+        lease = self._held_lease()
         name, handle = await self._take_actor()
+        try:
+            self._same_lease(lease)
+        except BaseException:
+            self._spares.append((name, handle))  # unused: keep it warm
+            raise
         # The ownership record names the actor, so routes never need a second lookup.
-        owners = Owners(self.lease, cluster=self.cfg.cluster, host=self.host, address=name)
+        owners = Owners(lease, cluster=self.cfg.cluster, host=self.host, address=name)
         try:
             # Acquire and claim the Redis fence; a token below the fence (etcd
             # restored from a backup) is recovered from within this call.
@@ -260,9 +277,16 @@ class HostAgent:
             self._spares.append((name, handle))
             raise
         try:
+            self._same_lease(lease)
             await asyncio.wait_for(handle.bind.remote(process_id, ownership.token), timeout=60)
             result: dict[str, Any] = await asyncio.wait_for(handle.start.remote(create),
                                                             timeout=60)
+            if "error" not in result:
+                self._same_lease(lease)
+                await asyncio.wait_for(handle.serve.remote(), timeout=60)
+                self._same_lease(lease)  # nothing after this line awaits
+        except SvitError as exc:
+            result = error_dict(exc)
         except Exception as exc:
             result = error_dict(UnavailableError(f"actor start failed: {type(exc).__name__}"))
         if "error" in result:
@@ -272,7 +296,6 @@ class HostAgent:
             except SvitError:
                 log.exception("release after failed start of %s", process_id)
             return result
-        await handle.serve.remote()
         self.actors[process_id] = (ownership.token, handle, (owners, ownership))
         self.activations += 1
         return {"status": "serving", "actor": name, "host": self.host,
@@ -284,6 +307,26 @@ class HostAgent:
 
             self._fence_store = RedisFences(connect(self.cfg.redis_for(self.host)))
         return self._fence_store
+
+    def _held_lease(self) -> Any:
+        """This agent's lease, if it is HELD now. Raises UnavailableError otherwise."""
+        lease = self.lease
+        if lease is None:
+            raise UnavailableError(f"host {self.host} has no lease yet")
+        lease.ensure_held()
+        return lease
+
+    def _same_lease(self, lease: Any) -> None:
+        """Check, after an await, that ``lease`` is still this agent's lease and HELD.
+
+        Raises:
+            UnavailableError: the rejoin loop dropped or replaced it, or it is
+                SUSPENDED or LOST.
+        """
+        if self.lease is not lease:
+            raise UnavailableError(f"host {self.host} lost its lease during the activation; "
+                                   "retry", lease_state="replaced")
+        lease.ensure_held()
 
     # -- reconciliation --------------------------------------------------------------------
 

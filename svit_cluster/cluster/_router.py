@@ -30,7 +30,7 @@ from svit_cluster.errors import (
 from svit_cluster.gateway import GatewayMetrics, report_owner_token
 from svit_cluster.process import Script, Value, decode_value
 
-__all__ = ["RayRouter", "raise_error_dict"]
+__all__ = ["RayRouter", "classify_call_error", "raise_error_dict"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,57 @@ def raise_error_dict(result: dict[str, Any]) -> dict[str, Any]:
     fields = err.get("fields")
     raise error_from_wire(code, str(err.get("message", code)),
                           fields if isinstance(fields, dict) else None)
+
+
+def _unreachable_types() -> tuple[type[BaseException], ...]:
+    """Ray exceptions that mean "the callee is dead, gone or overloaded", not a bug."""
+    import ray.exceptions as rex
+
+    names = ("RayActorError", "NodeDiedError", "WorkerCrashedError", "LocalRayletDiedError",
+             "OutOfMemoryError", "ObjectLostError", "ActorUnschedulableError",
+             "TaskUnschedulableError", "PendingCallsLimitExceeded", "GetTimeoutError")
+    return tuple(t for t in (getattr(rex, n, None) for n in names) if isinstance(t, type))
+
+
+def classify_call_error(exc: BaseException, what: str) -> SvitError | None:
+    """Map an exception from a Ray actor call to the error the gateway answers.
+
+    * a timeout, a dead or unreachable actor, a dead node or worker (and Ray's
+      other "cannot run it there now" errors) -> :class:`UnavailableError`:
+      the outcome is unknown and a retry with the same request id is safe;
+    * a ``RayTaskError`` wrapping one of our typed :class:`SvitError` s -> that error;
+    * anything else -- a ``RayTaskError`` wrapping any other exception, or an
+      exception raised before the call left this process -- is a bug in our
+      code: logged with its traceback (the remote one too) and returned as a
+      :class:`SvitError` with code ``internal`` (HTTP 500), never ``unavailable``.
+
+    Returns:
+        The error to raise, or None for ``CancelledError`` / ``KeyboardInterrupt``
+        / ``SystemExit`` (re-raise those unchanged).
+    """
+    import ray.exceptions as rex
+
+    if not isinstance(exc, Exception):
+        return None
+    if isinstance(exc, rex.RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, SvitError):
+            return cause
+        log.error("%s raised %s (a bug, answered as internal):\n%s", what,
+                  type(cause).__name__ if cause is not None else "an error",
+                  getattr(exc, "traceback_str", "") or exc, exc_info=exc)
+        return SvitError(f"internal error in {what}: "
+                         f"{type(cause).__name__ if cause is not None else 'RayTaskError'}",
+                         code=ErrorCode.INTERNAL)
+    if isinstance(exc, (TimeoutError, *_unreachable_types())):
+        return UnavailableError(f"{what.split('.')[0]} did not answer ({type(exc).__name__}); "
+                                "outcome unknown, retry with the same request id")
+    if isinstance(exc, SvitError):
+        return exc
+    log.error("calling %s failed with %s (a bug, answered as internal)", what,
+              type(exc).__name__, exc_info=exc)
+    return SvitError(f"internal error calling {what}: {type(exc).__name__}",
+                     code=ErrorCode.INTERNAL)
 
 
 class RayRouter:
@@ -103,19 +154,29 @@ class RayRouter:
 
     async def _call(self, name: str, method: str, *args: Any,
                     timeout_s: float | None = None) -> dict[str, Any]:
-        import ray
+        """Call ``method`` of actor ``name`` and return its dict.
 
+        Raises:
+            UnavailableError: the actor or its node is dead or unreachable, or
+                it did not answer within ``timeout_s`` (default
+                ``call_timeout_s``): the outcome is unknown, a retry is safe.
+            SvitError: the actor raised one of our typed errors (re-raised as is).
+            SvitError: code ``internal`` for anything else -- a bug in our code
+                (a ``RayTaskError`` wrapping a non-project exception, a bad call);
+                it is logged with its traceback, never reported as ``unavailable``.
+        """
         handle = await self._handle(name)
         try:
             ref = getattr(handle, method).remote(*args)
             result: dict[str, Any] = await asyncio.wait_for(
                 ref, timeout=timeout_s or self.cfg.call_timeout_s)
-        except (TimeoutError, ray.exceptions.RayError) as exc:
-            self._handles.pop(name, None)
-            raise UnavailableError(
-                f"{name} did not answer ({type(exc).__name__}); outcome unknown, retry "
-                "with the same request id"
-            ) from exc
+        except BaseException as exc:
+            failure = classify_call_error(exc, f"{name}.{method}")
+            if failure is None:
+                raise
+            if isinstance(failure, UnavailableError):
+                self._handles.pop(name, None)
+            raise failure from exc
         return result
 
     async def _route(self, process_id: str) -> Route:

@@ -13,6 +13,15 @@ Guarantee: for a process at version N, a request with ``expected_version == N``
 either commits exactly one version N+1 or leaves the process at N. Every
 response is safe to retry with the same ids: a retained receipt replays it, and
 after eviction the version precondition still prevents a second commit.
+
+Unknown outcomes: when a durable commit fails with ``unavailable`` (timeout,
+connection reset, a lost reply) the entry may have been written. From then on
+the in-memory process may be behind the durable head, so the controller is
+*stale*: before it serves a read, decides a conflict or evaluates a request it
+re-synchronises (:meth:`ProcessController._resync`): it re-reads the durable
+head and, if the head moved, replays the verified tail (or restores). A
+conflict receipt therefore never names a version older than one already
+acknowledged, and a retry of the lost request replays its stored receipt.
 """
 
 from __future__ import annotations
@@ -20,8 +29,9 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from svit_cluster.control._backend import CommitBackend, MemoryBackend, Receipt, RequestStatus
 from svit_cluster.control._wire import (
@@ -58,6 +68,16 @@ from svit_cluster.process._tree import node_from_value
 
 __all__ = ["ProcessController", "request_fingerprint"]
 
+T = TypeVar("T")
+
+
+class _HeadMoved(Exception):
+    """The commit script saw a durable head other than the transition's base."""
+
+    def __init__(self, cause: ConflictError) -> None:
+        super().__init__(cause.message)
+        self.cause = cause
+
 
 def request_fingerprint(request: ControlRequest) -> str:
     """SHA-256 hex of the canonical JSON of the decoded request.
@@ -90,29 +110,110 @@ class ProcessController:
         self._backend: CommitBackend = backend if backend is not None else MemoryBackend()
         self._lock = threading.Lock()
         self._clock = clock
+        #: True after a commit whose outcome is unknown, until :meth:`_resync` succeeds.
+        self._stale = False
 
     @property
     def process(self) -> Process:
-        """The controlled process. Read it only while no request is in flight."""
+        """The controlled process. Read it only inside :meth:`locked`, which first
+        re-synchronises it after an unknown commit outcome."""
         return self._process
+
+    @property
+    def stale(self) -> bool:
+        """True while the in-memory process may be behind the durable head (a
+        commit outcome is unknown and no re-synchronisation has succeeded yet)."""
+        return self._stale
 
     @property
     def backend(self) -> CommitBackend:
         return self._backend
 
     def observe(self) -> tuple[int, str]:
-        """``(version, root_hash)`` from one observation."""
-        with self._lock:
+        """``(version, root_hash)`` from one observation.
+
+        Raises:
+            UnavailableError, CorruptData: re-synchronisation after an unknown
+                commit outcome failed (see :meth:`_resync`).
+        """
+        with self.locked():
             return self._process.version, self._process.root_hash
 
     def read_versioned(self, path: str) -> tuple[Any, int]:
-        """``(value, version)`` of ``path`` from one observation."""
-        with self._lock:
+        """``(value, version)`` of ``path`` from one observation.
+
+        Raises:
+            UnavailableError, CorruptData: as :meth:`observe`.
+        """
+        with self.locked():
             return self._process.read_versioned(path)
 
-    def locked(self) -> threading.Lock:
-        """The serialization lock (for host operations that must not interleave)."""
-        return self._lock
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the serialization lock (for host operations that must not interleave).
+
+        On entry the process is re-synchronised if a commit outcome is unknown;
+        an ``UnavailableError`` raised inside the block (for example by a host
+        commit made there) marks the process stale again.
+
+        Raises:
+            UnavailableError, CorruptData: on entry, as :meth:`observe`.
+        """
+        with self._lock:
+            self._ensure_synced()
+            try:
+                yield
+            except UnavailableError:
+                self._stale = True
+                raise
+
+    # -- re-synchronisation after an unknown outcome ----------------------------------
+
+    def _ensure_synced(self) -> None:
+        """Call :meth:`_resync` if a commit outcome is unknown (lock held)."""
+        if self._stale:
+            self._resync()
+
+    def _resync(self) -> None:
+        """Re-synchronise the in-memory process with the durable head (lock held).
+
+        The one step that makes an unknown commit outcome safe: the backend
+        re-reads the durable head and, if it moved past the in-memory version,
+        replays the tail after it, verifying the hash chain (or restores from
+        the snapshot when that tail was trimmed). Backends without a durable
+        head (``MemoryBackend``) have nothing to re-read. Clears :attr:`stale`
+        only on success.
+
+        Raises:
+            UnavailableError: the store cannot be reached; still stale, so the
+                next call retries.
+            CorruptData: the durable log does not continue the served state.
+        """
+        catch_up: Callable[[Process], Process] | None = getattr(
+            self._backend, "catch_up", None)
+        if catch_up is not None:
+            self._process = catch_up(self._process)
+        self._stale = False
+
+    def _at_durable_head(self, step: Callable[[], T]) -> T:
+        """Run ``step`` on a synchronised process; if its commit finds that the
+        durable head moved (our own earlier write, whose reply was lost, landed
+        late), re-synchronise and run it once more (lock held).
+
+        Raises:
+            FencedError: the head moved again on the second attempt.
+        """
+        self._ensure_synced()
+        try:
+            return step()
+        except _HeadMoved:
+            self._stale = True
+            self._ensure_synced()
+        try:
+            return step()
+        except _HeadMoved as exc:
+            raise FencedError(f"durable head moved: {exc.cause.message}", code=ErrorCode.FENCED,
+                              **exc.cause.fields) from exc.cause
 
     def execute(self, request: ControlRequest, *, tenant: str = "") -> ControlResponse:
         """Evaluate one decoded request at the serialization point.
@@ -130,10 +231,13 @@ class ProcessController:
             FencedError: the durable backend refused the commit because a newer
                 owner holds the process; this controller must stop serving.
             UnavailableError: the backend failed; the outcome may be unknown,
-                so retry with the same ids.
+                so retry with the same ids. The controller re-synchronises
+                with the durable head before it serves anything else.
+            CorruptData: re-synchronisation found a log that does not continue
+                the served state.
         """
         with self._lock:
-            return self._execute(request, tenant)
+            return self._at_durable_head(lambda: self._execute(request, tenant))
 
     def _execute(self, request: ControlRequest, tenant: str) -> ControlResponse:
         proc = self._process
@@ -254,14 +358,19 @@ class ProcessController:
     ) -> Change:
         try:
             self._backend.commit(transition, receipt, intents)
-        except (FencedError, UnavailableError):
+        except FencedError:
+            raise
+        except UnavailableError:
+            # The entry may or may not have been written: serve nothing from
+            # memory until the durable head has been re-read.
+            self._stale = True
             raise
         except ConflictError as exc:
-            # The durable head moved under us: another owner committed. This
-            # controller's view is stale; it must re-restore before serving.
-            raise FencedError(
-                f"durable head moved: {exc.message}", code=ErrorCode.FENCED, **exc.fields
-            ) from exc
+            # The durable head moved under us. Every higher token fails the
+            # fence check first, so this is our own earlier commit whose reply
+            # was lost; the caller re-synchronises and evaluates again.
+            self._stale = True
+            raise _HeadMoved(exc) from exc
         return self._process.commit(transition)
 
     # -- host operations (not part of svit-control@1) ---------------------------------
@@ -281,12 +390,15 @@ class ProcessController:
             InvalidInput, LimitExceeded: the message is invalid or too big.
             FencedError, UnavailableError: as :meth:`execute`.
         """
-        with self._lock:
+        def step() -> tuple[bool, int, Change | None]:
             transition = prepare_inbox_append(self._process, message, dedup_key=dedup_key)
             if transition is None:
                 return False, self._process.version, None
             change = self._durable_commit(transition, None, ())
             return True, self._process.version, change
+
+        with self._lock:
+            return self._at_durable_head(step)
 
     def ack_inbox(self, expected_head_hash: str) -> Change:
         """Acknowledge the exact inbox head (``remove_front``) at the serialization point.
@@ -295,9 +407,12 @@ class ProcessController:
             ConflictError: (``inbox_conflict``) the head is not ``expected_head_hash``.
             FencedError, UnavailableError: as :meth:`execute`.
         """
-        with self._lock:
+        def step() -> Change:
             transition = prepare_inbox_ack(self._process, expected_head_hash)
             return self._durable_commit(transition, None, ())
+
+        with self._lock:
+            return self._at_durable_head(step)
 
     def _validate(self, request: ControlRequest) -> None:
         cmd = request.command

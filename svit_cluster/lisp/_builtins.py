@@ -14,7 +14,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from svit_cluster.lisp._builtins_catalog import CALLERS, HELPERS
+from svit_cluster.lisp._builtins_catalog import CALLERS, CATALOG, HELPERS
 from svit_cluster.lisp._builtins_core import CORE
 from svit_cluster.lisp._builtins_ketos import KETOS
 from svit_cluster.lisp._builtins_seq import SEQ
@@ -23,7 +23,7 @@ from svit_cluster.lisp._errors import script_failed
 from svit_cluster.lisp._meter import Run
 from svit_cluster.lisp._types import SP_APPLY, SP_CALL, SP_SAFE, Builtin
 
-__all__ = ["BUILTINS", "CONSTANTS", "SVIT_VERSION"]
+__all__ = ["BUILTINS", "CONSTANTS", "GUEST_SCOPE", "SVIT_VERSION"]
 
 #: Value of ``*svit-version*``.
 SVIT_VERSION = "Svit Lisp 2"
@@ -68,3 +68,15 @@ BUILTINS: dict[str, Builtin] = _table()
 
 #: Named constants.
 CONSTANTS: dict[str, Any] = {"*svit-version*": SVIT_VERSION}
+
+#: The names a guest's global namespace holds before the script runs, which
+#: count against ``Limits.max_namespace_entries`` together with each name the
+#: script defines. They are the values the reference installs in its Ketos
+#: global scope before running a script (``*svit-version*``, ``input`` and one
+#: function per runtime helper of the catalog, :data:`CATALOG`); Ketos refuses a
+#: ``define`` of a new name once that scope holds ``namespace_size`` values.
+#: Ketos's own core functions (``+``, ``list``, ...) live in its system scope
+#: and do not count; neither do our extensions outside the catalog.
+GUEST_SCOPE: frozenset[str] = frozenset(
+    [*CONSTANTS, "input", *(entry.name for entry in CATALOG)]
+)

@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from svit_cluster.errors import ErrorCode, LimitExceeded, ScriptFailed, SvitError
+from svit_cluster.lisp._builtins import GUEST_SCOPE
 from svit_cluster.lisp._builtins_svit import result_error, result_ok
 from svit_cluster.lisp._errors import (
     catchable,
@@ -584,7 +585,7 @@ class Program:
             if meter.exec_level > 1:
                 _headroom()
                 meter.check_time()
-            r = Run(meter, host, input, self.path)
+            r = Run(meter, host, input, self.path, len(GUEST_SCOPE))
             try:
                 return self._run(r, input)
             finally:

@@ -109,17 +109,22 @@ class Run:
         "mem",
         "meter",
         "ndefs",
+        "ns_preset",
         "where",
     )
 
-    def __init__(self, meter: Meter, host: Any, input: Any, where: str) -> None:
+    def __init__(
+        self, meter: Meter, host: Any, input: Any, where: str, preset_names: int = 0
+    ) -> None:
         lim = meter.limits
         self.meter = meter
         self.host = host
         self.input = input
         self.where = where
         self.g: dict[str, Any] = {}
-        self.ndefs = 0
+        # Entries of the guest namespace: the runtime's own names, then each define.
+        self.ndefs = preset_names
+        self.ns_preset = preset_names
         self.foreign: Any = None
         self.hcache: dict[int, tuple[Any, int]] = {}
         self.clock = meter.clock
@@ -190,14 +195,21 @@ class Run:
     def define(self, name: str, value: Any, where: str) -> None:
         """Bind a global (``define``), counting new names.
 
+        The guest namespace holds ``preset_names`` runtime names before the
+        script runs (:data:`svit_cluster.lisp._builtins.GUEST_SCOPE`); defining a
+        new name when it already holds ``max_namespace_entries`` entries fails,
+        as Ketos's namespace-size restriction does in the reference.
+
         Raises:
-            LimitExceeded: (``resource_limit_exceeded``) "namespace entries".
+            LimitExceeded: (``resource_limit_exceeded``) "guest namespace".
         """
         g = self.g
         if name not in g:
             if self.ndefs >= self.max_ns:
                 error = resource_limit(
-                    "namespace entries", f"max_namespace_entries={self.max_ns}"
+                    "guest namespace",
+                    f"max_namespace_entries={self.max_ns} namespace entries, "
+                    f"{self.ns_preset} of them the runtime's names",
                 )
                 raise relocate(error, where, None)
             self.ndefs += 1

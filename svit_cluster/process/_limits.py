@@ -31,6 +31,13 @@ class Limits:
     fuel, on every host. The default (400 000 units, about 30-60 ms of guest
     work on these machines) is set so that fuel, not the 100 ms wall clock,
     stops a runaway script: then it stops at the same step everywhere.
+
+    ``max_namespace_entries`` bounds the guest's global namespace of one script
+    run (each nested ``exec`` starts a fresh one): it starts with the 47 names the
+    runtime provides (``*svit-version*``, ``input`` and the 45 runtime helpers,
+    ``svit_cluster.lisp._builtins.GUEST_SCOPE``) and each new name a script
+    ``define``s adds one, as in the reference's Ketos scope; so the default 256
+    leaves 209 script definitions.
     """
 
     max_execution_millis: int = 100

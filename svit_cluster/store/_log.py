@@ -17,7 +17,7 @@ Guarantees, per call:
   (the receipt replays); re-sealing and committing anew is not (it conflicts
   or, if the first attempt failed, commits once).
 * **claim** -- raises the fence to this token (atomic max); safe to retry.
-* **restore** -- read-only; safe to retry.
+* **restore** / **catch_up** -- read-only; safe to retry.
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ from svit_cluster.control._backend import Receipt, RequestStatus, validate_recei
 from svit_cluster.errors import (
     ConfigurationError,
     ConflictError,
+    CorruptData,
     FencedError,
     InvalidInput,
     NotFound,
     SvitError,
     UnavailableError,
 )
-from svit_cluster.process import Limits, Process, Transition, canonical_json
+from svit_cluster.process import Limits, Process, Transaction, Transition, canonical_json
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys, receipt_field
 from svit_cluster.store._records import (
     Head,
@@ -548,6 +549,89 @@ class RedisBackend:
         if found is not None:
             return RequestStatus(True, found, retained_from)
         return RequestStatus(False, None, retained_from)
+
+    def catch_up(self, process: Process) -> Process:
+        """Bring ``process`` (this owner's in-memory state) to the durable head.
+
+        The re-synchronisation after a commit whose outcome is unknown (the
+        controller's ``_resync``): reads head, fence and the stream entries
+        after ``process.version`` in one ``MULTI``/``EXEC`` view. If the head
+        did not move, nothing changes. If it moved, the entries up to the head
+        are replayed into ``process`` in place, verified as in :meth:`restore`
+        (consecutive versions, no token above the fence or below an earlier
+        entry's, hash chain, root hashes, result equal to the head). If that
+        tail was already trimmed below a newer snapshot, a full :meth:`restore`
+        is returned instead. Read-only; safe to retry.
+
+        Returns:
+            ``process`` itself (advanced in place) or, after a trim, a freshly
+            restored process at the head.
+
+        Raises:
+            CorruptData: (``corrupt_log``) the process was never created, the
+                head is behind ``process`` or diverged from its chain at the
+                same version, or the tail does not verify. Nothing changes.
+            UnavailableError: Redis failed; nothing changes.
+        """
+        keys = self.keys
+        with redis_boundary("catch_up", self.process_id):
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hgetall(keys.head)
+            pipe.get(keys.fence)
+            pipe.xrange(keys.stream, min=f"{process.version + 1}-0")
+            head_raw, fence_raw, tail_raw = pipe.execute()
+        head = parse_head(self.process_id, head_raw)
+        if head is None:
+            raise corrupt(self.process_id, "durable head is missing on re-synchronisation")
+        if head.version < process.version:
+            raise corrupt(self.process_id, f"durable head {head.version} is behind the served "
+                          f"version {process.version}", version=head.version)
+        if head.version == process.version:
+            if head.chain_head != process.chain_head or head.root_hash != process.root_hash:
+                raise corrupt(self.process_id, f"durable head diverged from the served state "
+                              f"at version {head.version}", version=head.version)
+            return process
+        entries = [parse_entry(self.process_id, eid, fields) for eid, fields in tail_raw or ()]
+        entries = [e for e in entries if e.version <= head.version]
+        if not entries or entries[0].version != process.version + 1:
+            restored = self.restore()  # the tail was trimmed: start from the snapshot
+            if restored is None:
+                raise corrupt(self.process_id, "process vanished on re-synchronisation")
+            return restored
+        fence = 0 if fence_raw is None or not fence_raw.isdigit() else int(fence_raw)
+        records: list[Transaction] = []
+        last_token = 0
+        for expected, entry in enumerate(entries, start=process.version + 1):
+            if entry.version != expected:
+                raise corrupt(self.process_id, f"missing stream entry at version {expected}",
+                              version=expected)
+            if entry.token < last_token or entry.token > fence:
+                raise corrupt(self.process_id, f"token {entry.token} out of order or above the "
+                              f"fence {fence} at version {entry.version}", version=entry.version)
+            last_token = entry.token
+            try:
+                records.append(Transaction.decode(entry.record))
+            except InvalidInput as exc:
+                raise corrupt(self.process_id, f"undecodable record at version {entry.version}: "
+                              f"{exc.message}", version=entry.version) from exc
+        if entries[-1].version != head.version:
+            raise corrupt(self.process_id, f"missing stream entry at version "
+                          f"{entries[-1].version + 1}", version=entries[-1].version + 1)
+        last = records[-1]
+        if (last.event_hash != head.chain_head or last.resulting_root_hash != head.root_hash
+                or last.position != head.position):
+            raise corrupt(self.process_id, f"the entry at version {head.version} does not "
+                          "match the stored head", version=head.version)
+        served = process.version
+        try:
+            process.replay(records)  # all or nothing; verifies chain, steps and root hashes
+        except CorruptData as exc:
+            raise corrupt(self.process_id, f"re-synchronisation replay failed after version "
+                          f"{served}: {exc.message}", version=served + 1) from exc
+        with self._lock:
+            self._since_snapshot += len(records)
+            self._tail_bytes += sum(len(e.record) for e in entries)
+        return process
 
     def restore(self) -> Process | None:
         """Rebuild the process from the latest snapshot and the stream tail.

@@ -191,7 +191,8 @@ class _EtcdLink:
 
 class MiniTarget:
     def __init__(self, hosts: dict[str, MiniHost], hub: ProxyHub, redis_server: RedisServer,
-                 etcd_server: EtcdServer, ttl_s: float) -> None:
+                 etcd_server: EtcdServer, ttl_s: float, router: StoreRouter) -> None:
+        self.router = router
         self.hosts_ = hosts
         self.hub = hub
         self.redis = redis_server
@@ -251,6 +252,10 @@ class MiniTarget:
             return redis_ready(self.redis.url)
         return etcd_ready(self.etcd.endpoint)
 
+    def owner(self, process: str) -> str | None:
+        owner = self.router._owners.get(process)
+        return None if owner is None else owner.host
+
     def link(self, host: str, service: str) -> Any:
         self.calls.append(f"link {host}/{service}")
         proxy = self.hub.link(host, service)
@@ -282,7 +287,7 @@ class MiniCluster:
             self.router = StoreRouter(self.hosts, spec.lease_ttl_s, negative=spec.negative_control,
                                       snapshot_every=spec.snapshot_every)
             self.target = MiniTarget(self.hosts, spec.hub, self.redis_server, self.etcd_server,
-                                     spec.lease_ttl_s)
+                                     spec.lease_ttl_s, self.router)
             self._serve()
         except BaseException:
             self.close()

@@ -91,6 +91,9 @@ class FakeTarget:
     def link(self, host: str, service: str) -> FakeLink:
         return self.links.setdefault((host, service), FakeLink())
 
+    def owner(self, process: str) -> str | None:
+        return "h2"
+
 
 # -- schedules ---------------------------------------------------------------------------
 
@@ -116,7 +119,7 @@ def test_smoke_exercises_every_nemesis_in_time_order() -> None:
     schedule = build_schedule("smoke", hosts=HOSTS, duration_s=duration, lease_ttl_s=ttl,
                               seed=1)
     assert set(schedule.kinds()) == set(KINDS)
-    assert schedule.kinds()["stale-owner"] == 3
+    assert schedule.kinds()["stale-owner"] == 4
     assert all(w.end_s <= duration for w in schedule.windows)
     faults = [w for w in schedule.windows if w.spec.kind != "stale-owner"]
     assert all(a.end_s < b.start_s for a, b in itertools.pairwise(faults))

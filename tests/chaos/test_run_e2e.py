@@ -37,7 +37,9 @@ SCHEDULE = Schedule("mini", 0, (
     Window(9.5, 1.0, NemesisSpec("slow-link", host="h1", service="redis", delay_ms=50)),
     Window(11.5, 1.0, NemesisSpec("kill-redis")),
     Window(13.0, 1.0, NemesisSpec("kill-etcd")),
-), 16.0)
+    # a stale commit on every run: pause the owner until another host committed
+    Window(14.5, 2.5, NemesisSpec("pause-owner")),
+), 20.0)
 
 
 async def test_run_with_every_nemesis_and_both_controls(tmp_path: Path) -> None:
@@ -61,6 +63,19 @@ async def test_run_with_every_nemesis_and_both_controls(tmp_path: Path) -> None:
     # the stale writer tried in the fenced leg too, and was refused
     stale = [e for e in main_leg.history if e.get("client") == "stale" and e["kind"] != "invoke"]
     assert stale and all(e["kind"] == "fail" and e["outcome"] == "fenced" for e in stale)
+    # the forced stale owner wrote in both legs, after a newer owner had committed:
+    # refused with fencing on, landed (and was reported) with fencing off
+    def forced(leg: str) -> dict[str, object]:
+        heals = [e["detail"] for e in outcome.legs[leg].history if e["kind"] == "nemesis"
+                 and e["nemesis"] == "pause-owner" and e["phase"] == "heal"]
+        assert len(heals) == 1, heals
+        assert heals[0]["new_token"] > heals[0]["write"]["token"]
+        return dict(heals[0]["write"])
+    assert forced("main")["outcome"] == "fenced"
+    landed = forced("negative")
+    assert landed["outcome"] == "committed"
+    assert any(a.process == landed["process"] and landed["version"] in a.versions
+               for a in outcome.legs["negative"].result.anomalies if a.invariant == "tokens")
     # failovers were measured after the pause and the kill
     assert report["failover"]["count"] >= 1 and report["failover"]["max_s"] < 10
     # every nemesis healed, and the files a later `check` needs are there

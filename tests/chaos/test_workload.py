@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from svit_chaos.history import Event, HistoryWriter
@@ -27,6 +27,19 @@ def completions(events: list[Event]) -> dict[str, list[Event]]:
         if e["kind"] in ("ok", "fail", "info"):
             done[e["rid"]].append(e)
     return done
+
+
+async def until(condition: Callable[[], bool], what: str, *, timeout_s: float = 20.0,
+                check: bool = True) -> bool:
+    """Wait (the event loop keeps running) until ``condition()``; after ``timeout_s``
+    seconds fail with ``what`` (``check``) or return False."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        if asyncio.get_running_loop().time() >= deadline:
+            assert not check, what
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 async def run_for(workload: Workload, seconds: float) -> None:
@@ -76,15 +89,31 @@ async def test_transport_faults_are_retried_with_the_same_request_id(gateway: st
         await workload.setup()
         stop = asyncio.Event()
         task = asyncio.ensure_future(workload.run(stop))
-        await asyncio.sleep(0.4)
-        await asyncio.to_thread(link.set_mode, LinkMode.DROP)
-        await asyncio.sleep(0.3)  # shorter than the op deadline: retries succeed
-        await asyncio.to_thread(link.set_mode, LinkMode.PASS)
-        await asyncio.sleep(0.5)
+        # Conditions, not sleeps: each phase lasts until what it is for has happened.
+        stats = workload.stats
+        await until(lambda: stats.ok >= 3, "no commit before the faults")
+
+        def retried_commit() -> bool:
+            return any(e["kind"] == "ok" and e["attempts"] > 1 for e in history.events)
+
+        # short drops, healed a few transport errors in (well inside the op deadline, so
+        # retries succeed), until a retried request committed (a retry can also meet a
+        # conflict, an unknown outcome then): bounded, not timed
+        for _ in range(50):
+            target = stats.transient_errors + 3
+            await asyncio.to_thread(link.set_mode, LinkMode.DROP)
+            await until(lambda: stats.transient_errors >= target,  # noqa: B023 (awaited here)
+                        "the dropped link caused no error")
+            await asyncio.to_thread(link.set_mode, LinkMode.PASS)
+            if await until(retried_commit, "", timeout_s=2.0, check=False):
+                break
+        assert retried_commit(), "no retried request committed after 50 short drops"
         await asyncio.to_thread(link.set_mode, LinkMode.STALL)
-        await asyncio.sleep(1.5)  # longer than the op deadline: some outcomes stay unknown
+        # stalled past the op deadline: an outcome stays unknown
+        await until(lambda: stats.info > 0, "nothing timed out during the stall")
         await asyncio.to_thread(link.set_mode, LinkMode.PASS)
-        await asyncio.sleep(0.6)
+        healed_ok = stats.ok
+        await until(lambda: stats.ok > healed_ok, "no commit after healing")
         stop.set()
         await asyncio.wait_for(task, 30)
         final = await workload.read_final()

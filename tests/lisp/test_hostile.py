@@ -90,7 +90,7 @@ HOSTILE: list[tuple[str, str, type[SvitError], ErrorCode, str]] = [
      ScriptFailed, ErrorCode.SCRIPT_FAILED, "not available"),
     ("namespace flood",
      " ".join(f"(define g{i} {i})" for i in range(300)) + " (define (main input) 1)",
-     LimitExceeded, RES, "namespace entries"),
+     LimitExceeded, RES, "guest namespace"),
     ("value stack flood through apply",
      "(define (main input) (apply + (chars (format \"~5000a\" \"\"))))",
      LimitExceeded, RES, "value stack"),
