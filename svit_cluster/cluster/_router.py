@@ -23,6 +23,7 @@ from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.control import ControlRequest, ControlResponse, decode_response
 from svit_cluster.errors import (
     ConflictError,
+    InternalError,
     SvitError,
     UnavailableError,
     error_from_wire,
@@ -87,9 +88,8 @@ def classify_call_error(exc: BaseException, what: str) -> SvitError | None:
         log.error("%s raised %s (a bug, answered as internal):\n%s", what,
                   type(cause).__name__ if cause is not None else "an error",
                   getattr(exc, "traceback_str", "") or exc, exc_info=exc)
-        return SvitError(f"internal error in {what}: "
-                         f"{type(cause).__name__ if cause is not None else 'RayTaskError'}",
-                         code=ErrorCode.INTERNAL)
+        return InternalError(f"internal error in {what}: "
+                             f"{type(cause).__name__ if cause is not None else 'RayTaskError'}")
     if isinstance(exc, (TimeoutError, *_unreachable_types())):
         return UnavailableError(f"{what.split('.')[0]} did not answer ({type(exc).__name__}); "
                                 "outcome unknown, retry with the same request id")
@@ -97,8 +97,7 @@ def classify_call_error(exc: BaseException, what: str) -> SvitError | None:
         return exc
     log.error("calling %s failed with %s (a bug, answered as internal)", what,
               type(exc).__name__, exc_info=exc)
-    return SvitError(f"internal error calling {what}: {type(exc).__name__}",
-                     code=ErrorCode.INTERNAL)
+    return InternalError(f"internal error calling {what}: {type(exc).__name__}")
 
 
 class RayRouter:
