@@ -67,6 +67,7 @@ class ErrorCode(StrEnum):
     INVALID_PROCESS_ID = "invalid_process_id"
     NOT_FOUND = "not_found"
     INBOX_CONFLICT = "inbox_conflict"
+    INBOX_CLOSED = "inbox_closed"
     INVALID_SNAPSHOT = "invalid_snapshot"
     INVALID_TRANSACTION = "invalid_transaction"
     DECODE_ERROR = "decode_error"

@@ -53,8 +53,13 @@ from svit_cluster.process import (
     validate_script_name,
 )
 from svit_cluster.process._activation import prepare_activation
-from svit_cluster.process._inbox import prepare_inbox_ack, prepare_inbox_append
+from svit_cluster.process._inbox import (
+    prepare_inbox_ack,
+    prepare_inbox_append,
+    prepare_inbox_close,
+)
 from svit_cluster.process._tree import node_from_value
+from svit_cluster.process._working import WorkingCopy
 
 __all__ = ["ProcessController", "request_fingerprint"]
 
@@ -297,6 +302,48 @@ class ProcessController:
         """
         with self._lock:
             transition = prepare_inbox_ack(self._process, expected_head_hash)
+            return self._durable_commit(transition, None, ())
+
+    def close_inbox(self) -> tuple[bool, int]:
+        """Close ``/inbox`` for good (reference: a closed inbox refuses new messages).
+
+        Items already committed stay and are still processed; every later
+        :meth:`append_inbox` raises ``inbox_closed`` and commits nothing. The
+        mark is process state (``/thread/inbox_closed``), so it survives
+        failover, snapshot and restore.
+
+        Returns:
+            ``(closed_now, version)``; ``closed_now`` is False when it was
+            already closed (nothing committed).
+
+        Raises:
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        with self._lock:
+            transition = prepare_inbox_close(self._process)
+            if transition is None:
+                return False, self._process.version
+            self._durable_commit(transition, None, ())
+            return True, self._process.version
+
+    def commit_host(self, source: str, stage: Callable[[WorkingCopy], None]) -> Change:
+        """Commit one host-built transition at the serialization point.
+
+        ``stage`` gets a fresh working copy of the current state and stages its
+        mutations (guest rules apply when it calls ``write``/``remove``); the
+        result is sealed with ``source`` (e.g. ``reasoning.write``) and committed
+        through the same fenced backend commit as every request. Used by the
+        reasoning loop's tools and its ``/thread`` metadata.
+
+        Raises:
+            InvalidInput, LimitExceeded: ``stage`` refused the change (nothing
+                committed).
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        with self._lock:
+            wc = self._process.working_copy()
+            stage(wc)
+            transition = self._process.seal(wc, source)
             return self._durable_commit(transition, None, ())
 
     def _validate(self, request: ControlRequest) -> None:
