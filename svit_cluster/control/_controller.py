@@ -95,6 +95,9 @@ class ProcessController:
         self._backend: CommitBackend = backend if backend is not None else MemoryBackend()
         self._lock = threading.Lock()
         self._clock = clock
+        #: Host mutations added to every inbox append (set by the reasoning
+        #: loop: its ``/thread`` metadata); called under the lock.
+        self.append_stage: Callable[[WorkingCopy], None] | None = None
 
     @property
     def process(self) -> Process:
@@ -287,7 +290,8 @@ class ProcessController:
             FencedError, UnavailableError: as :meth:`execute`.
         """
         with self._lock:
-            transition = prepare_inbox_append(self._process, message, dedup_key=dedup_key)
+            transition = prepare_inbox_append(self._process, message, dedup_key=dedup_key,
+                                              stage=self.append_stage)
             if transition is None:
                 return False, self._process.version, None
             change = self._durable_commit(transition, None, ())

@@ -10,12 +10,13 @@ unacknowledged entries, far fewer than that.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 from svit_cluster.errors import ConflictError, ErrorCode
 from svit_cluster.process._process import Process
 from svit_cluster.process._tree import MapNode, ScalarNode, get_node
 from svit_cluster.process._values import Value
-from svit_cluster.process._working import Transition
+from svit_cluster.process._working import Transition, WorkingCopy
 
 __all__ = [
     "CLOSED_PATH",
@@ -40,9 +41,13 @@ def dedup_slot(key: str) -> str:
 
 
 def prepare_inbox_append(
-    process: Process, message: Value, *, dedup_key: str | None = None
+    process: Process, message: Value, *, dedup_key: str | None = None,
+    stage: Callable[[WorkingCopy], None] | None = None,
 ) -> Transition | None:
     """Seal an ``/inbox`` append; None when ``dedup_key`` was already delivered.
+
+    ``stage`` may add host mutations to the same transition (the reasoning
+    loop's ``/thread`` metadata).
 
     Raises:
         ConflictError: (``inbox_closed``) the inbox was closed
@@ -70,6 +75,8 @@ def prepare_inbox_append(
             wc.host_remove(f"/thread/delivered/{oldest}")
     else:
         wc.append("/inbox", message)
+    if stage is not None:
+        stage(wc)
     return process.seal(wc, "inbox.append")
 
 

@@ -47,6 +47,9 @@ class ReasonerConfig:
             process id and the instructions are always added.
         instructions: the operator's instructions for processes that have
             none yet in ``/thread/instructions`` (default None).
+        allow_scripts: the ``/lib`` script names the model's ``exec`` tool may
+            activate (default None: every script; reference: a process-owned
+            agent's script allowlist). A refused call commits nothing.
 
     Raises:
         ConfigurationError: a value is out of range or the kind is unknown.
@@ -67,6 +70,7 @@ class ReasonerConfig:
     client_id: str = "svit-reasoner"
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     instructions: str | None = None
+    allow_scripts: tuple[str, ...] | None = None
     simulated_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -76,6 +80,13 @@ class ReasonerConfig:
             raise ConfigurationError("an openai reasoner needs base_url and model")
         if not 1 <= self.max_iterations <= 64:
             raise ConfigurationError("max_iterations must be in 1..64")
+        if self.allow_scripts is not None:
+            if isinstance(self.allow_scripts, str) or not all(
+                    isinstance(n, str) for n in self.allow_scripts):
+                raise ConfigurationError("allow_scripts must be a list of script names")
+            object.__setattr__(self, "allow_scripts", tuple(self.allow_scripts))
+        if self.instructions is not None and not isinstance(self.instructions, str):
+            raise ConfigurationError("instructions must be text")
         if not 1 <= self.history_events <= 4096:
             raise ConfigurationError("history_events must be in 1..4096")
         for name in ("step_timeout_s", "turn_timeout_s", "retry_after_s", "max_retry_after_s"):

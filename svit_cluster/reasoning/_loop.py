@@ -8,10 +8,15 @@ One turn, in order (reference: events.md sequence diagram):
    events, and the final text as a ``reply`` event. Every append is fenced
    and publishes ``canonical_event`` then its derived ``message``;
 3. acknowledge exactly that head (``remove_front``, checked by hash) and
-   record the turn counter under ``/thread/session`` and the bounded session
-   metadata (``/thread/{format, instructions, process_id, session_id,
-   system_prompt}``, see ``reasoning._thread``) in ONE commit, whose script
-   also publishes ``committed`` and then the turn's ``completion``.
+   record the turn counter under ``/thread/session`` in ONE commit, whose
+   script also publishes ``committed`` and then the turn's ``completion``.
+
+The bounded session metadata (``/thread/{format, instructions, process_id,
+session_id, system_prompt}``, see ``reasoning._thread``) rides in the commit
+of the first inbox append (``ProcessController.append_stage``), so it adds no
+version and no signal; a turn that finds it missing or stale anyway (items
+queued before the loop was attached, a fork with queued items) commits it
+first (source ``thread.metadata``). The model can read it during the turn.
 
 Bounds: at most ``max_iterations`` reason/act steps per turn (default 10);
 an answer (or a step's text) larger than the process's ``max_text_bytes``
@@ -49,6 +54,7 @@ from svit_cluster.errors import (
 )
 from svit_cluster.events import EVENT_FORMAT, EventRecord, project_message, session_for
 from svit_cluster.process import Transition, canonical_json, to_plain_json
+from svit_cluster.process._working import WorkingCopy
 from svit_cluster.reasoning._config import ReasonerConfig
 from svit_cluster.reasoning._model import (
     Reasoner,
@@ -148,8 +154,10 @@ class TurnLoop:
         self.events = events
         self.reasoner = reasoner
         self.config = config or ReasonerConfig()
+        ctrl.append_stage = self._stage_metadata
         self.tools = ProcessTools(ctrl, client_id=self.config.client_id,
-                                  port_runner=port_runner)
+                                  port_runner=port_runner,
+                                  allow_scripts=self.config.allow_scripts)
         self.state = LoopState.IDLE
         self.turns_completed = 0
         self.turns_failed = 0
@@ -175,6 +183,8 @@ class TurnLoop:
     async def stop(self) -> None:
         """Stop for good (cancels a running turn; its item stays committed)."""
         self.state = LoopState.STOPPED
+        if self.ctrl.append_stage == self._stage_metadata:
+            self.ctrl.append_stage = None
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -326,6 +336,8 @@ class TurnLoop:
                       type(exc).__name__)
             failure = TurnFailed("internal", "the turn failed with an internal error")
         self.turns_failed += 1
+        if self.state == LoopState.RUNNING:
+            self.state = LoopState.BACKOFF  # before observers can see the failure
         await self._publish_failed(item, failure)
         return False
 
@@ -345,6 +357,7 @@ class TurnLoop:
         text, message_id = _inbox_text(item.message)
         history = await asyncio.to_thread(self._history, item)
         _check_text(item, text, "the inbox message")
+        await asyncio.to_thread(self._write_metadata, item)
         messages: list[dict[str, Any]] = [{"role": "system",
                                            "content": item.metadata["system_prompt"]}]
         messages.extend(history)
@@ -402,6 +415,40 @@ class TurnLoop:
         result: dict[str, Any] = to_plain_json(self.tools.run(call, ref))
         return result
 
+    def _stage_metadata(self, wc: WorkingCopy) -> None:
+        """Stage the stale ``/thread`` metadata keys into an inbox append (under
+        the controller's lock), so the first message carries them in its commit."""
+        proc = self.ctrl.process
+        thread = to_plain_json(proc.read("/thread"))
+        try:
+            check_thread(thread)
+        except ThreadRefused:
+            return  # the loop refuses to start; the append itself is not refused
+        wanted = thread_metadata(proc.id, thread, self.config.instructions,
+                                 self.config.system_prompt or None)
+        for key, value in wanted.items():
+            if not isinstance(thread, dict) or key not in thread or thread[key] != value:
+                wc.host_set(f"/thread/{key}", value)
+
+    def _write_metadata(self, item: _Item) -> None:
+        """Commit the ``/thread`` metadata keys that differ (first turn, after a fork).
+
+        Only when an inbox item is being served, so a process that never gets a
+        message is never changed by its loop.
+        """
+        with self.ctrl.locked():
+            current = to_plain_json(self.ctrl.process.read("/thread"))
+        stale = {k: v for k, v in item.metadata.items()
+                 if not isinstance(current, dict) or k not in current or current[k] != v}
+        if not stale:
+            return
+
+        def stage(wc: WorkingCopy) -> None:
+            for key, value in stale.items():
+                wc.host_set(f"/thread/{key}", value)
+
+        self.ctrl.commit_host("thread.metadata", stage)
+
     def _ack(self, item: _Item, reply: str, message_id: str | None, first: int, last: int
              ) -> None:
         """Acknowledge exactly ``item``'s head and publish the completion, in one commit."""
@@ -416,11 +463,6 @@ class TurnLoop:
             wc.host_set("/thread/session", {
                 "format": SESSION_FORMAT, "id": item.session, "process": proc.id,
                 "turns": item.turn, "last_seq": last})
-            current = to_plain_json(proc.read("/thread"))
-            for key, value in item.metadata.items():
-                if not isinstance(current, dict) or key not in current \
-                        or current[key] != value:
-                    wc.host_set(f"/thread/{key}", value)
             transition = proc.seal(wc, "inbox.ack")
             completion = {
                 "session": item.session, "turn": item.turn, "inbox_hash": item.head_hash,

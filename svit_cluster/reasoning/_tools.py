@@ -182,15 +182,18 @@ class ProcessTools:
         partition: the receipt partition of the reasoner's requests.
         port_runner: the host's port-call hook for the ``port`` tool (None:
             port calls report ``port_unavailable``).
+        allow_scripts: script names ``exec`` may activate (None: all); any
+            other script is refused with ``forbidden`` before anything runs.
     """
 
     def __init__(self, ctrl: ProcessController, *, client_id: str = "svit-reasoner",
-                 partition: str = "@reasoner", port_runner: PortRunner | None = None
-                 ) -> None:
+                 partition: str = "@reasoner", port_runner: PortRunner | None = None,
+                 allow_scripts: tuple[str, ...] | None = None) -> None:
         self.ctrl = ctrl
         self.client_id = client_id
         self.partition = partition
         self.port_runner = port_runner
+        self.allow_scripts = allow_scripts
 
     def specs(self) -> list[dict[str, Any]]:
         """The tools offered now: the built-ins, plus ``port`` when ``/ports`` lists any."""
@@ -269,6 +272,10 @@ class ProcessTools:
     def _exec(self, call: ToolCall, ref: str) -> dict[str, Any]:
         named = call.arguments.get("path") or call.arguments.get("script") or ""
         script = str(named).removeprefix("/lib/")
+        if self.allow_scripts is not None and script not in self.allow_scripts:
+            return {"status": "rejected", "error": {
+                "code": "forbidden", "message": "this script is not on the reasoner's "
+                "allowlist"}}
         value = from_plain_json(call.arguments.get("input"))
         digest = hashlib.sha256(canonical_json(call.to_json())).hexdigest()[:16]
         for attempt in range(3):

@@ -45,10 +45,11 @@ async def test_one_turn_publishes_the_exact_signal_order(
         await owner.loop.stop()
     sigs = owner.signals()
     assert kinds(sigs) == ONE_TURN
-    assert sigs[0].data["paths"] == ["/inbox"] and sigs[0].data["version"] == 1
-    assert sigs[5].data["paths"] == [
+    # the first message also commits the /thread session metadata (issue 16)
+    assert sigs[0].data["paths"] == [
         "/inbox", "/thread/format", "/thread/instructions", "/thread/process_id",
-        "/thread/session", "/thread/session_id", "/thread/system_prompt"]
+        "/thread/session_id", "/thread/system_prompt"] and sigs[0].data["version"] == 1
+    assert sigs[5].data["paths"] == ["/inbox", "/thread/session"]
     done = sigs[6].data
     assert done["version"] == sigs[5].data["version"] == 2
     assert done["response"] == {"role": "assistant", "content": "echo: hello"}
