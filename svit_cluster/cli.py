@@ -152,7 +152,8 @@ def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str
 @click.argument("process_id")
 @click.argument("message", required=False)
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Use the local cluster in STATE_DIR (its gateway and tenant token).")
+              help="Use the local cluster in STATE_DIR (its gateway and tenant token); "
+                   "default ./.svit unless --url is given.")
 @click.option("--url", default=None, help="Gateway base URL (instead of --state-dir).")
 @click.option("--token", envvar="SVIT_TOKEN", default=None,
               help="Bearer token (SVIT_TOKEN); with --state-dir the local tenant's.")
@@ -168,6 +169,8 @@ def chat(process_id: str, message: str | None, state_dir: Path | None, url: str 
     from svit_cluster.chat import chat_turn
     from svit_cluster.client import AsyncSvitClient
 
+    if state_dir is None and url is None:
+        state_dir = DEFAULT_STATE_DIR
     if state_dir is not None:
         doc = _cluster_doc(state_dir)
         url = url or doc["gateway"]["url"]

@@ -179,3 +179,19 @@ def test_up_reasoner_options_are_validated_and_keep_the_key_out(tmp_path: Path) 
     assert result.exit_code != 0 and "base_url" in result.output
     assert not (tmp_path / "s" / "cluster.json").exists()
     assert "--api-key" not in CliRunner().invoke(cli, ["up", "--help"]).output
+
+
+def test_chat_finds_the_local_cluster_in_its_state_dir(gateway: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    state = tmp_path / ".svit"
+    state.mkdir()
+    (state / "cluster.json").write_text(json.dumps(
+        {"gateway": {"url": gateway}, "tokens": {"local": TOKEN}}))
+    monkeypatch.chdir(tmp_path)  # the default --state-dir is ./.svit
+    result = CliRunner().invoke(cli, ["chat", "svit://acme/agent", "ping", "--timeout", "30"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == "assistant> you said: ping"
+    missing = CliRunner().invoke(cli, ["chat", "svit://acme/agent", "x", "--state-dir",
+                                       str(tmp_path / "nowhere")])
+    assert missing.exit_code != 0 and "no cluster" in missing.output
