@@ -10,7 +10,9 @@ Commands that talk to a gateway read ``SVIT_URL`` and ``SVIT_TOKEN`` (then
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,7 @@ def cli() -> None:
       svit-cluster down                  stop everything by PID
       svit-cluster etcd-restored         after restoring etcd from a backup (see its --help)
       svit-cluster demo                  the end-to-end demo (starts and stops its own cluster)
+      svit-cluster chat PID [MESSAGE]    send a message to a process and stream its turn
 
     \b
     Components (what the Helm chart runs):
@@ -103,36 +106,145 @@ def cli() -> None:
               help="Outbox dispatcher worker processes.")
 @click.option("--allow-webhook-host", "webhook_hosts", multiple=True,
               help="Let the dispatcher call webhooks on HOST or HOST:PORT (repeatable).")
+@click.option("--reasoner", "reasoner_kind", type=click.Choice(["simulated", "openai"]),
+              default="simulated", show_default=True,
+              help="The model behind every process's reasoning loop.")
+@click.option("--reasoner-url", default=None,
+              help="OpenAI-compatible base URL, e.g. https://api.openai.com/v1 (openai).")
+@click.option("--model", default=None, help="Model name sent to the reasoner (openai).")
+@click.option("--reasoner-key-env", default="SVIT_REASONER_API_KEY", show_default=True,
+              help="Environment variable holding the reasoner's API key (read by the "
+                   "hosts; the key itself is never a flag).")
+@click.option("--instructions", default=None,
+              help="Operator instructions for every process (/thread/instructions).")
 @output_option
 def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
        passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...],
-       output: str) -> None:
+       reasoner_kind: str, reasoner_url: str | None, model: str | None,
+       reasoner_key_env: str, instructions: str | None, output: str) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
     Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
     component's PID. etcd and redis-server must be on PATH
-    (apt-get install etcd-server redis-server). Then
+    (apt-get install etcd-server redis-server). With --reasoner openai, export
+    the API key in the variable --reasoner-key-env names before running `up`. Then
     `eval "$(svit-cluster env --state-dir STATE_DIR)"` sets SVIT_URL and SVIT_TOKEN.
     """
     from svit_cluster.local import ClusterSpec, LocalCluster
 
+    reasoner = reasoner_options(reasoner_kind, reasoner_url, model, reasoner_key_env,
+                                instructions)
     cluster = LocalCluster.up(
         ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
                     snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
                     dispatchers=dispatchers,
-                    dispatch_options={"webhook_hosts": list(webhook_hosts)}),
+                    dispatch_options={"webhook_hosts": list(webhook_hosts)},
+                    reasoner=reasoner),
         progress=_progress,
     )
     doc = cluster.doc
+    reasoner_line = reasoner_kind + (f" {model} at {reasoner_url}"
+                                     if reasoner_kind == "openai" else "")
 
     def text() -> None:
         click.echo(f"cluster up: gateway {doc['gateway']['url']}, hosts "
                    f"{', '.join(sorted(doc['hosts']))}")
+        click.echo(f"reasoner: {reasoner_line}")
         click.echo(f"admin token in {cluster.path} (tokens.admin); to use it:")
         click.echo(f'  eval "$(svit-cluster env --state-dir {state_dir})"')
 
     emit(output, {"cluster": doc["cluster"], "gateway_url": doc["gateway"]["url"],
-                  "hosts": sorted(doc["hosts"]), "cluster_json": str(cluster.path)}, text)
+                  "hosts": sorted(doc["hosts"]), "cluster_json": str(cluster.path),
+                  "reasoner": reasoner_kind}, text)
+
+def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str,
+                     instructions: str | None) -> dict[str, Any]:
+    """The ``reasoner`` section of ``cluster.json`` for ``up``'s options (no key).
+
+    Raises:
+        ConfigurationError: ``openai`` without a URL or model, a bad variable name.
+    """
+    from svit_cluster.errors import ConfigurationError
+    from svit_cluster.reasoning import ReasonerConfig
+
+    if not key_env.replace("_", "").isalnum():
+        raise ConfigurationError("--reasoner-key-env must be an environment variable name")
+    doc: dict[str, Any] = {"kind": kind, "api_key_env": key_env}
+    if kind == "openai":
+        doc.update(base_url=url or "", model=model or "")
+    elif url or model:
+        raise ConfigurationError("--reasoner-url and --model need --reasoner openai")
+    if instructions:
+        doc["instructions"] = instructions
+    ReasonerConfig.from_dict(doc)  # validates
+    if kind == "openai" and not os.environ.get(key_env):
+        _progress(f"note: {key_env} is not set; the reasoner is called without a key")
+    return doc
+
+
+@cli.command()
+@click.argument("process_id")
+@click.argument("message", required=False)
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Use the local cluster in STATE_DIR (its gateway and tenant token); "
+                   "default ./.svit unless --url is given.")
+@click.option("--url", default=None, help="Gateway base URL (instead of --state-dir).")
+@click.option("--token", envvar="SVIT_TOKEN", default=None,
+              help="Bearer token (SVIT_TOKEN); with --state-dir the local tenant's.")
+@click.option("--timeout", "timeout_s", default=120.0, show_default=True,
+              type=click.FloatRange(0.1), help="Seconds to wait for one turn.")
+def chat(process_id: str, message: str | None, state_dir: Path | None, url: str | None,
+         token: str | None, timeout_s: float) -> None:
+    """Send MESSAGE to PROCESS_ID and stream the turn's events until it completes.
+
+    Without MESSAGE, reads messages line by line from stdin (an empty line or
+    EOF ends). Exit status 1 when a turn fails.
+    """
+    from svit_cluster.chat import chat_turn
+    from svit_cluster.client import AsyncSvitClient
+
+    if state_dir is None and url is None:
+        state_dir = DEFAULT_STATE_DIR
+    if state_dir is not None:
+        doc = _cluster_doc(state_dir)
+        url = url or doc["gateway"]["url"]
+        token = token or doc["tokens"]["local"]
+    if not url or not token:
+        raise click.UsageError("give --state-dir, or --url and --token (SVIT_TOKEN)")
+
+    async def run() -> bool:
+        async with AsyncSvitClient(url, token) as client:
+            lines = [message] if message is not None else None
+            ok = True
+            while True:
+                if lines is not None:
+                    if not lines:
+                        return ok
+                    text = lines.pop(0)
+                else:
+                    text = await asyncio.to_thread(sys.stdin.readline)
+                    text = text.rstrip("\n")
+                    if not text:
+                        return ok
+                outcome = await chat_turn(client, process_id, text, emit=click.echo,
+                                          timeout_s=timeout_s)
+                ok = ok and outcome.ok
+
+    try:
+        ok = asyncio.run(run())
+    except TimeoutError:
+        click.echo(f"error: no completion within {timeout_s:g} s (the message stays "
+                   "queued)", err=True)
+        raise SystemExit(1) from None
+    raise SystemExit(0 if ok else 1)
+
+
+def _cluster_doc(state_dir: Path) -> dict[str, Any]:
+    path = state_dir.resolve() / "cluster.json"
+    if not path.exists():
+        raise click.UsageError(f"no cluster in {state_dir} (start one with `svit-cluster up`)")
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
 
 
 @cli.command()

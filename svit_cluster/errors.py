@@ -33,6 +33,7 @@ __all__ = [
     "ExecutionLimitExceeded",
     "FencedError",
     "Forbidden",
+    "InboxClosed",
     "InboxConflict",
     "InternalError",
     "InvalidControlId",
@@ -85,6 +86,7 @@ class ErrorCode(StrEnum):
     INVALID_PROCESS_ID = "invalid_process_id"
     NOT_FOUND = "not_found"
     INBOX_CONFLICT = "inbox_conflict"
+    INBOX_CLOSED = "inbox_closed"
     INVALID_SNAPSHOT = "invalid_snapshot"
     INVALID_TRANSACTION = "invalid_transaction"
     DECODE_ERROR = "decode_error"
@@ -357,6 +359,16 @@ class InboxConflict(ConflictError):
     """The inbox head does not match the expected hash."""
 
     default_code = ErrorCode.INBOX_CONFLICT
+
+
+class InboxClosed(ConflictError):
+    """The inbox was closed (``close_inbox``); the message was not committed.
+
+    Final for this process: a closed inbox stays closed (it is process state,
+    ``/thread/inbox_closed``), so retrying the same append cannot succeed.
+    """
+
+    default_code = ErrorCode.INBOX_CLOSED
 
 
 class InvalidSnapshot(InvalidInput):

@@ -45,6 +45,8 @@ class ClusterConfig:
         reasoner: the reasoning loop's settings
             (``svit_cluster.reasoning.ReasonerConfig`` fields; default: the
             simulated reasoner). May hold an API key: kept out of ``repr``.
+            From the environment: ``SVIT_REASONER_KIND``, ``_BASE_URL``,
+            ``_MODEL``, ``_API_KEY_ENV``, ``_INSTRUCTIONS``.
     """
 
     cluster: str = "local"
@@ -120,7 +122,8 @@ class ClusterConfig:
                 signal_retention=int(env.get("SVIT_SIGNAL_RETENTION", "10000")),
                 redis_allow_unverified_eviction_policy=allow_unverified_from_env(),
                 reasoner={k: env[f"SVIT_REASONER_{k.upper()}"]
-                          for k in ("kind", "base_url", "model", "api_key_env")
+                          for k in ("kind", "base_url", "model", "api_key_env",
+                                    "instructions")
                           if f"SVIT_REASONER_{k.upper()}" in env},
             )
         except ValueError as exc:

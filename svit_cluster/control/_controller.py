@@ -63,8 +63,13 @@ from svit_cluster.process import (
     validate_script_name,
 )
 from svit_cluster.process._activation import prepare_activation
-from svit_cluster.process._inbox import prepare_inbox_ack, prepare_inbox_append
+from svit_cluster.process._inbox import (
+    prepare_inbox_ack,
+    prepare_inbox_append,
+    prepare_inbox_close,
+)
 from svit_cluster.process._tree import node_from_value
+from svit_cluster.process._working import WorkingCopy
 
 __all__ = ["ProcessController", "request_fingerprint"]
 
@@ -112,6 +117,9 @@ class ProcessController:
         self._clock = clock
         #: True after a commit whose outcome is unknown, until :meth:`_resync` succeeds.
         self._stale = False
+        #: Host mutations added to every inbox append (set by the reasoning
+        #: loop: its ``/thread`` metadata); called under the lock.
+        self.append_stage: Callable[[WorkingCopy], None] | None = None
 
     @property
     def process(self) -> Process:
@@ -391,7 +399,8 @@ class ProcessController:
             FencedError, UnavailableError: as :meth:`execute`.
         """
         def step() -> tuple[bool, int, Change | None]:
-            transition = prepare_inbox_append(self._process, message, dedup_key=dedup_key)
+            transition = prepare_inbox_append(self._process, message, dedup_key=dedup_key,
+                                              stage=self.append_stage)
             if transition is None:
                 return False, self._process.version, None
             change = self._durable_commit(transition, None, ())
@@ -409,6 +418,55 @@ class ProcessController:
         """
         def step() -> Change:
             transition = prepare_inbox_ack(self._process, expected_head_hash)
+            return self._durable_commit(transition, None, ())
+
+        with self._lock:
+            return self._at_durable_head(step)
+
+    def close_inbox(self) -> tuple[bool, int]:
+        """Close ``/inbox`` for good (reference: a closed inbox refuses new messages).
+
+        Items already committed stay and are still processed; every later
+        :meth:`append_inbox` raises ``inbox_closed`` and commits nothing. The
+        mark is process state (``/thread/inbox_closed``), so it survives
+        failover, snapshot and restore.
+
+        Returns:
+            ``(closed_now, version)``; ``closed_now`` is False when it was
+            already closed (nothing committed).
+
+        Raises:
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        def step() -> tuple[bool, int]:
+            transition = prepare_inbox_close(self._process)
+            if transition is None:
+                return False, self._process.version
+            self._durable_commit(transition, None, ())
+            return True, self._process.version
+
+        with self._lock:
+            return self._at_durable_head(step)
+
+    def commit_host(self, source: str, stage: Callable[[WorkingCopy], None]) -> Change:
+        """Commit one host-built transition at the serialization point.
+
+        ``stage`` gets a fresh working copy of the current (durable-head) state
+        and stages its mutations (guest rules apply when it calls
+        ``write``/``remove``); the result is sealed with ``source`` (e.g.
+        ``reasoning.write``) and committed through the same fenced backend
+        commit as every request. Used by the reasoning loop's tools and its
+        ``/thread`` metadata.
+
+        Raises:
+            InvalidInput, LimitExceeded: ``stage`` refused the change (nothing
+                committed).
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        def step() -> Change:
+            wc = self._process.working_copy()
+            stage(wc)
+            transition = self._process.seal(wc, source)
             return self._durable_commit(transition, None, ())
 
         with self._lock:

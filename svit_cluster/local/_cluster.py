@@ -66,6 +66,11 @@ class ClusterSpec:
         cluster: cluster name (etcd prefix ``/svit/<cluster>/``).
         dispatchers: outbox dispatcher worker processes to start (default 1, 0..16).
         dispatch_options: ``DispatchConfig`` options for them (see svit_cluster.dispatch).
+        reasoner: ``ReasonerConfig`` options of every process's reasoning loop
+            (``kind``, ``base_url``, ``model``, ``api_key_env``, ``instructions``,
+            ...), written to ``cluster.json``; default ``{}`` (simulated). An
+            ``api_key`` is refused here: the hosts read the key from the
+            variable ``api_key_env`` names, never from ``cluster.json``.
     """
 
     state_dir: Path
@@ -77,6 +82,7 @@ class ClusterSpec:
     cluster: str = "local"
     dispatchers: int = 1
     dispatch_options: dict[str, Any] = field(default_factory=dict)
+    reasoner: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> ClusterSpec:
         if not 1 <= self.hosts <= 16:
@@ -87,6 +93,12 @@ class ClusterSpec:
             raise ConfigurationError("snapshot_every and passivate_after_s must be positive")
         if not 0 <= self.dispatchers <= 16:
             raise ConfigurationError("dispatchers must be in 0..16")
+        if "api_key" in self.reasoner:
+            raise ConfigurationError("the reasoner's API key is never written to "
+                                     "cluster.json: set api_key_env instead")
+        from svit_cluster.reasoning import ReasonerConfig
+
+        ReasonerConfig.from_dict(self.reasoner)
         return self
 
 
@@ -165,6 +177,7 @@ class LocalCluster:
             "passivate_after_s": spec.passivate_after_s,
             "max_request_bytes": spec.max_request_bytes,
             "tokens": {"admin": admin, "local": tenant},
+            "reasoner": dict(spec.reasoner),
             "tokens_file": str(tokens_file),
             "hosts": {},
             "started_at": time.time(),

@@ -10,14 +10,26 @@ unacknowledged entries, far fewer than that.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
-from svit_cluster.errors import ConflictError, ErrorCode
+from svit_cluster.errors import ConflictError, ErrorCode, InboxClosed
 from svit_cluster.process._process import Process
 from svit_cluster.process._tree import MapNode, ScalarNode, get_node
 from svit_cluster.process._values import Value
-from svit_cluster.process._working import Transition
+from svit_cluster.process._working import Transition, WorkingCopy
 
-__all__ = ["DEDUP_WINDOW", "dedup_slot", "prepare_inbox_ack", "prepare_inbox_append"]
+__all__ = [
+    "CLOSED_PATH",
+    "DEDUP_WINDOW",
+    "dedup_slot",
+    "inbox_closed",
+    "prepare_inbox_ack",
+    "prepare_inbox_append",
+    "prepare_inbox_close",
+]
+
+#: Host mark of a closed inbox (``true``); absent while the inbox is open.
+CLOSED_PATH = "/thread/inbox_closed"
 
 #: Delivered keys remembered per process.
 DEDUP_WINDOW = 4096
@@ -29,14 +41,22 @@ def dedup_slot(key: str) -> str:
 
 
 def prepare_inbox_append(
-    process: Process, message: Value, *, dedup_key: str | None = None
+    process: Process, message: Value, *, dedup_key: str | None = None,
+    stage: Callable[[WorkingCopy], None] | None = None,
 ) -> Transition | None:
     """Seal an ``/inbox`` append; None when ``dedup_key`` was already delivered.
 
+    ``stage`` may add host mutations to the same transition (the reasoning
+    loop's ``/thread`` metadata).
+
     Raises:
+        ConflictError: (``inbox_closed``) the inbox was closed
+            (:func:`prepare_inbox_close`); nothing is committed.
         InvalidInput, LimitExceeded: the message is not a valid value or too big
             (checked before anything is staged: nothing is committed).
     """
+    if inbox_closed(process):
+        raise InboxClosed("the inbox is closed")
     wc = process.working_copy()
     if dedup_key is not None:
         slot = dedup_slot(dedup_key)
@@ -55,6 +75,8 @@ def prepare_inbox_append(
             wc.host_remove(f"/thread/delivered/{oldest}")
     else:
         wc.append("/inbox", message)
+    if stage is not None:
+        stage(wc)
     return process.seal(wc, "inbox.append")
 
 
@@ -77,3 +99,22 @@ def prepare_inbox_ack(process: Process, expected_head_hash: str) -> Transition:
     wc = process.working_copy()
     wc.remove_front("/inbox")
     return process.seal(wc, "inbox.ack")
+
+
+def inbox_closed(process: Process) -> bool:
+    """True when ``/thread/inbox_closed`` marks the inbox closed."""
+    found = get_node(process.root, ("thread", "inbox_closed"))
+    return isinstance(found, ScalarNode) and found.value is True
+
+
+def prepare_inbox_close(process: Process) -> Transition | None:
+    """Seal the close of ``/inbox`` (None when already closed).
+
+    After it commits, :func:`prepare_inbox_append` refuses every message;
+    items already in the inbox stay and are still processed.
+    """
+    if inbox_closed(process):
+        return None
+    wc = process.working_copy()
+    wc.host_set(CLOSED_PATH, True)
+    return process.seal(wc, "inbox.close")

@@ -40,6 +40,7 @@ from svit_cluster.process._tree import (
     ScriptNode,
     get_node,
     lookup_node,
+    remove_node,
     value_from_node,
 )
 from svit_cluster.process._values import (
@@ -492,7 +493,9 @@ class Process:
         transaction chain, and shares no future mutations with the parent
         (unchanged subtrees keep their hashes).
 
-        The child runs the same full root validation as a restore.
+        The child runs the same full root validation as a restore. A closed
+        inbox (``/thread/inbox_closed``) is not inherited: the child is a new
+        process whose inbox is open.
 
         Raises:
             InvalidInput: (``invalid_process_id``) ``new_id`` is invalid;
@@ -501,6 +504,10 @@ class Process:
         validate_process_id(new_id)
         assert isinstance(self._root, MapNode)
         root = with_system(self._root, new_id, self._limits, self._id)
+        if get_node(root, ("thread", "inbox_closed")) is not None:
+            opened = remove_node(root, ("thread", "inbox_closed"))
+            assert isinstance(opened, MapNode)
+            root = opened
         validate_root(root, new_id, self._limits)
         return Process(new_id, root, version=self._version, limits=self._limits)
 

@@ -9,11 +9,19 @@ Public names, by importance:
 * :class:`SimulatedReasoner` -- deterministic and scripted (no model).
 * :class:`OpenAICompatReasoner` -- an OpenAI-compatible HTTP endpoint.
 * :class:`ReasonerConfig`, :func:`build_reasoner` -- configuration.
-* :class:`ProcessTools`, :data:`TOOL_SPECS` -- ``read``, ``discover``, ``exec``.
+* :class:`ProcessTools`, :data:`TOOL_SPECS` -- ``discover``, ``read``, ``stat``,
+  ``write``, ``remove``, ``exec`` (and ``port`` when ``/ports`` lists ports).
+* :data:`THREAD_FORMAT`, :func:`check_thread`, :func:`system_prompt_for` --
+  the bounded ``/thread`` session metadata.
 * :class:`TurnFailed`, :class:`ReasonerError` -- why a turn failed.
 """
 
-from svit_cluster.reasoning._config import DEFAULT_SYSTEM_PROMPT, ReasonerConfig, build_reasoner
+from svit_cluster.reasoning._config import (
+    DEFAULT_MAX_ITERATIONS,
+    DEFAULT_SYSTEM_PROMPT,
+    ReasonerConfig,
+    build_reasoner,
+)
 from svit_cluster.reasoning._loop import SESSION_FORMAT, EventLog, LoopState, TurnLoop
 from svit_cluster.reasoning._model import (
     Reasoner,
@@ -25,15 +33,33 @@ from svit_cluster.reasoning._model import (
 )
 from svit_cluster.reasoning._openai import OpenAICompatReasoner
 from svit_cluster.reasoning._simulated import SimulatedReasoner
-from svit_cluster.reasoning._tools import TOOL_SPECS, ProcessTools, validate_tool_calls
+from svit_cluster.reasoning._thread import (
+    THREAD_FORMAT,
+    ThreadRefused,
+    check_thread,
+    system_prompt_for,
+    thread_metadata,
+)
+from svit_cluster.reasoning._tools import (
+    TOOL_NAMES,
+    TOOL_SPECS,
+    PortRunner,
+    ProcessTools,
+    port_tool_specs,
+    validate_tool_calls,
+)
 
 __all__ = [
+    "DEFAULT_MAX_ITERATIONS",
     "DEFAULT_SYSTEM_PROMPT",
     "SESSION_FORMAT",
+    "THREAD_FORMAT",
+    "TOOL_NAMES",
     "TOOL_SPECS",
     "EventLog",
     "LoopState",
     "OpenAICompatReasoner",
+    "PortRunner",
     "ProcessTools",
     "ReasonReply",
     "ReasonRequest",
@@ -41,9 +67,14 @@ __all__ = [
     "ReasonerConfig",
     "ReasonerError",
     "SimulatedReasoner",
+    "ThreadRefused",
     "ToolCall",
     "TurnFailed",
     "TurnLoop",
     "build_reasoner",
+    "check_thread",
+    "port_tool_specs",
+    "system_prompt_for",
+    "thread_metadata",
     "validate_tool_calls",
 ]

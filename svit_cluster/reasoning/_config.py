@@ -9,12 +9,14 @@ from typing import Any
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.reasoning._model import Reasoner
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "ReasonerConfig", "build_reasoner"]
+__all__ = ["DEFAULT_MAX_ITERATIONS", "DEFAULT_SYSTEM_PROMPT", "ReasonerConfig",
+           "build_reasoner"]
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You operate one Svit process. Its committed state is authoritative. Use the tools "
-    "read, discover and exec (of /lib scripts) with absolute paths, then answer briefly."
-)
+DEFAULT_SYSTEM_PROMPT = ""  # empty: the generated prompt of ``system_prompt_for``
+
+#: Default reason/act steps per turn. The reference's default lets nine
+#: tool-calling steps and the answering step finish one turn.
+DEFAULT_MAX_ITERATIONS = 10
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,9 @@ class ReasonerConfig:
         api_key_env: environment variable holding the key (default
             ``SVIT_REASONER_API_KEY``).
         enabled: run the reasoning loop at all (default True).
-        max_iterations: reasoning steps per turn (1..64, default 8).
+        max_iterations: reason/act steps per turn (1..64, default 10, see
+            :data:`DEFAULT_MAX_ITERATIONS`); a turn that still calls tools at
+            the last step fails with ``turn_limit`` and its item stays queued.
         step_timeout_s: seconds one step may take (default 30).
         turn_timeout_s: seconds one whole turn may take (default 120).
         history_events: canonical events given to the model as context
@@ -38,7 +42,14 @@ class ReasonerConfig:
             doubling up to ``max_retry_after_s`` = 300); a new inbox message
             retries at once.
         client_id: svit-control@1 client id of the reasoner's ``exec`` calls.
-        system_prompt: the system message.
+        system_prompt: tool guidance replacing the generated one (default
+            empty: the generated prompt, see ``reasoning._thread``); the
+            process id and the instructions are always added.
+        instructions: the operator's instructions for processes that have
+            none yet in ``/thread/instructions`` (default None).
+        allow_scripts: the ``/lib`` script names the model's ``exec`` tool may
+            activate (default None: every script; reference: a process-owned
+            agent's script allowlist). A refused call commits nothing.
 
     Raises:
         ConfigurationError: a value is out of range or the kind is unknown.
@@ -50,7 +61,7 @@ class ReasonerConfig:
     api_key: str = field(default="", repr=False)
     api_key_env: str = "SVIT_REASONER_API_KEY"
     enabled: bool = True
-    max_iterations: int = 8
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
     step_timeout_s: float = 30.0
     turn_timeout_s: float = 120.0
     history_events: int = 64
@@ -58,6 +69,8 @@ class ReasonerConfig:
     max_retry_after_s: float = 300.0
     client_id: str = "svit-reasoner"
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    instructions: str | None = None
+    allow_scripts: tuple[str, ...] | None = None
     simulated_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -67,6 +80,13 @@ class ReasonerConfig:
             raise ConfigurationError("an openai reasoner needs base_url and model")
         if not 1 <= self.max_iterations <= 64:
             raise ConfigurationError("max_iterations must be in 1..64")
+        if self.allow_scripts is not None:
+            if isinstance(self.allow_scripts, str) or not all(
+                    isinstance(n, str) for n in self.allow_scripts):
+                raise ConfigurationError("allow_scripts must be a list of script names")
+            object.__setattr__(self, "allow_scripts", tuple(self.allow_scripts))
+        if self.instructions is not None and not isinstance(self.instructions, str):
+            raise ConfigurationError("instructions must be text")
         if not 1 <= self.history_events <= 4096:
             raise ConfigurationError("history_events must be in 1..4096")
         for name in ("step_timeout_s", "turn_timeout_s", "retry_after_s", "max_retry_after_s"):

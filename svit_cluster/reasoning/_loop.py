@@ -8,8 +8,23 @@ One turn, in order (reference: events.md sequence diagram):
    events, and the final text as a ``reply`` event. Every append is fenced
    and publishes ``canonical_event`` then its derived ``message``;
 3. acknowledge exactly that head (``remove_front``, checked by hash) and
-   record the session metadata under ``/thread/session`` in ONE commit, whose
+   record the turn counter under ``/thread/session`` in ONE commit, whose
    script also publishes ``committed`` and then the turn's ``completion``.
+
+The bounded session metadata (``/thread/{format, instructions, process_id,
+session_id, system_prompt}``, see ``reasoning._thread``) rides in the commit
+of the first inbox append (``ProcessController.append_stage``), so it adds no
+version and no signal; a turn that finds it missing or stale anyway (items
+queued before the loop was attached, a fork with queued items) commits it
+first (source ``thread.metadata``). The model can read it during the turn.
+
+Bounds: at most ``max_iterations`` reason/act steps per turn (default 10);
+an answer (or a step's text) larger than the process's ``max_text_bytes``
+fails the turn with ``limit_exceeded`` before anything of it is appended or
+committed. A loop refuses to start on a ``/thread`` holding a materialised
+history (it publishes a ``failed`` signal with ``thread_refused`` and stops).
+Once the inbox is closed (``ProcessController.close_inbox``) and drained, the
+loop stops.
 
 So a completion exists if and only if its item was acknowledged: one per
 inbox item, even when a turn re-runs after a failover (its canonical events
@@ -39,6 +54,7 @@ from svit_cluster.errors import (
 )
 from svit_cluster.events import EVENT_FORMAT, EventRecord, project_message, session_for
 from svit_cluster.process import Transition, canonical_json, to_plain_json
+from svit_cluster.process._working import WorkingCopy
 from svit_cluster.reasoning._config import ReasonerConfig
 from svit_cluster.reasoning._model import (
     Reasoner,
@@ -46,7 +62,8 @@ from svit_cluster.reasoning._model import (
     ToolCall,
     TurnFailed,
 )
-from svit_cluster.reasoning._tools import TOOL_SPECS, ProcessTools, validate_tool_calls
+from svit_cluster.reasoning._thread import ThreadRefused, check_thread, thread_metadata
+from svit_cluster.reasoning._tools import PortRunner, ProcessTools, validate_tool_calls
 
 __all__ = ["SESSION_FORMAT", "EventLog", "LoopState", "TurnLoop"]
 
@@ -89,13 +106,16 @@ class LoopState:
 
 
 class _Item:
-    __slots__ = ("head_hash", "message", "session", "turn")
+    __slots__ = ("head_hash", "message", "metadata", "session", "text_limit", "turn")
 
-    def __init__(self, head_hash: str, message: Any, session: str, turn: int) -> None:
+    def __init__(self, head_hash: str, message: Any, session: str, turn: int,
+                 metadata: dict[str, Any] | None = None, text_limit: int = 1 << 20) -> None:
         self.head_hash = head_hash
         self.message = message
         self.session = session
         self.turn = turn
+        self.metadata = metadata or {}
+        self.text_limit = text_limit
 
 
 def _inbox_text(message: Any) -> tuple[str, str | None]:
@@ -120,19 +140,24 @@ class TurnLoop:
         on_fenced: called once when a newer owner fenced this one out.
         attempt_tag: distinguishes this loop's attempts in canonical events
             (the owner's fencing token).
+        port_runner: the host's port-call hook for the model's ``port`` tool
+            (offered only when the process's ``/ports`` catalog lists ports).
     """
 
     def __init__(self, ctrl: ProcessController, events: EventLog, reasoner: Reasoner, *,
                  config: ReasonerConfig | None = None,
                  on_fenced: Callable[[], None] | None = None,
-                 attempt_tag: str = "0") -> None:
+                 attempt_tag: str = "0", port_runner: PortRunner | None = None) -> None:
         if not getattr(ctrl.backend, "emits_signals", False):
             raise TypeError("the controller's backend does not publish signals")
         self.ctrl = ctrl
         self.events = events
         self.reasoner = reasoner
         self.config = config or ReasonerConfig()
-        self.tools = ProcessTools(ctrl, client_id=self.config.client_id)
+        ctrl.append_stage = self._stage_metadata
+        self.tools = ProcessTools(ctrl, client_id=self.config.client_id,
+                                  port_runner=port_runner,
+                                  allow_scripts=self.config.allow_scripts)
         self.state = LoopState.IDLE
         self.turns_completed = 0
         self.turns_failed = 0
@@ -158,6 +183,8 @@ class TurnLoop:
     async def stop(self) -> None:
         """Stop for good (cancels a running turn; its item stays committed)."""
         self.state = LoopState.STOPPED
+        if self.ctrl.append_stage == self._stage_metadata:
+            self.ctrl.append_stage = None
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -184,12 +211,21 @@ class TurnLoop:
             except FencedError:
                 self._fenced()
                 return
+            except ThreadRefused as exc:
+                log.error("reasoning loop of %s refuses its /thread: %s",
+                          self.ctrl.process.id, exc.message)
+                await self._refuse(exc)
+                self.state = LoopState.STOPPED
+                return
             except SvitError as exc:
                 log.warning("reasoning loop of %s cannot read its inbox: %s",
                             self.ctrl.process.id, exc.code)
                 await self._wait(min(backoff, 5.0))
                 continue
             if item is None:
+                if await asyncio.to_thread(self._closed):
+                    self.state = LoopState.STOPPED  # closed and drained
+                    return
                 self.state = LoopState.IDLE
                 await self._wait(None)
                 continue
@@ -212,19 +248,43 @@ class TurnLoop:
 
     # -- one turn ------------------------------------------------------------------
 
+    def _closed(self) -> bool:
+        from svit_cluster.process._inbox import inbox_closed
+
+        with self.ctrl.locked():
+            return inbox_closed(self.ctrl.process)
+
+    async def _refuse(self, exc: ThreadRefused) -> None:
+        payload = {"code": "thread_refused",
+                   "message": sanitize_message(exc.message, _MAX_FAILED_BYTES),
+                   "session": session_for(self.ctrl.process.id), "turn": 0,
+                   "inbox_hash": None}
+        with contextlib.suppress(SvitError):
+            await asyncio.to_thread(self.events.failed, payload)
+
     def _next_item(self) -> _Item | None:
+        """The inbox head as a turn, or None when the inbox is empty.
+
+        Raises:
+            ThreadRefused: ``/thread`` cannot start a loop (checked first).
+        """
         with self.ctrl.locked():
             proc = self.ctrl.process
+            thread = to_plain_json(proc.read("/thread"))
+            check_thread(thread)
             head = proc.inbox_head_hash()
             if head is None:
                 return None
             message = proc.read("/inbox/0")
-            meta = proc.read("/thread/session")
+            text_limit = proc.limits.max_text_bytes
+        metadata = thread_metadata(proc.id, thread, self.config.instructions,
+                                   self.config.system_prompt or None)
+        meta = thread.get("session") if isinstance(thread, dict) else None
         if isinstance(meta, dict) and meta.get("process") == proc.id:
             sid, turns = meta.get("id"), meta.get("turns")
             if isinstance(sid, str) and isinstance(turns, int):
-                return _Item(head, message, sid, turns + 1)
-        return _Item(head, message, session_for(proc.id), 1)
+                return _Item(head, message, sid, turns + 1, metadata, text_limit)
+        return _Item(head, message, session_for(proc.id), 1, metadata, text_limit)
 
     def _event(self, item: _Item, attempt: str, kind: str, data: dict[str, Any]
                ) -> dict[str, Any]:
@@ -276,6 +336,8 @@ class TurnLoop:
                       type(exc).__name__)
             failure = TurnFailed("internal", "the turn failed with an internal error")
         self.turns_failed += 1
+        if self.state == LoopState.RUNNING:
+            self.state = LoopState.BACKOFF  # before observers can see the failure
         await self._publish_failed(item, failure)
         return False
 
@@ -294,16 +356,18 @@ class TurnLoop:
     async def _turn(self, item: _Item, attempt: str) -> None:
         text, message_id = _inbox_text(item.message)
         history = await asyncio.to_thread(self._history, item)
+        _check_text(item, text, "the inbox message")
+        await asyncio.to_thread(self._write_metadata, item)
         messages: list[dict[str, Any]] = [{"role": "system",
-                                           "content": self.config.system_prompt}]
+                                           "content": item.metadata["system_prompt"]}]
         messages.extend(history)
         messages.append({"role": "user", "content": text})
         first = await self._append(item, self._event(item, attempt, "user", {
             "content": text, "message_id": message_id}))
         last = first
         for step in range(self.config.max_iterations):
-            request = ReasonRequest(self.ctrl.process.id, item.turn, list(messages),
-                                    TOOL_SPECS)
+            specs = await asyncio.to_thread(self.tools.specs)
+            request = ReasonRequest(self.ctrl.process.id, item.turn, list(messages), specs)
             try:
                 reply = await asyncio.wait_for(self.reasoner.reason(request),
                                                self.config.step_timeout_s)
@@ -317,9 +381,14 @@ class TurnLoop:
                             type(exc).__name__)
                 raise TurnFailed("reasoner_failed", "the reasoner raised an error") from None
             calls = validate_tool_calls(reply.tool_calls)
+            if calls:
+                _check_text(item, canonical_json([c.to_json() for c in calls]).decode(),
+                            "the tool calls")
             content = reply.content
             if content is not None and not isinstance(content, str):
                 raise TurnFailed("reasoner_malformed", "the reasoner's content is not text")
+            if content is not None:
+                _check_text(item, content, "the answer")
             if not calls:
                 if content is None:
                     raise TurnFailed("reasoner_malformed",
@@ -339,12 +408,46 @@ class TurnLoop:
                     "call_id": call.id, "name": call.name, "result": result}))
                 messages.append({"role": "tool", "tool_call_id": call.id,
                                  "content": canonical_json(result).decode()})
-        raise TurnFailed("turn_limit", f"no reply after {self.config.max_iterations} "
-                         "reasoning steps")
+        raise TurnFailed("turn_limit", "no answer within the maximum reason/act iterations "
+                         f"({self.config.max_iterations})")
 
     def _run_tool(self, call: ToolCall, ref: str) -> dict[str, Any]:
         result: dict[str, Any] = to_plain_json(self.tools.run(call, ref))
         return result
+
+    def _stage_metadata(self, wc: WorkingCopy) -> None:
+        """Stage the stale ``/thread`` metadata keys into an inbox append (under
+        the controller's lock), so the first message carries them in its commit."""
+        proc = self.ctrl.process
+        thread = to_plain_json(proc.read("/thread"))
+        try:
+            check_thread(thread)
+        except ThreadRefused:
+            return  # the loop refuses to start; the append itself is not refused
+        wanted = thread_metadata(proc.id, thread, self.config.instructions,
+                                 self.config.system_prompt or None)
+        for key, value in wanted.items():
+            if not isinstance(thread, dict) or key not in thread or thread[key] != value:
+                wc.host_set(f"/thread/{key}", value)
+
+    def _write_metadata(self, item: _Item) -> None:
+        """Commit the ``/thread`` metadata keys that differ (first turn, after a fork).
+
+        Only when an inbox item is being served, so a process that never gets a
+        message is never changed by its loop.
+        """
+        with self.ctrl.locked():
+            current = to_plain_json(self.ctrl.process.read("/thread"))
+        stale = {k: v for k, v in item.metadata.items()
+                 if not isinstance(current, dict) or k not in current or current[k] != v}
+        if not stale:
+            return
+
+        def stage(wc: WorkingCopy) -> None:
+            for key, value in stale.items():
+                wc.host_set(f"/thread/{key}", value)
+
+        self.ctrl.commit_host("thread.metadata", stage)
 
     def _ack(self, item: _Item, reply: str, message_id: str | None, first: int, last: int
              ) -> None:
@@ -372,6 +475,18 @@ class TurnLoop:
             except ConflictError as exc:
                 raise FencedError(f"durable head moved: {exc.message}") from exc
             proc.commit(transition)
+
+
+def _check_text(item: _Item, text: str, what: str) -> None:
+    """Fail the turn when ``text`` exceeds the process's ``max_text_bytes``.
+
+    Raises:
+        TurnFailed: (``limit_exceeded``) nothing of it is appended or committed.
+    """
+    size = len(text.encode("utf-8"))
+    if size > item.text_limit:
+        raise TurnFailed("limit_exceeded", f"{what} exceeds the text limit: maximum text "
+                         f"bytes exceeded ({size} > {item.text_limit})")
 
 
 def _chat(event: dict[str, Any]) -> list[dict[str, Any]]:

@@ -24,7 +24,9 @@ from tests.cli.conftest import ADMIN, FakeCluster
 
 #: Commands that print no result document: long-running servers, and the
 #: completion script (shell source by definition).
-NO_RESULT = {"gateway", "host-agent", "dispatcher run", "completion"}
+# Servers, the shell completion script, and `chat` (an interactive transcript of a
+# turn's signals, not a result document) have no --output.
+NO_RESULT = {"gateway", "host-agent", "dispatcher run", "completion", "chat"}
 
 
 def _commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:

@@ -57,7 +57,10 @@ async def test_exact_signal_order_of_one_turn(url: str) -> None:
                                          "canonical_event", "message", "committed",
                                          "completion"]
         sigs = [s for s in got if isinstance(s, Signal)]
-        assert sigs[0].data["paths"] == ["/inbox"]
+        # the first message also commits the /thread session metadata (issue 16)
+        assert sigs[0].data["paths"] == ["/inbox", "/thread/format", "/thread/instructions",
+                                         "/thread/process_id", "/thread/session_id",
+                                         "/thread/system_prompt"]
         assert [s.data["seq"] for s in sigs[1:5]] == [1, 1, 2, 2]
         assert sigs[2].data["message"]["role"] == "user"
         assert sigs[4].data["message"] == {"turn": 1, "role": "assistant",

@@ -27,7 +27,10 @@ def test_public_surface_is_pinned() -> None:
         "DEFAULT_SYSTEM_PROMPT", "SESSION_FORMAT", "TOOL_SPECS", "EventLog", "LoopState",
         "OpenAICompatReasoner", "ProcessTools", "ReasonReply", "ReasonRequest", "Reasoner",
         "ReasonerConfig", "ReasonerError", "SimulatedReasoner", "ToolCall", "TurnFailed",
-        "TurnLoop", "build_reasoner", "validate_tool_calls"])
+        "TurnLoop", "build_reasoner", "validate_tool_calls",
+        "DEFAULT_MAX_ITERATIONS", "THREAD_FORMAT", "TOOL_NAMES", "PortRunner",
+        "ThreadRefused", "check_thread", "port_tool_specs", "system_prompt_for",
+        "thread_metadata"])
 
 
 async def test_one_turn_publishes_the_exact_signal_order(
@@ -42,7 +45,10 @@ async def test_one_turn_publishes_the_exact_signal_order(
         await owner.loop.stop()
     sigs = owner.signals()
     assert kinds(sigs) == ONE_TURN
-    assert sigs[0].data["paths"] == ["/inbox"] and sigs[0].data["version"] == 1
+    # the first message also commits the /thread session metadata (issue 16)
+    assert sigs[0].data["paths"] == [
+        "/inbox", "/thread/format", "/thread/instructions", "/thread/process_id",
+        "/thread/session_id", "/thread/system_prompt"] and sigs[0].data["version"] == 1
     assert sigs[5].data["paths"] == ["/inbox", "/thread/session"]
     done = sigs[6].data
     assert done["version"] == sigs[5].data["version"] == 2
@@ -69,7 +75,7 @@ async def test_tool_calls_read_discover_and_exec_through_the_fenced_commit(
         await owner.loop.stop()
     replies = [c["response"]["content"] for c in completions(owner)]
     assert replies[0].startswith("exec counter: ") and '"status":"committed"' in replies[0]
-    assert '"value":5' in replies[1] and '"children":["counter"]' in replies[2]
+    assert '"value":5' in replies[1] and '"entries":["counter"]' in replies[2]
     assert owner.ctrl.read_versioned("/memory/count")[0] == 5
     # the activation is a receipted svit-control@1 commit from the reasoner's client id
     entries = owner.backend.entries()

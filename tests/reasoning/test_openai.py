@@ -88,7 +88,8 @@ async def test_tool_call_then_reply_through_the_stub(
     (h1, first), (_h2, second) = server.seen
     assert h1["authorization"] == f"Bearer {KEY}"
     assert first["model"] == "stub-model"
-    assert {t["function"]["name"] for t in first["tools"]} == {"read", "discover", "exec"}
+    assert {t["function"]["name"] for t in first["tools"]} == {
+        "discover", "read", "stat", "write", "remove", "exec"}
     assert [m["role"] for m in first["messages"]] == ["system", "user"]
     assistant = second["messages"][2]
     assert assistant["tool_calls"][0]["function"] == {
