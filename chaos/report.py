@@ -261,9 +261,10 @@ def _draw(ax: Any, lanes: Any, xs: list[int], ok: list[int], bad: list[int],
     ax.plot(xs, unknown, color="#d62728", linewidth=0.9, linestyle="--", label="unknown/s")
     ax.set_ylabel("operations per second")
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper right", fontsize=7, ncol=3, frameon=False)
+    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=3,
+              frameon=False)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=10, loc="left")
     for f in faults:
         kind = str(f["kind"])
         if kind not in lane:
