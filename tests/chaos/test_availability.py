@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from svit_chaos.availability import (
     availability_report,
     distribution,
