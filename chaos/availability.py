@@ -29,9 +29,10 @@ than the threshold has availability 0; no demand gives None.
 
 **Fault**: a ``nemesis`` ``inject`` event (``stale-owner`` excluded: it only
 attempts a fenced write and breaks nothing), open until its ``heal``/``error``
-event (or the end of the history). A fault names a host (``spec.host``, or
-``detail.host`` for ``pause-owner``) or none (cluster-wide: ``kill-redis``,
-``kill-etcd``, ...).
+event (or the end of the history). It starts at the event's ``t`` minus
+``detail.lead_s`` when given (a compound fault recorded once complete). A
+fault names a host (``spec.host``, or ``detail.host`` for ``pause-owner``) or
+none (cluster-wide: ``kill-redis``, ``kill-etcd``, ``pause-gcs``, ...).
 
 **Affected processes** of a fault injected at ``t0``: for a host fault, the
 processes whose etcd ownership record (``owner`` events) names that host at
@@ -119,8 +120,10 @@ def fault_windows(history: Sequence[Event]) -> list[Fault]:
 
     def make(start: Event, end: float, healed: bool) -> Fault:
         host = (start.get("spec") or {}).get("host") or (start.get("detail") or {}).get("host")
+        lead = (start.get("detail") or {}).get("lead_s")  # the fault began before its record
+        t0 = float(start["t"]) - (float(lead) if isinstance(lead, int | float) else 0.0)
         return Fault(start.get("window"), str(start.get("nemesis")),
-                     host if isinstance(host, str) else None, float(start["t"]), end, healed)
+                     host if isinstance(host, str) else None, max(0.0, t0), end, healed)
 
     for ev in history:
         if ev.get("kind") != "nemesis" or ev.get("nemesis") in IGNORED_KINDS:

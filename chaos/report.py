@@ -35,6 +35,8 @@ _COLORS = {
     "kill-host": "#d62728", "pause-host": "#9467bd", "cut-etcd": "#ff7f0e",
     "cut-redis": "#8c564b", "slow-link": "#bcbd22", "kill-redis": "#e377c2",
     "kill-etcd": "#17becf", "stale-owner": "#7f7f7f", "pause-owner": "#2ca02c",
+    "stop-raylet": "#393b79", "kill-agent": "#e7969c", "term-host": "#843c39",
+    "pause-gcs": "#637939", "etcd-restart-dead-host": "#7b4173",
 }
 _PALETTE = ("#1f77b4", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
             "#f7b6d2", "#dbdb8d", "#9edae5")
