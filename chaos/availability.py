@@ -44,10 +44,11 @@ for it (below). For a cluster-wide fault, every process whose span contains
 that end after ``t0``; the first outage whose last acknowledged commit before
 it (or the span start) is no later than the fault's heal is the outage the
 fault caused (an outage may begin in a demand interval after the heal when
-clients were busy elsewhere meanwhile), and the first acknowledged commit at or
-after its end is the recovery. Without such an outage the recovery is the first acknowledged commit
-after ``t0`` (the process never stopped). TTR = recovery time - ``t0``, on any
-owner. No commit after ``t0`` within the span: unrecovered (TTR None).
+clients were busy elsewhere meanwhile), and the first acknowledged commit at
+or after its end is the recovery. Without such an outage the recovery is the
+first acknowledged commit after ``t0`` (the process never stopped). TTR =
+recovery time - ``t0``, on any owner. No commit after ``t0`` within the span:
+unrecovered (TTR None).
 
 **Failover**: every change of owner seen in the acknowledged owner tokens
 (``ok.token``, the gateway's ``X-Svit-Token``) -- the first acknowledged commit

@@ -127,9 +127,9 @@ async def inline(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 async def run_windows(target: FakeTarget, *windows: Window) -> list[dict[str, Any]]:
     clock = ManualClock()
     history = HistoryWriter(clock=clock)
-    runner = NemesisRunner(Schedule("t", 0, tuple(windows), 20.0),
-                           NemesisContext(target, history, ["svit://chaos/p0"]),  # type: ignore[arg-type]
-                           clock=clock, blocking=inline)
+    ctx = NemesisContext(target, history, ["svit://chaos/p0"])  # type: ignore[arg-type]
+    runner = NemesisRunner(Schedule("t", 0, tuple(windows), 20.0), ctx, clock=clock,
+                           blocking=inline)
     task = asyncio.ensure_future(runner.run(asyncio.Event()))
     await clock.advance(20.0, step=0.1)
     await asyncio.wait_for(task, 5)
