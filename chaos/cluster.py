@@ -219,6 +219,14 @@ class LocalClusterTarget:
                               lambda p: p.name() == "raylet")
         return self._signal(pids, sig)
 
+    def host_alive(self, host: str) -> bool:
+        """True while host ``host``'s node still has a raylet process (even a stopped one)."""
+        for proc in self._node_procs(self.cluster.node(host)):
+            with contextlib.suppress(psutil.Error):
+                if proc.name() == "raylet" and proc.status() != psutil.STATUS_ZOMBIE:
+                    return True
+        return False
+
     def kill_agent(self, host: str) -> list[int]:
         """SIGKILL the worker process running host ``host``'s ``HostAgent`` actor.
 

@@ -13,7 +13,8 @@ protocol a cluster satisfies (the harness adapts ``LocalCluster`` to it in
 kind           inject                             heal
 ============== ================================== ===========================================
 kill-host      SIGKILL raylet + workers           restart the host if supported, else nothing
-pause-host     SIGSTOP every process of the host  SIGCONT (the window outlasts the lease TTL)
+pause-host     SIGSTOP every process of the host  SIGCONT (the window outlasts the lease TTL);
+                                                  restart the host if its node then died
 cut-etcd       host's etcd proxy DROP / STALL     PASS
 cut-redis      host's Redis proxy DROP / STALL    PASS
 slow-link      host's proxy DELAY n ms            PASS
@@ -24,8 +25,8 @@ pause-owner    seal a change under a process's    wait (polling Redis, bounded) 
                host                               sealed change with the old token
 stale-owner    remember every process's token     commit once with the old token where a
                                                   newer owner has claimed (see ``stale``)
-stop-raylet    SIGSTOP the host's raylet only     SIGCONT (its workers, the agent among them,
-               (workers keep running)             were never stopped)
+stop-raylet    SIGSTOP the host's raylet only     SIGCONT; restart the host if its node then
+               (workers keep running)             died (Ray had declared it dead)
 kill-agent     SIGKILL the host agent's worker    restart the host if supported
 term-host      SIGTERM every process of the host  restart the host if supported
 pause-gcs      SIGSTOP the GCS (head node)        SIGCONT
@@ -89,6 +90,7 @@ __all__ = [
     "build_schedule",
     "make_nemesis",
     "random_schedule",
+    "restart_if_died",
 ]
 
 #: Every nemesis kind (``stale-owner`` last: it is no scenario of its own).
@@ -105,8 +107,10 @@ HOST_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "cut-redis", "slo
 FAILOVER_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "pause-owner",
                             "stop-raylet", "kill-agent", "term-host",
                             "etcd-restart-dead-host"})
-#: Kinds that leave the host down until ``restart_host`` (dead for good without it).
-RESTART_KINDS = frozenset({"kill-host", "kill-agent", "term-host", "etcd-restart-dead-host"})
+#: Kinds that leave the host down until ``restart_host`` (dead for good without it;
+#: a raylet stopped past Ray's node timeout exits when resumed).
+RESTART_KINDS = frozenset({"kill-host", "kill-agent", "term-host", "etcd-restart-dead-host",
+                           "stop-raylet"})
 #: Kinds that fault a host chosen when injected (the owner of a process), not by the schedule.
 OWNER_KINDS = frozenset({"pause-owner"})
 
@@ -530,7 +534,33 @@ class KillHost(Nemesis):
         return {"restarted": bool(ctx.target.restart_host(self.spec.host))}
 
 
+def restart_if_died(ctx: NemesisContext, host: str, *, settle_s: float = 3.0,
+                    poll_s: float = 0.1) -> dict[str, Any]:
+    """After a stop/pause: restart ``host`` if its node died on being resumed.
+
+    Ray declares a node whose raylet stopped answering dead, and that raylet
+    exits when resumed (exit code 1); the host is then down for good unless it is
+    restarted. Watches the optional ``target.host_alive(host)`` hook for up to
+    ``settle_s`` seconds; without the hook nothing is checked (``{}``).
+
+    Returns:
+        ``{"node_died": False}``, or ``{"node_died": True, "restarted": bool}``.
+    """
+    alive = getattr(ctx.target, "host_alive", None)
+    if alive is None:
+        return {}
+    deadline = time.monotonic() + settle_s
+    while alive(host):
+        if time.monotonic() >= deadline:
+            return {"node_died": False}
+        time.sleep(poll_s)
+    return {"node_died": True, "restarted": bool(ctx.target.restart_host(host))}
+
+
 class PauseHost(Nemesis):
+    # the node may have died while paused: heal restarts it (see restart_if_died)
+    heal_timeout_factor = 4.0
+
     def inject(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
         paused = ctx.target.pause_host(self.spec.host)
@@ -539,7 +569,8 @@ class PauseHost(Nemesis):
     def heal(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
         resumed = ctx.target.resume_host(self.spec.host)
-        return {"resumed": list(resumed) if isinstance(resumed, list | tuple) else resumed}
+        return {"resumed": list(resumed) if isinstance(resumed, list | tuple) else resumed,
+                **restart_if_died(ctx, self.spec.host)}
 
 
 class CutLink(Nemesis):
@@ -718,7 +749,11 @@ class PauseOwner(Nemesis):
 
 class StopRaylet(Nemesis):
     """SIGSTOP the host's raylet alone: its workers (the host agent among them) keep
-    running, so the host may keep its lease while Ray already reports the node dead."""
+    running, so the host may keep its lease while Ray already reports the node dead.
+    Heal SIGCONTs it and restarts the host if the raylet then exits (Ray had
+    declared the node dead; see :func:`restart_if_died`)."""
+
+    heal_timeout_factor = 4.0
 
     def inject(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
@@ -726,7 +761,8 @@ class StopRaylet(Nemesis):
 
     def heal(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
-        return {"resumed": ctx.target.signal_raylet(self.spec.host, signal.SIGCONT)}
+        resumed = ctx.target.signal_raylet(self.spec.host, signal.SIGCONT)
+        return {"resumed": resumed, **restart_if_died(ctx, self.spec.host)}
 
 
 class _RestartHost(Nemesis):

@@ -33,6 +33,7 @@ from svit_chaos.nemesis import (
     Window,
     build_schedule,
     random_schedule,
+    restart_if_died,
 )
 from svit_chaos.proxy import ProxyHub
 
@@ -279,3 +280,63 @@ def test_term_host_terminates_every_process(fake_host: tuple[LocalClusterTarget,
     target, pids = fake_host
     assert sorted(target.term_host("h1")) == sorted(pids.values())
     assert all(gone(pid) for pid in pids.values())
+
+
+def test_host_alive_follows_the_raylet(fake_host: tuple[LocalClusterTarget, dict[str, int]]
+                                       ) -> None:
+    target, pids = fake_host
+    assert target.host_alive("h1")
+    target.signal_raylet("h1", signal.SIGSTOP)
+    assert target.host_alive("h1")  # stopped is not dead
+    target.signal_raylet("h1", signal.SIGKILL)
+    assert gone(pids["raylet"]) and not target.host_alive("h1")
+
+
+# -- a node Ray declared dead exits when resumed: heal restarts it ------------------------
+
+
+@dataclass
+class DyingNodeTarget(FakeTarget):
+    """The raylet exits once resumed (as Ray's does after its node was declared dead)."""
+
+    dies: bool = True
+    alive: bool = True
+
+    def signal_raylet(self, host: str, sig: int) -> list[int]:
+        if sig == signal.SIGCONT and self.dies:
+            self.alive = False
+        return super().signal_raylet(host, sig)
+
+    def pause_host(self, host: str) -> Any:
+        self.calls.append(f"pause {host}")
+
+    def resume_host(self, host: str) -> Any:
+        self.calls.append(f"resume {host}")
+        self.alive = not self.dies
+
+    def host_alive(self, host: str) -> bool:
+        self.calls.append(f"alive? {host}")
+        return self.alive
+
+    def restart_host(self, host: str) -> bool:
+        self.alive = True
+        return super().restart_host(host)
+
+
+@pytest.mark.parametrize(("spec", "first"), [
+    (NemesisSpec("stop-raylet", host="h1"), ["raylet h1 SIGSTOP", "raylet h1 SIGCONT"]),
+    (NemesisSpec("pause-host", host="h1"), ["pause h1", "resume h1"]),
+])
+async def test_a_node_that_died_while_stopped_is_restarted_at_heal(
+        spec: NemesisSpec, first: list[str]) -> None:
+    target = DyingNodeTarget()
+    events = await run_windows(target, Window(1.0, 3.0, spec))
+    assert target.calls == [*first, "alive? h1", "restart h1"]
+    assert events[-1]["detail"]["node_died"] is True and events[-1]["detail"]["restarted"]
+
+
+async def test_a_node_that_survived_is_left_alone() -> None:
+    target = DyingNodeTarget(dies=False)
+    nemesis_ctx = NemesisContext(target, HistoryWriter(), [])  # type: ignore[arg-type]
+    assert restart_if_died(nemesis_ctx, "h1", settle_s=0.3, poll_s=0.05) == {"node_died": False}
+    assert "restart h1" not in target.calls and target.calls.count("alive? h1") >= 2
