@@ -126,7 +126,7 @@ def run_command(scenario: str, duration_s: float, seed: int, hosts: int, clients
     if report.get("availability"):
         # plain text: the markdown tables are meant to be pasted as they are
         console.print(markdown_tables(report["availability"], max_processes=10),
-                      markup=False, highlight=False)
+                      markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: {outcome.directory / 'report.html'}")
     sys.exit(outcome.exit_code)
 
@@ -172,7 +172,7 @@ def check_command(history: Path, logs_path: Path | None, as_json: bool,
         for e in result.harness_errors:
             console.print(f"  [yellow]harness[/] {e}")
         console.print(markdown_tables(availability_report(events, logs), max_processes=10),
-                      markup=False, highlight=False)
+                      markup=False, highlight=False, soft_wrap=True)
     sys.exit(EXIT_CODES[result.verdict])
 
 
