@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from svit_cluster.errors import ConfigurationError
 
+from .availability import availability_report, markdown_tables
 from .checker import check
 from .errors import HistoryError
 from .history import read_history
@@ -122,6 +123,10 @@ def run_command(scenario: str, duration_s: float, seed: int, hosts: int, clients
     for anomaly in report.get("anomalies", [])[:20]:
         console.print(f"  [red]{anomaly['invariant']}[/] {anomaly['process']}: "
                       f"{anomaly['message']} (lines {anomaly['lines']})")
+    if report.get("availability"):
+        # plain text: the markdown tables are meant to be pasted as they are
+        console.print(markdown_tables(report["availability"], max_processes=10),
+                      markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: {outcome.directory / 'report.html'}")
     sys.exit(outcome.exit_code)
 
@@ -166,6 +171,8 @@ def check_command(history: Path, logs_path: Path | None, as_json: bool,
             console.print(f"  [yellow]unverified[/] {u.process}: {u.message}")
         for e in result.harness_errors:
             console.print(f"  [yellow]harness[/] {e}")
+        console.print(markdown_tables(availability_report(events, logs), max_processes=10),
+                      markup=False, highlight=False, soft_wrap=True)
     sys.exit(EXIT_CODES[result.verdict])
 
 

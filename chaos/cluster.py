@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
+import signal
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
 import redis
 
 from .errors import HarnessError
@@ -180,6 +183,72 @@ class LocalClusterTarget:
 
     def link(self, host: str, service: str) -> Link:
         return self.hub.link(host, service)
+
+    # -- single processes of a node (stop-raylet, kill-agent, term-host, pause-gcs) ---------
+
+    def _node_procs(self, node: Any) -> list[psutil.Process]:
+        out = []
+        for pid in node.pids():
+            with contextlib.suppress(psutil.Error):
+                out.append(psutil.Process(pid))
+        return out
+
+    @staticmethod
+    def _signal(pids: list[int], sig: int) -> list[int]:
+        done = []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+                done.append(pid)
+        return done
+
+    def _matching(self, node: Any, what: str, match: Callable[[psutil.Process], bool]
+                  ) -> list[int]:
+        pids = []
+        for proc in self._node_procs(node):
+            with contextlib.suppress(psutil.Error):
+                if match(proc):
+                    pids.append(proc.pid)
+        if not pids:
+            raise HarnessError(f"no {what} process found", stage="inject")
+        return pids
+
+    def signal_raylet(self, host: str, sig: int) -> list[int]:
+        """Send ``sig`` to host ``host``'s raylet process only."""
+        pids = self._matching(self.cluster.node(host), f"raylet of {host}",
+                              lambda p: p.name() == "raylet")
+        return self._signal(pids, sig)
+
+    def host_alive(self, host: str) -> bool:
+        """True while host ``host``'s node still has a raylet process (even a stopped one)."""
+        for proc in self._node_procs(self.cluster.node(host)):
+            with contextlib.suppress(psutil.Error):
+                if proc.name() == "raylet" and proc.status() != psutil.STATUS_ZOMBIE:
+                    return True
+        return False
+
+    def kill_agent(self, host: str) -> list[int]:
+        """SIGKILL the worker process running host ``host``'s ``HostAgent`` actor.
+
+        Ray titles an actor's worker ``ray::<Class>`` (``ray::<Class>.<method>``
+        while it runs a method).
+        """
+        pids = self._matching(
+            self.cluster.node(host), f"HostAgent worker of {host}",
+            lambda p: " ".join(p.cmdline()).startswith("ray::HostAgent"))
+        return self._signal(pids, signal.SIGKILL)
+
+    def term_host(self, host: str) -> list[int]:
+        """SIGTERM every process of host ``host`` (``ray start``, raylet, workers)."""
+        return self._signal(list(self.cluster.node(host).pids()), signal.SIGTERM)
+
+    def signal_gcs(self, sig: int) -> list[int]:
+        """Send ``sig`` to the GCS server of the head node."""
+        from svit_cluster.local._ray import RayNode
+
+        head = RayNode.from_json(self.cluster.doc["ray"]["head"])
+        return self._signal(self._matching(head, "gcs_server",
+                                           lambda p: p.name() == "gcs_server"), sig)
 
     def owner(self, process: str) -> str | None:
         """The host of ``process``'s etcd ownership record (None: none, or etcd down)."""

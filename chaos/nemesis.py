@@ -13,7 +13,8 @@ protocol a cluster satisfies (the harness adapts ``LocalCluster`` to it in
 kind           inject                             heal
 ============== ================================== ===========================================
 kill-host      SIGKILL raylet + workers           restart the host if supported, else nothing
-pause-host     SIGSTOP every process of the host  SIGCONT (the window outlasts the lease TTL)
+pause-host     SIGSTOP every process of the host  SIGCONT (the window outlasts the lease TTL);
+                                                  restart the host if its node then died
 cut-etcd       host's etcd proxy DROP / STALL     PASS
 cut-redis      host's Redis proxy DROP / STALL    PASS
 slow-link      host's proxy DELAY n ms            PASS
@@ -24,6 +25,14 @@ pause-owner    seal a change under a process's    wait (polling Redis, bounded) 
                host                               sealed change with the old token
 stale-owner    remember every process's token     commit once with the old token where a
                                                   newer owner has claimed (see ``stale``)
+stop-raylet    SIGSTOP the host's raylet only     SIGCONT; restart the host if its node then
+               (workers keep running)             died (Ray had declared it dead)
+kill-agent     SIGKILL the host agent's worker    restart the host if supported
+term-host      SIGTERM every process of the host  restart the host if supported
+pause-gcs      SIGSTOP the GCS (head node)        SIGCONT
+etcd-restart-  SIGKILL the host, wait 0.8 TTL,    restart the host if supported
+dead-host      ``kill -9`` etcd and start it      (the inject event's ``detail.lead_s`` says
+               again, wait until it answers       how long before it the host was killed)
 ============== ================================== ===========================================
 
 ``stale-owner`` writes only if a failover happened to occur inside its window;
@@ -44,6 +53,7 @@ import contextlib
 import functools
 import queue
 import random
+import signal
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -66,7 +76,9 @@ __all__ = [
     "HOST_KINDS",
     "KINDS",
     "OWNER_KINDS",
+    "RESTART_KINDS",
     "SCENARIOS",
+    "SMOKE_KINDS",
     "FaultTarget",
     "Link",
     "Nemesis",
@@ -78,15 +90,27 @@ __all__ = [
     "build_schedule",
     "make_nemesis",
     "random_schedule",
+    "restart_if_died",
 ]
 
-#: Every nemesis kind.
+#: Every nemesis kind (``stale-owner`` last: it is no scenario of its own).
 KINDS = ("kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link", "kill-redis",
-         "kill-etcd", "pause-owner", "stale-owner")
+         "kill-etcd", "pause-owner", "stop-raylet", "kill-agent", "term-host", "pause-gcs",
+         "etcd-restart-dead-host", "stale-owner")
+#: The kinds the ``smoke`` scenario runs once each (CI budget: under 120 s of workload).
+SMOKE_KINDS = ("pause-owner", "kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link",
+               "kill-redis", "kill-etcd")
 #: Kinds that fault one host.
-HOST_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link"})
+HOST_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link",
+                        "stop-raylet", "kill-agent", "term-host", "etcd-restart-dead-host"})
 #: Kinds after which processes of the faulted host move to a new owner.
-FAILOVER_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "pause-owner"})
+FAILOVER_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "pause-owner",
+                            "stop-raylet", "kill-agent", "term-host",
+                            "etcd-restart-dead-host"})
+#: Kinds that leave the host down until ``restart_host`` (dead for good without it;
+#: a raylet stopped past Ray's node timeout exits when resumed).
+RESTART_KINDS = frozenset({"kill-host", "kill-agent", "term-host", "etcd-restart-dead-host",
+                           "stop-raylet"})
 #: Kinds that fault a host chosen when injected (the owner of a process), not by the schedule.
 OWNER_KINDS = frozenset({"pause-owner"})
 
@@ -132,6 +156,17 @@ class FaultTarget(Protocol):
     def link(self, host: str, service: str) -> Link: ...
 
     def owner(self, process: str) -> str | None: ...
+
+    # used by stop-raylet, kill-agent, term-host and pause-gcs: each returns the PIDs it
+    # signalled and raises HarnessError when there is no such process
+
+    def signal_raylet(self, host: str, sig: int) -> list[int]: ...
+
+    def kill_agent(self, host: str) -> list[int]: ...
+
+    def term_host(self, host: str) -> list[int]: ...
+
+    def signal_gcs(self, sig: int) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -264,6 +299,12 @@ class _Planner:
             # nominal: the heal waits (bounded) for the new owner's commit
             "pause-owner": 2 * ttl + 1.0,
             "stale-owner": 0.0,
+            "stop-raylet": 2 * ttl + 1.0 + self.rng.uniform(0, ttl),
+            "kill-agent": ttl + 3.0,
+            "term-host": ttl + 3.0,
+            "pause-gcs": 2.0 + self.rng.uniform(0, ttl),
+            # after the inject, which itself lasts 0.8 TTL (the host dead, etcd restarting)
+            "etcd-restart-dead-host": ttl + 3.0,
         }[kind]
 
     def spec(self, kind: str, host: str | None) -> NemesisSpec:
@@ -291,7 +332,7 @@ class _Planner:
             self.windows.append(Window(round(max(0.0, start - 0.5), 3), round(length + 1.5, 3),
                                        NemesisSpec("stale-owner")))
         self.windows.append(Window(start, length, spec))
-        if kind == "kill-host" and not self.host_restart and host is not None:
+        if kind in RESTART_KINDS and not self.host_restart and host is not None:
             self.dead[host] = start
         return start + length
 
@@ -320,7 +361,7 @@ def build_schedule(
 ) -> Schedule:
     """The schedule of scenario ``name``.
 
-    * ``smoke`` -- every nemesis kind once, one after another, with stale-owner
+    * ``smoke`` -- each of :data:`SMOKE_KINDS` once, one after another, with stale-owner
       windows around the owner pause, the kill, the pause and the etcd cut (CI;
       see :func:`smoke_duration_s` for its minimum length).
     * ``negative`` -- an owner pause (a stale commit on every run), a host pause
@@ -353,8 +394,7 @@ def build_schedule(
     if name == "none":
         return Schedule(name, seed, (), duration_s)
     if name in ("smoke", "negative"):
-        kinds = (["pause-owner", "kill-host", "pause-host", "cut-etcd", "cut-redis",
-                  "slow-link", "kill-redis", "kill-etcd"] if name == "smoke"
+        kinds = (list(SMOKE_KINDS) if name == "smoke"
                  else ["pause-owner", "pause-host", "kill-host"])
         t = warmup_s
         for kind in kinds:
@@ -494,7 +534,33 @@ class KillHost(Nemesis):
         return {"restarted": bool(ctx.target.restart_host(self.spec.host))}
 
 
+def restart_if_died(ctx: NemesisContext, host: str, *, settle_s: float = 3.0,
+                    poll_s: float = 0.1) -> dict[str, Any]:
+    """After a stop/pause: restart ``host`` if its node died on being resumed.
+
+    Ray declares a node whose raylet stopped answering dead, and that raylet
+    exits when resumed (exit code 1); the host is then down for good unless it is
+    restarted. Watches the optional ``target.host_alive(host)`` hook for up to
+    ``settle_s`` seconds; without the hook nothing is checked (``{}``).
+
+    Returns:
+        ``{"node_died": False}``, or ``{"node_died": True, "restarted": bool}``.
+    """
+    alive = getattr(ctx.target, "host_alive", None)
+    if alive is None:
+        return {}
+    deadline = time.monotonic() + settle_s
+    while alive(host):
+        if time.monotonic() >= deadline:
+            return {"node_died": False}
+        time.sleep(poll_s)
+    return {"node_died": True, "restarted": bool(ctx.target.restart_host(host))}
+
+
 class PauseHost(Nemesis):
+    # the node may have died while paused: heal restarts it (see restart_if_died)
+    heal_timeout_factor = 4.0
+
     def inject(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
         paused = ctx.target.pause_host(self.spec.host)
@@ -503,7 +569,8 @@ class PauseHost(Nemesis):
     def heal(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
         resumed = ctx.target.resume_host(self.spec.host)
-        return {"resumed": list(resumed) if isinstance(resumed, list | tuple) else resumed}
+        return {"resumed": list(resumed) if isinstance(resumed, list | tuple) else resumed,
+                **restart_if_died(ctx, self.spec.host)}
 
 
 class CutLink(Nemesis):
@@ -680,6 +747,106 @@ class PauseOwner(Nemesis):
                 "write": write}
 
 
+class StopRaylet(Nemesis):
+    """SIGSTOP the host's raylet alone: its workers (the host agent among them) keep
+    running, so the host may keep its lease while Ray already reports the node dead.
+    Heal SIGCONTs it and restarts the host if the raylet then exits (Ray had
+    declared the node dead; see :func:`restart_if_died`)."""
+
+    heal_timeout_factor = 4.0
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        return {"stopped": ctx.target.signal_raylet(self.spec.host, signal.SIGSTOP)}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        resumed = ctx.target.signal_raylet(self.spec.host, signal.SIGCONT)
+        return {"resumed": resumed, **restart_if_died(ctx, self.spec.host)}
+
+
+class _RestartHost(Nemesis):
+    """Heal by restarting the host (if the cluster can), as after ``kill-host``."""
+
+    heal_timeout_factor = 4.0
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        return {"restarted": bool(ctx.target.restart_host(self.spec.host))}
+
+
+class KillAgent(_RestartHost):
+    """SIGKILL the host agent's worker process only (raylet and process actors stay)."""
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        return {"killed": ctx.target.kill_agent(self.spec.host)}
+
+
+class TermHost(_RestartHost):
+    """SIGTERM every process of the host (a clean shutdown request, as at reboot)."""
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        return {"terminated": ctx.target.term_host(self.spec.host)}
+
+
+class PauseGcs(Nemesis):
+    """SIGSTOP Ray's GCS on the head node; SIGCONT at heal."""
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        return {"stopped": ctx.target.signal_gcs(signal.SIGSTOP)}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        return {"resumed": ctx.target.signal_gcs(signal.SIGCONT)}
+
+
+class EtcdRestartDeadHost(_RestartHost):
+    """SIGKILL the host, then -- while its lease still runs -- restart etcd.
+
+    ``inject`` kills the host, waits ``restart_after`` x lease TTL (default 0.8),
+    SIGKILLs etcd, starts it again on the same data and waits (bounded by
+    ``etcd_timeout_s``) until it answers: the issue's "host dead since t = 0,
+    etcd restarted at t = 0.8 TTL". The history records the inject when all of
+    that is done, so ``detail.lead_s`` gives how many seconds before the inject
+    event the host was killed (the fault's true start).
+
+    Raises (inject):
+        HarnessError: etcd did not answer within ``etcd_timeout_s``.
+    """
+
+    restart_after: ClassVar[float] = 0.8
+    etcd_timeout_s: ClassVar[float] = 30.0
+    poll_s: ClassVar[float] = 0.05
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        started = time.monotonic()
+        killed = ctx.target.kill_host(self.spec.host)
+        time.sleep(max(0.0, started + self.restart_after * ctx.target.lease_ttl_s
+                       - time.monotonic()))
+        restart_at = time.monotonic() - started
+        ctx.target.kill_etcd()
+        ctx.target.start_etcd()
+        deadline = time.monotonic() + self.etcd_timeout_s
+        while not ctx.target.service_ready("etcd"):
+            if time.monotonic() >= deadline:
+                raise HarnessError(f"etcd did not answer within {self.etcd_timeout_s:.0f} s "
+                                   "of its restart", stage="inject")
+            time.sleep(self.poll_s)
+        return {"killed": list(killed) if isinstance(killed, list | tuple) else killed,
+                "etcd_restarted_at_s": round(restart_at, 3),
+                "lead_s": round(time.monotonic() - started, 3)}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        if not ctx.target.service_ready("etcd"):  # an inject cut short: etcd may be down
+            ctx.target.start_etcd()
+        return super().heal(ctx)
+
+    def healed(self, ctx: NemesisContext) -> bool:
+        return ctx.target.service_ready("etcd")
+
+
 _CLASSES: dict[str, type[Nemesis]] = {
     "kill-host": KillHost,
     "pause-host": PauseHost,
@@ -690,6 +857,11 @@ _CLASSES: dict[str, type[Nemesis]] = {
     "kill-etcd": KillServer,
     "pause-owner": PauseOwner,
     "stale-owner": StaleOwner,
+    "stop-raylet": StopRaylet,
+    "kill-agent": KillAgent,
+    "term-host": TermHost,
+    "pause-gcs": PauseGcs,
+    "etcd-restart-dead-host": EtcdRestartDeadHost,
 }
 
 

@@ -1,7 +1,10 @@
-"""Reports: ``report.json``, ``report.html`` with an embedded PNG timeline.
+"""Reports: ``report.json``, ``report.md``, ``report.html`` with an embedded PNG timeline.
 
 The timeline shows acknowledged commits per second and failed / unknown
-operations per second, with every nemesis window shaded and labelled. Failover
+operations per second over one lane per fault kind, each fault a bar with its
+recovery marked (:mod:`svit_chaos.availability`). The ``availability`` section
+gives per-process availability and, per fault kind, the time-to-recovery and
+failover distributions. Failover
 times are measured from each host fault that can move ownership (kill, pause,
 etcd cut) to the first acknowledged commit, on each process, by an owner with a
 higher token than the process had before the fault.
@@ -19,18 +22,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .availability import DEFAULT_THRESHOLD_S, availability_report, fault_windows, markdown_tables
 from .checker import CheckResult
 from .history import Event
 from .logs import StoredLogs
 from .nemesis import FAILOVER_KINDS
 
-__all__ = ["build_report", "failover_times", "render_timeline", "write_html", "write_json"]
+__all__ = ["build_report", "failover_times", "render_timeline", "timeline_figure", "write_html",
+           "write_json", "write_markdown"]
 
 _COLORS = {
     "kill-host": "#d62728", "pause-host": "#9467bd", "cut-etcd": "#ff7f0e",
     "cut-redis": "#8c564b", "slow-link": "#bcbd22", "kill-redis": "#e377c2",
     "kill-etcd": "#17becf", "stale-owner": "#7f7f7f", "pause-owner": "#2ca02c",
+    "stop-raylet": "#393b79", "kill-agent": "#e7969c", "term-host": "#843c39",
+    "pause-gcs": "#637939", "etcd-restart-dead-host": "#7b4173",
 }
+_PALETTE = ("#1f77b4", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+            "#f7b6d2", "#dbdb8d", "#9edae5")
+
+
+def _color(kind: str) -> str:
+    return _COLORS.get(kind) or _PALETTE[sum(map(ord, kind)) % len(_PALETTE)]
 
 
 def _tokens(logs: StoredLogs) -> dict[str, dict[int, int]]:
@@ -151,6 +164,7 @@ def build_report(
     run: dict[str, Any],
     controls: dict[str, Any] | None = None,
     verdict: str | None = None,
+    threshold_s: float = DEFAULT_THRESHOLD_S,
 ) -> dict[str, Any]:
     """The ``report.json`` document of one run.
 
@@ -159,6 +173,8 @@ def build_report(
         run: parameters (scenario, seed, hosts, clients, processes, duration_s, ...).
         controls: outcomes of the negative and lost-commit controls, if run.
         verdict: the overall verdict (default: the check's).
+        threshold_s: a gap between commits longer than this is an outage
+            (:func:`~svit_chaos.availability.availability_report`).
     """
     faults = Counter(str(ev.get("nemesis")) for ev in history
                      if ev.get("kind") == "nemesis" and ev.get("phase") == "inject")
@@ -185,18 +201,32 @@ def build_report(
             "median_s": statistics.median(seconds) if seconds else None,
             "events": failovers,
         },
+        "availability": availability_report(history, logs, threshold_s=threshold_s),
         "check": {"verdict": result.verdict, "stats": result.stats},
         "controls": controls or {},
     }
 
 
-def render_timeline(history: Sequence[Event], *, title: str = "") -> bytes:
-    """A PNG: commits/s and failures/s over time, nemesis windows shaded."""
+def timeline_figure(history: Sequence[Event], *, title: str = "",
+                    faults: Sequence[dict[str, Any]] | None = None) -> Any:
+    """A matplotlib ``Figure``: operation rates above, one lane per fault kind below.
+
+    The lower axes has one horizontal lane per fault kind (y tick labels, in
+    order of first injection); each fault is a bar from inject to heal, a black
+    tick marks when the last affected process recovered (a line joins it to
+    the start), a red ``x`` at the bar's end a fault some process never
+    recovered from. No per-fault text, so 100 faults stay readable.
+
+    Args:
+        faults: the ``availability.faults`` rows (default: computed from ``history``).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if faults is None:
+        faults = availability_report(history)["faults"]
     end = max((float(ev["t"]) for ev in history), default=1.0)
     bins = max(1, int(end) + 1)
     ok = [0] * bins
@@ -211,31 +241,65 @@ def render_timeline(history: Sequence[Event], *, title: str = "") -> bytes:
             bad[slot] += 1
         elif kind == "info":
             unknown[slot] += 1
+    kinds = list(dict.fromkeys(str(f.kind) for f in fault_windows(history)))
     xs = list(range(bins))
-    fig, ax = plt.subplots(figsize=(11, 4.2), dpi=100)
+    fig, (ax, lanes) = plt.subplots(
+        2, 1, sharex=True, figsize=(12, 3.4 + 0.32 * max(1, len(kinds))), dpi=100,
+        gridspec_kw={"height_ratios": [3.0, max(1.0, 0.45 * len(kinds))]})
     try:
-        seen: set[str] = set()
-        for i, w in enumerate(_windows(history)):
-            kind = str(w["kind"])
-            color = _COLORS.get(kind, "#cccccc")
-            ax.axvspan(w["start"], max(w["end"], w["start"] + 0.2), color=color, alpha=0.18,
-                       label=kind if kind not in seen else None)
-            seen.add(kind)
-            ax.text(w["start"], 1.0 - 0.07 * (i % 4), w["label"],
-                    transform=ax.get_xaxis_transform(), fontsize=7, color=color, va="top")
-        ax.plot(xs, ok, color="#2ca02c", linewidth=1.4, label="commits/s")
-        ax.plot(xs, bad, color="#1f77b4", linewidth=1.0, label="failed/s (conflict, rejected)")
-        ax.plot(xs, unknown, color="#d62728", linewidth=1.0, linestyle="--",
-                label="unknown/s")
-        ax.set_xlabel("run time (s)")
-        ax.set_ylabel("operations per second")
-        ax.set_xlim(0, max(1, end))
-        ax.set_ylim(bottom=0)
-        if title:
-            ax.set_title(title, fontsize=10)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, ncol=6,
-                  frameon=False)
-        fig.tight_layout()
+        _draw(ax, lanes, xs, ok, bad, unknown, kinds, faults, title, end)
+    except BaseException:
+        plt.close(fig)
+        raise
+    return fig
+
+
+def _draw(ax: Any, lanes: Any, xs: list[int], ok: list[int], bad: list[int],
+          unknown: list[int], kinds: list[str], faults: Sequence[dict[str, Any]],
+          title: str, end: float) -> None:
+    lane = {k: i for i, k in enumerate(kinds)}
+    ax.plot(xs, ok, color="#2ca02c", linewidth=1.2, label="commits/s")
+    ax.plot(xs, bad, color="#1f77b4", linewidth=0.9, label="failed/s (conflict, rejected)")
+    ax.plot(xs, unknown, color="#d62728", linewidth=0.9, linestyle="--", label="unknown/s")
+    ax.set_ylabel("operations per second")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=3,
+              frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    for f in faults:
+        kind = str(f["kind"])
+        if kind not in lane:
+            continue
+        y = lane[kind]
+        start, stop = float(f["start"]), float(f["end"])
+        lanes.broken_barh([(start, max(stop - start, 0.2))], (y - 0.3, 0.6),
+                          facecolors=_color(kind), alpha=0.55)
+        if f.get("recovered_at") is not None:
+            rec = float(f["recovered_at"])
+            lanes.plot([start, rec], [y, y], color="#222222", linewidth=0.6)
+            lanes.plot([rec], [y], marker="|", markersize=9, color="#000000",
+                       linestyle="none", gid="recovery")
+        elif f.get("affected"):
+            lanes.plot([stop], [y], marker="x", markersize=6, color="#d62728",
+                       linestyle="none", gid="unrecovered")
+    lanes.set_yticks(range(len(kinds)), kinds, fontsize=8)
+    lanes.set_ylim(-0.6, max(0.6, len(kinds) - 0.4))
+    lanes.invert_yaxis()
+    lanes.grid(axis="x", color="#eeeeee")
+    lanes.set_xlabel("run time (s); bar: fault inject..heal, |: last affected process "
+                     "recovered, x: not recovered")
+    lanes.set_xlim(0, max(1.0, end))
+    ax.figure.tight_layout()
+
+
+def render_timeline(history: Sequence[Event], *, title: str = "",
+                    faults: Sequence[dict[str, Any]] | None = None) -> bytes:
+    """A PNG of :func:`timeline_figure`."""
+    import matplotlib.pyplot as plt
+
+    fig = timeline_figure(history, title=title, faults=faults)
+    try:
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
         return buf.getvalue()
@@ -246,6 +310,15 @@ def render_timeline(history: Sequence[Event], *, title: str = "") -> bytes:
 def write_json(path: Path, report: dict[str, Any]) -> None:
     """Write ``report.json`` (sorted keys, indented)."""
     path.write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_markdown(path: Path, report: dict[str, Any]) -> None:
+    """Write ``report.md``: the verdict line and the availability tables."""
+    head = (f"# svit-chaos report: {str(report.get('verdict')).upper()}\n\n"
+            f"faults {report.get('faults_total', 0)}, acked commits "
+            f"{report.get('acked_commits', 0)}, anomalies {report.get('anomaly_count', 0)}\n\n")
+    body = markdown_tables(report["availability"]) if report.get("availability") else ""
+    path.write_text(head + body, encoding="utf-8")
 
 
 def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -274,6 +347,7 @@ def write_html(path: Path, report: dict[str, Any], png: bytes | None) -> None:
     color = {"pass": "#2ca02c", "fail": "#d62728"}.get(verdict, "#ff7f0e")
     run = report.get("run", {})
     failover = report.get("failover", {})
+    availability = report.get("availability", {})
     summary = [
         {"item": "scenario", "value": run.get("scenario")},
         {"item": "seed", "value": run.get("seed")},
@@ -287,6 +361,9 @@ def write_html(path: Path, report: dict[str, Any], png: bytes | None) -> None:
         {"item": "anomalies", "value": report.get("anomaly_count")},
         {"item": "failover max / median (s)",
          "value": f"{failover.get('max_s')} / {failover.get('median_s')}"},
+        {"item": "availability min / mean (outage: no commit for more than "
+                 f"{availability.get('threshold_s')} s)",
+         "value": f"{availability.get('min')} / {availability.get('mean')}"},
     ]
     controls = [{"control": k, **v} for k, v in sorted(report.get("controls", {}).items())]
     image = (f'<img alt="timeline" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
@@ -301,8 +378,18 @@ def write_html(path: Path, report: dict[str, Any], png: bytes | None) -> None:
                               "lines"])),
         ("Not verified", _table(report.get("unverified", []),
                                 ["invariant", "process", "message"])),
-        ("Failovers", _table(report.get("failover", {}).get("events", []),
-                             ["kind", "host", "process", "t_fault", "token_before",
+        ("Availability per process", _table(
+            availability.get("processes", []),
+            ["process", "availability", "demand_s", "unavailable_s", "outages",
+             "longest_gap_s", "longest_gap_at", "commits"])),
+        ("Time to recovery per fault kind (s)", _table(
+            [{"kind": k, **v} for k, v in availability.get("recovery", {}).get(
+                "by_kind", {}).items()], ["kind", "count", "p50", "p90", "max", "unrecovered"])),
+        ("Failover per fault kind (s)", _table(
+            [{"kind": k, **v} for k, v in availability.get("failover", {}).get(
+                "by_kind", {}).items()], ["kind", "count", "p50", "p90", "max", "unrecovered"])),
+        ("Failovers", _table(availability.get("failover", {}).get("events", []),
+                             ["kind", "host", "process", "t_loss", "t_new", "token_before",
                               "token_after", "seconds"])),
         ("Controls", _table(controls, ["control", "verdict", "expected", "detail"])),
         ("Harness errors", _table([{"error": e} for e in report.get("harness_errors", [])],

@@ -59,7 +59,7 @@ from .nemesis import (
 )
 from .observer import StoreObserver
 from .proxy import ProxyHub
-from .report import build_report, render_timeline, write_html, write_json
+from .report import build_report, render_timeline, write_html, write_json, write_markdown
 from .stale import StaleWriter
 from .workload import Workload, WorkloadConfig, WorkloadStats
 
@@ -643,9 +643,11 @@ def _finish(config: RunConfig, directory: Path, legs: dict[str, LegResult],
                              "stale_attempts": leg.stale_attempts}
                       for name, leg in legs.items()}
     write_json(directory / "report.json", report)
+    write_markdown(directory / "report.md", report)
     png: bytes | None = None
     try:
-        png = render_timeline(main.history, title=f"{config.scenario} seed {config.seed}")
+        png = render_timeline(main.history, title=f"{config.scenario} seed {config.seed}",
+                              faults=report["availability"]["faults"])
         (directory / "timeline.png").write_bytes(png)
     except Exception as exc:  # a missing plot must not hide the verdict
         report["harness_errors"].append(f"timeline not rendered: {exc}")

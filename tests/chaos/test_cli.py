@@ -25,6 +25,17 @@ def test_check_passes_the_fenced_fixture_and_fails_the_unfenced_one() -> None:
     assert lines  # anomalies point at history lines
 
 
+def test_check_prints_the_availability_tables_unwrapped() -> None:
+    res = CliRunner().invoke(main, ["check", str(FIXTURES / "fenced-paused-owner")])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert "| process | availability | demand_s | unavailable_s | outages | longest_gap_s | " \
+           "longest_gap_at | commits |" in lines
+    assert "| kind | count | p50 | p90 | max | unrecovered |" in lines
+    assert any(line.startswith("| svit://chaos/") and line.endswith(" |") for line in lines)
+    assert any(line.startswith("### Failover per fault kind") for line in lines)
+
+
 def test_check_saves_a_fixture_and_rejects_bad_input(tmp_path: Path) -> None:
     cli = CliRunner()
     saved = tmp_path / "fixture"

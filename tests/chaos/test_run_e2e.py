@@ -87,6 +87,16 @@ async def test_run_with_every_nemesis_and_both_controls(tmp_path: Path) -> None:
         assert (d / name).exists(), name
     assert (d / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "data:image/png;base64," in (d / "report.html").read_text()
+    # availability: per process, and recovery / failover per fault kind, in every report
+    availability = report["availability"]
+    meta = next(e for e in main_leg.history if e["kind"] == "meta")
+    assert {p["process"] for p in availability["processes"]} == set(meta["processes"])
+    assert all(0.0 <= p["availability"] <= 1.0 for p in availability["processes"])
+    assert "kill-redis" in availability["recovery"]["by_kind"]
+    assert availability["failover"]["events"]
+    markdown = (d / "report.md").read_text()
+    assert "Time to recovery per fault kind" in markdown and "| kill-redis |" in markdown
+    assert "Availability per process" in (d / "report.html").read_text()
     # re-check offline: the main leg passes, the controls fail, exit codes say so
     cli = CliRunner()
     assert cli.invoke(main, ["check", str(d / "main")]).exit_code == 0
