@@ -45,6 +45,10 @@ class ClusterConfig:
         reasoner: the reasoning loop's settings
             (``svit_cluster.reasoning.ReasonerConfig`` fields; default: the
             simulated reasoner). May hold an API key: kept out of ``repr``.
+        ports: the deployment's port registry settings
+            (``svit_cluster.ports.PortsConfig``: which ports, allowlists,
+            limits; default ``{}`` grants nothing). From ``cluster.json``
+            ``ports`` or ``SVIT_PORTS_JSON``.
     """
 
     cluster: str = "local"
@@ -61,6 +65,7 @@ class ClusterConfig:
     signal_retention: int = 10_000
     redis_allow_unverified_eviction_policy: bool = False
     reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
+    ports: dict[str, Any] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -97,6 +102,7 @@ class ClusterConfig:
                             if v.get("endpoints")},
             signal_retention=int(doc.get("signal_retention", 10_000)),
             reasoner=dict(doc.get("reasoner") or {}),
+            ports=dict(doc.get("ports") or {}),
         )
 
     @classmethod
@@ -122,9 +128,30 @@ class ClusterConfig:
                 reasoner={k: env[f"SVIT_REASONER_{k.upper()}"]
                           for k in ("kind", "base_url", "model", "api_key_env")
                           if f"SVIT_REASONER_{k.upper()}" in env},
+                ports=_ports_from_env(env.get("SVIT_PORTS_JSON", "")),
             )
         except ValueError as exc:
             raise ConfigurationError(f"bad SVIT_* setting: {exc}") from exc
+
+
+def _ports_from_env(raw: str) -> dict[str, Any]:
+    """``SVIT_PORTS_JSON`` (the Helm values' ``ports:`` block as JSON), validated.
+
+    Raises:
+        ConfigurationError: not a JSON object, or not a valid ``PortsConfig``.
+    """
+    if not raw.strip():
+        return {}
+    from svit_cluster.ports import PortsConfig
+
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise ConfigurationError("SVIT_PORTS_JSON is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ConfigurationError("SVIT_PORTS_JSON must be a JSON object")
+    PortsConfig.parse(doc)
+    return doc
 
 
 def _etcd_endpoints(raw: str) -> str:
