@@ -76,8 +76,13 @@ def cli() -> None:
               help="Outbox dispatcher worker processes.")
 @click.option("--allow-webhook-host", "webhook_hosts", multiple=True,
               help="Let the dispatcher call webhooks on HOST or HOST:PORT (repeatable).")
+@click.option("--ports", "ports_file", default=None,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="JSON file with the ports block (http/llm/spawn, allowlists, limits); "
+                   "default: no port is granted.")
 def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
-       passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...]) -> None:
+       passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...],
+       ports_file: Path | None) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
     Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
@@ -87,11 +92,16 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
     from svit_cluster.local import ClusterSpec, LocalCluster
 
     try:
+        ports = json.loads(ports_file.read_text()) if ports_file is not None else {}
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--ports") from None
+    try:
         cluster = LocalCluster.up(
             ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
                         snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
                         dispatchers=dispatchers,
-                        dispatch_options={"webhook_hosts": list(webhook_hosts)}),
+                        dispatch_options={"webhook_hosts": list(webhook_hosts)},
+                        ports=ports if isinstance(ports, dict) else {"invalid": ports}),
             progress=_progress,
         )
     except SvitError as exc:

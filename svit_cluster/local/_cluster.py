@@ -66,6 +66,9 @@ class ClusterSpec:
         cluster: cluster name (etcd prefix ``/svit/<cluster>/``).
         dispatchers: outbox dispatcher worker processes to start (default 1, 0..16).
         dispatch_options: ``DispatchConfig`` options for them (see svit_cluster.dispatch).
+        ports: the deployment's port registry (``svit_cluster.ports.PortsConfig``
+            fields: which ports, their allowlists and limits; default ``{}``
+            grants nothing). Recorded in ``cluster.json`` for every host.
     """
 
     state_dir: Path
@@ -77,6 +80,7 @@ class ClusterSpec:
     cluster: str = "local"
     dispatchers: int = 1
     dispatch_options: dict[str, Any] = field(default_factory=dict)
+    ports: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> ClusterSpec:
         if not 1 <= self.hosts <= 16:
@@ -87,6 +91,9 @@ class ClusterSpec:
             raise ConfigurationError("snapshot_every and passivate_after_s must be positive")
         if not 0 <= self.dispatchers <= 16:
             raise ConfigurationError("dispatchers must be in 0..16")
+        from svit_cluster.ports import PortsConfig
+
+        PortsConfig.parse(self.ports)
         return self
 
 
@@ -164,6 +171,7 @@ class LocalCluster:
             "snapshot_every": spec.snapshot_every,
             "passivate_after_s": spec.passivate_after_s,
             "max_request_bytes": spec.max_request_bytes,
+            "ports": dict(spec.ports),
             "tokens": {"admin": admin, "local": tenant},
             "tokens_file": str(tokens_file),
             "hosts": {},
@@ -299,6 +307,7 @@ class LocalCluster:
             passivate_after_s=doc["passivate_after_s"],
             max_request_bytes=doc["max_request_bytes"],
             cluster=doc["cluster"],
+            ports=dict(doc.get("ports") or {}),
         )
         return cls(spec, doc)
 
