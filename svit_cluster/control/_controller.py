@@ -275,7 +275,7 @@ class ProcessController:
     # -- host operations (not part of svit-control@1) ---------------------------------
 
     def grant_ports(self) -> Change | None:
-        """Replace ``/ports`` by this host's catalog (one ``ports.grant`` commit, if it differs).
+        """Replace ``/ports`` by this host's catalog (one ``ports.refresh`` commit, if it differs).
 
         Called once after every restore or create, before serving: a stale
         catalog from a snapshot or another host never stays (and never grants:

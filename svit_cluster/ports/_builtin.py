@@ -66,7 +66,7 @@ class HttpPort:
     def descriptor(self) -> dict[str, Value]:
         return {
             "name": self.name,
-            "contract_version": CONTRACT_VERSION,
+            "version": CONTRACT_VERSION,
             "description": "One HTTP request to an allowlisted host; redirects are not "
                            "followed; sends Idempotency-Key.",
             "input_schema": {
@@ -110,7 +110,8 @@ class HttpPort:
             raise _fail(self.name, "body must be a string")
         if not self.allowed(url):
             host = urlsplit(url).netloc[:200]
-            raise _fail(self.name, f"host {host!r} is not on the allowlist")
+            raise _fail(self.name, f"HTTP URL is not allowed: host {host!r} is not on the "
+                                    "allowlist")
         sent = {str(k): str(v) for k, v in headers.items()}
         sent["Idempotency-Key"] = ctx.idempotency_key
         limit = self.config.max_response_bytes
@@ -179,7 +180,7 @@ class LlmPort:
         kind = getattr(self.reasoner_config, "kind", "simulated")
         return {
             "name": self.name,
-            "contract_version": CONTRACT_VERSION,
+            "version": CONTRACT_VERSION,
             "description": "One call of the host's configured model; outside the process "
                            "transaction.",
             "input_schema": {
@@ -311,7 +312,7 @@ class SpawnPort:
     def descriptor(self) -> dict[str, Value]:
         return {
             "name": self.name,
-            "contract_version": CONTRACT_VERSION,
+            "version": CONTRACT_VERSION,
             "description": "Fork the last committed state into a child process and run one "
                            "child activation there.",
             "input_schema": {"type": "object", "required": ["script"],

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from svit_cluster.errors import ErrorCode, LimitExceeded, ScriptFailed, SvitError
 from svit_cluster.ports._config import PortsConfig
+from svit_cluster.process._namespace import PORT_DESCRIPTOR_FIELDS
 from svit_cluster.process._values import Value, canonical_json, to_plain_json
 
 __all__ = [
@@ -40,12 +41,12 @@ __all__ = [
 
 log = logging.getLogger("svit_cluster.ports")
 
-#: Contract version of the built-in port descriptors.
-CONTRACT_VERSION = "svit-port@1"
+#: Contract version of the built-in port descriptors (descriptor field ``version``,
+#: as the reference names it).
+CONTRACT_VERSION = "v1"
 
 #: Descriptor fields, as the reference lists them (docs/ports.md "Registry and catalog").
-DESCRIPTOR_FIELDS = ("contract_version", "description", "effect", "input_schema", "limits",
-                     "name", "output")
+DESCRIPTOR_FIELDS = tuple(sorted(PORT_DESCRIPTOR_FIELDS))
 
 
 def idempotency_key(process_id: str, version: int, call_index: int) -> str:

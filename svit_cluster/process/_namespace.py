@@ -66,7 +66,7 @@ RESERVED_ROOTS = ("children", "mounts", "tasks")
 #: "Registry and catalog"). The catalog is descriptive only: the host installs
 #: its own on every restore, and dispatch never consults it.
 PORT_DESCRIPTOR_FIELDS = frozenset(
-    {"name", "contract_version", "description", "input_schema", "output", "effect", "limits"}
+    {"name", "version", "description", "input_schema", "output", "effect", "limits"}
 )
 
 #: Ports one catalog may describe.

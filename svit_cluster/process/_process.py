@@ -277,7 +277,7 @@ class Process:
 
         The catalog is descriptive, never authority (reference: docs/ports.md):
         whatever a snapshot or an earlier host left in ``/ports`` is replaced by
-        the serving host's grants, as one versioned ``ports.grant`` transition
+        the serving host's grants, as one versioned ``ports.refresh`` transition
         (so replay on any host reproduces the same root). Returns None when
         ``/ports`` already equals ``catalog`` (no new version).
 
@@ -301,7 +301,7 @@ class Process:
         for name in sorted(catalog):
             if name not in current or not values_equal(current[name], catalog[name]):
                 wc.host_set(f"/ports/{name}", catalog[name])
-        return self.seal(wc, "ports.grant")
+        return self.seal(wc, "ports.refresh")
 
     def grant_ports(self, catalog: dict[str, Value]) -> Change | None:
         """Commit :meth:`ports_transition` (through the committer); None when unchanged."""

@@ -142,7 +142,7 @@ def test_nothing_is_granted_by_default_and_the_catalog_describes_each_port() -> 
     for name in ("http", "llm", "spawn"):
         desc = proc.read(f"/ports/{name}")
         assert isinstance(desc, dict) and set(desc) == set(DESCRIPTOR_FIELDS)
-        assert desc["name"] == name and desc["contract_version"] == "svit-port@1"
+        assert desc["name"] == name and desc["version"] == "v1"
         assert desc["limits"]["max_calls_per_activation"] == 8
     assert proc.read("/ports/http/limits/allow_hosts") == ["example.org"]
     assert proc.grant_ports(reg.catalog()) is None  # unchanged: no new version
@@ -224,7 +224,52 @@ def test_http_port_does_not_follow_redirects_and_bounds_the_response(server: _Se
     assert proc.version == version
 
 
+def test_a_failed_script_does_not_repeat_the_port_or_commit_guest_state(server: _Server) -> None:
+    reg = http_registry(server)
+    proc = granted("http-fail", reg, fail=(
+        '(define (main input) (do (write "/memory/uncommitted" true)'
+        ' (port-call "http" input) (panic "failed after HTTP")))'))
+    version, root = proc.version, proc.root_hash
+    with pytest.raises(ScriptFailed, match="failed after HTTP"):
+        activate(proc, "fail", {"url": server.url("/hello")}, ports=reg)
+    assert len(server.requests) == 1  # the effect happened once, outside the commit
+    assert (proc.version, proc.root_hash) == (version, root)
+    assert proc.read("/memory/uncommitted") is None
+
+
 # -- port-call semantics: limits, fuel, grants -----------------------------------------------
+
+
+class _ReadValue:
+    """A host's own port: reads one committed value through the read-only context."""
+
+    name = "read-value"
+
+    def descriptor(self) -> dict[str, Any]:
+        return {"name": self.name, "version": "v1",
+                "description": "Read one committed process value.",
+                "input_schema": {"type": "object", "required": ["path"]},
+                "output": "The committed value at path.", "effect": "read", "limits": {}}
+
+    def call(self, input: Any, ctx: Any) -> Any:
+        return ctx.committed.read(input["path"])
+
+
+def test_a_host_port_exposes_its_own_descriptor_and_reads_committed_state() -> None:
+    from svit_cluster.ports import PortRegistry
+
+    reg = PortRegistry({"read-value": _ReadValue()}, PortsConfig())
+    proc = granted("custom", reg, w=(
+        '(define (main input) (write "/memory/color" "red")'
+        ' (port-call "read-value" input))'))
+    proc.write("/memory/color", "blue")
+    desc = proc.read("/ports/read-value")
+    assert desc["description"] == "Read one committed process value."
+    assert desc["effect"] == "read" and desc["version"] == "v1"
+    # The port sees the last committed state, not the activation's working copy.
+    assert activate(proc, "w", {"path": "/memory/color"}, ports=reg).output == "blue"
+    assert proc.read("/memory/color") == "red"
+
 
 
 def test_port_calls_are_bounded_per_activation_and_charged_fuel() -> None:
