@@ -107,6 +107,11 @@ class ProcessController:
     def backend(self) -> CommitBackend:
         return self._backend
 
+    @property
+    def ports(self) -> Any:
+        """The host's :class:`~svit_cluster.ports.PortRegistry`, or None (no port granted)."""
+        return self._ports
+
     def observe(self) -> tuple[int, str]:
         """``(version, root_hash)`` from one observation."""
         with self._lock:
