@@ -162,8 +162,12 @@ class PortRegistry:
     def fuel_per_call(self) -> int:
         return self.config.fuel_per_call
 
-    def call(self, name: str, input: Value, ctx: PortContext) -> Value:
+    def call(self, name: str, input: Value, ctx: PortContext, *,
+             record: Callable[[PortCall], None] | None = None) -> Value:
         """One port call: check, run once, bound and record the result.
+
+        The :class:`PortCall` goes to ``record`` (the calling activation) and to
+        :attr:`on_call` (the host), whether the call succeeded or not.
 
         Raises:
             ScriptFailed: (``script_failed``) no port ``name`` is granted by
@@ -179,7 +183,7 @@ class PortRegistry:
         if len(raw_in) > self.config.max_input_bytes:
             raise LimitExceeded(f"port {name} input exceeds max_input_bytes="
                                 f"{self.config.max_input_bytes}", limit="port input bytes")
-        record = dict(process_id=ctx.process_id, port=name, call_index=ctx.call_index,
+        fields = dict(process_id=ctx.process_id, port=name, call_index=ctx.call_index,
                       version=ctx.version,
                       token=ctx.token, idempotency_key=ctx.idempotency_key,
                       input_bytes=len(raw_in))
@@ -191,15 +195,18 @@ class PortRegistry:
                                     f"{self.config.max_output_bytes}",
                                     limit="port output bytes")
         except SvitError as exc:
-            self._record(PortCall(ok=False, error=str(exc.code), **record))  # type: ignore[arg-type]
+            self._record(PortCall(ok=False, error=str(exc.code), **fields), record)  # type: ignore[arg-type]
             raise
         except Exception as exc:  # host bug: fail the activation, never leak its text
-            self._record(PortCall(ok=False, error=str(ErrorCode.INTERNAL), **record))  # type: ignore[arg-type]
+            self._record(PortCall(ok=False, error=str(ErrorCode.INTERNAL), **fields),  # type: ignore[arg-type]
+                         record)
             raise ScriptFailed(f"port {name} failed ({type(exc).__name__})") from exc
-        self._record(PortCall(ok=True, output_bytes=size, **record))  # type: ignore[arg-type]
+        self._record(PortCall(ok=True, output_bytes=size, **fields), record)  # type: ignore[arg-type]
         return result
 
-    def _record(self, call: PortCall) -> None:
+    def _record(self, call: PortCall, record: Callable[[PortCall], None] | None) -> None:
+        if record is not None:
+            record(call)
         log.info("port call %s #%d of %s v%d token=%d key=%s ok=%s %s", call.port,
                  call.call_index, call.process_id, call.version, call.token, call.idempotency_key,
                  call.ok, call.error)

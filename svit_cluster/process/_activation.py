@@ -208,7 +208,7 @@ class _Session:
             LimitExceeded: more than ``max_calls`` calls in this activation,
                 or the input or result above its byte bound.
         """
-        from svit_cluster.ports import PortCall, PortContext, idempotency_key
+        from svit_cluster.ports import PortContext, idempotency_key
 
         if self.ports is None or name not in self.ports.ports:
             raise ScriptFailed(f"no port named {name[:200]} is granted to this process")
@@ -220,17 +220,8 @@ class _Session:
         key = idempotency_key(self.process.id, self.new_version, index)
         ctx = PortContext(self.process.id, self.new_version, index, self.token, self.process,
                           key)
-        recorded: list[PortCall] = []
-        outer = self.ports.on_call
-        self.ports.on_call = recorded.append
-        try:
-            return self.ports.call(name, input, ctx)  # type: ignore[no-any-return]
-        finally:
-            self.ports.on_call = outer
-            self.port_calls.extend(recorded)
-            if outer is not None:
-                for call in recorded:
-                    outer(call)
+        return self.ports.call(name, input, ctx,  # type: ignore[no-any-return]
+                               record=self.port_calls.append)
 
     # -- helpers --------------------------------------------------------------
     def _program(self, name: str) -> Any:
