@@ -98,7 +98,7 @@ def test_http_llm_and_spawn_ports_on_the_cluster(ports_cluster: LocalCluster,
     with SvitClient(url, token, client_id="ports", attempts=80, max_wait_s=0.5) as c:
         pid = f"svit://local/ports-{uuid.uuid4().hex[:10]}"
         c.create_process(pid, memory={"base": 100}, scripts={"call": CALL, "child": CHILD})
-        # Every host installs the deployment's catalog (one ports.grant commit).
+        # Every host installs the deployment's catalog (one ports.refresh commit).
         catalog, version = c.state(pid, "/ports")
         assert sorted(catalog) == ["http", "llm", "spawn"] and version == 1
         assert catalog["http"]["limits"]["allow_hosts"] == [f"127.0.0.1:{on.port}"]
