@@ -112,7 +112,9 @@ class HttpPort:
             host = urlsplit(url).netloc[:200]
             raise _fail(self.name, f"HTTP URL is not allowed: host {host!r} is not on the "
                                     "allowlist")
-        sent = {str(k): str(v) for k, v in headers.items()}
+        # The host's key always wins: a guest cannot replace or duplicate it.
+        sent = {str(k): str(v) for k, v in headers.items()
+                if str(k).lower() != "idempotency-key"}
         sent["Idempotency-Key"] = ctx.idempotency_key
         limit = self.config.max_response_bytes
         try:

@@ -183,7 +183,8 @@ def test_http_port_reaches_an_allowlisted_server_and_sends_an_idempotency_key(
     proc = granted("http", reg)
     url = server.url("/hello")
     result = activate(proc, "call", {"port": "http", "input": {
-        "url": url, "method": "POST", "body": "svit"}}, ports=reg, token=11)
+        "url": url, "method": "POST", "body": "svit",
+        "headers": {"idempotency-key": "guest-chosen"}}}, ports=reg, token=11)
     assert result.output == {"status": 200, "headers": {"content-type": "text/plain"},
                              "body": "hello svit"}
     assert len(server.requests) == 1
