@@ -117,11 +117,16 @@ def cli() -> None:
                    "hosts; the key itself is never a flag).")
 @click.option("--instructions", default=None,
               help="Operator instructions for every process (/thread/instructions).")
+@click.option("--ports", "ports_file", default=None,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="JSON file with the ports block (http/llm/spawn, allowlists, limits); "
+                   "default: no port is granted.")
 @output_option
 def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
        passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...],
        reasoner_kind: str, reasoner_url: str | None, model: str | None,
-       reasoner_key_env: str, instructions: str | None, output: str) -> None:
+       reasoner_key_env: str, instructions: str | None, ports_file: Path | None,
+       output: str) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
     Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
@@ -134,12 +139,17 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
 
     reasoner = reasoner_options(reasoner_kind, reasoner_url, model, reasoner_key_env,
                                 instructions)
+    try:
+        ports = json.loads(ports_file.read_text()) if ports_file is not None else {}
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--ports") from None
     cluster = LocalCluster.up(
         ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
                     snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
                     dispatchers=dispatchers,
                     dispatch_options={"webhook_hosts": list(webhook_hosts)},
-                    reasoner=reasoner),
+                    reasoner=reasoner,
+                    ports=ports if isinstance(ports, dict) else {"invalid": ports}),
         progress=_progress,
     )
     doc = cluster.doc

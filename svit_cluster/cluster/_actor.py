@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import Any
 
 from svit_cluster.cluster._config import ClusterConfig
@@ -70,6 +71,7 @@ class ProcessActor:
         self._backend: Any = None
         self._events: Any = None
         self._loop: Any = None  # svit_cluster.reasoning.TurnLoop, once serving
+        self._port_calls: deque[dict[str, Any]] = deque(maxlen=256)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -160,9 +162,28 @@ class ProcessActor:
                                   scripts=create.get("scripts") or {})
             backend.create(proc)
         self._backend = backend
-        self._ctrl = ProcessController(proc, backend)
+        self._ctrl = ProcessController(proc, backend, ports=self._registry(), token=self.token)
+        # Replace /ports by this host's grants before serving (a stale catalog
+        # from a snapshot, a fork or another host never stays).
+        self._ctrl.grant_ports()
         return {"status": "serving", "version": proc.version, "root_hash": proc.root_hash,
                 "restore": restore}
+
+    def _registry(self) -> Any:
+        """This host's port registry (``ClusterConfig.ports``); calls are kept for
+        :meth:`port_calls` and logged with the fencing token."""
+        from svit_cluster.cluster._spawn import RaySpawner
+        from svit_cluster.ports import PortsConfig, build_registry
+        from svit_cluster.reasoning import ReasonerConfig
+
+        return build_registry(PortsConfig.parse(self.cfg.ports),
+                              reasoner_config=ReasonerConfig.from_dict(self.cfg.reasoner),
+                              spawner=RaySpawner(self.cfg, self.agent_name),
+                              on_call=lambda call: self._port_calls.append(call.to_dict()))
+
+    async def port_calls(self) -> list[dict[str, Any]]:
+        """The last 256 port calls of this actor (``PortCall.to_dict``, with the token)."""
+        return list(self._port_calls)
 
     async def serve(self) -> None:
         """Start the passivation watchdog and the reasoning loop (called by the

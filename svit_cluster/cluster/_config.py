@@ -47,6 +47,10 @@ class ClusterConfig:
             simulated reasoner). May hold an API key: kept out of ``repr``.
             From the environment: ``SVIT_REASONER_KIND``, ``_BASE_URL``,
             ``_MODEL``, ``_API_KEY_ENV``, ``_INSTRUCTIONS``.
+        ports: the deployment's port registry settings
+            (``svit_cluster.ports.PortsConfig``: which ports, allowlists,
+            limits; default ``{}`` grants nothing). From ``cluster.json``
+            ``ports`` or ``SVIT_PORTS_JSON``.
     """
 
     cluster: str = "local"
@@ -63,6 +67,7 @@ class ClusterConfig:
     signal_retention: int = 10_000
     redis_allow_unverified_eviction_policy: bool = False
     reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
+    ports: dict[str, Any] = field(default_factory=dict)
 
     @property
     def namespace(self) -> str:
@@ -99,6 +104,7 @@ class ClusterConfig:
                             if v.get("endpoints")},
             signal_retention=int(doc.get("signal_retention", 10_000)),
             reasoner=dict(doc.get("reasoner") or {}),
+            ports=dict(doc.get("ports") or {}),
         )
 
     @classmethod
@@ -125,9 +131,30 @@ class ClusterConfig:
                           for k in ("kind", "base_url", "model", "api_key_env",
                                     "instructions")
                           if f"SVIT_REASONER_{k.upper()}" in env},
+                ports=_ports_from_env(env.get("SVIT_PORTS_JSON", "")),
             )
         except ValueError as exc:
             raise ConfigurationError(f"bad SVIT_* setting: {exc}") from exc
+
+
+def _ports_from_env(raw: str) -> dict[str, Any]:
+    """``SVIT_PORTS_JSON`` (the Helm values' ``ports:`` block as JSON), validated.
+
+    Raises:
+        ConfigurationError: not a JSON object, or not a valid ``PortsConfig``.
+    """
+    if not raw.strip():
+        return {}
+    from svit_cluster.ports import PortsConfig
+
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise ConfigurationError("SVIT_PORTS_JSON is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ConfigurationError("SVIT_PORTS_JSON must be a JSON object")
+    PortsConfig.parse(doc)
+    return doc
 
 
 def _etcd_endpoints(raw: str) -> str:

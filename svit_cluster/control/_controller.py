@@ -102,6 +102,9 @@ class ProcessController:
         backend: receipts and commits; default :class:`MemoryBackend` (256
             receipts, in memory).
         clock: monotonic seconds for the activation wall-clock limit.
+        ports: the host's :class:`~svit_cluster.ports.PortRegistry` (None: no
+            port is granted; ``port-call`` fails).
+        token: the owner's fencing token, recorded with every port call.
     """
 
     def __init__(
@@ -110,8 +113,12 @@ class ProcessController:
         backend: CommitBackend | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        ports: Any = None,
+        token: int = 0,
     ) -> None:
         self._process = process
+        self._ports = ports
+        self._token = token
         self._backend: CommitBackend = backend if backend is not None else MemoryBackend()
         self._lock = threading.Lock()
         self._clock = clock
@@ -136,6 +143,11 @@ class ProcessController:
     @property
     def backend(self) -> CommitBackend:
         return self._backend
+
+    @property
+    def ports(self) -> Any:
+        """The host's :class:`~svit_cluster.ports.PortRegistry`, or None (no port granted)."""
+        return self._ports
 
     def observe(self) -> tuple[int, str]:
         """``(version, root_hash)`` from one observation.
@@ -287,7 +299,8 @@ class ProcessController:
         cmd = request.command
         previous = proc.version
         try:
-            result = prepare_activation(proc, cmd.script, cmd.input, clock=self._clock)
+            result = prepare_activation(proc, cmd.script, cmd.input, clock=self._clock,
+                                        ports=self._ports, token=self._token)
         except SvitError as exc:
             response = self._rejected(request, exc.code, exc.message)
             backend.put_receipt(self._receipt(tenant, request, fingerprint, response),
@@ -382,6 +395,26 @@ class ProcessController:
         return self._process.commit(transition)
 
     # -- host operations (not part of svit-control@1) ---------------------------------
+
+    def grant_ports(self) -> Change | None:
+        """Replace ``/ports`` by this host's catalog (one ``ports.refresh`` commit, if it differs).
+
+        Called once after every restore or create, before serving: a stale
+        catalog from a snapshot or another host never stays (and never grants:
+        dispatch uses the registry only).
+
+        Returns:
+            The change, or None when ``/ports`` already matched.
+
+        Raises:
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        catalog = {} if self._ports is None else self._ports.catalog()
+        with self._lock:
+            transition = self._process.ports_transition(catalog)
+            if transition is None:
+                return None
+            return self._durable_commit(transition, None, ())
 
     def append_inbox(self, message: Any, *, dedup_key: str | None = None
                      ) -> tuple[bool, int, Change | None]:

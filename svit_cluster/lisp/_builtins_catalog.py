@@ -17,7 +17,7 @@ module adds:
 * ``dispatch-table``, ``dispatch``, ``dispatch-safe``: call a handler the
   guest registered by name in an explicit table; unknown names fail closed.
 * ``jq`` (see :mod:`svit_cluster.lisp._jq`), ``search`` (literal text search
-  below a process path), ``port-call`` (fails: no port is granted yet).
+  below a process path), ``port-call`` (the host's granted ports; fails for any other name).
 
 Helpers that call a guest function are :data:`~svit_cluster.lisp._types.SP_CALL`
 builtins: they return a :class:`~svit_cluster.lisp._types.TailCall` and the
@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 from svit_cluster.errors import ScriptFailed, SvitError
 from svit_cluster.lisp._builtins_core import arity, expect_str
 from svit_cluster.lisp._builtins_svit import (
+    _incoming,
     _result_map,
     b_map_get,
     result_error,
@@ -108,7 +109,8 @@ CATALOG: tuple[Entry, ...] = (
     Entry("exec", "(exec path input)",
           "Run a /lib script within this activation, with bounded nesting.", "scripts"),
     Entry("port-call", "(port-call name input)",
-          "Call a host port granted to the process; fails when none is granted.", "ports"),
+          "Call a host port granted to the process; fails for a port the host does not grant.",
+          "ports"),
     Entry("log-info!", "(log-info! message [fields])", "Append a record to the activation log.",
           "effects"),
     Entry("send!", "(send! address body)",
@@ -462,8 +464,24 @@ def b_port_call(r: Run, a: Args) -> Any:
     name = expect_str("port-call", a[0])
     if not name or "/" in name:
         raise script_failed("port-call name must name one port")
-    to_value(r, a[1])
-    raise script_failed(f"no port named {name[:200]} is granted to this process")
+    value = to_value(r, a[1])
+    call = getattr(r.host, "port_call", None)
+    if call is None:
+        raise script_failed(f"no port named {name[:200]} is granted to this process")
+    # A port call costs fuel up front (and its result is charged like any value):
+    # the guest is suspended while the host runs the port once.
+    r.fuel += int(getattr(r.host, "port_call_fuel", 0))
+    if r.fuel > r.max_fuel:
+        r.tick("port-call")
+    r.sync_out()
+    try:
+        result = call(name, value)
+    except SvitError as e:
+        r.foreign = e
+        raise
+    finally:
+        r.sync_in()
+    return _incoming(r, result)
 
 
 HELPERS: dict[str, Callable[[Run, Args], Any]] = {

@@ -71,6 +71,9 @@ class ClusterSpec:
             ...), written to ``cluster.json``; default ``{}`` (simulated). An
             ``api_key`` is refused here: the hosts read the key from the
             variable ``api_key_env`` names, never from ``cluster.json``.
+        ports: the deployment's port registry (``svit_cluster.ports.PortsConfig``
+            fields: which ports, their allowlists and limits; default ``{}``
+            grants nothing). Recorded in ``cluster.json`` for every host.
     """
 
     state_dir: Path
@@ -83,6 +86,7 @@ class ClusterSpec:
     dispatchers: int = 1
     dispatch_options: dict[str, Any] = field(default_factory=dict)
     reasoner: dict[str, Any] = field(default_factory=dict)
+    ports: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> ClusterSpec:
         if not 1 <= self.hosts <= 16:
@@ -99,6 +103,9 @@ class ClusterSpec:
         from svit_cluster.reasoning import ReasonerConfig
 
         ReasonerConfig.from_dict(self.reasoner)
+        from svit_cluster.ports import PortsConfig
+
+        PortsConfig.parse(self.ports)
         return self
 
 
@@ -176,6 +183,7 @@ class LocalCluster:
             "snapshot_every": spec.snapshot_every,
             "passivate_after_s": spec.passivate_after_s,
             "max_request_bytes": spec.max_request_bytes,
+            "ports": dict(spec.ports),
             "tokens": {"admin": admin, "local": tenant},
             "reasoner": dict(spec.reasoner),
             "tokens_file": str(tokens_file),
@@ -312,6 +320,7 @@ class LocalCluster:
             passivate_after_s=doc["passivate_after_s"],
             max_request_bytes=doc["max_request_bytes"],
             cluster=doc["cluster"],
+            ports=dict(doc.get("ports") or {}),
         )
         return cls(spec, doc)
 

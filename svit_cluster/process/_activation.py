@@ -65,6 +65,8 @@ class ActivationResult:
         changed: sorted changed paths.
         fuel_used: deterministic fuel spent (see ``Limits.max_fuel``).
         transition: the sealed transition (record + change).
+        port_calls: one :class:`~svit_cluster.ports.PortCall` per port call, in
+            order (each also logged with the owner's fencing token).
     """
 
     output: Value
@@ -75,6 +77,7 @@ class ActivationResult:
     changed: tuple[str, ...]
     fuel_used: int
     transition: Transition
+    port_calls: tuple[Any, ...] = ()
 
 
 def _value_or_none(node: Node | None) -> Value:
@@ -84,8 +87,13 @@ def _value_or_none(node: Node | None) -> Value:
 class _Session:
     """The :class:`svit_cluster.lisp.GuestHost` of one activation (shared by nested exec)."""
 
-    def __init__(self, process: Process, wc: WorkingCopy, meter: Any) -> None:
+    def __init__(self, process: Process, wc: WorkingCopy, meter: Any, ports: Any = None,
+                 token: int = 0) -> None:
         self.process = process
+        self.ports = ports
+        self.token = token
+        self.port_calls: list[Any] = []
+        self.port_call_fuel = 0 if ports is None else int(ports.fuel_per_call)
         self.limits: Limits = process.limits
         self.wc = wc
         self.meter = meter
@@ -187,6 +195,34 @@ class _Session:
         finally:
             self.depth -= 1
 
+    def port_call(self, name: str, input: Value) -> Value:
+        """One ``port-call``: the guest waits while the host runs the port once.
+
+        The call is recorded (:attr:`port_calls`, and logged with the owner's
+        fencing token) whether it succeeds or not; the result joins the
+        activation like any value, and the activation still commits once.
+
+        Raises:
+            ScriptFailed: no such port is granted by this host (a stale
+                ``/ports`` catalog grants nothing), or the port failed.
+            LimitExceeded: more than ``max_calls`` calls in this activation,
+                or the input or result above its byte bound.
+        """
+        from svit_cluster.ports import PortContext, idempotency_key
+
+        if self.ports is None or name not in self.ports.ports:
+            raise ScriptFailed(f"no port named {name[:200]} is granted to this process")
+        index = len(self.port_calls)
+        if index >= self.ports.config.max_calls:
+            raise LimitExceeded(f"too many port calls (max_calls={self.ports.config.max_calls})",
+                                limit="port calls")
+        self._check_input(input)
+        key = idempotency_key(self.process.id, self.new_version, index)
+        ctx = PortContext(self.process.id, self.new_version, index, self.token, self.process,
+                          key)
+        return self.ports.call(name, input, ctx,  # type: ignore[no-any-return]
+                               record=self.port_calls.append)
+
     # -- helpers --------------------------------------------------------------
     def _program(self, name: str) -> Any:
         from svit_cluster.lisp import compile_script
@@ -212,6 +248,8 @@ def prepare_activation(
     input: Value,
     *,
     clock: Callable[[], float] = time.monotonic,
+    ports: Any = None,
+    token: int = 0,
 ) -> ActivationResult:
     """Run one activation against a working copy and seal it, without committing.
 
@@ -220,6 +258,9 @@ def prepare_activation(
         script: a script name (``"counter"``) in ``/lib``.
         input: the activation input (plain value).
         clock: monotonic seconds for the wall-clock limit; fuel is deterministic.
+        ports: the host's :class:`~svit_cluster.ports.PortRegistry` (None: no
+            port is granted).
+        token: the owner's fencing token, recorded with each port call.
 
     Returns:
         An :class:`ActivationResult` whose ``transition`` must be committed.
@@ -236,7 +277,7 @@ def prepare_activation(
 
     wc = process.working_copy()
     meter = Meter(process.limits, clock=clock)
-    session = _Session(process, wc, meter)
+    session = _Session(process, wc, meter, ports, token)
     program = session._program(script)
     session._check_input(input)
     try:
@@ -268,16 +309,18 @@ def prepare_activation(
         changed=transition.change.paths,
         fuel_used=int(getattr(meter, "fuel_used", 0)),
         transition=transition,
+        port_calls=tuple(session.port_calls),
     )
 
 
 def activate(
-    process: Process, script: str, input: Value, *, clock: Callable[[], float] = time.monotonic
+    process: Process, script: str, input: Value, *, clock: Callable[[], float] = time.monotonic,
+    ports: Any = None, token: int = 0,
 ) -> ActivationResult:
     """Prepare and commit one activation (see :func:`prepare_activation`).
 
     On success the process is at ``version + 1``; on any error it is unchanged.
     """
-    result = prepare_activation(process, script, input, clock=clock)
+    result = prepare_activation(process, script, input, clock=clock, ports=ports, token=token)
     process.commit(result.transition)
     return result

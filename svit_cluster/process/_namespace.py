@@ -29,6 +29,7 @@ __all__ = [
     "INTENT_FIELDS",
     "LANGUAGE",
     "MAX_VERSION",
+    "PORT_DESCRIPTOR_FIELDS",
     "PROTOCOL",
     "RESERVED_ROOTS",
     "SNAPSHOT_FORMAT",
@@ -59,7 +60,17 @@ INTENT_FIELDS = frozenset({"message_id", "to", "body"})
 _LEGACY_INTENT_FIELDS = frozenset({"id", "to", "body"})
 
 #: Root sections reserved for features this host does not have; they stay empty.
-RESERVED_ROOTS = ("children", "mounts", "ports", "tasks")
+RESERVED_ROOTS = ("children", "mounts", "tasks")
+
+#: The fields of one ``/ports/<name>`` descriptor (reference: docs/ports.md,
+#: "Registry and catalog"). The catalog is descriptive only: the host installs
+#: its own on every restore, and dispatch never consults it.
+PORT_DESCRIPTOR_FIELDS = frozenset(
+    {"name", "version", "description", "input_schema", "output", "effect", "limits"}
+)
+
+#: Ports one catalog may describe.
+MAX_PORTS = 64
 
 #: ``/system`` keys whose content is per process (checked by shape, not equality).
 _SYSTEM_PER_PROCESS = frozenset({"lineage", "outbox"})
@@ -160,6 +171,10 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
     * the root is a map with exactly :data:`~svit_cluster.process.ROOT_KEYS`;
     * ``/memory`` and ``/thread`` are maps, ``/inbox`` is an array, and every
       reserved section (:data:`RESERVED_ROOTS`) is an empty map;
+    * ``/ports`` is a port catalog: at most :data:`MAX_PORTS` entries, each a
+      map with exactly :data:`PORT_DESCRIPTOR_FIELDS` whose ``name`` is its
+      key (a catalog of another host is accepted here and replaced by the
+      serving host's, see ``Process.ports_transition``);
     * ``/lib`` maps valid script names to scripts of at most
       ``max_script_bytes`` that compile;
     * ``/system`` has exactly its seven keys; ``identity`` (this address, not
@@ -193,6 +208,7 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
         node = root.get(key)
         if not isinstance(node, MapNode) or len(node) != 0:
             raise _root_error(f"/{key}", "is reserved and must be an empty map")
+    check_port_catalog(root.get("ports"))
     lib = root.get("lib")
     if not isinstance(lib, MapNode):
         raise _root_error("/lib", "must be a map")
@@ -259,6 +275,29 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
             validate_address(to.value)
         except InvalidInput:
             raise _root_error(f"{where}/to", "is not a process id or external address") from None
+
+
+def check_port_catalog(node: Node | None) -> None:
+    """Check the shape of a ``/ports`` catalog (see :func:`validate_root`).
+
+    Raises:
+        InvalidInput: (``invalid_snapshot``) not a map, too many ports, or a
+            descriptor of the wrong shape; the message names the path.
+    """
+    if not isinstance(node, MapNode):
+        raise _root_error("/ports", "must be a map")
+    if len(node) > MAX_PORTS:
+        raise _root_error("/ports", f"holds more than {MAX_PORTS} ports")
+    for name, desc in node.items():
+        where = f"/ports/{name[:64]}"
+        if not name or "/" in name or not isinstance(desc, MapNode):
+            raise _root_error(where, "must be a port descriptor map")
+        if set(desc.keys()) != PORT_DESCRIPTOR_FIELDS:
+            raise _root_error(where, "keys must be exactly "
+                              + ",".join(sorted(PORT_DESCRIPTOR_FIELDS)))
+        got = desc.get("name")
+        if not isinstance(got, ScalarNode) or got.value != name:
+            raise _root_error(f"{where}/name", "must equal the port's key")
 
 
 def encode_node(node: Node) -> dict[str, Any]:

@@ -273,6 +273,42 @@ class Process:
         self._chain_head = rec.event_hash
         return transition.change
 
+    def ports_transition(self, catalog: dict[str, Value]) -> Transition | None:
+        """Seal the replacement of ``/ports`` by this host's ``catalog``, if it differs.
+
+        The catalog is descriptive, never authority (reference: docs/ports.md):
+        whatever a snapshot or an earlier host left in ``/ports`` is replaced by
+        the serving host's grants, as one versioned ``ports.refresh`` transition
+        (so replay on any host reproduces the same root). Returns None when
+        ``/ports`` already equals ``catalog`` (no new version).
+
+        Raises:
+            InvalidInput: (``invalid_snapshot``) ``catalog`` is not a valid
+                catalog (:func:`~svit_cluster.process._namespace.check_port_catalog`).
+            LimitExceeded: tree bounds or the version limit.
+        """
+        from svit_cluster.process._namespace import check_port_catalog
+        from svit_cluster.process._tree import node_from_value
+
+        check_port_catalog(node_from_value(catalog))
+        current = self.read("/ports")
+        if values_equal(current, catalog):
+            return None
+        wc = self.working_copy()
+        assert isinstance(current, dict)
+        for name in sorted(current):
+            if name not in catalog:
+                wc.host_remove(f"/ports/{name}")
+        for name in sorted(catalog):
+            if name not in current or not values_equal(current[name], catalog[name]):
+                wc.host_set(f"/ports/{name}", catalog[name])
+        return self.seal(wc, "ports.refresh")
+
+    def grant_ports(self, catalog: dict[str, Value]) -> Change | None:
+        """Commit :meth:`ports_transition` (through the committer); None when unchanged."""
+        transition = self.ports_transition(catalog)
+        return None if transition is None else self.commit(transition)
+
     def _host_commit(self, source: str, stage: Callable[[WorkingCopy], object]) -> Change:
         wc = self.working_copy()
         stage(wc)

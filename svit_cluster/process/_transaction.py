@@ -68,7 +68,8 @@ GENESIS_HASH = "0" * 64
 MAX_SOURCE_BYTES = 4096
 #: The ``source`` values svit_cluster writes (any other valid source is read).
 SOURCES = frozenset(
-    {"activation", "host.write", "host.remove", "inbox.append", "inbox.ack", "host.event"}
+    {"activation", "host.write", "host.remove", "inbox.append", "inbox.ack", "host.event",
+     "ports.refresh"}
 )
 _OPS_WITH_VALUE = frozenset({"set", "append"})
 _OPS = frozenset({"set", "remove", "append", "remove_front"})

@@ -175,8 +175,9 @@ def apply_mutation(root: Node, mut: Mutation, limits: Limits) -> Node:
 
 
 def _host_managed(path: Path) -> bool:
-    """Paths only the host writes (``/thread/...``): allowed in records, never to guests."""
-    return len(path) >= 2 and path[0] == "thread"
+    """Paths only the host writes (``/thread/...``, ``/ports/...``): allowed in
+    records, never to guests."""
+    return len(path) >= 2 and path[0] in ("thread", "ports")
 
 
 def _check_writable(path: Path, text: str, *, removing: bool) -> None:

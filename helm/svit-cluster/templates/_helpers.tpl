@@ -324,3 +324,22 @@ readinessProbe:
   timeoutSeconds: 5
   failureThreshold: 2
 {{- end -}}
+
+{{/*
+The ports block as the JSON svit_cluster.ports.PortsConfig reads (SVIT_PORTS_JSON).
+*/}}
+{{- define "svit.portsJson" -}}
+{{- $p := .Values.ports | default dict -}}
+{{- $h := $p.http | default dict -}}
+{{- $l := $p.llm | default dict -}}
+{{- $s := $p.spawn | default dict -}}
+{{- $doc := dict
+  "http" (dict "enabled" ($h.enabled | default false) "allow_hosts" ($h.allowHosts | default list) "max_response_bytes" (int64 ($h.maxResponseBytes | default 65536)) "timeout_s" (float64 ($h.timeoutS | default 10)))
+  "llm" (dict "enabled" ($l.enabled | default false) "max_messages" (int64 ($l.maxMessages | default 32)))
+  "spawn" (dict "enabled" ($s.enabled | default false))
+  "max_calls" (int64 (ternary $p.maxCalls 8 (hasKey $p "maxCalls")))
+  "max_input_bytes" (int64 ($p.maxInputBytes | default 65536))
+  "max_output_bytes" (int64 ($p.maxOutputBytes | default 262144))
+  "fuel_per_call" (int64 (ternary $p.fuelPerCall 1000 (hasKey $p "fuelPerCall"))) -}}
+{{- toJson $doc -}}
+{{- end -}}
