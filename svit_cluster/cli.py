@@ -330,23 +330,36 @@ def healthcheck(url: str, timeout_s: float, heartbeat_file: Path | None, max_age
 @click.option("--url", required=True, help="Gateway base URL.")
 @click.option("--token", envvar="SVIT_TOKEN", required=True, help="Bearer token (SVIT_TOKEN).")
 @click.option("--tenant", default="smoke", show_default=True)
-def smoke(url: str, token: str, tenant: str) -> None:
-    """Create a process and run one authenticated activation; exit 0 on success."""
-    import uuid
+@click.option("--process-id", default=None,
+              help="Process to use (default svit://<tenant>/helm-test): created when missing, "
+                   "reused otherwise.")
+def smoke(url: str, token: str, tenant: str, process_id: str | None) -> None:
+    """Run one authenticated activation on the smoke process; exit 0 on success.
 
-    from svit_cluster.client import SvitClient
+    The gateway has no way to delete a process, so every run uses the same one
+    (created on the first run, reused after): repeated `helm test` runs leave one
+    process, not one per run. The activation increments ``/memory/n`` against
+    the observed version (a concurrent run only causes a retry).
+    """
+    from svit_cluster.client import RecoveredCommit, SvitClient
+    from svit_cluster.errors import ErrorCode
 
-    pid = f"svit://{tenant}/smoke-{uuid.uuid4().hex[:8]}"
+    pid = process_id or f"svit://{tenant}/helm-test"
     script = '(define (main input) (do (write "/memory/n" (+ 1 (read "/memory/n"))) 1))'
     try:
         with SvitClient(url, token) as client:
-            client.create_process(pid, memory={"n": 0}, scripts={"inc": script})
-            resp = client.activate(pid, "inc", None, expected_version=0)
+            try:
+                client.create_process(pid, memory={"n": 0}, scripts={"inc": script})
+            except SvitError as exc:
+                if exc.code != ErrorCode.CONFLICT:
+                    raise
+                # made by an earlier run: reused
+            resp = client.activate_until_committed(pid, "inc", None)
     except SvitError as exc:
         _fail(exc)
-    ok = resp.outcome.status == "committed"
-    click.echo(f"smoke {pid}: {resp.outcome.status}")
-    raise SystemExit(0 if ok else 1)
+    status = "committed" if isinstance(resp, RecoveredCommit) else resp.outcome.status
+    click.echo(f"smoke {pid}: {status}")
+    raise SystemExit(0 if status == "committed" else 1)
 
 
 def main() -> None:
