@@ -619,7 +619,7 @@ def run(check: Check) -> None:
         # The SIGTERM handler's promise: the ownership key goes at once, not when
         # the lease expires. Serving again also waits for the gateway to see the
         # dead actor (Ray's node health check) and for client retries, which on
-        # this shared 2-core machine took 2.4-5.7 s: bounded by 3 TTLs here so a
+        # this shared 2-core machine took 2.0-5.7 s: bounded by 3 TTLs here so a
         # loaded CI machine does not flake; both figures are printed.
         if not released or released[0] >= check.ttl_s:
             raise CheckFailed(f"the ownership key stayed {gone} after SIGTERM, not under "
