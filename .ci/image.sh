@@ -15,7 +15,8 @@
 #     as uid 10001 with a read-only root filesystem, and the host-agent probe
 #     command answers (exit 1: no heartbeat yet).
 #
-# Prints the time of each stage. Not wired into .ci/run yet.
+# Prints the time of each stage. .ci/run runs it after the main test suite, then
+# the container check (tests/deploy/test_chart_containers.py).
 # Environment: IMAGE (localhost/svit-cluster:ci), BASE_IMAGE
 # (localhost/debian:bookworm-min), DEBIAN_MIRROR, NICE (19), NPROC_LIMIT (32768).
 set -euo pipefail
@@ -47,8 +48,10 @@ for tool in podman runc debootstrap; do
 done
 if ((${#missing[@]})); then
     command -v apt-get >/dev/null 2>&1 || die "need ${missing[*]} and apt-get is not available"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    SUDO=""; [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
+    echo "    apt-get install ${missing[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 podman --version
 end

@@ -522,32 +522,43 @@ def healthcheck(url: str | None, timeout_s: float, heartbeat_file: Path | None,
               type=click.FloatRange(0.01), help="Seconds per HTTP call.")
 @click.option("--attempts", default=3, show_default=True, type=click.IntRange(1, 100),
               help="Tries per call for transport errors and unavailable answers.")
+@click.option("--process-id", default=None,
+              help="Process to use (default svit://<tenant>/helm-test): created when missing, "
+                   "reused otherwise.")
 @output_option
 def smoke(url: str | None, token: str | None, state_dir: Path | None, tenant: str,
-          timeout_s: float, attempts: int, output: str) -> None:
-    """Create a process and run one authenticated activation.
+          timeout_s: float, attempts: int, process_id: str | None, output: str) -> None:
+    """Run one authenticated activation on the smoke process.
+
+    The gateway has no way to delete a process, so every run uses the same one
+    (created on the first run, reused after): repeated `helm test` runs leave one
+    process, not one per run. The activation increments ``/memory/n`` against
+    the observed version (a concurrent run only causes a retry).
 
     Exit 0 when it committed, 1 when refused or not committed, 3 when the
     gateway is unreachable or unavailable.
     """
-    import uuid
-
-    from svit_cluster.client import SvitClient
+    from svit_cluster.client import RecoveredCommit, SvitClient
+    from svit_cluster.errors import ErrorCode
     from svit_cluster.settings import resolve_gateway
 
     base, tok = resolve_gateway(url, token, state_dir=state_dir)
-    pid = f"svit://{tenant}/smoke-{uuid.uuid4().hex[:8]}"
+    pid = process_id or f"svit://{tenant}/helm-test"
     script = '(define (main input) (do (write "/memory/n" (+ 1 (read "/memory/n"))) 1))'
     with SvitClient(base, tok, timeout_s=timeout_s, attempts=attempts,
                     max_wait_s=1.0) as client:
-        client.create_process(pid, memory={"n": 0}, scripts={"inc": script})
-        resp = client.activate(pid, "inc", None, expected_version=0)
-    ok = resp.outcome.status == "committed"
-    emit(output, {"process_id": pid, "status": resp.outcome.status, "ok": ok,
-                  "url": base},
-         lambda: click.echo(f"smoke {pid}: {resp.outcome.status}"))
+        try:
+            client.create_process(pid, memory={"n": 0}, scripts={"inc": script})
+        except SvitError as exc:
+            if exc.code != ErrorCode.CONFLICT:
+                raise
+            # made by an earlier run: reused
+        resp = client.activate_until_committed(pid, "inc", None)
+    status = "committed" if isinstance(resp, RecoveredCommit) else resp.outcome.status
+    ok = status == "committed"
+    emit(output, {"process_id": pid, "status": status, "ok": ok, "url": base},
+         lambda: click.echo(f"smoke {pid}: {status}"))
     raise SystemExit(EXIT_OK if ok else EXIT_FAILED)
-
 
 @cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))

@@ -39,6 +39,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import redis.asyncio as aioredis
@@ -572,6 +573,19 @@ class DispatchWorker:
             raise LeaseLost(st.key)
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***`` (safe to log).
+
+    ``redis://:secret@host:6379/0`` -> ``redis://:***@host:6379/0``; a URL
+    without a password is returned unchanged.
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 def run_worker(config: DispatchConfig, *, metrics: DispatchMetrics | None = None) -> None:
     """Run one worker in this OS process until SIGTERM or SIGINT.
 
@@ -588,7 +602,8 @@ def run_worker(config: DispatchConfig, *, metrics: DispatchMetrics | None = None
             from prometheus_client import start_http_server
 
             start_http_server(config.metrics_port, registry=worker.metrics.registry)
-        log.info("dispatcher worker %s starting (redis %s)", worker.name, config.redis_url)
+        log.info("dispatcher worker %s starting (redis %s)", worker.name,
+                 redact_url(config.redis_url))
         await worker.run()
 
     asyncio.run(main())

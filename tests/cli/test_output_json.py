@@ -86,7 +86,7 @@ def test_smoke(fake_cluster: FakeCluster, clean_env: object,
     monkeypatch.setenv("SVIT_TOKEN", ADMIN)
     doc = run_json(["smoke", "--output", "json"])  # everything from SVIT_URL/SVIT_TOKEN
     assert doc["status"] == "committed" and doc["ok"] is True
-    assert doc["process_id"].startswith("svit://smoke/smoke-")
+    assert doc["process_id"] == "svit://smoke/helm-test"  # reused by every run
 
 
 def test_host_signals_and_down(fake_cluster: FakeCluster) -> None:
