@@ -220,6 +220,22 @@ def _settle_unknown(
     )
 
 
+def _same_creation(memory: Any, scripts: dict[str, str] | None, memory_now: Value,
+                   lib_now: Value) -> bool:
+    """Whether an existing process holds exactly what a create asked for.
+
+    ``memory`` is compared as the gateway decodes it (plain JSON, ``None`` =
+    ``{}``); ``scripts`` by source text.
+    """
+    from svit_cluster.process import Script, from_plain_json
+
+    want_memory = from_plain_json(memory) if memory is not None else {}
+    if memory_now != want_memory or not isinstance(lib_now, dict):
+        return False
+    have = {name: s.source for name, s in lib_now.items() if isinstance(s, Script)}
+    return len(have) == len(lib_now) and have == dict(scripts or {})
+
+
 class _Base:
     def __init__(
         self, url: str | None, token: str | None, *, client_id: str | None, attempts: int,
@@ -350,14 +366,32 @@ class SvitClient(_Base):
     ) -> dict[str, Any]:
         """Create a process (plain-JSON memory, scripts by name).
 
+        Safe to retry: an attempt whose outcome was unknown (a transport error
+        or ``unavailable``, retried by this call) may have created the process,
+        so a later attempt's "already exists" is checked: when the process's
+        ``/memory`` and ``/lib`` sources equal this request's, the create is
+        reported as done (``{"process_id", "version", "recovered": True}``,
+        ``version`` as observed). Otherwise it is a real conflict.
+
         Raises:
-            ConflictError: (409) it already exists.
+            ConflictError: (409) it already exists with other content, or
+                existed before this call's first attempt.
             Forbidden: (403) the token may not act on this tenant.
         """
-        result: dict[str, Any] = self._call(
-            "POST", "/v1/processes", timeout_s=timeout_s,
-            json={"process_id": process_id, "memory": memory, "scripts": scripts or {}},
-        )
+        failed: list[BaseException] = []
+        try:
+            result: dict[str, Any] = self._call(
+                "POST", "/v1/processes", timeout_s=timeout_s, failed=failed,
+                json={"process_id": process_id, "memory": memory, "scripts": scripts or {}},
+            )
+        except ConflictError:
+            if not failed:
+                raise
+            memory_now, version = self.state(process_id, "/memory", timeout_s=timeout_s)
+            lib_now, _ = self.state(process_id, "/lib", timeout_s=timeout_s)
+            if not _same_creation(memory, scripts, memory_now, lib_now):
+                raise
+            return {"process_id": process_id, "version": version, "recovered": True}
         return result
 
     def state(self, process_id: str, path: str = "/memory", *,
@@ -601,11 +635,21 @@ class AsyncSvitClient(_Base):
         self, process_id: str, *, memory: Any = None, scripts: dict[str, str] | None = None,
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
-        """Async form of :meth:`SvitClient.create_process`."""
-        result: dict[str, Any] = await self._call(
-            "POST", "/v1/processes", timeout_s=timeout_s,
-            json={"process_id": process_id, "memory": memory, "scripts": scripts or {}},
-        )
+        """Async form of :meth:`SvitClient.create_process` (same retry rule)."""
+        failed: list[BaseException] = []
+        try:
+            result: dict[str, Any] = await self._call(
+                "POST", "/v1/processes", timeout_s=timeout_s, failed=failed,
+                json={"process_id": process_id, "memory": memory, "scripts": scripts or {}},
+            )
+        except ConflictError:
+            if not failed:
+                raise
+            memory_now, version = await self.state(process_id, "/memory", timeout_s=timeout_s)
+            lib_now, _ = await self.state(process_id, "/lib", timeout_s=timeout_s)
+            if not _same_creation(memory, scripts, memory_now, lib_now):
+                raise
+            return {"process_id": process_id, "version": version, "recovered": True}
         return result
 
     async def state(self, process_id: str, path: str = "/memory", *,
