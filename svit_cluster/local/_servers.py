@@ -36,6 +36,17 @@ __all__ = ["EtcdServer", "RedisServer", "ServerError", "free_port"]
 _LOOPBACK = "127.0.0.1"
 
 
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` from ``/proc/<pid>/stat``; None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its end
+    return stat[stat.rindex(b")") + 2:][:1].decode()
+
+
 class ServerError(UnavailableError):
     """A local server could not be started (binary missing, exited, not ready in time).
 
@@ -218,9 +229,25 @@ class _Server(ABC):
         self._signal(signal.SIGKILL)
         proc.wait(timeout=10)
 
-    def pause(self) -> None:
-        """SIGSTOP the server (it keeps its sockets but answers nothing)."""
+    def pause(self, *, timeout_s: float = 5.0) -> None:
+        """SIGSTOP the server (it keeps its sockets but answers nothing).
+
+        Returns once the kernel reports the process stopped (``T`` in
+        ``/proc/<pid>/stat``), not merely signalled: on a loaded machine a
+        request sent right after ``kill`` could otherwise still be answered.
+
+        Raises:
+            UnavailableError: it did not stop within ``timeout_s`` seconds.
+        """
         self._signal(signal.SIGSTOP)
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while _proc_state(proc.pid) not in ("T", "t", None):
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"pid {proc.pid} did not stop within {timeout_s} s")
+            time.sleep(0.005)
 
     def resume(self) -> None:
         """SIGCONT a paused server."""
