@@ -135,12 +135,16 @@ def failovers(cluster: LocalCluster, url: str, token: str, kills: int) -> dict[s
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="CI smoke run: 4 clients, 10 processes, 100 ops, 1 kill")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--processes", type=int, default=100)
     ap.add_argument("--ops", type=int, default=2000)
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--lease-ttl", type=int, default=3)
     args = ap.parse_args()
+    if args.quick:
+        args.clients, args.processes, args.ops, args.kills = 4, 10, 100, 1
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory(prefix="svit-bench-") as tmp:
         cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=3,

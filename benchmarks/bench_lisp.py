@@ -50,7 +50,9 @@ def _best(rounds: int, fn: Any) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20_000)
-    runs = parser.parse_args().runs
+    parser.add_argument("--quick", action="store_true", help="CI smoke run: 500 runs")
+    parsed = parser.parse_args()
+    runs = 500 if parsed.quick else parsed.runs
     limits = Limits()
     host = DictHost()
     program = compile_script(COUNTER, name="counter", limits=limits)

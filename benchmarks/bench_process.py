@@ -105,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big", type=int, default=100_000, help="memory entries (default 100000)")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     parser.add_argument("--writes", type=int, default=400, help="writes per round (default 400)")
+    parser.add_argument("--quick", action="store_true",
+                        help="CI smoke run: 10 000 entries, 3 rounds of 100 writes")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.big, args.rounds, args.writes = 10_000, 3, 100
     result = run(args.small, args.big, args.rounds, args.writes)
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")

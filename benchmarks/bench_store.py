@@ -4,8 +4,9 @@ Run: ``.venv/bin/python -m benchmarks.bench_store [--quick]``. Prints one JSON
 object. Starts its own redis-server with the launcher (AOF on) and stops it.
 
 * **commit**: sequential round trips per second of the fenced commit script
-  (fence check, version check, XADD, receipt, head; ``EVALSHA`` with the exact
-  arguments ``RedisBackend.commit`` sends) vs a bare ``XADD`` carrying the same
+  (fence check, version check, XADD, receipt, committed signal, head;
+  ``EVALSHA`` with the exact arguments ``RedisBackend.commit`` sends, built by
+  the same ``RedisBackend._commit_args``) vs a bare ``XADD`` carrying the same
   payload bytes (record + receipt), on the same client connection,
   interleaved in batches so drift hits both. ``ratio`` = fenced / bare cost
   per round trip (target <= 1.3); ``end_to_end_ratio`` also counts the
@@ -64,15 +65,6 @@ def _new_log(client: redis.Redis, pid: str) -> RedisBackend:
     return backend
 
 
-def _script_args(t: Transition, r: Receipt) -> list[Any]:
-    """The commit script's ARGV, exactly as ``RedisBackend.commit`` builds it."""
-    rec = t.record
-    field = f"{r.tenant}\x00{r.client_id}\x00{r.request_id}".encode()
-    return [1, rec.process_version_before, rec.previous_hash, rec.encode(), rec.event_hash,
-            rec.resulting_root_hash, rec.position, field,
-            r.fingerprint.encode() + b"\n" + r.response, 4096, rec.process_version_after]
-
-
 def _commit_round_trips(client: redis.Redis, n: int, batch: int) -> dict[str, Any]:
     stamp = time.monotonic_ns()
     backend = _new_log(client, f"svit://bench/commit-{stamp}")
@@ -80,7 +72,9 @@ def _commit_round_trips(client: redis.Redis, n: int, batch: int) -> dict[str, An
     chain = _chain(backend.process_id, n)
     raw_chain = _chain(raw.process_id, n)
     receipts = [_receipt(i) for i in range(n)]
-    raw_args = [_script_args(t, r) for t, r in zip(raw_chain, receipts, strict=True)]
+    # the exact ARGV RedisBackend.commit sends (one builder: this cannot drift)
+    raw_args = [raw._commit_args(t, r, (), None)
+                for t, r in zip(raw_chain, receipts, strict=True)]
     raw_keys = raw._commit_keys  # the same keys the backend passes
     script = raw._scripts.commit
     # the same payload bytes for the bare XADD: record + stored receipt value

@@ -284,6 +284,46 @@ class RedisBackend:
     #: ``completion`` (see ``svit_cluster.events.CompletionBackend``).
     emits_signals = True
 
+    def _commit_args(
+        self,
+        transition: Transition,
+        receipt: Receipt | None,
+        intents: Sequence[dict[str, Any]],
+        completion: Mapping[str, Any] | None,
+    ) -> list[Any]:
+        """The commit script's ARGV for ``transition`` (see ``_scripts.COMMIT``).
+
+        One place builds it, for :meth:`commit` and for ``benchmarks/bench_store``
+        (which times the bare script with exactly these arguments). ``args[3]``
+        is the encoded record.
+        """
+        rec = transition.record
+        if receipt is None:
+            field, value = b"", b""
+        else:
+            field = receipt_field(receipt.tenant, receipt.client_id, receipt.request_id)
+            value = encode_receipt(receipt)
+        change = transition.change
+        args: list[Any] = [
+            self.token,
+            rec.process_version_before,
+            rec.previous_hash,
+            rec.encode(),
+            rec.event_hash,
+            rec.resulting_root_hash,
+            rec.position,
+            field,
+            value,
+            self.config.max_receipts,
+            rec.process_version_after,
+            self.config.signal_retention,
+            canonical_json({"version": change.version, "paths": list(change.paths),
+                            "hashes": dict(change.hashes)}),
+            b"" if completion is None else canonical_json(dict(completion)),
+        ]
+        args.extend(canonical_json(intent) for intent in intents)
+        return args
+
     def commit(
         self,
         transition: Transition,
@@ -323,36 +363,12 @@ class RedisBackend:
         """
         self._check_guard()
         rec = transition.record
-        record = rec.encode()
-        if receipt is None:
-            field, value = b"", b""
-        else:
-            field = receipt_field(receipt.tenant, receipt.client_id, receipt.request_id)
-            value = encode_receipt(receipt)
-        args: list[Any] = [
-            self.token,
-            rec.process_version_before,
-            rec.previous_hash,
-            record,
-            rec.event_hash,
-            rec.resulting_root_hash,
-            rec.position,
-            field,
-            value,
-            self.config.max_receipts,
-            rec.process_version_after,
-        ]
-        change = transition.change
-        args.append(self.config.signal_retention)
-        args.append(canonical_json({"version": change.version, "paths": list(change.paths),
-                                    "hashes": dict(change.hashes)}))
-        args.append(b"" if completion is None else canonical_json(dict(completion)))
-        args.extend(canonical_json(intent) for intent in intents)
+        args = self._commit_args(transition, receipt, intents, completion)
         with redis_boundary("commit", self.process_id, outcome="unknown"):
             reply = self._scripts.commit(keys=self._commit_keys, args=args)
         status, rest = _status(reply)
         if status == "ok":
-            self._after_commit(transition, len(record))
+            self._after_commit(transition, len(args[3]))
             return
         if status == "fenced":
             raise self._fenced(rest[0], "commit")
