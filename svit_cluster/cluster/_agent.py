@@ -71,6 +71,8 @@ class HostAgent:
         self.spare_target = 1
         self._reconcile_task: asyncio.Task[None] | None = None
         self._fence_store: Any = None
+        self._health: Any = None  # HostHealth, made on the first join
+        self._lease_metrics: Any = None
 
     # -- lease ---------------------------------------------------------------------------
 
@@ -157,11 +159,34 @@ class HostAgent:
             log.exception("killing an actor failed")
 
     async def _join(self) -> None:
-        from svit_cluster.ownership import HostLease, open_client
+        """Grant a lease and register the host under it.
 
-        client = open_client(self.cfg.etcd_for(self.host))
+        The lease's keepalives run in their own thread with their own etcd
+        client (a busy or blocked agent event loop cannot starve them), and are
+        sent only while :class:`HostHealth` finds the raylet running and Ray's
+        node table lists this node alive (issue 15 items 1 and 5).
+
+        Raises:
+            UnavailableError: the host is unhealthy (no lease is granted) or
+                etcd could not grant a lease.
+        """
+        from svit_cluster.cluster._health import HostHealth
+        from svit_cluster.ownership import HostLease, LeaseMetrics, open_client
+
+        if self._health is None:
+            self._health = HostHealth.of_this_worker()
+            self._health.start()
+            self._lease_metrics = LeaseMetrics()
+        reason = await asyncio.to_thread(self._health.problem)
+        if reason is not None:
+            raise UnavailableError(f"host {self.host} cannot serve: {reason}")
+        endpoint = self.cfg.etcd_for(self.host)
+        client = open_client(endpoint)
         lease = HostLease(client, ttl_s=self.cfg.lease_ttl_s,
-                          safety_margin_s=min(1.0, self.cfg.lease_ttl_s / 4))
+                          safety_margin_s=min(1.0, self.cfg.lease_ttl_s / 4),
+                          keepalive_client=lambda: open_client(endpoint),
+                          health_check=self._health.problem,
+                          metrics=self._lease_metrics)
         await lease.grant()
         lease.add_listener(self._on_lease)
         value = json.dumps({"host": self.host, "agent": agent_name(self.host),
@@ -202,6 +227,9 @@ class HostAgent:
                     await self._join()
             except asyncio.CancelledError:
                 raise
+            except UnavailableError as exc:  # unhealthy host or etcd down: expected
+                log.warning("host %s cannot rejoin yet: %s", self.host, exc)
+                await asyncio.sleep(0.5)
             except Exception:
                 log.exception("host %s rejoin round failed; retrying", self.host)
                 await asyncio.sleep(0.5)
@@ -411,9 +439,14 @@ class HostAgent:
         return released
 
     async def status(self) -> dict[str, Any]:
-        """``{"host", "lease_state", "lease_id", "incarnation", "actors", "activations"}``."""
-        state = None if self.lease is None else str(self.lease.state)
+        """``{"host", "lease_state", "lease_id", "incarnation", "actors", "activations",
+        "keepalive_lag_s", "max_keepalive_lag_s", "unhealthy"}`` (lags in seconds)."""
+        lease = self.lease
+        state = None if lease is None else str(lease.state)
         return {
+            "keepalive_lag_s": None if lease is None else lease.last_keepalive_lag_s,
+            "max_keepalive_lag_s": None if lease is None else lease.max_keepalive_lag_s,
+            "unhealthy": None if self._health is None else self._health.problem(),
             "host": self.host,
             "lease_state": state,
             "lease_id": None if self.lease is None else self.lease.lease_id,
@@ -426,6 +459,15 @@ class HostAgent:
 
     async def ping(self) -> bool:
         return True
+
+    async def metrics(self) -> str:
+        """This agent's lease metrics in the Prometheus text format
+        (``svit_lease_keepalive_lag_seconds`` ...; see :class:`LeaseMetrics`)."""
+        from prometheus_client import generate_latest
+
+        if self._lease_metrics is None:
+            return ""
+        return generate_latest(self._lease_metrics.registry).decode()
 
     async def shutdown(self, reason: str = "host stopping") -> dict[str, Any]:
         """Give up this host before it stops (SIGTERM): release, then revoke the lease.
@@ -443,6 +485,8 @@ class HostAgent:
         for task in (self._rejoin, self._reconcile_task, self._refilling):
             if task is not None and not task.done():
                 task.cancel()
+        if self._health is not None:
+            self._health.stop()
         released = 0
         for pid, (token, _handle, _own) in list(self.actors.items()):
             if await self.release(pid, token, reason):
