@@ -189,8 +189,11 @@ class HostAgent:
                           metrics=self._lease_metrics)
         await lease.grant()
         lease.add_listener(self._on_lease)
+        # node_id lets a gateway revoke this lease at once when Ray declares
+        # exactly this node dead (svit_cluster.cluster._placement).
         value = json.dumps({"host": self.host, "agent": agent_name(self.host),
-                            "incarnation": self.incarnation + 1}).encode()
+                            "incarnation": self.incarnation + 1,
+                            "node_id": self._health.node_id}).encode()
         await asyncio.wait_for(
             client.put(hosts_prefix(self.cfg.cluster) + self.host.encode(), value,
                        lease=lease.lease_id),
