@@ -32,6 +32,11 @@ __all__ = ["HostAgent", "actor_name", "agent_name", "hosts_prefix"]
 
 log = logging.getLogger(__name__)
 
+#: Activations one agent runs at once before it sheds new ones with
+#: ``unavailable`` (HTTP 503 + ``Retry-After``): each starts or binds a Ray
+#: worker, and a burst of them must not starve the host (issue 15 item 5).
+DEFAULT_MAX_ACTIVATIONS = 8
+
 
 def agent_name(host: str) -> str:
     """Ray name of host ``host``'s agent."""
@@ -72,6 +77,10 @@ class HostAgent:
         self._reconcile_task: asyncio.Task[None] | None = None
         self._fence_store: Any = None
         self._health: Any = None  # HostHealth, made on the first join
+        #: Bound on activations under way at once; more are shed (issue 15 item 5).
+        self.max_activations = DEFAULT_MAX_ACTIVATIONS
+        self.inflight_activations = 0
+        self.shed_activations = 0
         self._lease_metrics: Any = None
 
     # -- lease ---------------------------------------------------------------------------
@@ -253,22 +262,41 @@ class HostAgent:
                        ) -> dict[str, Any]:
         """Own ``process_id`` and start its actor here (single-flight per process).
 
+        At most :attr:`max_activations` activations of processes not served
+        here yet run at once; beyond that the call is shed at once with an
+        ``unavailable`` error dict (``fields["overloaded"]`` true).
+
         Returns:
             ``{"status": "serving", "actor", "host", "token", ...}``;
             ``{"status": "owned", "host", "token"}`` when another host owns it;
             or an error dict (``not_found``, ``conflict``, ``unavailable``, ...).
         """
-        lock = self._locks.setdefault(process_id, asyncio.Lock())
-        async with lock:
-            current = self.actors.get(process_id)
-            if current is not None and create is None:
-                token, _handle, (_owners, own) = current
-                return {"status": "serving", "actor": own.address,
-                        "host": self.host, "token": token}
-            try:
-                return await self._activate(process_id, create)
-            except SvitError as exc:
-                return error_dict(exc)
+        new = create is not None or process_id not in self.actors
+        if new:
+            if self.inflight_activations >= self.max_activations:
+                # Shed before the host risks its lease: the gateway tries another
+                # host, or answers 503 with Retry-After.
+                self.shed_activations += 1
+                return error_dict(UnavailableError(
+                    f"host {self.host} is overloaded ({self.inflight_activations} "
+                    "activations under way); retry", overloaded=True,
+                    inflight=self.inflight_activations))
+            self.inflight_activations += 1
+        try:
+            lock = self._locks.setdefault(process_id, asyncio.Lock())
+            async with lock:
+                current = self.actors.get(process_id)
+                if current is not None and create is None:
+                    token, _handle, (_owners, own) = current
+                    return {"status": "serving", "actor": own.address,
+                            "host": self.host, "token": token}
+                try:
+                    return await self._activate(process_id, create)
+                except SvitError as exc:
+                    return error_dict(exc)
+        finally:
+            if new:
+                self.inflight_activations -= 1
 
     async def _activate(self, process_id: str, create: dict[str, Any] | None
                         ) -> dict[str, Any]:
@@ -450,6 +478,8 @@ class HostAgent:
             "keepalive_lag_s": None if lease is None else lease.last_keepalive_lag_s,
             "max_keepalive_lag_s": None if lease is None else lease.max_keepalive_lag_s,
             "unhealthy": None if self._health is None else self._health.problem(),
+            "inflight_activations": self.inflight_activations,
+            "shed_activations": self.shed_activations,
             "host": self.host,
             "lease_state": state,
             "lease_id": None if self.lease is None else self.lease.lease_id,

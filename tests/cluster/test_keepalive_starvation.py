@@ -57,3 +57,43 @@ async def test_lease_survives_a_blocked_agent_event_loop(
     finally:
         await agent.shutdown("test")
         await client.close()
+
+
+async def test_an_overloaded_agent_sheds_new_activations(
+    etcd_server: EtcdServer, redis_server: RedisServer,
+) -> None:
+    """Beyond its bound of activations under way, the agent answers ``unavailable``
+    at once (the gateway's 503 + Retry-After) instead of queueing them."""
+    config = ClusterConfig(cluster=f"ov-{uuid.uuid4().hex[:8]}",
+                           etcd_endpoint=etcd_server.endpoint,
+                           redis_url=redis_server.url, lease_ttl_s=TTL_S)
+    agent = HostAgent(config.to_dict(), "h0")
+    agent.spare_target = 0
+    agent.max_activations = 2
+    await agent.start()
+    gate = asyncio.Event()
+    started: list[str] = []
+
+    async def slow_activate(process_id: str, create: object) -> dict[str, object]:
+        started.append(process_id)
+        await gate.wait()  # stands in for a slow actor start
+        return {"status": "serving", "actor": "x", "host": "h0", "token": 1}
+
+    agent._activate = slow_activate  # type: ignore[method-assign]
+    try:
+        busy = [asyncio.ensure_future(agent.activate(f"p{i}")) for i in range(2)]
+        await asyncio.sleep(0.1)
+        shed = await asyncio.wait_for(agent.activate("p2"), timeout=2)
+        assert shed["error"]["code"] == "unavailable"  # type: ignore[index]
+        assert shed["error"]["fields"]["overloaded"] is True  # type: ignore[index]
+        assert started == ["p0", "p1"]
+        gate.set()
+        assert all(r["status"] == "serving" for r in await asyncio.gather(*busy))
+        ok = await asyncio.wait_for(agent.activate("p3"), timeout=2)
+        assert ok["status"] == "serving"
+        status = await agent.status()
+        assert status["shed_activations"] == 1 and status["inflight_activations"] == 0
+        assert agent.lease is not None and agent.lease.state is LeaseState.HELD
+    finally:
+        gate.set()
+        await agent.shutdown("test")
