@@ -12,6 +12,16 @@ still registered on a dead node.
 When the lease becomes SUSPENDED the agent fences its actors out (they stop
 starting commits); when it is LOST it kills them and rejoins with a fresh lease.
 Safety never depends on this: the Redis fence refuses any stale commit.
+
+Keeping actors across a rejoin (issue 15 item 5) is deliberately not done: once
+the lease is LOST its ownership keys are gone and another host may already have
+claimed the process with a higher token; keeping an actor would mean
+re-acquiring under the new lease, claiming a new fence and re-binding the live
+actor to the new token (its in-memory state may be behind the log). Instead,
+lease loss under load is made rare: keepalives run in their own thread with
+their own etcd client (:class:`~svit_cluster.ownership.HostLease`
+``keepalive_client``) and activations beyond :data:`DEFAULT_MAX_ACTIVATIONS`
+are shed, so the agent's event loop being busy no longer costs the lease.
 """
 
 from __future__ import annotations

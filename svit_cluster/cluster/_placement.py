@@ -4,7 +4,9 @@ Placement never picks a host that Ray reports dead or whose agent did not
 answer. Two sources, both kept by :class:`HostWatch` in the gateway:
 
 * Ray's node table (``ray.nodes()``, polled every ``poll_s``): a host is dead
-  when no *alive* node carries its ``svit_host:<host>`` resource;
+  when its registered node id is listed dead, or when nodes carry its
+  ``svit_host:<host>`` resource and none of them is alive (Ray empties a dead
+  node's resources, so the registered node id is the main evidence);
 * failed calls to a host's agent: the host is *suspect* for ``suspect_s``
   seconds (a paused agent, an unreachable node) and placement tries the next.
 
@@ -99,6 +101,7 @@ class HostWatch:
         self.suspect_s = suspect_s
         self._clock = clock
         self.table = NodeTable()
+        self._dead: frozenset[str] = frozenset()
         self._suspect: dict[str, float] = {}
 
     def mark_unanswering(self, host: str) -> None:
@@ -115,11 +118,22 @@ class HostWatch:
         for host, until in list(self._suspect.items()):
             if until <= now:
                 del self._suspect[host]
-        return set(self._suspect) | set(self.table.dead_hosts())
+        return set(self._suspect) | set(self._dead)
 
-    def update(self, nodes: Iterable[Mapping[str, Any]]) -> NodeTable:
-        """Take a fresh ``ray.nodes()`` answer."""
+    def update(self, nodes: Iterable[Mapping[str, Any]],
+               registrations: Mapping[str, Mapping[str, Any]] | None = None) -> NodeTable:
+        """Take a fresh ``ray.nodes()`` answer.
+
+        ``registrations`` (host -> its registration, with ``node_id``) matter
+        because Ray drops a dead node's resources from its table: a host is
+        then known dead by its registered node id, not by ``svit_host:<host>``.
+        """
         self.table = NodeTable.parse(nodes)
+        dead = set(self.table.dead_hosts())
+        for host, doc in (registrations or {}).items():
+            if str(doc.get("node_id")) in self.table.dead_node_ids:
+                dead.add(host)
+        self._dead = frozenset(dead)
         return self.table
 
 
@@ -182,7 +196,7 @@ async def watch_nodes(watch: HostWatch, client: Any, cluster: str, *,
         try:
             await asyncio.sleep(poll_s)
             nodes = await asyncio.wait_for(asyncio.to_thread(ray.nodes), timeout=5)
-            table = watch.update(nodes)
+            table = watch.update(nodes, hosts)
             if hosts is not None and not any(
                     str(doc.get("node_id")) in table.dead_node_ids for doc in hosts.values()):
                 continue

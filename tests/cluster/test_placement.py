@@ -65,6 +65,11 @@ def test_host_watch_suspect_expires_and_dead_stays() -> None:
     watch.mark_unanswering("a")
     watch.clear("a")
     assert watch.excluded() == {"b"}
+    # Ray empties a dead node's resources: the registered node id still tells.
+    watch.update([{"NodeID": "n-a", "Alive": False, "Resources": {}},
+                  node("n-b", "b", True)],
+                 {"a": {"host": "a", "node_id": "n-a"}, "b": {"host": "b", "node_id": "n-b"}})
+    assert watch.excluded() == {"a"}
 
 
 class FakeCache:
