@@ -80,12 +80,18 @@ def host_registration(cluster: LocalCluster, host: str) -> dict:
     return dict(view["hosts"][host])
 
 
-def wait_ray_dead(cluster: LocalCluster, node_id: str, *, timeout_s: float) -> float | None:
-    """Monotonic time at which Ray's node table first lists ``node_id`` dead."""
+def connect_ray(cluster: LocalCluster) -> None:
     import ray
 
     ray.init(address=cluster.doc["ray"]["address"], namespace="svit-test-probe",
              logging_level="ERROR", log_to_driver=False, ignore_reinit_error=True)
+
+
+def wait_ray_dead(cluster: LocalCluster, node_id: str, *, timeout_s: float) -> float | None:
+    """Monotonic time at which Ray's node table first lists ``node_id`` dead."""
+    import ray
+
+    connect_ray(cluster)
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         for node in ray.nodes():
@@ -132,6 +138,8 @@ def test_ray_node_death_revokes_the_hosts_lease_at_once(
     registration = host_registration(cluster, victim)
     lease_id, node_id = registration["lease"], registration["node_id"]
     assert lease_id and node_id
+    connect_ray(cluster)  # before the kill: ray.init takes seconds
+    killed_at = time.monotonic()
     cluster.kill_host(victim)
     try:
         dead_at = wait_ray_dead(cluster, node_id, timeout_s=30)
@@ -149,8 +157,9 @@ def test_ray_node_death_revokes_the_hosts_lease_at_once(
                 await client.close()
 
         took = asyncio.run(gone_after())
-        print(f"node of {victim} dead per Ray -> lease {lease_id} gone after "
-              f"{took if took is None else round(took, 2)} s (TTL {ttl} s)")
+        print(f"kill of {victim}: Ray declared its node dead after "
+              f"{dead_at - killed_at:.2f} s; lease {lease_id} gone "
+              f"{took if took is None else round(took, 2)} s after that (TTL {ttl} s)")
         assert took is not None
         # Revoked by the gateway's node watch (0.5 s poll), not by TTL expiry:
         # the last keepalive was before the kill, which was before Ray's verdict,
