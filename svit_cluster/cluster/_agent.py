@@ -326,7 +326,14 @@ class HostAgent:
         from svit_cluster.ownership import Owners
 
         lease = self._held_lease()
-        name, handle = await self._take_actor()
+        taking = asyncio.ensure_future(self._take_actor())
+        try:
+            name, handle = await self._while_held(lease, taking, timeout_s=60, cancel=False)
+        except BaseException:
+            # Abandoned (lease no longer HELD, e.g. the raylet stopped and actor
+            # creation hangs): kill the actor if it is ever created.
+            taking.add_done_callback(self._kill_if_created)
+            raise
         try:
             self._same_lease(lease)
         except BaseException:
@@ -347,12 +354,13 @@ class HostAgent:
             raise
         try:
             self._same_lease(lease)
-            await asyncio.wait_for(handle.bind.remote(process_id, ownership.token), timeout=60)
-            result: dict[str, Any] = await asyncio.wait_for(handle.start.remote(create),
-                                                            timeout=60)
+            await self._while_held(lease, handle.bind.remote(process_id, ownership.token),
+                                   timeout_s=60)
+            result: dict[str, Any] = await self._while_held(
+                lease, handle.start.remote(create), timeout_s=60)
             if "error" not in result:
                 self._same_lease(lease)
-                await asyncio.wait_for(handle.serve.remote(), timeout=60)
+                await self._while_held(lease, handle.serve.remote(), timeout_s=60)
                 self._same_lease(lease)  # nothing after this line awaits
         except SvitError as exc:
             result = error_dict(exc)
@@ -369,6 +377,42 @@ class HostAgent:
         self.activations += 1
         return {"status": "serving", "actor": name, "host": self.host,
                 "token": ownership.token, **result}
+
+    async def _while_held(self, lease: Any, awaitable: Any, *, timeout_s: float,
+                          check_s: float = 0.2, cancel: bool = True) -> Any:
+        """Await ``awaitable`` while ``lease`` stays this agent's HELD lease.
+
+        A half-dead host (raylet stopped, agent running) would otherwise wait up
+        to ``timeout_s`` for an actor that can never start there; the lease
+        leaves HELD within one keepalive interval of the health check failing,
+        and the activation then gives up at once so the gateway places the
+        process elsewhere (issue 15 item 1).
+
+        Raises:
+            UnavailableError: the lease was lost, replaced or is not HELD (the
+                awaitable is cancelled unless ``cancel`` is False).
+            TimeoutError: not done within ``timeout_s`` seconds (likewise).
+        """
+        task = asyncio.ensure_future(awaitable)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=min(check_s, end - loop.time()))
+                if done:
+                    return task.result()
+                self._same_lease(lease)
+                if loop.time() >= end:
+                    raise TimeoutError(f"no answer within {timeout_s} s")
+        finally:
+            if cancel and not task.done():
+                task.cancel()
+
+    def _kill_if_created(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        _name, handle = fut.result()
+        self._kill(handle)
 
     def _fences(self) -> Any:
         if self._fence_store is None:

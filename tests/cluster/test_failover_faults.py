@@ -4,8 +4,9 @@ items 1 and 2), on the session's real local cluster (lease TTL 3 s).
 * Raylet-only stop: SIGSTOP of the owner's raylet, its workers (the agent, the
   process actor) untouched. The agent must stop renewing its lease (its health
   check sees the stopped raylet) and the gateway must revoke it once Ray
-  declares the node dead, so the process serves again from another host
-  within TTL + 1.5 s of the stop.
+  declares the node dead, so the process serves again within TTL + 1.5 s of
+  the stop; and new processes created during the stop must not be placed on
+  the half-dead host (each commits within TTL + 1.5 s).
 * Ray node death: when Ray lists the owner's node as dead, the host's lease is
   revoked by the gateway (not left to expire), i.e. gone well inside the TTL
   counted from the moment Ray declared the node dead.
@@ -72,6 +73,30 @@ def first_answer_after(url: str, token: str, pid: str, version: int, start: floa
     return min(answered) if answered else None
 
 
+def create_and_commit(url: str, token: str, *, limit_s: float) -> float | None:
+    """Create a counter and commit once; seconds taken, or None past ``limit_s``."""
+    pid = f"svit://local/f-{uuid.uuid4().hex[:10]}"
+    start = time.monotonic()
+    created = False
+    while (left := limit_s - (time.monotonic() - start)) > 0:
+        with SvitClient(url, token, attempts=1, timeout_s=left) as c:
+            try:
+                if not created:
+                    c.create_process(pid, memory={"count": 0}, scripts={"counter": COUNTER})
+                    created = True
+                c.activate(pid, "counter", {"by": 1}, expected_version=0)
+                return time.monotonic() - start
+            except SvitError as exc:
+                if exc.code == "conflict":  # created by an attempt whose answer was lost
+                    created = True
+                    if "version" in exc.message:
+                        return time.monotonic() - start
+            except Exception:  # a client timeout: the limit is reached
+                pass
+        time.sleep(0.1)
+    return None
+
+
 def host_registration(cluster: LocalCluster, host: str) -> dict:
     """``host``'s registration in etcd (``node_id``, ``lease``, ...)."""
     from svit_cluster.local._status import _etcd_view
@@ -122,6 +147,14 @@ def test_raylet_only_stop_fails_over_within_ttl_plus_1_5_s(
               f"{took if took is None else round(took, 2)} s (TTL {ttl} s); owner now {owner}")
         assert took is not None, "no request answered within 30 s"
         assert took <= ttl + 1.5
+        # New processes placed while the raylet is stopped: placement must not
+        # pick the half-dead host (its agent still answers, but nothing can
+        # start there), so each is created and commits within TTL + 1.5 s.
+        for n in range(3):
+            took = create_and_commit(url, token, limit_s=ttl + 1.5)
+            print(f"  new process {n} during the stop: committed after "
+                  f"{took if took is None else round(took, 2)} s")
+            assert took is not None, f"new process {n} not committed within TTL + 1.5 s"
     finally:
         os.kill(raylet, signal.SIGCONT)
         cluster.restart_host(victim)

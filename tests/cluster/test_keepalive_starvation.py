@@ -97,3 +97,37 @@ async def test_an_overloaded_agent_sheds_new_activations(
     finally:
         gate.set()
         await agent.shutdown("test")
+
+
+async def test_an_activation_gives_up_when_the_host_stops_being_able_to_serve(
+    etcd_server: EtcdServer, redis_server: RedisServer,
+) -> None:
+    """A half-dead host (raylet stopped, agent running) cannot start an actor; its
+    activation must give up as soon as the lease leaves HELD instead of waiting
+    the 60 s actor-start deadline, so the gateway places the process elsewhere."""
+    config = ClusterConfig(cluster=f"hd-{uuid.uuid4().hex[:8]}",
+                           etcd_endpoint=etcd_server.endpoint,
+                           redis_url=redis_server.url, lease_ttl_s=TTL_S)
+    agent = HostAgent(config.to_dict(), "h0")
+    agent.spare_target = 0
+    await agent.start()
+    hang = asyncio.Event()
+
+    async def take_actor_that_never_starts() -> tuple[str, object]:
+        await hang.wait()  # stands in for actor creation on a stopped raylet
+        raise AssertionError("unreachable")
+
+    agent._take_actor = take_actor_that_never_starts  # type: ignore[method-assign]
+    try:
+        pending = asyncio.ensure_future(agent.activate("p0"))
+        await asyncio.sleep(0.3)
+        assert not pending.done()
+        assert agent.lease is not None
+        agent.lease.stop_keepalive()  # what the failed health check does
+        started = time.monotonic()
+        result = await asyncio.wait_for(pending, timeout=5)
+        assert result["error"]["code"] == "unavailable"  # type: ignore[index]
+        assert time.monotonic() - started < 1.0
+    finally:
+        hang.set()
+        await agent.shutdown("test")
