@@ -392,6 +392,40 @@ _host_command("kill-host", "kill_host")
 _host_command("pause-host", "pause_host")
 _host_command("resume-host", "resume_host")
 
+
+
+@cli.command(name="restart-host")
+@_state_dir
+@click.argument("host")
+@click.option("--timeout", "timeout_s", default=90.0, show_default=True,
+              type=click.FloatRange(1.0), help="Seconds to wait for the host to be live.")
+def restart_host(state_dir: Path, host: str, timeout_s: float) -> None:
+    """Start HOST again (after kill-host) with its agent; waits until it is live."""
+    from svit_cluster.local import LocalCluster
+
+    try:
+        LocalCluster.load(state_dir).restart_host(host, timeout_s=timeout_s)
+    except SvitError as exc:
+        _fail(exc)
+    click.echo(f"restart-host {host}: live")
+
+
+@cli.command(name="add-host")
+@_state_dir
+@click.argument("host", required=False)
+@click.option("--timeout", "timeout_s", default=90.0, show_default=True,
+              type=click.FloatRange(1.0), help="Seconds to wait for the host to be live.")
+def add_host(state_dir: Path, host: str | None, timeout_s: float) -> None:
+    """Add a Ray host (named HOST, default h<N+1>) and its agent; waits until it is live."""
+    from svit_cluster.local import LocalCluster
+
+    try:
+        name = LocalCluster.load(state_dir).add_host(host, timeout_s=timeout_s)
+    except SvitError as exc:
+        _fail(exc)
+    click.echo(f"add-host {name}: live")
+
+
 from svit_cluster.dispatch.cli import dead_letters, dispatcher  # noqa: E402
 
 cli.add_command(dispatcher)

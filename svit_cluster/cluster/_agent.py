@@ -12,6 +12,16 @@ still registered on a dead node.
 When the lease becomes SUSPENDED the agent fences its actors out (they stop
 starting commits); when it is LOST it kills them and rejoins with a fresh lease.
 Safety never depends on this: the Redis fence refuses any stale commit.
+
+Keeping actors across a rejoin (issue 15 item 5) is deliberately not done: once
+the lease is LOST its ownership keys are gone and another host may already have
+claimed the process with a higher token; keeping an actor would mean
+re-acquiring under the new lease, claiming a new fence and re-binding the live
+actor to the new token (its in-memory state may be behind the log). Instead,
+lease loss under load is made rare: keepalives run in their own thread with
+their own etcd client (:class:`~svit_cluster.ownership.HostLease`
+``keepalive_client``) and activations beyond :data:`DEFAULT_MAX_ACTIVATIONS`
+are shed, so the agent's event loop being busy no longer costs the lease.
 """
 
 from __future__ import annotations
@@ -31,6 +41,11 @@ from svit_cluster.local._ray import host_resource
 __all__ = ["HostAgent", "actor_name", "agent_name", "hosts_prefix"]
 
 log = logging.getLogger(__name__)
+
+#: Activations one agent runs at once before it sheds new ones with
+#: ``unavailable`` (HTTP 503 + ``Retry-After``): each starts or binds a Ray
+#: worker, and a burst of them must not starve the host (issue 15 item 5).
+DEFAULT_MAX_ACTIVATIONS = 8
 
 
 def agent_name(host: str) -> str:
@@ -71,6 +86,12 @@ class HostAgent:
         self.spare_target = 1
         self._reconcile_task: asyncio.Task[None] | None = None
         self._fence_store: Any = None
+        self._health: Any = None  # HostHealth, made on the first join
+        #: Bound on activations under way at once; more are shed (issue 15 item 5).
+        self.max_activations = DEFAULT_MAX_ACTIVATIONS
+        self.inflight_activations = 0
+        self.shed_activations = 0
+        self._lease_metrics: Any = None
 
     # -- lease ---------------------------------------------------------------------------
 
@@ -157,15 +178,41 @@ class HostAgent:
             log.exception("killing an actor failed")
 
     async def _join(self) -> None:
-        from svit_cluster.ownership import HostLease, open_client
+        """Grant a lease and register the host under it.
 
-        client = open_client(self.cfg.etcd_for(self.host))
+        The lease's keepalives run in their own thread with their own etcd
+        client (a busy or blocked agent event loop cannot starve them), and are
+        sent only while :class:`HostHealth` finds the raylet running and Ray's
+        node table lists this node alive (issue 15 items 1 and 5).
+
+        Raises:
+            UnavailableError: the host is unhealthy (no lease is granted) or
+                etcd could not grant a lease.
+        """
+        from svit_cluster.cluster._health import HostHealth
+        from svit_cluster.ownership import HostLease, LeaseMetrics, open_client
+
+        if self._health is None:
+            self._health = HostHealth.of_this_worker()
+            self._health.start()
+            self._lease_metrics = LeaseMetrics()
+        reason = await asyncio.to_thread(self._health.problem)
+        if reason is not None:
+            raise UnavailableError(f"host {self.host} cannot serve: {reason}")
+        endpoint = self.cfg.etcd_for(self.host)
+        client = open_client(endpoint)
         lease = HostLease(client, ttl_s=self.cfg.lease_ttl_s,
-                          safety_margin_s=min(1.0, self.cfg.lease_ttl_s / 4))
+                          safety_margin_s=min(1.0, self.cfg.lease_ttl_s / 4),
+                          keepalive_client=lambda: open_client(endpoint),
+                          health_check=self._health.problem,
+                          metrics=self._lease_metrics)
         await lease.grant()
         lease.add_listener(self._on_lease)
+        # node_id lets a gateway revoke this lease at once when Ray declares
+        # exactly this node dead (svit_cluster.cluster._placement).
         value = json.dumps({"host": self.host, "agent": agent_name(self.host),
-                            "incarnation": self.incarnation + 1}).encode()
+                            "incarnation": self.incarnation + 1,
+                            "node_id": self._health.node_id}).encode()
         await asyncio.wait_for(
             client.put(hosts_prefix(self.cfg.cluster) + self.host.encode(), value,
                        lease=lease.lease_id),
@@ -202,6 +249,9 @@ class HostAgent:
                     await self._join()
             except asyncio.CancelledError:
                 raise
+            except UnavailableError as exc:  # unhealthy host or etcd down: expected
+                log.warning("host %s cannot rejoin yet: %s", self.host, exc)
+                await asyncio.sleep(0.5)
             except Exception:
                 log.exception("host %s rejoin round failed; retrying", self.host)
                 await asyncio.sleep(0.5)
@@ -222,22 +272,41 @@ class HostAgent:
                        ) -> dict[str, Any]:
         """Own ``process_id`` and start its actor here (single-flight per process).
 
+        At most :attr:`max_activations` activations of processes not served
+        here yet run at once; beyond that the call is shed at once with an
+        ``unavailable`` error dict (``fields["overloaded"]`` true).
+
         Returns:
             ``{"status": "serving", "actor", "host", "token", ...}``;
             ``{"status": "owned", "host", "token"}`` when another host owns it;
             or an error dict (``not_found``, ``conflict``, ``unavailable``, ...).
         """
-        lock = self._locks.setdefault(process_id, asyncio.Lock())
-        async with lock:
-            current = self.actors.get(process_id)
-            if current is not None and create is None:
-                token, _handle, (_owners, own) = current
-                return {"status": "serving", "actor": own.address,
-                        "host": self.host, "token": token}
-            try:
-                return await self._activate(process_id, create)
-            except SvitError as exc:
-                return error_dict(exc)
+        new = create is not None or process_id not in self.actors
+        if new:
+            if self.inflight_activations >= self.max_activations:
+                # Shed before the host risks its lease: the gateway tries another
+                # host, or answers 503 with Retry-After.
+                self.shed_activations += 1
+                return error_dict(UnavailableError(
+                    f"host {self.host} is overloaded ({self.inflight_activations} "
+                    "activations under way); retry", overloaded=True,
+                    inflight=self.inflight_activations))
+            self.inflight_activations += 1
+        try:
+            lock = self._locks.setdefault(process_id, asyncio.Lock())
+            async with lock:
+                current = self.actors.get(process_id)
+                if current is not None and create is None:
+                    token, _handle, (_owners, own) = current
+                    return {"status": "serving", "actor": own.address,
+                            "host": self.host, "token": token}
+                try:
+                    return await self._activate(process_id, create)
+                except SvitError as exc:
+                    return error_dict(exc)
+        finally:
+            if new:
+                self.inflight_activations -= 1
 
     async def _activate(self, process_id: str, create: dict[str, Any] | None
                         ) -> dict[str, Any]:
@@ -257,7 +326,14 @@ class HostAgent:
         from svit_cluster.ownership import Owners
 
         lease = self._held_lease()
-        name, handle = await self._take_actor()
+        taking = asyncio.ensure_future(self._take_actor())
+        try:
+            name, handle = await self._while_held(lease, taking, timeout_s=60, cancel=False)
+        except BaseException:
+            # Abandoned (lease no longer HELD, e.g. the raylet stopped and actor
+            # creation hangs): kill the actor if it is ever created.
+            taking.add_done_callback(self._kill_if_created)
+            raise
         try:
             self._same_lease(lease)
         except BaseException:
@@ -278,12 +354,13 @@ class HostAgent:
             raise
         try:
             self._same_lease(lease)
-            await asyncio.wait_for(handle.bind.remote(process_id, ownership.token), timeout=60)
-            result: dict[str, Any] = await asyncio.wait_for(handle.start.remote(create),
-                                                            timeout=60)
+            await self._while_held(lease, handle.bind.remote(process_id, ownership.token),
+                                   timeout_s=60)
+            result: dict[str, Any] = await self._while_held(
+                lease, handle.start.remote(create), timeout_s=60)
             if "error" not in result:
                 self._same_lease(lease)
-                await asyncio.wait_for(handle.serve.remote(), timeout=60)
+                await self._while_held(lease, handle.serve.remote(), timeout_s=60)
                 self._same_lease(lease)  # nothing after this line awaits
         except SvitError as exc:
             result = error_dict(exc)
@@ -300,6 +377,42 @@ class HostAgent:
         self.activations += 1
         return {"status": "serving", "actor": name, "host": self.host,
                 "token": ownership.token, **result}
+
+    async def _while_held(self, lease: Any, awaitable: Any, *, timeout_s: float,
+                          check_s: float = 0.2, cancel: bool = True) -> Any:
+        """Await ``awaitable`` while ``lease`` stays this agent's HELD lease.
+
+        A half-dead host (raylet stopped, agent running) would otherwise wait up
+        to ``timeout_s`` for an actor that can never start there; the lease
+        leaves HELD within one keepalive interval of the health check failing,
+        and the activation then gives up at once so the gateway places the
+        process elsewhere (issue 15 item 1).
+
+        Raises:
+            UnavailableError: the lease was lost, replaced or is not HELD (the
+                awaitable is cancelled unless ``cancel`` is False).
+            TimeoutError: not done within ``timeout_s`` seconds (likewise).
+        """
+        task = asyncio.ensure_future(awaitable)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=min(check_s, end - loop.time()))
+                if done:
+                    return task.result()
+                self._same_lease(lease)
+                if loop.time() >= end:
+                    raise TimeoutError(f"no answer within {timeout_s} s")
+        finally:
+            if cancel and not task.done():
+                task.cancel()
+
+    def _kill_if_created(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        _name, handle = fut.result()
+        self._kill(handle)
 
     def _fences(self) -> Any:
         if self._fence_store is None:
@@ -411,9 +524,16 @@ class HostAgent:
         return released
 
     async def status(self) -> dict[str, Any]:
-        """``{"host", "lease_state", "lease_id", "incarnation", "actors", "activations"}``."""
-        state = None if self.lease is None else str(self.lease.state)
+        """``{"host", "lease_state", "lease_id", "incarnation", "actors", "activations",
+        "keepalive_lag_s", "max_keepalive_lag_s", "unhealthy"}`` (lags in seconds)."""
+        lease = self.lease
+        state = None if lease is None else str(lease.state)
         return {
+            "keepalive_lag_s": None if lease is None else lease.last_keepalive_lag_s,
+            "max_keepalive_lag_s": None if lease is None else lease.max_keepalive_lag_s,
+            "unhealthy": None if self._health is None else self._health.problem(),
+            "inflight_activations": self.inflight_activations,
+            "shed_activations": self.shed_activations,
             "host": self.host,
             "lease_state": state,
             "lease_id": None if self.lease is None else self.lease.lease_id,
@@ -426,6 +546,15 @@ class HostAgent:
 
     async def ping(self) -> bool:
         return True
+
+    async def metrics(self) -> str:
+        """This agent's lease metrics in the Prometheus text format
+        (``svit_lease_keepalive_lag_seconds`` ...; see :class:`LeaseMetrics`)."""
+        from prometheus_client import generate_latest
+
+        if self._lease_metrics is None:
+            return ""
+        return generate_latest(self._lease_metrics.registry).decode()
 
     async def shutdown(self, reason: str = "host stopping") -> dict[str, Any]:
         """Give up this host before it stops (SIGTERM): release, then revoke the lease.
@@ -443,6 +572,8 @@ class HostAgent:
         for task in (self._rejoin, self._reconcile_task, self._refilling):
             if task is not None and not task.done():
                 task.cancel()
+        if self._health is not None:
+            self._health.stop()
         released = 0
         for pid, (token, _handle, _own) in list(self.actors.items()):
             if await self.release(pid, token, reason):

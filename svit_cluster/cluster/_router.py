@@ -14,11 +14,13 @@ a retry with the same request id is safe (durable receipts + version check).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
 from svit_cluster.cluster._agent import agent_name
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.control import ControlRequest, ControlResponse, decode_response
 from svit_cluster.errors import (
@@ -118,6 +120,26 @@ class RayRouter:
         self._placing: dict[str, asyncio.Future[Route]] = {}
         self._seen: dict[str, Route] = {}
         self._signals: Any = None
+        #: Hosts placement skips: dead per Ray's node table, or not answering.
+        self.host_watch = HostWatch(suspect_s=float(config.lease_ttl_s))
+        self._node_watch: asyncio.Task[None] | None = None
+
+    def start_node_watch(self, *, poll_s: float = 0.5) -> None:
+        """Poll Ray's node table on the running loop: skip dead hosts in placement
+        and revoke the lease of a host whose node Ray declared dead (see
+        :mod:`svit_cluster.cluster._placement` for the guard). Idempotent."""
+        if self._node_watch is None or self._node_watch.done():
+            self._node_watch = asyncio.get_running_loop().create_task(
+                watch_nodes(self.host_watch, self.cache.client, self.cfg.cluster,
+                            poll_s=poll_s, hosts=self.cache.hosts))
+
+    async def close(self) -> None:
+        """Stop the node watch (if started)."""
+        task, self._node_watch = self._node_watch, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -203,13 +225,43 @@ class RayRouter:
             self._placing.pop(process_id, None)
 
     async def _place_once(self, process_id: str, create: dict[str, Any] | None) -> Route:
+        """Activate on the least-loaded host Ray lists alive whose agent answers.
+
+        A host whose agent call fails as ``unavailable`` (dead actor or node,
+        timeout) is marked suspect and the next host is tried; a typed answer
+        (``unavailable`` from an agent that did answer, e.g. its lease is
+        SUSPENDED) also moves on. Every host is tried at most once.
+
+        Raises:
+            UnavailableError: no registered host, or none could activate.
+        """
         load = self.cache.load()
         if not load:
             raise UnavailableError("no live hosts in the cluster")
-        host = min(sorted(load), key=lambda h: load[h])
-        result = raise_error_dict(
-            await self._call(agent_name(host), "activate", process_id, create, timeout_s=90)
-        )
+        tried: set[str] = set()
+        last: UnavailableError | None = None
+        while True:
+            host = pick_host(load, tried | self.host_watch.excluded())
+            if host is None:
+                raise last or UnavailableError(
+                    "no host can activate now (Ray reports them dead or their agents "
+                    "do not answer); retry", hosts=sorted(load))
+            tried.add(host)
+            try:
+                answer = await self._call(agent_name(host), "activate", process_id, create,
+                                          timeout_s=90)
+            except UnavailableError as exc:
+                self.host_watch.mark_unanswering(host)
+                log.warning("host %s's agent did not answer an activation: %s", host, exc)
+                last = exc
+                continue
+            self.host_watch.clear(host)
+            try:
+                result = raise_error_dict(answer)
+            except UnavailableError as exc:  # the agent answered but cannot serve now
+                last = exc
+                continue
+            break
         if result["status"] == "owned":
             if create is not None:
                 raise ConflictError(f"process {process_id} already exists")

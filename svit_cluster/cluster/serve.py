@@ -56,6 +56,7 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
     cache = RouteCache(open_client(config.etcd_endpoint), config.cluster).start()
     metrics = GatewayMetrics()
     router = RayRouter(config, cache, metrics)
+    router.start_node_watch()
     app = create_app(router, tokens, max_request_bytes=max_request_bytes or cap,
                      metrics=metrics, redis_url=config.redis_url)
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
@@ -63,6 +64,7 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
     try:
         await server.serve()
     finally:
+        await router.close()
         await cache.close()
         ray.shutdown()
 

@@ -372,6 +372,47 @@ class LocalCluster:
                 time.sleep(1.0)
         self.wait_host_live(name, timeout_s=max(1.0, deadline - time.monotonic()))
 
+    def add_host(self, name: str | None = None, *, timeout_s: float = 90.0) -> str:
+        """Start a new Ray host and its agent; returns its name (``h<N+1>`` by default).
+
+        The new host reaches etcd and Redis directly (hosts added later get no
+        fault-injection proxy). Returns once the gateway lists it as live.
+
+        Raises:
+            ConfigurationError: ``name`` is already a host, or not a plain name.
+            UnavailableError: the node or its agent did not come up, or the host
+                was not live within ``timeout_s``.
+        """
+        hosts = self.doc["hosts"]
+        if name is None:
+            n = len(hosts) + 1
+            while f"h{n}" in hosts:
+                n += 1
+            name = f"h{n}"
+        if name in hosts:
+            raise ConfigurationError(f"host {name!r} already exists")
+        if not name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigurationError(f"host name {name!r}: use letters, digits, - and _")
+        state = self.spec.state_dir
+        node = RayNode(name, state / "ray", state / "logs" / f"ray-{name}.log",
+                       address=self.doc["ray"]["address"])
+        ports = PortAllocator(base=int(self.doc.get("next_port", 25000)))
+        node.start(ports)
+        self.doc["next_port"] = ports.next_port
+        hosts[name] = node.to_json()
+        self._save()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._run_driver(self._agents_args(name))
+                break
+            except UnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+        self.wait_host_live(name, timeout_s=max(1.0, deadline - time.monotonic()))
+        return name
+
     def wait_host_live(self, name: str, *, timeout_s: float = 60.0) -> dict[str, Any]:
         """Poll the gateway's ``/healthz`` until host ``name`` is among its live ``hosts``.
 

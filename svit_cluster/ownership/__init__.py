@@ -33,7 +33,7 @@ from svit_cluster.ownership._epoch import (
     split_token,
 )
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, open_client
-from svit_cluster.ownership._lease import DEFAULT_TTL_S, HostLease, LeaseState
+from svit_cluster.ownership._lease import DEFAULT_TTL_S, HostLease, LeaseMetrics, LeaseState
 from svit_cluster.ownership._owner import (
     Fences,
     OwnerRecord,
@@ -53,6 +53,7 @@ __all__ = [
     "MAX_REVISION",
     "Fences",
     "HostLease",
+    "LeaseMetrics",
     "LeaseState",
     "OwnerRecord",
     "Owners",

@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
@@ -36,7 +38,7 @@ from tenacity import (
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call
 
-__all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseState"]
+__all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,37 @@ DEFAULT_TTL_S = 5
 
 Clock = Callable[[], float]
 Listener = Callable[["LeaseState"], None]
+#: Returns ``None`` while the host can serve, else the reason it cannot
+#: (called from the keepalive thread before every keepalive; must not block long).
+HealthCheck = Callable[[], "str | None"]
+
+
+class LeaseMetrics:
+    """Prometheus metrics of host leases (one registry; several leases may share it).
+
+    Names:
+        ``svit_lease_keepalive_lag_seconds`` -- how late each keepalive round
+            started after it was due (seconds). A lag near the TTL means the
+            keepalives starve (issue 15 item 5).
+        ``svit_lease_keepalive_age_seconds{lease}`` -- seconds since the send
+            time of the last successful keepalive of the lease.
+        ``svit_lease_keepalive_skipped_total`` -- rounds not sent because the
+            host's health check failed.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.lag = Histogram("svit_lease_keepalive_lag_seconds",
+                             "Delay between a keepalive round being due and its start.",
+                             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+                             registry=r)
+        self.age = Gauge("svit_lease_keepalive_age_seconds",
+                         "Seconds since the last successful keepalive was sent.",
+                         ["lease"], registry=r)
+        self.skipped = Counter("svit_lease_keepalive_skipped",
+                             "Keepalive rounds skipped because the host is unhealthy.",
+                             registry=r)
 
 
 class LeaseState(StrEnum):
@@ -86,6 +119,17 @@ class HostLease:
         retry_attempts: attempts per grant or keepalive round (default 3),
             with exponential backoff; a round never outlasts the interval.
         clock: monotonic clock in seconds (injectable for tests).
+        keepalive_client: factory of a second ``aetcd.Client``. When given, the
+            keepalive loop runs in its own daemon thread with its own event loop
+            and this client, so a blocked or overloaded caller event loop cannot
+            starve the keepalives (issue 15 item 5). Listeners are then called on
+            the caller's loop when it next runs. Without it, the loop is a task
+            on the caller's loop.
+        health_check: called before every keepalive round; while it returns a
+            reason (a string) the round is skipped, so the lease lapses after its
+            TTL unless the host recovers (issue 15 item 1: a host's lease means
+            the host can serve). An exception counts as healthy (logged).
+        metrics: :class:`LeaseMetrics` to record keepalive lag in (optional).
 
     Raises:
         ConfigurationError: an option is out of range.
@@ -101,6 +145,9 @@ class HostLease:
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         retry_attempts: int = 3,
         clock: Clock = time.monotonic,
+        keepalive_client: Callable[[], Any] | None = None,
+        health_check: HealthCheck | None = None,
+        metrics: LeaseMetrics | None = None,
     ) -> None:
         if type(ttl_s) is not int or ttl_s < 1:
             raise ConfigurationError(f"ttl_s must be a positive integer, got {ttl_s!r}")
@@ -130,6 +177,21 @@ class HostLease:
         self._listeners: list[Listener] = []
         self._reported: LeaseState | None = None
         self._changed: asyncio.Condition | None = None
+        self._keepalive_client_factory = keepalive_client
+        self._health_check = health_check
+        self.metrics = metrics
+        #: Reason the last health check gave, or None while healthy.
+        self.unhealthy: str | None = None
+        #: Start lag (s) of the most recent keepalive round, and the largest seen.
+        self.last_keepalive_lag_s = 0.0
+        self.max_keepalive_lag_s = 0.0
+        self._owner_loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_loop: asyncio.AbstractEventLoop | None = None
+        self._thread_task: asyncio.Task[None] | None = None
+        self._ka_client: Any = None
+        self._threaded = False
+        self._closing = False
 
     # -- state ------------------------------------------------------------------
 
@@ -239,12 +301,60 @@ class HostLease:
         self._deadline = sent + self.granted_ttl_s - self.safety_margin_s
         self._last_ok = sent
         await self._notify()
-        self._task = asyncio.get_running_loop().create_task(self._keepalive_loop())
+        if self.metrics is not None:
+            self.metrics.age.labels(str(self.lease_id)).set_function(
+                lambda: max(0.0, self._clock() - self._last_ok))
+        self._owner_loop = asyncio.get_running_loop()
+        if self._keepalive_client_factory is None:
+            self._task = self._owner_loop.create_task(self._keepalive_loop())
+        else:
+            self._threaded = True
+            self._thread = threading.Thread(target=self._thread_main, daemon=True,
+                                            name=f"lease-keepalive-{self.lease_id}")
+            self._thread.start()
         return self
+
+    # -- keepalive thread -----------------------------------------------------------
+
+    def _thread_main(self) -> None:
+        """Body of the keepalive thread: its own loop, its own etcd client."""
+        try:
+            asyncio.run(self._thread_body())
+        except Exception:
+            log.exception("lease %s keepalive thread crashed", self.lease_id)
+            self._failing = True
+
+    async def _thread_body(self) -> None:
+        assert self._keepalive_client_factory is not None
+        self._thread_loop = asyncio.get_running_loop()
+        self._ka_client = self._keepalive_client_factory()
+        self._thread_task = asyncio.current_task()
+        try:
+            if not self._paused:
+                await self._keepalive_loop()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                await self._ka_client.close()
+
+    async def _signal(self) -> None:
+        """Tell listeners about a state change, on the caller's event loop."""
+        if not self._threaded or self._owner_loop is None:
+            await self._notify()
+            return
+        loop = self._owner_loop
+
+        def schedule() -> None:
+            loop.create_task(self._notify())
+
+        with contextlib.suppress(RuntimeError):  # the owner loop is closed
+            loop.call_soon_threadsafe(schedule)
 
     async def _refresh_once(self) -> tuple[float, int]:
         sent = self._clock()
-        reply = await etcd_call("lease_keepalive", self.client.refresh_lease(self.lease_id),
+        client = self._ka_client if self._ka_client is not None else self.client
+        reply = await etcd_call("lease_keepalive", client.refresh_lease(self.lease_id),
                                 timeout_s=self.request_timeout_s)
         return sent, int(reply.TTL) if reply is not None else 0
 
@@ -264,12 +374,24 @@ class HostLease:
 
     async def _keepalive_loop(self) -> None:
         """Refresh every interval until LOST; never dies on an error."""
-        while self.state is not LeaseState.LOST:
+        while self.state is not LeaseState.LOST and not self._closing:
             delay = min(self.keepalive_interval_s, max(0.0, self._deadline - self._clock()))
+            due = self._clock() + delay
             await asyncio.sleep(delay)
+            if self._closing:
+                return
+            lag = max(0.0, self._clock() - due)
+            self.last_keepalive_lag_s = lag
+            self.max_keepalive_lag_s = max(self.max_keepalive_lag_s, lag)
+            if self.metrics is not None:
+                self.metrics.lag.observe(lag)
             if self._paused:
                 self._failing = True
-                await self._notify()
+                await self._signal()
+                continue
+            if self._unhealthy_now():
+                self._failing = True
+                await self._signal()
                 continue
             try:
                 await self._keepalive_round()
@@ -279,9 +401,28 @@ class HostLease:
             except Exception:
                 self._failing = True
                 log.exception("lease %s keepalive round crashed", self.lease_id)
-            await self._notify()
+            await self._signal()
+        if self._closing:
+            return
         self._lost = True
-        await self._notify()
+        await self._signal()
+
+    def _unhealthy_now(self) -> bool:
+        """Run the health check; True (skip the keepalive) when it gives a reason."""
+        if self._health_check is None:
+            return False
+        try:
+            reason = self._health_check()
+        except Exception:
+            log.exception("lease %s health check failed; assuming healthy", self.lease_id)
+            reason = None
+        if reason is not None and self.unhealthy is None:
+            log.warning("lease %s: host unhealthy (%s); stopping keepalives",
+                        self.lease_id, reason)
+        self.unhealthy = reason
+        if reason is not None and self.metrics is not None:
+            self.metrics.skipped.inc()
+        return reason is not None
 
     def stop_keepalive(self) -> None:
         """Stop refreshing; the lease then expires on etcd after its TTL.
@@ -296,6 +437,17 @@ class HostLease:
     async def close(self) -> None:
         """Stop the keepalive loop without revoking (the lease expires by itself)."""
         self._paused = True
+        self._closing = True
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            tloop, ttask = self._thread_loop, self._thread_task
+            if tloop is not None and ttask is not None:
+                with contextlib.suppress(RuntimeError):  # its loop already ended
+                    tloop.call_soon_threadsafe(ttask.cancel)
+            await asyncio.to_thread(thread.join, 5.0)
+        if self.metrics is not None and self.lease_id is not None:
+            with contextlib.suppress(KeyError):
+                self.metrics.age.remove(str(self.lease_id))
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

@@ -1,0 +1,207 @@
+"""Which hosts may be picked, and revoking a dead host's lease (issue 15 items 1, 2).
+
+Placement never picks a host that Ray reports dead or whose agent did not
+answer. Two sources, both kept by :class:`HostWatch` in the gateway:
+
+* Ray's node table (``ray.nodes()``, polled every ``poll_s``): a host is dead
+  when its registered node id is listed dead, or when nodes carry its
+  ``svit_host:<host>`` resource and none of them is alive (Ray empties a dead
+  node's resources, so the registered node id is the main evidence);
+* failed calls to a host's agent: the host is *suspect* for ``suspect_s``
+  seconds (a paused agent, an unreachable node) and placement tries the next.
+
+When Ray declares a node dead, the host's lease need not run out its TTL:
+:func:`revoke_dead_leases` revokes it at once. The guard that keeps it from
+revoking a live host's lease: the host's registration must name that exact
+Ray node id (agents register ``node_id`` next to their host name), Ray must
+list that node id as not alive, and no alive node may have that id; and the
+lease revoked is the one the registration key is attached to *now*, read from
+etcd, not from a cache. A host that restarted has a new node id and a new
+registration, so its lease is never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["HostWatch", "NodeTable", "pick_host", "revoke_dead_leases"]
+
+log = logging.getLogger(__name__)
+
+_RESOURCE = "svit_host:"
+
+
+@dataclass(frozen=True)
+class NodeTable:
+    """Ray's node table, reduced to what placement needs.
+
+    Attributes:
+        alive_hosts: hosts with at least one alive node.
+        alive_node_ids: hex ids of alive nodes.
+        dead_node_ids: hex ids of nodes Ray lists as not alive.
+        known_hosts: every host with a node in the table, alive or dead.
+    """
+
+    alive_hosts: frozenset[str] = field(default_factory=frozenset)
+    alive_node_ids: frozenset[str] = field(default_factory=frozenset)
+    dead_node_ids: frozenset[str] = field(default_factory=frozenset)
+    known_hosts: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def parse(cls, nodes: Iterable[Mapping[str, Any]]) -> NodeTable:
+        """From ``ray.nodes()`` output (``NodeID``, ``Alive``, ``Resources``)."""
+        alive_hosts: set[str] = set()
+        known: set[str] = set()
+        alive_ids: set[str] = set()
+        dead_ids: set[str] = set()
+        for node in nodes:
+            node_id = str(node.get("NodeID", ""))
+            alive = bool(node.get("Alive", False))
+            hosts = {r[len(_RESOURCE):] for r in (node.get("Resources") or {})
+                     if str(r).startswith(_RESOURCE)}
+            known |= hosts
+            if alive:
+                alive_ids.add(node_id)
+                alive_hosts |= hosts
+            else:
+                dead_ids.add(node_id)
+        return cls(frozenset(alive_hosts), frozenset(alive_ids),
+                   frozenset(dead_ids - alive_ids), frozenset(known))
+
+    def dead_hosts(self) -> frozenset[str]:
+        """Hosts Ray knows of with no alive node."""
+        return self.known_hosts - self.alive_hosts
+
+
+def pick_host(load: Mapping[str, int], excluded: Iterable[str] = ()) -> str | None:
+    """The least-loaded host not in ``excluded`` (ties: by name); None if none is left."""
+    skip = set(excluded)
+    candidates = sorted(h for h in load if h not in skip)
+    if not candidates:
+        return None
+    return min(candidates, key=lambda h: load[h])
+
+
+class HostWatch:
+    """Hosts placement must skip: dead per Ray, or suspect after an unanswered call.
+
+    Args:
+        suspect_s: how long a host whose agent did not answer is skipped (s).
+        clock: monotonic clock in seconds (injectable for tests).
+    """
+
+    def __init__(self, *, suspect_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.suspect_s = suspect_s
+        self._clock = clock
+        self.table = NodeTable()
+        self._dead: frozenset[str] = frozenset()
+        self._suspect: dict[str, float] = {}
+
+    def mark_unanswering(self, host: str) -> None:
+        """Skip ``host`` for ``suspect_s`` seconds (its agent did not answer)."""
+        self._suspect[host] = self._clock() + self.suspect_s
+
+    def clear(self, host: str) -> None:
+        """``host``'s agent answered: stop skipping it (Ray's verdict still applies)."""
+        self._suspect.pop(host, None)
+
+    def excluded(self) -> set[str]:
+        """Hosts not to place on now."""
+        now = self._clock()
+        for host, until in list(self._suspect.items()):
+            if until <= now:
+                del self._suspect[host]
+        return set(self._suspect) | set(self._dead)
+
+    def update(self, nodes: Iterable[Mapping[str, Any]],
+               registrations: Mapping[str, Mapping[str, Any]] | None = None) -> NodeTable:
+        """Take a fresh ``ray.nodes()`` answer.
+
+        ``registrations`` (host -> its registration, with ``node_id``) matter
+        because Ray drops a dead node's resources from its table: a host is
+        then known dead by its registered node id, not by ``svit_host:<host>``.
+        """
+        self.table = NodeTable.parse(nodes)
+        dead = set(self.table.dead_hosts())
+        for host, doc in (registrations or {}).items():
+            if str(doc.get("node_id")) in self.table.dead_node_ids:
+                dead.add(host)
+        self._dead = frozenset(dead)
+        return self.table
+
+
+async def revoke_dead_leases(client: Any, cluster: str, table: NodeTable, *,
+                             timeout_s: float = 2.0) -> list[str]:
+    """Revoke the lease of every host registered from a node Ray declared dead.
+
+    Reads ``/svit/<cluster>/hosts/`` from etcd (not a cache); a registration is
+    acted on only if its ``node_id`` is in ``table.dead_node_ids`` and not in
+    ``table.alive_node_ids``; the lease revoked is the one its key is attached to.
+
+    Returns:
+        The hosts whose lease was revoked.
+
+    Raises:
+        UnavailableError: etcd could not be read (a failed revoke is logged and
+            skipped: that lease runs out its TTL).
+    """
+    from svit_cluster.ownership._etcd import etcd_call
+
+    if not table.dead_node_ids:
+        return []
+    prefix = f"/svit/{cluster}/hosts/".encode()
+    got = await etcd_call("get_prefix", client.get_prefix(prefix), timeout_s=timeout_s)
+    revoked: list[str] = []
+    for kv in got:
+        try:
+            doc = json.loads(bytes(kv.value))
+            node_id = str(doc["node_id"])
+        except (ValueError, KeyError, TypeError):
+            continue  # no node id registered: no evidence, never revoke
+        lease_id = int(getattr(kv, "lease", 0) or 0)
+        if (not node_id or lease_id == 0 or node_id not in table.dead_node_ids
+                or node_id in table.alive_node_ids):
+            continue
+        host = bytes(kv.key)[len(prefix):].decode()
+        try:
+            await etcd_call("lease_revoke", client.revoke_lease(lease_id),
+                            timeout_s=timeout_s, outcome="unknown")
+        except Exception as exc:
+            log.warning("revoking the lease of dead host %s failed: %s", host, exc)
+            continue
+        log.warning("host %s: Ray declared node %s dead; revoked its lease %s",
+                    host, node_id, lease_id)
+        revoked.append(host)
+    return revoked
+
+
+async def watch_nodes(watch: HostWatch, client: Any, cluster: str, *,
+                      poll_s: float = 0.5,
+                      hosts: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Never dies: poll Ray's node table, update ``watch``, revoke dead hosts' leases.
+
+    ``hosts`` (the route cache's registrations) is only a hint to skip the etcd
+    read when no registered node is dead; the revoke itself reads etcd.
+    """
+    import ray
+
+    while True:
+        try:
+            await asyncio.sleep(poll_s)
+            nodes = await asyncio.wait_for(asyncio.to_thread(ray.nodes), timeout=5)
+            table = watch.update(nodes, hosts)
+            if hosts is not None and not any(
+                    str(doc.get("node_id")) in table.dead_node_ids for doc in hosts.values()):
+                continue
+            await revoke_dead_leases(client, cluster, table)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # GCS or etcd unreachable: keep the last verdict
+            log.info("node watch round failed: %s", exc)
