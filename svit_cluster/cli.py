@@ -399,15 +399,14 @@ _host_command("resume-host", "resume_host")
 @click.argument("host")
 @click.option("--timeout", "timeout_s", default=90.0, show_default=True,
               type=click.FloatRange(1.0), help="Seconds to wait for the host to be live.")
-def restart_host(state_dir: Path, host: str, timeout_s: float) -> None:
+@output_option
+def restart_host(state_dir: Path, host: str, timeout_s: float, output: str) -> None:
     """Start HOST again (after kill-host) with its agent; waits until it is live."""
     from svit_cluster.local import LocalCluster
 
-    try:
-        LocalCluster.load(state_dir).restart_host(host, timeout_s=timeout_s)
-    except SvitError as exc:
-        _fail(exc)
-    click.echo(f"restart-host {host}: live")
+    LocalCluster.load(state_dir).restart_host(host, timeout_s=timeout_s)
+    emit(output, {"host": host, "live": True},
+         lambda: click.echo(f"restart-host {host}: live"))
 
 
 @cli.command(name="add-host")
@@ -415,15 +414,13 @@ def restart_host(state_dir: Path, host: str, timeout_s: float) -> None:
 @click.argument("host", required=False)
 @click.option("--timeout", "timeout_s", default=90.0, show_default=True,
               type=click.FloatRange(1.0), help="Seconds to wait for the host to be live.")
-def add_host(state_dir: Path, host: str | None, timeout_s: float) -> None:
+@output_option
+def add_host(state_dir: Path, host: str | None, timeout_s: float, output: str) -> None:
     """Add a Ray host (named HOST, default h<N+1>) and its agent; waits until it is live."""
     from svit_cluster.local import LocalCluster
 
-    try:
-        name = LocalCluster.load(state_dir).add_host(host, timeout_s=timeout_s)
-    except SvitError as exc:
-        _fail(exc)
-    click.echo(f"add-host {name}: live")
+    name = LocalCluster.load(state_dir).add_host(host, timeout_s=timeout_s)
+    emit(output, {"host": name, "live": True}, lambda: click.echo(f"add-host {name}: live"))
 
 
 from svit_cluster.dispatch.cli import dead_letters, dispatcher  # noqa: E402

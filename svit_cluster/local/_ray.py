@@ -287,8 +287,15 @@ class RayNode:
                 pass
 
     def pause(self) -> list[int]:
-        """SIGSTOP every process of this node (a stale owner, frozen mid-flight)."""
-        return self._signal_all(signal.SIGSTOP)
+        """SIGSTOP every process of this node (a stale owner, frozen mid-flight).
+
+        Returns the PIDs once each is stopped (or gone), not merely signalled.
+        """
+        from svit_cluster.local._servers import wait_stopped
+
+        pids = self._signal_all(signal.SIGSTOP)
+        wait_stopped(pids)
+        return pids
 
     def resume(self) -> list[int]:
         """SIGCONT every process of this node."""

@@ -36,6 +36,23 @@ __all__ = ["EtcdServer", "RedisServer", "ServerError", "free_port"]
 _LOOPBACK = "127.0.0.1"
 
 
+def wait_stopped(pids: list[int], *, timeout_s: float = 5.0) -> None:
+    """Wait until every process in ``pids`` is stopped (SIGSTOP delivered) or gone.
+
+    ``kill(SIGSTOP)`` returns before the target stops; on a loaded machine the
+    target may still run (and answer a request) for a while.
+
+    Raises:
+        UnavailableError: one of them did not stop within ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while _proc_state(pid) not in ("T", "t", None):
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"pid {pid} did not stop within {timeout_s} s")
+            time.sleep(0.005)
+
+
 def _proc_state(pid: int) -> str | None:
     """The one-letter state of ``pid`` from ``/proc/<pid>/stat``; None if gone."""
     try:
@@ -241,13 +258,8 @@ class _Server(ABC):
         """
         self._signal(signal.SIGSTOP)
         proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        deadline = time.monotonic() + timeout_s
-        while _proc_state(proc.pid) not in ("T", "t", None):
-            if time.monotonic() > deadline:
-                raise UnavailableError(f"pid {proc.pid} did not stop within {timeout_s} s")
-            time.sleep(0.005)
+        if proc is not None and proc.poll() is None:
+            wait_stopped([proc.pid], timeout_s=timeout_s)
 
     def resume(self) -> None:
         """SIGCONT a paused server."""
