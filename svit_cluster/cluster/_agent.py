@@ -282,7 +282,8 @@ class HostAgent:
         if self._fence_store is None:
             from svit_cluster.store import RedisFences, connect
 
-            self._fence_store = RedisFences(connect(self.cfg.redis_for(self.host)))
+            self._fence_store = RedisFences(connect(self.cfg.redis_for(self.host),
+                                                      cluster=self.cfg.redis_cluster))
         return self._fence_store
 
     # -- reconciliation --------------------------------------------------------------------

@@ -37,10 +37,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-import redis.asyncio as aioredis
-
 from svit_cluster.dispatch._keys import DispatchKeys
 from svit_cluster.dispatch._redisutil import text
+from svit_cluster.store._redis import AsyncRedisClient
 
 __all__ = ["FenceResult", "LeaseTable", "owner_of"]
 
@@ -136,7 +135,7 @@ class LeaseTable:
         worker_ttl_s: membership TTL in seconds.
     """
 
-    def __init__(self, client: aioredis.Redis, keys: DispatchKeys, worker: str, *,
+    def __init__(self, client: AsyncRedisClient, keys: DispatchKeys, worker: str, *,
                  lease_ttl_s: float, worker_ttl_s: float) -> None:
         self._client = client
         self._keys = keys

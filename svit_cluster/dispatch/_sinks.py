@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import httpx
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from svit_cluster import __version__
@@ -36,6 +35,7 @@ from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliv
 from svit_cluster.dispatch._intent import Intent
 from svit_cluster.errors import SvitError
 from svit_cluster.process import canonical_json, encode_value, validate_process_id
+from svit_cluster.store._redis import AsyncRedisClient
 
 __all__ = [
     "RedisStreamSink",
@@ -275,7 +275,7 @@ class RedisStreamSink:
 
     name = "redis-stream"
 
-    def __init__(self, client: aioredis.Redis, *, allowed_prefixes: tuple[str, ...],
+    def __init__(self, client: AsyncRedisClient, *, allowed_prefixes: tuple[str, ...],
                  store_prefix: str, concurrency: int = 16, dedup_window: int = 100_000) -> None:
         self._client = client
         self._allowed = allowed_prefixes

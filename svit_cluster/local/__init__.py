@@ -4,6 +4,7 @@ Public names:
 
 * :class:`LocalCluster`, :class:`ClusterSpec` -- ``svit-cluster up`` / ``down``.
 * :class:`RedisServer` -- a durable (AOF, fsync always) redis-server on a free port.
+* :class:`RedisClusterServer` -- a local Redis Cluster (M masters x R replicas).
 * :class:`EtcdServer` -- a single-member etcd on free ports.
 * :class:`RayNode`, :class:`PortAllocator` -- Ray nodes started one after another.
 * :class:`ServerError` -- a server could not be started (``unavailable``).
@@ -12,6 +13,7 @@ Public names:
 
 from svit_cluster.local._cluster import ClusterSpec, LocalCluster, stop_pid
 from svit_cluster.local._ray import PortAllocator, RayNode, host_resource, ray_env
+from svit_cluster.local._rcluster import RedisClusterNode, RedisClusterServer
 from svit_cluster.local._servers import EtcdServer, RedisServer, ServerError, free_port
 
 __all__ = [
@@ -20,6 +22,8 @@ __all__ = [
     "LocalCluster",
     "PortAllocator",
     "RayNode",
+    "RedisClusterNode",
+    "RedisClusterServer",
     "RedisServer",
     "ServerError",
     "free_port",

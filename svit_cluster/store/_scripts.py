@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis
 from redis.commands.core import Script
+
+from svit_cluster.store._redis import RedisClient
 
 __all__ = ["ADD_SIGNAL", "CLAIM", "COMMIT", "CREATE", "PUT_RECEIPT", "SNAPSHOT", "Scripts",
            "commit_source"]
@@ -223,7 +224,7 @@ class Scripts:
     snapshot: Script
 
     @classmethod
-    def register(cls, client: redis.Redis) -> Scripts:
+    def register(cls, client: RedisClient) -> Scripts:
         """Register every script on ``client`` (no round trip until first use)."""
         return cls(
             commit=client.register_script(COMMIT),
