@@ -200,6 +200,14 @@ class RedisClusterServer:
         raise ServerError(f"no live master serves slot {slot} of {key!r}",
                           binary="redis-server", reason="no_master")
 
+    def replicas_of(self, master: RedisClusterNode) -> list[RedisClusterNode]:
+        """The live nodes that replicate ``master`` (from its ``CLUSTER NODES``)."""
+        lines = [line.split() for line in _info(master, "cluster", "nodes").splitlines()]
+        me = next(parts[0] for parts in lines if "myself" in parts[2])
+        ports = {int(parts[1].split("@")[0].rsplit(":", 1)[1])
+                 for parts in lines if parts[3] == me}
+        return [n for n in self.live_nodes() if n.port in ports]
+
     def kill_master_of(self, key: str) -> RedisClusterNode:
         """SIGKILL (by PID) the master of ``key``'s slot; its replica takes over.
 

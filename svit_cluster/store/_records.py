@@ -69,14 +69,14 @@ class Head:
     token: int
 
 
-def parse_head(process_id: str, raw: Mapping[Any, Any] | list[Any]) -> Head | None:
+def parse_head(process_id: str, reply: Mapping[Any, Any] | list[Any]) -> Head | None:
     """Parse ``HGETALL head`` (a dict or a flat array); None when the hash is
     empty (process never created).
 
     Raises:
         CorruptData: a field is missing or malformed.
     """
-    raw = field_map(raw)
+    raw: Mapping[Any, Any] = field_map(reply)
     if not raw:
         return None
     return Head(
@@ -157,14 +157,14 @@ class StoredSnapshot:
     token: int
 
 
-def parse_snapshot(process_id: str, raw: Mapping[Any, Any] | list[Any]
+def parse_snapshot(process_id: str, reply: Mapping[Any, Any] | list[Any]
                    ) -> StoredSnapshot | None:
     """Parse ``HGETALL snapshot`` (a dict or a flat array); None when there is none.
 
     Raises:
         CorruptData: a field is missing or malformed.
     """
-    raw = field_map(raw)
+    raw: Mapping[Any, Any] = field_map(reply)
     if not raw:
         return None
     data = raw.get(b"data")
