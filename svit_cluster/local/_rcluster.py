@@ -17,16 +17,20 @@ plus an election; :meth:`RedisClusterServer.wait_for_failover` waits for that.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from svit_cluster.local._servers import _LOOPBACK, RedisServer, ServerError
+from svit_cluster.local._servers import _LOOPBACK, EtcdServer, RedisServer, ServerError, free_port
 
-__all__ = ["RedisClusterNode", "RedisClusterServer"]
+__all__ = ["EtcdClusterServer", "EtcdMember", "RedisClusterNode", "RedisClusterServer"]
 
 
 class RedisClusterNode(RedisServer):
@@ -243,6 +247,148 @@ class RedisClusterServer:
             node.stop(grace_s=5.0)
 
     def __enter__(self) -> RedisClusterServer:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class EtcdMember(EtcdServer):
+    """One member of an :class:`EtcdClusterServer` (an :class:`EtcdServer` named
+    ``name`` that joins ``initial_cluster``).
+
+    Ready once its client port accepts connections: a member alone cannot
+    answer ``/health`` before a quorum has elected a leader.
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str], *, name: str,
+                 startup_timeout_s: float = 15.0, die_with_parent: bool = False) -> None:
+        super().__init__(state_dir, startup_timeout_s=startup_timeout_s,
+                         die_with_parent=die_with_parent)
+        self.name = name
+        self.initial_cluster = ""
+        self.port = free_port()
+        self.peer_port = free_port()
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{_LOOPBACK}:{self.peer_port}"
+
+    def _command(self, binary: str) -> list[str]:
+        cmd = super()._command(binary)
+        cmd[cmd.index("--name") + 1] = self.name
+        cmd[cmd.index("--initial-cluster") + 1] = self.initial_cluster
+        return [*cmd, "--election-timeout", "1000", "--heartbeat-interval", "100"]
+
+    def _ready(self) -> bool:
+        try:
+            with socket.create_connection((_LOOPBACK, self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def status(self) -> dict[str, object]:
+        """``/v3/maintenance/status`` of this member (``header.member_id``, ``leader``).
+
+        Raises:
+            OSError: the member does not answer.
+        """
+        req = urllib.request.Request(f"{self.url}/v3/maintenance/status", data=b"{}",
+                                     method="POST")
+        with urllib.request.urlopen(req, timeout=1.0) as resp:
+            doc: dict[str, object] = json.loads(resp.read())
+        return doc
+
+
+class EtcdClusterServer:
+    """A local etcd cluster of ``members`` members on free loopback ports
+    (election timeout 1 s, heartbeat 100 ms); each stopped by its own PID.
+
+    Args:
+        state_dir: member ``i`` lives in ``<state_dir>/member-<i>``.
+        members: 3 (default) or 5; any odd number >= 3.
+        startup_timeout_s: how long :meth:`start` waits for a leader (default 30 s).
+        die_with_parent: as for :class:`RedisServer`.
+
+    Attributes:
+        members: the :class:`EtcdMember` handles.
+        endpoints: ``"127.0.0.1:p0,127.0.0.1:p1,..."`` (``SVIT_ETCD_ENDPOINTS``).
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str], *, members: int = 3,
+                 startup_timeout_s: float = 30.0, die_with_parent: bool = False) -> None:
+        if members < 3 or members % 2 == 0:
+            raise ValueError("an etcd cluster needs an odd number >= 3 of members")
+        self.state_dir = Path(state_dir)
+        self.startup_timeout_s = startup_timeout_s
+        self.members = [EtcdMember(self.state_dir / f"member-{i}", name=f"m{i}",
+                                   die_with_parent=die_with_parent) for i in range(members)]
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        for m in self.members:
+            m.initial_cluster = initial
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(m.endpoint for m in self.members)
+
+    def start(self) -> None:
+        """Start every member and wait until one is leader and all agree on it.
+
+        Raises:
+            ServerError: a member did not start, or no leader within
+                ``startup_timeout_s``. Started members are stopped first.
+        """
+        try:
+            for m in self.members:
+                m.start()
+            self.wait_for_leader(self.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def leader(self) -> EtcdMember | None:
+        """The running member that is leader now (as the running members agree), or None."""
+        ids: dict[str, EtcdMember] = {}
+        leaders: set[str] = set()
+        for m in self.members:
+            if not m.running:
+                continue
+            try:
+                doc = m.status()
+            except (OSError, urllib.error.URLError, ValueError):
+                return None
+            header = doc.get("header")
+            member_id = str(header.get("member_id")) if isinstance(header, dict) else ""
+            ids[member_id] = m
+            leaders.add(str(doc.get("leader")))
+        if len(leaders) != 1:
+            return None
+        return ids.get(leaders.pop())
+
+    def wait_for_leader(self, timeout_s: float = 30.0, *,
+                        not_: EtcdMember | None = None) -> EtcdMember:
+        """Wait until the running members agree on a leader (other than ``not_``).
+
+        Raises:
+            ServerError: (``reason`` ``timeout``) no such leader within ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = self.leader()
+            if found is not None and found is not not_:
+                return found
+            time.sleep(0.1)
+        raise ServerError(f"etcd cluster elected no leader within {timeout_s} s",
+                          binary="etcd", reason="timeout")
+
+    def stop(self) -> None:
+        """Stop every member by its PID. Safe to repeat."""
+        for m in self.members:
+            m.stop(grace_s=5.0)
+
+    def __enter__(self) -> EtcdClusterServer:
         self.start()
         return self
 
