@@ -109,7 +109,7 @@ async def test_killing_the_etcd_leader_under_load_keeps_leases_routing_and_commi
             try:
                 got = await host.acquire(other)
                 break
-            except Exception as exc:  # noqa: BLE001 - reported below
+            except Exception as exc:
                 errors.append(exc)
                 await asyncio.sleep(0.2)
         else:
