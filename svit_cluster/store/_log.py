@@ -214,12 +214,14 @@ class RedisBackend:
             process_id=self.process_id,
         )
 
-    def _run(self, op: str, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def _run(self, op: str, script: Any, keys: Sequence[str], args: Sequence[Any], *,
+             outcome: str = "unknown") -> Any:
         """Run a write script; with ``wait_replicas`` also ``WAIT`` for the replicas.
 
         Call inside :func:`redis_boundary`. Raises UnavailableError
-        (``outcome`` ``unknown``, ``reason`` ``replication``) when the script
-        wrote (status ``ok``) but fewer replicas than configured acknowledged.
+        (``outcome`` as given, ``unknown`` for writes; ``reason``
+        ``replication``) when the script answered ``ok`` but fewer replicas
+        than configured acknowledged.
         """
         cfg = self.config
         reply, acked = run_replicated(self._client, script, keys, args,
@@ -227,10 +229,10 @@ class RedisBackend:
                                       timeout_ms=cfg.wait_timeout_ms)
         if acked is not None and acked < cfg.wait_replicas and _status(reply)[0] == "ok":
             raise UnavailableError(
-                f"redis {op} of {self.process_id} applied on the master but acknowledged by "
-                f"{acked} of {cfg.wait_replicas} replicas within {cfg.wait_timeout_ms} ms; "
-                "it may be lost if a replica is promoted (outcome unknown)",
-                op=op, process_id=self.process_id, outcome="unknown", reason="replication",
+                f"redis {op} of {self.process_id} ran on the master but {acked} of "
+                f"{cfg.wait_replicas} replicas acknowledged within {cfg.wait_timeout_ms} ms; "
+                "a promoted replica may lack it",
+                op=op, process_id=self.process_id, outcome=outcome, reason="replication",
                 replicas=cfg.wait_replicas, acknowledged=acked)
         return reply
 
@@ -271,14 +273,29 @@ class RedisBackend:
     def get_receipt(self, tenant: str, client_id: str, request_id: str) -> Receipt | None:
         """The stored receipt for the key, or None (never stored or evicted).
 
+        With ``wait_replicas`` the read is confirmed by ``WAIT`` (see the code):
+        a receipt is returned only once ``wait_replicas`` replicas have the
+        commit that stored it.
+
         Raises:
-            UnavailableError: Redis failed.
+            UnavailableError: Redis failed; or (``reason`` ``replication``)
+                fewer replicas than ``wait_replicas`` acknowledged in time.
             CorruptData: the stored value is malformed.
         """
+        field = receipt_field(tenant, client_id, request_id)
         with redis_boundary("get_receipt", self.process_id):
-            raw = self._client.hget(
-                self.keys.receipts, receipt_field(tenant, client_id, request_id)
-            )
+            if self.config.wait_replicas:
+                # A receipt on the master whose commit no replica has yet (the
+                # commit answered "unavailable", reason "replication") must not
+                # be replayed as an acknowledgement: read it with a replicated
+                # no-op write and WAIT, so a replay is acknowledged only once
+                # the commit that stored it is on the replicas too.
+                reply = self._run("get_receipt", self._scripts.get_receipt_synced,
+                                  [self.keys.fence, self.keys.receipts], [field],
+                                  outcome="none")
+                raw = reply[1]
+            else:
+                raw = self._client.hget(self.keys.receipts, field)
         if raw is None:
             return None
         return decode_receipt(self.process_id, tenant, client_id, request_id, raw)

@@ -24,8 +24,9 @@ from svit_cluster.errors import FencedError, SvitError, UnavailableError
 from svit_cluster.local import RedisClusterServer
 from svit_cluster.process import Process
 from svit_cluster.store import ProcessKeys, RedisBackend, StoreConfig, connect
+from svit_cluster.store._keys import receipt_field
 from svit_cluster.store._redis import RedisClient
-from tests.store._support import commit_write, new_log, seal_write, unique
+from tests.store._support import commit_write, new_log, receipt, seal_write, unique
 
 pytestmark = pytest.mark.servers
 
@@ -212,4 +213,37 @@ def test_killing_the_master_under_load_loses_no_acknowledged_commit_with_wait(
     assert _retry(RedisBackend(client, pid, 2, config).claim) == 2
     with pytest.raises(FencedError):
         backend.commit(seal_write(restored, "stale"))
+    client.close()
+
+
+def test_a_receipt_is_replayed_only_once_its_commit_is_on_a_replica(
+    own_cluster: RedisClusterServer,
+) -> None:
+    """A commit that no replica acknowledged answers ``unavailable``; its receipt
+    is on the master. A retry of the same request must not replay that receipt
+    as an acknowledgement until a replica has the commit."""
+    config = StoreConfig(prefix=unique("rcpt"), snapshot_every=10**9, wait_replicas=1,
+                         wait_timeout_ms=300)
+    client = connect(own_cluster.url, timeout_s=2, cluster=True)
+    pid = f"svit://test/{unique('rcpt')}"
+    backend, proc = new_log(client, pid, 1, config)
+    key = ProcessKeys(pid, config.prefix).fence
+    master = own_cluster.master_of(key)
+    [replica] = own_cluster.replicas_of(master)
+    node = client.get_redis_connection(client.get_node_from_key(key))  # type: ignore[union-attr, no-untyped-call]
+    replica.pause()
+    try:
+        node.execute_command("CLIENT", "KILL", "TYPE", "replica")
+        assert not _acked(lambda: backend.commit(seal_write(proc, 1), receipt("r1")))
+        assert node.hget(ProcessKeys(pid, config.prefix).receipts,
+                         receipt_field("tenant-a", "c1", "r1")) is not None  # on the master
+        with pytest.raises(UnavailableError) as refused:
+            backend.get_receipt("tenant-a", "c1", "r1")  # the retry's replay lookup
+        assert refused.value.fields["reason"] == "replication"
+        assert refused.value.fields["outcome"] == "none"
+    finally:
+        replica.resume()
+    # the replica reconnects and catches up: now the replay is safe and allowed
+    found = _retry(lambda: backend.get_receipt("tenant-a", "c1", "r1"))
+    assert found is not None and found.request_id == "r1"
     client.close()
