@@ -338,7 +338,9 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
 
     Raises:
         ValueError: ``timeout_s`` is not positive; a malformed URL (from redis-py).
-        redis.exceptions.RedisError: (cluster only) no startup node answered.
+        redis.exceptions.RedisError: (cluster only: the client reads the slot
+            map at construction) no startup node answered, or the startup
+            node's policy is refused (``EvictionPolicyError``).
     """
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
