@@ -76,8 +76,14 @@ def cli() -> None:
               help="Outbox dispatcher worker processes.")
 @click.option("--allow-webhook-host", "webhook_hosts", multiple=True,
               help="Let the dispatcher call webhooks on HOST or HOST:PORT (repeatable).")
+@click.option("--redis-cluster", "redis_cluster", default=None, metavar="M[xR]",
+              help="Run a Redis Cluster of M masters (>= 3) with R replicas each "
+                   "(e.g. 3x1) instead of one redis-server.")
+@click.option("--etcd-members", default=1, show_default=True, type=click.IntRange(1, 7),
+              help="etcd members (1, 3, 5 or 7).")
 def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
-       passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...]) -> None:
+       passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...],
+       redis_cluster: str | None, etcd_members: int) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
     Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
@@ -86,12 +92,20 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
     """
     from svit_cluster.local import ClusterSpec, LocalCluster
 
+    masters, replicas = 0, 0
+    if redis_cluster is not None:
+        m, _, r = redis_cluster.lower().partition("x")
+        if not m.isdigit() or (r and not r.isdigit()):
+            raise click.BadParameter("expected M or MxR, e.g. 3x1", param_hint="--redis-cluster")
+        masters, replicas = int(m), int(r or 0)
     try:
         cluster = LocalCluster.up(
             ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
                         snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
                         dispatchers=dispatchers,
-                        dispatch_options={"webhook_hosts": list(webhook_hosts)}),
+                        dispatch_options={"webhook_hosts": list(webhook_hosts)},
+                        redis_masters=masters, redis_replicas=replicas,
+                        etcd_members=etcd_members),
             progress=_progress,
         )
     except SvitError as exc:
@@ -136,6 +150,10 @@ def status(state_dir: Path, as_json: bool) -> None:
         click.echo(f"  {host['name']}: process {'up' if host['alive'] else 'DOWN'}, "
                    f"lease {host.get('lease') or '-'}, owners {host.get('owners', 0)}")
     click.echo(f"owners: {len(info['owners'])}")
+    for svc in ("redis", "etcd"):
+        procs = info[svc].get("nodes" if svc == "redis" else "members", [])
+        click.echo(f"{svc}: " + ", ".join(
+            f"{p['name']} {'up' if p['alive'] else 'DOWN'}" for p in procs))
 
 
 
@@ -223,6 +241,29 @@ def _host_command(name: str, action: str) -> Any:
     return command
 
 
+def _store_command(name: str, action: str, what: str) -> Any:
+    @cli.command(name=name)
+    @_state_dir
+    @click.argument(what)
+    def command(state_dir: Path, **kwargs: str) -> None:
+        from svit_cluster.local import LocalCluster
+
+        target = kwargs[what.lower()]
+        try:
+            pid = getattr(LocalCluster.load(state_dir), action)(target)
+        except SvitError as exc:
+            _fail(exc)
+        click.echo(f"{name} {target}: SIGKILL sent to pid {pid}")
+
+    command.__doc__ = {
+        "kill_redis": "SIGKILL Redis NODE (n0.. of a Redis Cluster: its replica takes over).",
+        "kill_etcd": "SIGKILL etcd MEMBER (m0.. of an etcd cluster).",
+    }[action]
+    return command
+
+
+_store_command("kill-redis", "kill_redis", "NODE")
+_store_command("kill-etcd", "kill_etcd", "MEMBER")
 _host_command("kill-host", "kill_host")
 _host_command("pause-host", "pause_host")
 _host_command("resume-host", "resume_host")

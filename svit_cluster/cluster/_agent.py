@@ -99,7 +99,8 @@ class HostAgent:
         url = self.cfg.redis_for(self.host)
         try:
             verify_eviction_policy(
-                url, allow_unverified=self.cfg.redis_allow_unverified_eviction_policy)
+                url, allow_unverified=self.cfg.redis_allow_unverified_eviction_policy,
+                cluster=self.cfg.redis_cluster)
         except UnavailableError as exc:
             log.warning("could not check the eviction policy of the commit log's Redis: %s",
                         exc)

@@ -127,6 +127,12 @@ class RedisClusterServer:
     def url(self) -> str:
         return self.nodes[0].url if self.nodes[0].running else self.live_nodes()[0].url
 
+    @property
+    def urls(self) -> str:
+        """Every node as startup nodes: ``redis://h:p0,h:p1,.../0`` (``connect``
+        still finds the cluster when some of them are down)."""
+        return "redis://" + ",".join(n.address for n in self.nodes) + "/0"
+
     def live_nodes(self) -> list[RedisClusterNode]:
         """The nodes whose server process is running."""
         return [n for n in self.nodes if n.running]

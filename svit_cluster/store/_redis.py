@@ -68,6 +68,7 @@ __all__ = [
     "redis_boundary",
     "refusal_reason",
     "run_replicated",
+    "split_startup_nodes",
     "verify_eviction_policy",
 ]
 
@@ -329,7 +330,10 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     to check eagerly at start-up.
 
     Args:
-        url: ``redis://host:port/db`` (db 0 for a cluster).
+        url: ``redis://host:port/db`` (db 0 for a cluster); for a cluster it
+            may list several startup nodes, ``redis://h1:p1,h2:p2/0``
+            (:func:`split_startup_nodes`), so one dead node does not stop
+            discovery.
         timeout_s: socket connect and read timeout (default 5 s).
         allow_unverified_eviction_policy: accept a Redis whose policy cannot be
             read; None (default) reads :data:`ALLOW_UNVERIFIED_ENV`.
@@ -348,8 +352,13 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
              else allow_unverified_eviction_policy)
     on_connect = _policy_checking_connect(allow, _where(url))
     if cluster_from_env() if cluster is None else cluster:
+        from redis.cluster import ClusterNode
+
+        first, extra = split_startup_nodes(url)
         return RedisCluster.from_url(
-            url,
+            first,
+            startup_nodes=[ClusterNode(h, p) for h, p in extra]  # type: ignore[no-untyped-call]
+            or None,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             retry=Retry(NoBackoff(), 0),
@@ -363,6 +372,31 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         retry_on_error=[],
         redis_connect_func=on_connect,
     )
+
+
+def split_startup_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """``redis://[auth@]h1:p1,h2:p2,.../db`` -> (``redis://[auth@]h1:p1/db``, [(h2, p2), ...]).
+
+    A Redis Cluster URL may list several startup nodes, so that a client can
+    still discover the cluster when the first one is down. A URL with one
+    node is returned unchanged with no extra nodes.
+
+    Raises:
+        ValueError: an extra node is not ``host:port``.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url, []
+    auth, at, hostpart = rest.rpartition("@")
+    netloc, slash, path = hostpart.partition("/")
+    first, *others = netloc.split(",")
+    extra: list[tuple[str, int]] = []
+    for entry in others:
+        host, _, port = entry.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"redis cluster startup node must be host:port, got {entry!r}")
+        extra.append((host, int(port)))
+    return f"{scheme}://{auth}{at}{first}{slash}{path}", extra
 
 
 def async_connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -387,8 +421,12 @@ def async_connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     check = async_policy_check(url, allow_unverified=allow_unverified)
     connect_s = timeout_s if connect_timeout_s is None else connect_timeout_s
     if cluster_from_env() if cluster is None else cluster:
+        from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+
+        first, extra = split_startup_nodes(url)
         client = AsyncRedisCluster.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=connect_s,
+            first, startup_nodes=[AsyncClusterNode(h, p) for h, p in extra] or None,
+            socket_timeout=timeout_s, socket_connect_timeout=connect_s,
             retry=AsyncRetry(NoBackoff(), 0))
         # The asyncio cluster client has no redis_connect_func argument; every
         # node (startup nodes and the ones discovered later) is built from
@@ -429,7 +467,13 @@ def verify_eviction_policy(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     client: RedisClient | None = None
     try:
         if is_cluster:
-            client = RedisCluster.from_url(url, socket_timeout=timeout_s,
+            from redis.cluster import ClusterNode
+
+            first, extra = split_startup_nodes(url)
+            client = RedisCluster.from_url(first, socket_timeout=timeout_s,
+                                           startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                                                          for h, p in extra]
+                                           or None,
                                            socket_connect_timeout=timeout_s,
                                            retry=Retry(NoBackoff(), 0))
             result: str | None = SAFE_EVICTION_POLICY
