@@ -121,12 +121,17 @@ def cli() -> None:
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="JSON file with the ports block (http/llm/spawn, allowlists, limits); "
                    "default: no port is granted.")
+@click.option("--redis-cluster", "redis_cluster", default=None, metavar="M[xR]",
+              help="Run a Redis Cluster of M masters (>= 3) with R replicas each "
+                   "(e.g. 3x1) instead of one redis-server.")
+@click.option("--etcd-members", default=1, show_default=True, type=click.IntRange(1, 7),
+              help="etcd members (1, 3, 5 or 7).")
 @output_option
 def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
        passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...],
        reasoner_kind: str, reasoner_url: str | None, model: str | None,
        reasoner_key_env: str, instructions: str | None, ports_file: Path | None,
-       output: str) -> None:
+       redis_cluster: str | None, etcd_members: int, output: str) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
     Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
@@ -143,13 +148,21 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
         ports = json.loads(ports_file.read_text()) if ports_file is not None else {}
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--ports") from None
+    masters, replicas = 0, 0
+    if redis_cluster is not None:
+        m, _, r = redis_cluster.lower().partition("x")
+        if not m.isdigit() or (r and not r.isdigit()):
+            raise click.BadParameter("expected M or MxR, e.g. 3x1", param_hint="--redis-cluster")
+        masters, replicas = int(m), int(r or 0)
     cluster = LocalCluster.up(
         ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
                     snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
                     dispatchers=dispatchers,
                     dispatch_options={"webhook_hosts": list(webhook_hosts)},
                     reasoner=reasoner,
-                    ports=ports if isinstance(ports, dict) else {"invalid": ports}),
+                    ports=ports if isinstance(ports, dict) else {"invalid": ports},
+                    redis_masters=masters, redis_replicas=replicas,
+                    etcd_members=etcd_members),
         progress=_progress,
     )
     doc = cluster.doc
@@ -308,6 +321,10 @@ def status(state_dir: Path, output: str) -> None:
         click.echo(f"  {host['name']}: process {'up' if host['alive'] else 'DOWN'}, "
                    f"lease {host.get('lease') or '-'}, owners {host.get('owners', 0)}")
     click.echo(f"owners: {len(info['owners'])}")
+    for svc in ("redis", "etcd"):
+        procs = info[svc].get("nodes" if svc == "redis" else "members", [])
+        click.echo(f"{svc}: " + ", ".join(
+            f"{p['name']} {'up' if p['alive'] else 'DOWN'}" for p in procs))
 
 
 @cli.command(name="etcd-restored")
@@ -388,6 +405,28 @@ def _host_command(name: str, action: str) -> Any:
     return command
 
 
+def _store_command(name: str, action: str, what: str) -> Any:
+    @cli.command(name=name)
+    @_state_dir
+    @click.argument(what)
+    @output_option
+    def command(state_dir: Path, output: str, **kwargs: str) -> None:
+        from svit_cluster.local import LocalCluster
+
+        target = kwargs[what.lower()]
+        pid = getattr(LocalCluster.load(state_dir), action)(target)
+        emit(output, {"command": name, what.lower(): target, "pid": pid},
+             lambda: click.echo(f"{name} {target}: SIGKILL sent to pid {pid}"))
+
+    command.__doc__ = {
+        "kill_redis": "SIGKILL Redis NODE (n0.. of a Redis Cluster: its replica takes over).",
+        "kill_etcd": "SIGKILL etcd MEMBER (m0.. of an etcd cluster).",
+    }[action]
+    return command
+
+
+_store_command("kill-redis", "kill_redis", "NODE")
+_store_command("kill-etcd", "kill_etcd", "MEMBER")
 _host_command("kill-host", "kill_host")
 _host_command("pause-host", "pause_host")
 _host_command("resume-host", "resume_host")

@@ -5,23 +5,33 @@ name or process id); tests that stop, kill or restart a server take a dedicated
 one (``fresh_redis``, ``fresh_etcd``). Every server is stopped by its PID at
 teardown, also when a test fails, and dies with the test run
 (PR_SET_PDEATHSIG) if pytest itself is killed.
+
+``redis_target`` (and so ``rclient``) is parametrised over ``single`` (the
+shared redis-server) and ``cluster`` (a real local Redis Cluster, 3 masters +
+3 replicas, started once per session), so every store, events and dispatcher
+test that takes them runs against both. For ``cluster`` it also sets
+``SVIT_REDIS_CLUSTER=true`` for the test, so every component that connects
+through ``svit_cluster.store.connect``/``async_connect`` on its own (dispatch
+workers, signal sources) builds a cluster client. Pick one side with
+``-k single`` or ``-k cluster``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import redis
 
-from svit_cluster.local import EtcdServer, RedisServer
+from svit_cluster.local import EtcdServer, RedisClusterServer, RedisServer
 from svit_cluster.store import connect
+from svit_cluster.store._redis import CLUSTER_ENV, RedisClient
 
 
 @contextmanager
-def running(server: RedisServer | EtcdServer) -> Iterator[None]:
+def running(server: RedisServer | EtcdServer | RedisClusterServer) -> Iterator[None]:
     """Start ``server`` and always stop it (by PID) afterwards."""
     server.start()
     try:
@@ -60,9 +70,44 @@ def fresh_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def redis_cluster_server(tmp_path_factory: pytest.TempPathFactory
+                         ) -> Iterator[RedisClusterServer]:
+    """A real local Redis Cluster: 3 masters + 3 replicas on free loopback ports,
+    ``appendfsync always``, ``noeviction``; every node stopped by its PID."""
+    server = RedisClusterServer(tmp_path_factory.mktemp("redis-cluster"), masters=3,
+                                replicas=1, die_with_parent=True)
+    with running(server):
+        yield server
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """Where a parametrised test's Redis is: ``url`` and whether it is a cluster."""
+
+    url: str
+    cluster: bool
+
+    def connect(self) -> RedisClient:
+        return connect(self.url, timeout_s=5, cluster=self.cluster)
+
+
+@pytest.fixture(params=["single", "cluster"])
+def redis_target(request: pytest.FixtureRequest,
+                 monkeypatch: pytest.MonkeyPatch) -> RedisTarget:
+    """The shared single redis-server, or the session's Redis Cluster."""
+    if request.param == "cluster":
+        cluster: RedisClusterServer = request.getfixturevalue("redis_cluster_server")
+        monkeypatch.setenv(CLUSTER_ENV, "true")
+        return RedisTarget(cluster.url, True)
+    single: RedisServer = request.getfixturevalue("redis_server")
+    monkeypatch.delenv(CLUSTER_ENV, raising=False)
+    return RedisTarget(single.url, False)
+
+
 @pytest.fixture
-def rclient(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = connect(redis_server.url, timeout_s=5)
+def rclient(redis_target: RedisTarget) -> Iterator[RedisClient]:
+    client = redis_target.connect()
     try:
         yield client
     finally:

@@ -124,7 +124,7 @@ class ProcessActor:
         from svit_cluster.store import RedisBackend, StoreConfig, connect
 
         client = connect(self.cfg.redis_for(self.host), allow_unverified_eviction_policy=(
-            self.cfg.redis_allow_unverified_eviction_policy))
+            self.cfg.redis_allow_unverified_eviction_policy), cluster=self.cfg.redis_cluster)
         backend = RedisBackend(
             client,
             self.process_id,

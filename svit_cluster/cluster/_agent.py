@@ -120,7 +120,8 @@ class HostAgent:
         url = self.cfg.redis_for(self.host)
         try:
             verify_eviction_policy(
-                url, allow_unverified=self.cfg.redis_allow_unverified_eviction_policy)
+                url, allow_unverified=self.cfg.redis_allow_unverified_eviction_policy,
+                cluster=self.cfg.redis_cluster)
         except UnavailableError as exc:
             log.warning("could not check the eviction policy of the commit log's Redis: %s",
                         exc)
@@ -418,7 +419,8 @@ class HostAgent:
         if self._fence_store is None:
             from svit_cluster.store import RedisFences, connect
 
-            self._fence_store = RedisFences(connect(self.cfg.redis_for(self.host)))
+            self._fence_store = RedisFences(connect(self.cfg.redis_for(self.host),
+                                                      cluster=self.cfg.redis_cluster))
         return self._fence_store
 
     def _held_lease(self) -> Any:

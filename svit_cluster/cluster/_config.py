@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.errors import ConfigurationError
-from svit_cluster.store._redis import allow_unverified_from_env
+from svit_cluster.store._redis import allow_unverified_from_env, cluster_from_env
 
 __all__ = ["ClusterConfig"]
 
@@ -42,6 +42,11 @@ class ClusterConfig:
             managed services), with a warning; the operator vouches that it is
             ``noeviction``. Env ``SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY``
             (default False: such a Redis is refused, as is any evicting one).
+        redis_cluster: ``redis_url`` names a node of a Redis Cluster; every
+            component then connects with a cluster client
+            (``svit_cluster.store.connect(cluster=True)``). Env
+            ``SVIT_REDIS_CLUSTER`` (the chart's ``redis.external.cluster``);
+            cluster.json ``redis.cluster`` (default False).
         reasoner: the reasoning loop's settings
             (``svit_cluster.reasoning.ReasonerConfig`` fields; default: the
             simulated reasoner). May hold an API key: kept out of ``repr``.
@@ -66,6 +71,7 @@ class ClusterConfig:
     unsafe_disable_fencing: bool = False
     signal_retention: int = 10_000
     redis_allow_unverified_eviction_policy: bool = False
+    redis_cluster: bool = False
     reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
     ports: dict[str, Any] = field(default_factory=dict)
 
@@ -96,6 +102,7 @@ class ClusterConfig:
             cluster=doc["cluster"],
             etcd_endpoint=doc["etcd"]["endpoint"],
             redis_url=doc["redis"]["url"],
+            redis_cluster=bool(doc["redis"].get("cluster", False)),
             ray_address=doc["ray"]["address"],
             lease_ttl_s=int(doc["lease_ttl_s"]),
             snapshot_every=int(doc["snapshot_every"]),
@@ -127,6 +134,7 @@ class ClusterConfig:
                 passivate_after_s=float(env.get("SVIT_PASSIVATE_AFTER_S", "300")),
                 signal_retention=int(env.get("SVIT_SIGNAL_RETENTION", "10000")),
                 redis_allow_unverified_eviction_policy=allow_unverified_from_env(),
+                redis_cluster=cluster_from_env(),
                 reasoner={k: env[f"SVIT_REASONER_{k.upper()}"]
                           for k in ("kind", "base_url", "model", "api_key_env",
                                     "instructions")

@@ -344,7 +344,8 @@ class RayRouter:
         if self._signals is None:
             from svit_cluster.events import RedisSignalSource
 
-            self._signals = RedisSignalSource.from_url(self.cfg.redis_url)
+            self._signals = RedisSignalSource.from_url(self.cfg.redis_url,
+                                                       cluster=self.cfg.redis_cluster)
         return self._signals
 
     async def health(self) -> dict[str, Any]:

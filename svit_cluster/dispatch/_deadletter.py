@@ -21,13 +21,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
-
 from svit_cluster.dispatch._intent import Intent
 from svit_cluster.dispatch._keys import DispatchKeys
 from svit_cluster.dispatch._redisutil import boundary
 from svit_cluster.errors import InvalidInput
+from svit_cluster.store._redis import AsyncRedisClient, RedisClient
 
 __all__ = ["DeadLetter", "DeadLetters", "RedriveResult", "write_dead_letter"]
 
@@ -126,7 +124,7 @@ class RedriveResult:
 
 
 async def write_dead_letter(
-    client: aioredis.Redis, keys: DispatchKeys, *, intent: Intent | None,
+    client: AsyncRedisClient, keys: DispatchKeys, *, intent: Intent | None,
     fields: dict[bytes, bytes], stream: str, entry_id: str, source: str, sink: str,
     reason: str, error: str, attempts: int, worker: str, lease_token: int = 0,
 ) -> str:
@@ -179,7 +177,7 @@ class DeadLetters:
         prefix: the store's key prefix (default ``"svit"``).
     """
 
-    def __init__(self, client: redis.Redis, prefix: str = "svit") -> None:
+    def __init__(self, client: RedisClient, prefix: str = "svit") -> None:
         self.keys = DispatchKeys(prefix)
         self._client = client
         self._move = client.register_script(_MOVE)

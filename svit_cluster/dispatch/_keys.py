@@ -16,6 +16,21 @@ so ``{dispatch}`` never collides with a process's tag.
 | ``<prefix>:{dispatch}:workers`` | zset | live worker -> heartbeat expiry (ms, Redis clock) |
 | ``<prefix>:{dispatch}:dead`` | stream | dead letters: intent, source, error, attempts, ... |
 | ``<prefix>:{dispatch}:redrive`` | stream | dead letters sent back for delivery (a source stream) |
+
+Slots on a Redis Cluster: every ``<prefix>:{<P>}:...`` key, the stream's
+``:lease``, ``:lease-token`` and ``:dead-settled`` included, lives in the slot
+of the tag ``{<P>}`` (one process = one slot), so each lease, fenced ``XACK``
+and settle script touches one slot. The three ``{dispatch}`` keys share the
+single slot of the tag ``dispatch`` (re-drive moves a letter from ``dead`` to
+``redrive`` in one script there); the scripts that write a dead letter and
+then settle it are two separate calls (``{dispatch}`` slot, then the
+process's slot), never one multi-slot script or ``MULTI``. An integration
+stream of ``redis-stream://<name>`` and its dedup set share ``<name>``'s slot
+(see ``RedisStreamSink``). Reads over many slots (the status API's ``HGET``
+of many ``:dead-settled`` hashes) use a non-transactional pipeline, which the
+cluster client splits per node; the wake-up ``XREAD`` over many streams is
+refused (``CROSSSLOT``) on a cluster, and the worker then polls each stream
+every ``poll_interval_s`` instead.
 """
 
 from __future__ import annotations

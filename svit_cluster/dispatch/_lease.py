@@ -34,13 +34,16 @@ otherwise change the status of an entry it no longer owns.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
-import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from svit_cluster.dispatch._keys import DispatchKeys
 from svit_cluster.dispatch._redisutil import text
+from svit_cluster.store._redis import AsyncRedisClient
 
 __all__ = ["FenceResult", "LeaseTable", "owner_of"]
 
@@ -136,7 +139,7 @@ class LeaseTable:
         worker_ttl_s: membership TTL in seconds.
     """
 
-    def __init__(self, client: aioredis.Redis, keys: DispatchKeys, worker: str, *,
+    def __init__(self, client: AsyncRedisClient, keys: DispatchKeys, worker: str, *,
                  lease_ttl_s: float, worker_ttl_s: float) -> None:
         self._client = client
         self._keys = keys
@@ -170,11 +173,21 @@ class LeaseTable:
         """
         if not streams:
             return {}
-        pipe = self._client.pipeline(transaction=False)
-        for stream in streams:
-            await self._claim(keys=[DispatchKeys.lease(stream), DispatchKeys.lease_token(stream)],
-                              args=[self.worker, self._lease_ms], client=pipe)
-        replies = await pipe.execute(raise_on_error=False)
+        replies: list[Any]
+        if isinstance(self._client, AsyncRedisCluster):
+            # redis-py refuses scripts in a cluster pipeline (the streams are in
+            # different slots anyway): one concurrent script call per stream.
+            replies = list(await asyncio.gather(
+                *(self._claim(keys=[DispatchKeys.lease(s), DispatchKeys.lease_token(s)],
+                              args=[self.worker, self._lease_ms]) for s in streams),
+                return_exceptions=True))
+        else:
+            pipe = self._client.pipeline(transaction=False)
+            for stream in streams:
+                await self._claim(
+                    keys=[DispatchKeys.lease(stream), DispatchKeys.lease_token(stream)],
+                    args=[self.worker, self._lease_ms], client=pipe)
+            replies = await pipe.execute(raise_on_error=False)
         return {s: r if type(r) is int and r > 0 else 0
                 for s, r in zip(streams, replies, strict=True)}
 

@@ -20,6 +20,7 @@ import psutil
 
 from svit_cluster.dispatch._config import DispatchConfig
 from svit_cluster.errors import UnavailableError
+from svit_cluster.store._redis import CLUSTER_ENV
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -47,6 +48,15 @@ def _section(cluster: LocalCluster) -> dict[str, Any]:
     section.setdefault("options", {})
     section.setdefault("workers", {})
     return section
+
+
+def _worker_env(doc: dict[str, Any]) -> dict[str, str]:
+    """The environment of a dispatcher process: ours, plus ``SVIT_REDIS_CLUSTER``
+    when the cluster's Redis is a Redis Cluster (its clients read it)."""
+    env = dict(os.environ)
+    if doc.get("redis", {}).get("cluster"):
+        env[CLUSTER_ENV] = "true"
+    return env
 
 
 def start_dispatchers(cluster: LocalCluster, count: int, options: dict[str, Any],
@@ -82,14 +92,15 @@ def start_dispatcher(cluster: LocalCluster, name: str, *, timeout_s: float = 30.
             [sys.executable, "-m", "svit_cluster.cli", "dispatcher", "run",
              "--state-dir", str(state), "--worker-id", worker_id],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, env=_worker_env(cluster.doc),
         )
     _children[proc.pid] = proc
     section["workers"][name] = {"pid": proc.pid, "worker_id": worker_id,
                                 "log": str(log_path)}
     cluster._save()
     config = DispatchConfig.from_cluster_json_doc(cluster.doc)
-    client = connect(config.redis_url)
+    client = connect(config.redis_url,
+                     cluster=bool(cluster.doc.get("redis", {}).get("cluster", False)))
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -5,30 +5,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import redis.asyncio as aioredis
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from svit_cluster.errors import SvitError, UnavailableError
-from svit_cluster.store._redis import async_policy_check, failure_reason
+from svit_cluster.store._redis import AsyncRedisClient, async_connect, failure_reason
 
 __all__ = ["async_client", "boundary", "text"]
 
 
-def async_client(url: str, *, timeout_s: float = 5.0) -> aioredis.Redis:
+def async_client(url: str, *, timeout_s: float = 5.0) -> AsyncRedisClient:
     """An asyncio redis-py client for ``url`` with client-side retries disabled.
 
     The dispatcher's loops retry on their own terms; a silent resend by the
     client would only hide which command failed. Every new connection refuses
     a Redis that may evict keys (an evicted stream lease lets two workers read
-    one stream; see ``svit_cluster.store`` ``async_policy_check``).
+    one stream). A Redis Cluster client when ``SVIT_REDIS_CLUSTER`` is true
+    (the store's one factory, ``svit_cluster.store._redis.async_connect``).
     """
-    return aioredis.Redis.from_url(
-        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 0), retry_on_error=[],
-        redis_connect_func=async_policy_check(url),
-    )
+    return async_connect(url, timeout_s=timeout_s)
 
 
 @contextmanager

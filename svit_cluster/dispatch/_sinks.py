@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import httpx
-import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisError
 
 from svit_cluster import __version__
@@ -36,6 +36,7 @@ from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliv
 from svit_cluster.dispatch._intent import Intent
 from svit_cluster.errors import SvitError
 from svit_cluster.process import canonical_json, encode_value, validate_process_id
+from svit_cluster.store._redis import AsyncRedisClient
 
 __all__ = [
     "RedisStreamSink",
@@ -256,14 +257,24 @@ return 1
 _STREAM_NAME = re.compile(r"[A-Za-z0-9_.:\-{}]{1,200}")
 
 
+def _has_hash_tag(key: str) -> bool:
+    """Whether Redis Cluster hashes ``key`` by a tag (a non-empty ``{...}``)."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return start >= 0 and end > start + 1
+
+
 class RedisStreamSink:
     """``redis-stream://<name>``: ``XADD`` to an integration stream, once per intent id.
 
     The entry has fields ``id``, ``from``, ``to``, ``version`` and ``body``
     (canonical JSON). The append and the dedup record are one Lua script, so
     a redelivery within the last ``dedup_window`` ids of that stream adds
-    nothing. In Redis Cluster give the name a hash tag (``{x}``) so the stream
-    and ``<name>:svit-dedup`` share a slot.
+    nothing. The dedup record is the sorted set ``<name>:svit-dedup``; on a
+    Redis Cluster client, when ``<name>`` has no hash tag, it is
+    ``{<name>}:svit-dedup`` instead, whose slot is the slot of ``<name>``
+    (Redis hashes an untagged key whole, and a tagged key by its tag), so the
+    script never spans two slots.
 
     Args:
         client: an async Redis client (the dispatcher's).
@@ -275,7 +286,7 @@ class RedisStreamSink:
 
     name = "redis-stream"
 
-    def __init__(self, client: aioredis.Redis, *, allowed_prefixes: tuple[str, ...],
+    def __init__(self, client: AsyncRedisClient, *, allowed_prefixes: tuple[str, ...],
                  store_prefix: str, concurrency: int = 16, dedup_window: int = 100_000) -> None:
         self._client = client
         self._allowed = allowed_prefixes
@@ -297,11 +308,16 @@ class RedisStreamSink:
         self._stream(intent)
         return "redis-stream"
 
+    def _dedup_key(self, stream: str) -> str:
+        if isinstance(self._client, AsyncRedisCluster) and not _has_hash_tag(stream):
+            return f"{{{stream}}}:svit-dedup"
+        return f"{stream}:svit-dedup"
+
     async def deliver(self, intent: Intent) -> None:
         stream = self._stream(intent)
         try:
             await self._script(
-                keys=[stream, f"{stream}:svit-dedup"],
+                keys=[stream, self._dedup_key(stream)],
                 args=[intent.id, int(time.time() * 1000), self._window, intent.source,
                       intent.to, intent.version, canonical_json(intent.body)],
             )

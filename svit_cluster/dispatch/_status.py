@@ -52,6 +52,7 @@ from svit_cluster.dispatch._redisutil import boundary, text
 from svit_cluster.process import Transaction
 from svit_cluster.process._inbox import dedup_slot
 from svit_cluster.store import DEFAULT_PREFIX, RedisBackend, StoreConfig
+from svit_cluster.store._redis import RedisClient
 
 __all__ = [
     "DeliveryState",
@@ -152,7 +153,7 @@ class _GroupView:
                 and entry_id not in self.pending)
 
 
-def _group_view(client: redis.Redis, stream: str, group: str) -> _GroupView:
+def _group_view(client: RedisClient, stream: str, group: str) -> _GroupView:
     try:
         groups: Any = client.xinfo_groups(stream)
     except redis.ResponseError:  # no such stream
@@ -170,7 +171,7 @@ def _group_view(client: redis.Redis, stream: str, group: str) -> _GroupView:
 
 
 def delivery_status(
-    client: redis.Redis,
+    client: RedisClient,
     process_ids: Iterable[str],
     *,
     prefix: str = DEFAULT_PREFIX,
@@ -220,7 +221,7 @@ def delivery_status(
     return out
 
 
-def _settled_letters(client: redis.Redis, raw: Any) -> list[Any]:
+def _settled_letters(client: RedisClient, raw: Any) -> list[Any]:
     """The dead letters that count: those without a lease token (written before
     fencing existed) and those their worker settled (``<stream>:dead-settled``
     names them). A provisional letter whose settle was refused or not yet run
@@ -273,7 +274,7 @@ def _classify(stream: str, pid: str, entry_id: str, fields: dict[bytes, bytes],
 
 
 def destination_records(
-    client: redis.Redis, process_id: str, *, prefix: str = DEFAULT_PREFIX
+    client: RedisClient, process_id: str, *, prefix: str = DEFAULT_PREFIX
 ) -> DestinationRecord:
     """Read a Svit destination's committed inbox and dedup record (read-only restore).
 

@@ -42,7 +42,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 from tenacity import (
     AsyncRetrying,
@@ -66,6 +65,7 @@ from svit_cluster.dispatch._sinks import (
     SvitInboxSink,
     WebhookSink,
 )
+from svit_cluster.store._redis import AsyncRedisClient
 
 __all__ = ["DispatchWorker", "default_sinks", "run_worker"]
 
@@ -84,7 +84,7 @@ class LeaseLost(Exception):
     """Internal: the runner's lease is no longer HELD; stop without acking."""
 
 
-def default_sinks(config: DispatchConfig, client: aioredis.Redis,
+def default_sinks(config: DispatchConfig, client: AsyncRedisClient,
                   http: httpx.AsyncClient) -> SinkRegistry:
     """The standard sinks: ``svit``, ``http``/``https`` (allowlisted), ``redis-stream``."""
     webhook = WebhookSink(config.webhook_hosts, http=http,
@@ -146,7 +146,7 @@ class DispatchWorker:
         self._owned: dict[str, _Stream] = {}
         self._live: list[str] = []
         self._scans = 0
-        self._client: aioredis.Redis | None = None
+        self._client: AsyncRedisClient | None = None
         self._registry: SinkRegistry | None = None
         self._leases: LeaseTable | None = None
 

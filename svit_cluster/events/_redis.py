@@ -21,8 +21,6 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from svit_cluster.errors import (
@@ -45,7 +43,13 @@ from svit_cluster.events._model import (
 )
 from svit_cluster.events._source import ReadResult, Window
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
-from svit_cluster.store._redis import failure_reason, redis_boundary
+from svit_cluster.store._redis import (
+    AsyncRedisClient,
+    RedisClient,
+    async_connect,
+    failure_reason,
+    redis_boundary,
+)
 from svit_cluster.store._scripts import ADD_SIGNAL
 
 __all__ = ["RedisEventLog", "RedisSignalSource", "fork_events", "parse_signal"]
@@ -153,7 +157,7 @@ class RedisEventLog:
     Thread-safe (redis-py pools connections).
     """
 
-    def __init__(self, client: redis.Redis, process_id: str, token: int, *,
+    def __init__(self, client: RedisClient, process_id: str, token: int, *,
                  prefix: str = DEFAULT_PREFIX,
                  signal_retention: int = DEFAULT_SIGNAL_RETENTION,
                  max_events: int = DEFAULT_MAX_EVENTS,
@@ -246,7 +250,7 @@ class RedisEventLog:
         return [parse_signal(self.process_id, eid, f) for eid, f in got or []]
 
 
-def fork_events(client: redis.Redis, parent_id: str, child_id: str, *,
+def fork_events(client: RedisClient, parent_id: str, child_id: str, *,
                 prefix: str = DEFAULT_PREFIX, upto_seq: int | None = None) -> int:
     """Store-level fork of the reasoning history: share the parent's immutable prefix.
 
@@ -300,16 +304,22 @@ class RedisSignalSource:
         prefix: key prefix (default ``"svit"``).
     """
 
-    def __init__(self, client: aioredis.Redis, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(self, client: AsyncRedisClient, prefix: str = DEFAULT_PREFIX) -> None:
         self.client = client
         self.prefix = prefix
 
     @classmethod
     def from_url(cls, url: str, prefix: str = DEFAULT_PREFIX, *,
-                 timeout_s: float = 30.0) -> RedisSignalSource:
-        """A source over a new pooled asyncio client for ``url``."""
-        client = aioredis.Redis.from_url(url, socket_timeout=timeout_s,
-                                         socket_connect_timeout=5.0)
+                 timeout_s: float = 30.0, cluster: bool | None = None) -> RedisSignalSource:
+        """A source over a new pooled asyncio client for ``url``
+        (``svit_cluster.store`` ``async_connect``: a Redis Cluster client when
+        ``cluster``, or, when None, ``SVIT_REDIS_CLUSTER``, says so).
+
+        Args:
+            timeout_s: socket read timeout, longer than any blocking read (30 s).
+        """
+        client = async_connect(url, timeout_s=timeout_s, connect_timeout_s=5.0,
+                               cluster=cluster)
         return cls(client, prefix)
 
     async def aclose(self) -> None:

@@ -8,6 +8,7 @@ tokens in ``<state_dir>/cluster.json`` so that later commands (``down``,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -25,7 +26,9 @@ import psutil
 
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.local._ray import PortAllocator, RayNode, ray_env
+from svit_cluster.local._rcluster import EtcdClusterServer, RedisClusterServer
 from svit_cluster.local._servers import EtcdServer, RedisServer
+from svit_cluster.store._redis import CLUSTER_ENV
 
 __all__ = ["ClusterSpec", "LocalCluster", "stop_pid"]
 
@@ -74,6 +77,11 @@ class ClusterSpec:
         ports: the deployment's port registry (``svit_cluster.ports.PortsConfig``
             fields: which ports, their allowlists and limits; default ``{}``
             grants nothing). Recorded in ``cluster.json`` for every host.
+        redis_masters: 0 (default) starts one redis-server; 3 or more start a
+            Redis Cluster of that many masters (``up --redis-cluster MxR``).
+        redis_replicas: replicas per master of that Redis Cluster (0..4).
+        etcd_members: 1 (default) or an odd number >= 3 of etcd members
+            (``up --etcd-members 3``).
     """
 
     state_dir: Path
@@ -87,8 +95,18 @@ class ClusterSpec:
     dispatch_options: dict[str, Any] = field(default_factory=dict)
     reasoner: dict[str, Any] = field(default_factory=dict)
     ports: dict[str, Any] = field(default_factory=dict)
+    redis_masters: int = 0
+    redis_replicas: int = 0
+    etcd_members: int = 1
 
     def validate(self) -> ClusterSpec:
+        if self.redis_masters not in (0, 1) and not 3 <= self.redis_masters <= 16:
+            raise ConfigurationError("a Redis Cluster needs 3..16 masters")
+        if not 0 <= self.redis_replicas <= 4 or (self.redis_replicas and self.redis_masters < 3):
+            raise ConfigurationError("redis replicas must be 0..4, and need a Redis Cluster")
+        if self.etcd_members != 1 and (self.etcd_members < 3 or self.etcd_members % 2 == 0
+                                       or self.etcd_members > 7):
+            raise ConfigurationError("etcd members must be 1, 3, 5 or 7")
         if not 1 <= self.hosts <= 16:
             raise ConfigurationError("hosts must be in 1..16")
         if not 1 <= self.lease_ttl_s <= 300:
@@ -202,16 +220,7 @@ class LocalCluster:
     def _start_all(self, progress: Progress) -> None:
         state = self.spec.state_dir
         ports = PortAllocator()
-        progress("starting etcd")
-        etcd = self.etcd = EtcdServer(state)
-        etcd.start()
-        self.doc["etcd"] = {"pid": etcd.pid, "endpoint": etcd.endpoint, "port": etcd.port}
-        self._save()
-        progress("starting redis-server (appendonly yes, appendfsync always)")
-        redis = self.redis = RedisServer(state)
-        redis.start()
-        self.doc["redis"] = {"pid": redis.pid, "url": redis.url, "port": redis.port}
-        self._save()
+        etcd_endpoint, redis_url = self._start_stores(state, progress)
         progress("starting Ray head")
         head = RayNode("head", state / "ray", state / "logs" / "ray-head.log", head=True)
         head.start(ports)
@@ -226,8 +235,8 @@ class LocalCluster:
             node.start(ports)
             entry = node.to_json()
             if self._proxy_factory is not None:
-                etcd_ep, redis_url = self._proxy_factory(name, etcd.endpoint, redis.url)
-                entry["endpoints"] = {"etcd": etcd_ep, "redis": redis_url}
+                etcd_ep, host_redis = self._proxy_factory(name, etcd_endpoint, redis_url)
+                entry["endpoints"] = {"etcd": etcd_ep, "redis": host_redis}
             self.doc["hosts"][name] = entry
             self._save()
         progress("starting host agents")
@@ -248,6 +257,85 @@ class LocalCluster:
         from svit_cluster.dispatch._local import start_dispatchers
 
         start_dispatchers(self, self.spec.dispatchers, self.spec.dispatch_options, progress)
+
+    def _start_stores(self, state: Path, progress: Progress) -> tuple[str, str]:
+        """Start etcd (one member or a cluster) and Redis (one server or a cluster);
+        record them in ``cluster.json``; return ``(etcd endpoints, redis url)``."""
+        spec = self.spec
+        if spec.etcd_members > 1:
+            progress(f"starting etcd cluster ({spec.etcd_members} members)")
+            members = EtcdClusterServer(state / "etcd-cluster", members=spec.etcd_members)
+            members.start()
+            self.doc["etcd"] = {"endpoint": members.endpoints, "members": [
+                {"name": m.name, "pid": m.pid, "endpoint": m.endpoint, "port": m.port,
+                 "peer_port": m.peer_port} for m in members.members]}
+        else:
+            progress("starting etcd")
+            etcd = self.etcd = EtcdServer(state)
+            etcd.start()
+            self.doc["etcd"] = {"pid": etcd.pid, "endpoint": etcd.endpoint, "port": etcd.port}
+        self._save()
+        if spec.redis_masters >= 3:
+            progress(f"starting Redis Cluster ({spec.redis_masters} masters x "
+                     f"{spec.redis_replicas} replicas, appendfsync always)")
+            rc = RedisClusterServer(state / "redis-cluster", masters=spec.redis_masters,
+                                    replicas=spec.redis_replicas)
+            rc.start()
+            # Every process this one starts (Ray nodes and their workers, the
+            # driver, the gateway, dispatchers) inherits it, so each of their
+            # clients is a cluster client (store.connect / async_connect).
+            os.environ[CLUSTER_ENV] = "true"
+            self.doc["redis"] = {"url": rc.urls, "cluster": True, "nodes": [
+                {"name": f"n{i}", "pid": n.pid, "port": n.port, "url": n.url}
+                for i, n in enumerate(rc.nodes)]}
+        else:
+            progress("starting redis-server (appendonly yes, appendfsync always)")
+            redis = self.redis = RedisServer(state)
+            redis.start()
+            self.doc["redis"] = {"pid": redis.pid, "url": redis.url, "port": redis.port}
+        self._save()
+        return self.doc["etcd"]["endpoint"], self.doc["redis"]["url"]
+
+    def _store_pids(self) -> dict[str, list[tuple[str, int | None]]]:
+        """``{"redis": [(name, pid)...], "etcd": [...]}`` of the recorded store processes."""
+        out: dict[str, list[tuple[str, int | None]]] = {}
+        for svc, many in (("redis", "nodes"), ("etcd", "members")):
+            sect = self.doc.get(svc) or {}
+            if many in sect:
+                out[svc] = [(str(x["name"]), x.get("pid")) for x in sect[many]]
+            elif sect:
+                out[svc] = [(svc, sect.get("pid"))]
+        return out
+
+    def _kill_store(self, svc: str, name: str) -> int:
+        procs = dict(self._store_pids().get(svc, []))
+        if name not in procs:
+            raise ConfigurationError(f"no {svc} {name!r}; have: {', '.join(sorted(procs))}")
+        pid = procs[name]
+        if pid is None:
+            raise ConfigurationError(f"{svc} {name} has no recorded pid")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def kill_redis(self, node: str) -> int:
+        """SIGKILL Redis node ``node`` (``n0``.. of a Redis Cluster, or ``redis``).
+
+        A killed master is replaced by its replica (if it has one) after the
+        cluster node timeout. Returns the PID signalled.
+
+        Raises:
+            ConfigurationError: no such node (the message lists them).
+        """
+        return self._kill_store("redis", node)
+
+    def kill_etcd(self, member: str) -> int:
+        """SIGKILL etcd member ``member`` (``m0``.. of an etcd cluster, or ``etcd``).
+
+        Raises:
+            ConfigurationError: no such member (the message lists them).
+        """
+        return self._kill_store("etcd", member)
 
     def _agents_args(self, *hosts: str) -> list[str]:
         args = ["agents", *(f"host={h}" for h in hosts)]
@@ -312,6 +400,8 @@ class LocalCluster:
                 f"{state_dir}`"
             )
         doc = json.loads(path.read_text())
+        if doc.get("redis", {}).get("cluster"):
+            os.environ[CLUSTER_ENV] = "true"  # as in up(): clients we start must know
         spec = ClusterSpec(
             state_dir=state_dir.resolve(),
             hosts=len(doc.get("hosts", {})) or 1,
@@ -467,9 +557,9 @@ class LocalCluster:
         if head:
             progress("stopping Ray head")
             RayNode.from_json(head).stop()
-        for svc in ("redis", "etcd"):
-            if svc in self.doc:
-                progress(f"stopping {svc}")
-                stop_pid(self.doc[svc].get("pid"))
+        for svc, procs in self._store_pids().items():
+            for name, pid in procs:
+                progress(f"stopping {svc} {name}")
+                stop_pid(pid)
         if self.path.exists():
             self.path.unlink()

@@ -18,8 +18,15 @@ async def _etcd_view(endpoint: str, cluster: str) -> dict[str, Any]:
     from svit_cluster.ownership import open_client, record_token
 
     client = open_client(endpoint)
+    members = len(endpoint.split(","))
     try:
-        got = await asyncio.wait_for(client.get_prefix(f"/svit/{cluster}/".encode()), 5)
+        for attempt in range(members):  # the failover client moves on after a failure
+            try:
+                got = await asyncio.wait_for(client.get_prefix(f"/svit/{cluster}/".encode()), 5)
+                break
+            except Exception:
+                if attempt == members - 1:
+                    raise
         hosts: dict[str, Any] = {}
         owners: dict[str, Any] = {}
         for kv in got:
@@ -59,5 +66,14 @@ def cluster_status(cluster: LocalCluster) -> dict[str, Any]:
         owned = sum(1 for o in view["owners"].values() if o.get("host") == name)
         hosts.append({"name": name, "alive": alive, "pids": node.pids(),
                       "lease": lease, "owners": owned})
+    stores = {svc: [{"name": name, "pid": pid,
+                     "alive": pid is not None and psutil.pid_exists(pid)}
+                    for name, pid in procs]
+              for svc, procs in cluster._store_pids().items()}
     return {"gateway": {**gw, "healthy": healthy}, "hosts": hosts,
-            "owners": view["owners"], "etcd_error": view.get("error")}
+            "owners": view["owners"], "etcd_error": view.get("error"),
+            "redis": {"url": doc.get("redis", {}).get("url"),
+                      "cluster": bool(doc.get("redis", {}).get("cluster", False)),
+                      "nodes": stores.get("redis", [])},
+            "etcd": {"endpoint": doc.get("etcd", {}).get("endpoint"),
+                     "members": stores.get("etcd", [])}}

@@ -12,11 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-import redis
-
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
 from svit_cluster.store._log import RedisBackend, StoreConfig
-from svit_cluster.store._redis import redis_boundary
+from svit_cluster.store._redis import RedisClient, redis_boundary
 
 __all__ = ["RedisFences"]
 
@@ -32,7 +30,7 @@ class RedisFences:
         InvalidInput: bad prefix (on first use, from :class:`ProcessKeys`).
     """
 
-    def __init__(self, client: redis.Redis, *, prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(self, client: RedisClient, *, prefix: str = DEFAULT_PREFIX) -> None:
         self.client = client
         self.config = StoreConfig(prefix=prefix)
 

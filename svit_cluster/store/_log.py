@@ -23,10 +23,11 @@ Guarantees, per call:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -54,7 +55,12 @@ from svit_cluster.store._records import (
     parse_head,
     parse_snapshot,
 )
-from svit_cluster.store._redis import redis_boundary, refusal_reason
+from svit_cluster.store._redis import (
+    RedisClient,
+    redis_boundary,
+    refusal_reason,
+    run_replicated,
+)
 from svit_cluster.store._scripts import Scripts
 from svit_cluster.store._snapshots import (
     RestoreStats,
@@ -63,7 +69,37 @@ from svit_cluster.store._snapshots import (
     verify_and_restore,
 )
 
-__all__ = ["STALE_WRITES_RETAINED", "RedisBackend", "StoreConfig", "stale_writes_key"]
+__all__ = [
+    "STALE_WRITES_RETAINED",
+    "WAIT_REPLICAS_ENV",
+    "WAIT_TIMEOUT_ENV",
+    "RedisBackend",
+    "StoreConfig",
+    "stale_writes_key",
+]
+
+#: Environment variable: default of :attr:`StoreConfig.wait_replicas`.
+WAIT_REPLICAS_ENV = "SVIT_REDIS_WAIT_REPLICAS"
+#: Environment variable: default of :attr:`StoreConfig.wait_timeout_ms`.
+WAIT_TIMEOUT_ENV = "SVIT_REDIS_WAIT_TIMEOUT_MS"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def _wait_replicas_default() -> int:
+    return _env_int(WAIT_REPLICAS_ENV, 0)
+
+
+def _wait_timeout_default() -> int:
+    return _env_int(WAIT_TIMEOUT_ENV, 1000)
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +137,15 @@ class StoreConfig:
             (default 16; 0 keeps none).
         signal_retention: observer signals kept per process (``XADD MAXLEN ~``,
             so Redis may keep a few more), ``16..10_000_000`` (default 10 000).
+        wait_replicas: after every write script (commit, claim, create,
+            receipt, snapshot) send ``WAIT wait_replicas wait_timeout_ms`` on the
+            same connection and succeed only when that many replicas acknowledged,
+            so the write survives the promotion of a replica (``0..16``; default
+            from ``SVIT_REDIS_WAIT_REPLICAS``, else 0 = off, right for a single
+            node without replicas). Fewer replicas answer ``unavailable`` with
+            ``outcome`` ``unknown`` and ``reason`` ``replication``.
+        wait_timeout_ms: the ``WAIT`` timeout in ms, ``1..60_000`` (default from
+            ``SVIT_REDIS_WAIT_TIMEOUT_MS``, else 1000).
 
     Raises:
         ConfigurationError: a value is out of range.
@@ -112,6 +157,8 @@ class StoreConfig:
     snapshot_max_tail_bytes: int = 4 * 1024 * 1024
     trim_margin: int = 16
     signal_retention: int = 10_000
+    wait_replicas: int = field(default_factory=_wait_replicas_default)
+    wait_timeout_ms: int = field(default_factory=_wait_timeout_default)
 
     def __post_init__(self) -> None:
         validate_receipt_limit(self.max_receipts)
@@ -125,6 +172,12 @@ class StoreConfig:
                 or not 16 <= self.signal_retention <= 10_000_000):
             raise ConfigurationError(
                 f"signal_retention must be in 16..10000000, got {self.signal_retention!r}")
+        if type(self.wait_replicas) is not int or not 0 <= self.wait_replicas <= 16:
+            raise ConfigurationError(
+                f"wait_replicas must be in 0..16, got {self.wait_replicas!r}")
+        if type(self.wait_timeout_ms) is not int or not 1 <= self.wait_timeout_ms <= 60_000:
+            raise ConfigurationError(
+                f"wait_timeout_ms must be in 1..60000, got {self.wait_timeout_ms!r}")
 
 
 def _status(reply: Any) -> tuple[str, list[bytes]]:
@@ -149,7 +202,7 @@ class RedisBackend:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: RedisClient,
         process_id: str,
         token: int,
         config: StoreConfig | None = None,
@@ -186,6 +239,28 @@ class RedisBackend:
             fence=int(fence),
             process_id=self.process_id,
         )
+
+    def _run(self, op: str, script: Any, keys: Sequence[str], args: Sequence[Any], *,
+             outcome: str = "unknown") -> Any:
+        """Run a write script; with ``wait_replicas`` also ``WAIT`` for the replicas.
+
+        Call inside :func:`redis_boundary`. Raises UnavailableError
+        (``outcome`` as given, ``unknown`` for writes; ``reason``
+        ``replication``) when the script answered ``ok`` but fewer replicas
+        than configured acknowledged.
+        """
+        cfg = self.config
+        reply, acked = run_replicated(self._client, script, keys, args,
+                                      replicas=cfg.wait_replicas,
+                                      timeout_ms=cfg.wait_timeout_ms)
+        if acked is not None and acked < cfg.wait_replicas and _status(reply)[0] == "ok":
+            raise UnavailableError(
+                f"redis {op} of {self.process_id} ran on the master but {acked} of "
+                f"{cfg.wait_replicas} replicas acknowledged within {cfg.wait_timeout_ms} ms; "
+                "a promoted replica may lack it",
+                op=op, process_id=self.process_id, outcome=outcome, reason="replication",
+                replicas=cfg.wait_replicas, acknowledged=acked)
+        return reply
 
     def _check_guard(self) -> None:
         if self._guard is not None:
@@ -227,10 +302,12 @@ class RedisBackend:
         Raises:
             FencedError: a higher token has already claimed or committed
                 (fields ``token`` and ``fence``); nothing changed.
-            UnavailableError: Redis failed.
+            UnavailableError: Redis failed; or (``reason`` ``replication``)
+                fewer than ``wait_replicas`` replicas acknowledged the raise
+                within ``wait_timeout_ms`` (retrying is safe).
         """
         with redis_boundary("claim", self.process_id):
-            reply = self._scripts.claim(keys=[self.keys.fence], args=[self.token])
+            reply = self._run("claim", self._scripts.claim, [self.keys.fence], [self.token])
         status, rest = _status(reply)
         if status == "fenced":
             raise self._fenced(rest[0], "claim")
@@ -247,14 +324,29 @@ class RedisBackend:
     def get_receipt(self, tenant: str, client_id: str, request_id: str) -> Receipt | None:
         """The stored receipt for the key, or None (never stored or evicted).
 
+        With ``wait_replicas`` the read is confirmed by ``WAIT`` (see the code):
+        a receipt is returned only once ``wait_replicas`` replicas have the
+        commit that stored it.
+
         Raises:
-            UnavailableError: Redis failed.
+            UnavailableError: Redis failed; or (``reason`` ``replication``)
+                fewer replicas than ``wait_replicas`` acknowledged in time.
             CorruptData: the stored value is malformed.
         """
+        field = receipt_field(tenant, client_id, request_id)
         with redis_boundary("get_receipt", self.process_id):
-            raw = self._client.hget(
-                self.keys.receipts, receipt_field(tenant, client_id, request_id)
-            )
+            if self.config.wait_replicas:
+                # A receipt on the master whose commit no replica has yet (the
+                # commit answered "unavailable", reason "replication") must not
+                # be replayed as an acknowledgement: read it with a replicated
+                # no-op write and WAIT, so a replay is acknowledged only once
+                # the commit that stored it is on the replicas too.
+                reply = self._run("get_receipt", self._scripts.get_receipt_synced,
+                                  [self.keys.fence, self.keys.receipts], [field],
+                                  outcome="none")
+                raw = reply[1]
+            else:
+                raw = self._client.hget(self.keys.receipts, field)
         if raw is None:
             return None
         return decode_receipt(self.process_id, tenant, client_id, request_id, raw)
@@ -270,9 +362,10 @@ class RedisBackend:
         self._check_guard()
         field = receipt_field(receipt.tenant, receipt.client_id, receipt.request_id)
         with redis_boundary("put_receipt", self.process_id, outcome="unknown"):
-            reply = self._scripts.put_receipt(
-                keys=[self.keys.fence, self.keys.receipts, self.keys.receipts_order],
-                args=[self.token, field, encode_receipt(receipt), self.config.max_receipts],
+            reply = self._run(
+                "put_receipt", self._scripts.put_receipt,
+                [self.keys.fence, self.keys.receipts, self.keys.receipts_order],
+                [self.token, field, encode_receipt(receipt), self.config.max_receipts],
             )
         status, rest = _status(reply)
         if status == "fenced":
@@ -359,13 +452,16 @@ class RedisBackend:
                 refused the script's first write (``reason`` ``oom``,
                 ``readonly``, ``misconf``... see ``store._redis.REFUSALS``):
                 then ``"none"``, nothing was stored, and the same request can be
-                retried once Redis recovers.
+                retried once Redis recovers. With ``wait_replicas`` set, a
+                commit that fewer replicas acknowledged in time is *not*
+                acknowledged: ``unavailable``, ``outcome`` ``unknown``,
+                ``reason`` ``replication`` (a promoted replica may lack it).
         """
         self._check_guard()
         rec = transition.record
         args = self._commit_args(transition, receipt, intents, completion)
         with redis_boundary("commit", self.process_id, outcome="unknown"):
-            reply = self._scripts.commit(keys=self._commit_keys, args=args)
+            reply = self._run("commit", self._scripts.commit, self._commit_keys, args)
         status, rest = _status(reply)
         if status == "ok":
             self._after_commit(transition, len(args[3]))
@@ -420,10 +516,11 @@ class RedisBackend:
         self._check_guard()
         keys = self.keys
         with redis_boundary("create", self.process_id, outcome="unknown"):
-            reply = self._scripts.create(
-                keys=[keys.fence, keys.head, keys.snapshot],
-                args=[self.token, process.version, process.position, process.chain_head,
-                      process.root_hash, process.snapshot()],
+            reply = self._run(
+                "create", self._scripts.create,
+                [keys.fence, keys.head, keys.snapshot],
+                [self.token, process.version, process.position, process.chain_head,
+                 process.root_hash, process.snapshot()],
             )
         status, rest = _status(reply)
         if status == "fenced":
@@ -454,11 +551,12 @@ class RedisBackend:
         minid = process.version - self.config.trim_margin + 1
         keys = self.keys
         with redis_boundary("snapshot", self.process_id, outcome="unknown"):
-            reply = self._scripts.snapshot(
-                keys=[keys.fence, keys.snapshot, keys.head, keys.stream],
-                args=[self.token, process.version, process.position, process.chain_head,
-                      process.root_hash, process.snapshot(),
-                      f"{minid}-0" if minid > 1 else ""],
+            reply = self._run(
+                "snapshot", self._scripts.snapshot,
+                [keys.fence, keys.snapshot, keys.head, keys.stream],
+                [self.token, process.version, process.position, process.chain_head,
+                 process.root_hash, process.snapshot(),
+                 f"{minid}-0" if minid > 1 else ""],
             )
         status, rest = _status(reply)
         if status == "fenced":

@@ -69,12 +69,14 @@ class Head:
     token: int
 
 
-def parse_head(process_id: str, raw: Mapping[Any, Any]) -> Head | None:
-    """Parse ``HGETALL head``; None when the hash is empty (process never created).
+def parse_head(process_id: str, reply: Mapping[Any, Any] | list[Any]) -> Head | None:
+    """Parse ``HGETALL head`` (a dict or a flat array); None when the hash is
+    empty (process never created).
 
     Raises:
         CorruptData: a field is missing or malformed.
     """
+    raw: Mapping[Any, Any] = field_map(reply)
     if not raw:
         return None
     return Head(
@@ -101,8 +103,19 @@ class LogEntry:
     request: bytes | None = None
 
 
+def field_map(raw: Any) -> Any:
+    """A flat ``[k1, v1, k2, v2, ...]`` reply as a dict; anything else unchanged.
+
+    redis-py parses ``HGETALL`` and stream entry fields into dicts, except in
+    a Redis Cluster ``MULTI`` pipeline, which returns the raw flat arrays.
+    """
+    if isinstance(raw, list) and len(raw) % 2 == 0:
+        return dict(zip(raw[::2], raw[1::2], strict=True))
+    return raw
+
+
 def parse_entry(process_id: str, entry_id: object, fields: object) -> LogEntry:
-    """Parse one ``XRANGE`` entry.
+    """Parse one ``XRANGE`` entry (fields as a dict or a flat array).
 
     Raises:
         CorruptData: the id is not ``<version>-0``, a field is missing, or the
@@ -112,6 +125,7 @@ def parse_entry(process_id: str, entry_id: object, fields: object) -> LogEntry:
     if match is None:
         raise corrupt(process_id, f"stream entry id {str(entry_id)[:40]!r} is not <version>-0")
     version = int(match[1])
+    fields = field_map(fields)
     if not isinstance(fields, Mapping):
         raise corrupt(process_id, f"stream entry {version} has no fields", version=version)
     record = fields.get(b"record")
@@ -143,12 +157,14 @@ class StoredSnapshot:
     token: int
 
 
-def parse_snapshot(process_id: str, raw: Mapping[Any, Any]) -> StoredSnapshot | None:
-    """Parse ``HGETALL snapshot``; None when there is none.
+def parse_snapshot(process_id: str, reply: Mapping[Any, Any] | list[Any]
+                   ) -> StoredSnapshot | None:
+    """Parse ``HGETALL snapshot`` (a dict or a flat array); None when there is none.
 
     Raises:
         CorruptData: a field is missing or malformed.
     """
+    raw: Mapping[Any, Any] = field_map(reply)
     if not raw:
         return None
     data = raw.get(b"data")

@@ -20,16 +20,22 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeAlias
 
 import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.commands.core import Script
 from redis.exceptions import (
+    AskError,
     BusyLoadingError,
     ClusterDownError,
     MasterDownError,
+    MovedError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisError,
@@ -44,18 +50,25 @@ from svit_cluster.errors import ConfigurationError, SvitError, UnavailableError
 
 __all__ = [
     "ALLOW_UNVERIFIED_ENV",
+    "CLUSTER_ENV",
     "DEFAULT_TIMEOUT_S",
     "REFUSALS",
     "SAFE_EVICTION_POLICY",
+    "AsyncRedisClient",
     "EvictionPolicyError",
+    "RedisClient",
     "allow_unverified_from_env",
+    "async_connect",
     "async_policy_check",
     "check_eviction_policy",
+    "cluster_from_env",
     "connect",
     "failure_reason",
     "judge_policy_reply",
     "redis_boundary",
     "refusal_reason",
+    "run_replicated",
+    "split_startup_nodes",
     "verify_eviction_policy",
 ]
 
@@ -71,6 +84,18 @@ SAFE_EVICTION_POLICY = "noeviction"
 #: ``maxmemory-policy`` cannot be read (``CONFIG`` disabled), with a warning.
 ALLOW_UNVERIFIED_ENV = "SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY"
 
+#: Environment variable; ``true`` (or ``1``/``yes``) makes :func:`connect` and
+#: :func:`async_connect` build a ``redis.cluster.RedisCluster`` client (the URL
+#: names one startup node; the others are discovered). The Helm chart renders it
+#: from ``redis.external.cluster``.
+CLUSTER_ENV = "SVIT_REDIS_CLUSTER"
+
+#: What :func:`connect` returns: a single-node or a Redis Cluster client.
+RedisClient: TypeAlias = redis.Redis | RedisCluster
+
+#: What :func:`async_connect` returns.
+AsyncRedisClient: TypeAlias = aioredis.Redis | AsyncRedisCluster
+
 #: Error-reply prefixes with which Redis refuses a command (or a script's
 #: first write) because of its own state, mapped to ``fields["reason"]``. Each
 #: is transient: retrying the same request later can succeed.
@@ -85,6 +110,8 @@ REFUSALS: dict[str, str] = {
     "MISCONF": "misconf",        # writes stopped after a failed RDB save
     "NOREPLICAS": "noreplicas",  # min-replicas-to-write not met
 }
+# "replication" (not a Redis reply): WAIT counted fewer replicas than configured
+# (StoreConfig.wait_replicas); the write may or may not survive a failover.
 
 # redis-py turns some prefixes into classes and strips the prefix from the text.
 _REFUSAL_CLASSES: tuple[tuple[type[RedisError], str], ...] = (
@@ -143,6 +170,11 @@ def failure_reason(exc: BaseException) -> str:
     if isinstance(exc, ResponseError):
         return refusal_reason(str(exc)) or "error"
     return "error"
+
+
+def cluster_from_env() -> bool:
+    """Whether :data:`CLUSTER_ENV` is set to ``true``/``1``/``yes``."""
+    return os.environ.get(CLUSTER_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def allow_unverified_from_env() -> bool:
@@ -270,8 +302,10 @@ def async_policy_check(url: str, *, allow_unverified: bool | None = None
 
 
 def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-            allow_unverified_eviction_policy: bool | None = None) -> redis.Redis:
-    """A thread-safe, pooled client for ``url`` with client-side retries disabled.
+            allow_unverified_eviction_policy: bool | None = None,
+            cluster: bool | None = None) -> RedisClient:
+    """The one connection factory: a thread-safe, pooled client for ``url``
+    with client-side retries disabled; a Redis Cluster client when configured.
 
     redis-py would otherwise silently resend a command after a connection
     error; for a commit whose reply was lost that resend can only report a
@@ -279,43 +313,146 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     retries with the same request id, which replays the stored receipt.
     (A pooled connection that the server closed is still replaced before use.)
 
-    Every new connection (the first and each one after a reconnect) checks the
-    eviction policy (:func:`check_eviction_policy`) before it is used; a
-    refusal surfaces as ``unavailable`` (``reason`` ``eviction_policy``) from
-    the call that needed the connection. Construction sends nothing; call
-    :func:`verify_eviction_policy` to check eagerly at start-up.
+    With ``cluster`` the client is a ``redis.cluster.RedisCluster``: ``url``
+    is one startup node, the slot map is discovered, ``MOVED``/``ASK``
+    redirections are followed (nothing was executed, so that is safe), and a
+    connection error refreshes the slot map and is raised, not retried (after
+    a master dies the next call reaches the promoted replica). Every key svit
+    writes carries a hash tag, and every script and ``MULTI`` touches one slot
+    only (the process's ``{<process>}``, or the dispatcher's ``{dispatch}``).
+
+    Every new connection, to every cluster node too (the first one and each one
+    after a reconnect) checks the eviction policy
+    (:func:`check_eviction_policy`) before it is used; a refusal surfaces as
+    ``unavailable`` (``reason`` ``eviction_policy``) from the call that needed
+    the connection. Construction of a single-node client sends nothing (a
+    cluster client reads the slot map); call :func:`verify_eviction_policy`
+    to check eagerly at start-up.
 
     Args:
-        url: ``redis://host:port/db``.
+        url: ``redis://host:port/db`` (db 0 for a cluster); for a cluster it
+            may list several startup nodes, ``redis://h1:p1,h2:p2/0``
+            (:func:`split_startup_nodes`), so one dead node does not stop
+            discovery.
         timeout_s: socket connect and read timeout (default 5 s).
         allow_unverified_eviction_policy: accept a Redis whose policy cannot be
             read; None (default) reads :data:`ALLOW_UNVERIFIED_ENV`.
+        cluster: build a Redis Cluster client; None (default) reads
+            :data:`CLUSTER_ENV` (``ClusterConfig.redis_cluster``).
 
     Raises:
         ValueError: ``timeout_s`` is not positive; a malformed URL (from redis-py).
+        redis.exceptions.RedisError: (cluster only: the client reads the slot
+            map at construction) no startup node answered, or the startup
+            node's policy is refused (``EvictionPolicyError``).
     """
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
     allow = (allow_unverified_from_env() if allow_unverified_eviction_policy is None
              else allow_unverified_eviction_policy)
+    on_connect = _policy_checking_connect(allow, _where(url))
+    if cluster_from_env() if cluster is None else cluster:
+        from redis.cluster import ClusterNode
+
+        first, extra = split_startup_nodes(url)
+        return RedisCluster.from_url(
+            first,
+            startup_nodes=[ClusterNode(h, p) for h, p in extra]  # type: ignore[no-untyped-call]
+            or None,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            redis_connect_func=on_connect,
+        )
     return redis.Redis.from_url(
         url,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         retry=Retry(NoBackoff(), 0),
         retry_on_error=[],
-        redis_connect_func=_policy_checking_connect(allow, _where(url)),
+        redis_connect_func=on_connect,
+    )
+
+
+def split_startup_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """``redis://[auth@]h1:p1,h2:p2,.../db`` -> (``redis://[auth@]h1:p1/db``, [(h2, p2), ...]).
+
+    A Redis Cluster URL may list several startup nodes, so that a client can
+    still discover the cluster when the first one is down. A URL with one
+    node is returned unchanged with no extra nodes.
+
+    Raises:
+        ValueError: an extra node is not ``host:port``.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url, []
+    auth, at, hostpart = rest.rpartition("@")
+    netloc, slash, path = hostpart.partition("/")
+    first, *others = netloc.split(",")
+    extra: list[tuple[str, int]] = []
+    for entry in others:
+        host, _, port = entry.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"redis cluster startup node must be host:port, got {entry!r}")
+        extra.append((host, int(port)))
+    return f"{scheme}://{auth}{at}{first}{slash}{path}", extra
+
+
+def async_connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  connect_timeout_s: float | None = None,
+                  allow_unverified: bool | None = None,
+                  cluster: bool | None = None) -> AsyncRedisClient:
+    """:func:`connect` for ``redis.asyncio``: same retries, policy check and choice.
+
+    Args:
+        url, timeout_s, cluster: as for :func:`connect` (``timeout_s`` is the
+            socket read timeout: longer than any blocking read).
+        connect_timeout_s: socket connect timeout (default ``timeout_s``).
+        allow_unverified: as ``allow_unverified_eviction_policy`` of :func:`connect`.
+
+    Raises:
+        ValueError: ``timeout_s`` is not positive; a malformed URL (from redis-py).
+    """
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    if timeout_s <= 0:
+        raise ValueError("timeout_s must be positive")
+    check = async_policy_check(url, allow_unverified=allow_unverified)
+    connect_s = timeout_s if connect_timeout_s is None else connect_timeout_s
+    if cluster_from_env() if cluster is None else cluster:
+        from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+
+        first, extra = split_startup_nodes(url)
+        client = AsyncRedisCluster.from_url(
+            first, startup_nodes=[AsyncClusterNode(h, p) for h, p in extra] or None,
+            socket_timeout=timeout_s, socket_connect_timeout=connect_s,
+            retry=AsyncRetry(NoBackoff(), 0))
+        # The asyncio cluster client has no redis_connect_func argument; every
+        # node (startup nodes and the ones discovered later) is built from
+        # these connection kwargs, so each of its connections runs the check.
+        client.nodes_manager.connection_kwargs["redis_connect_func"] = check
+        for node in client.nodes_manager.startup_nodes.values():
+            node.connection_kwargs["redis_connect_func"] = check
+        return client
+    return aioredis.Redis.from_url(
+        url, socket_timeout=timeout_s, socket_connect_timeout=connect_s,
+        retry=AsyncRetry(NoBackoff(), 0), retry_on_error=[],
+        redis_connect_func=check,
     )
 
 
 def verify_eviction_policy(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                           allow_unverified: bool | None = None) -> str | None:
-    """Check at start-up that the Redis at ``url`` never evicts keys.
+                           allow_unverified: bool | None = None,
+                           cluster: bool | None = None) -> str | None:
+    """Check at start-up that the Redis at ``url`` (every node of a cluster) never evicts keys.
 
     Args:
         url: ``redis://host:port/db``.
         timeout_s: connect and read timeout (default 5 s).
         allow_unverified: as in :func:`connect` (None reads :data:`ALLOW_UNVERIFIED_ENV`).
+        cluster: as in :func:`connect` (None reads :data:`CLUSTER_ENV`); then
+            every node of the cluster, masters and replicas, is checked.
 
     Returns:
         ``"noeviction"``, or None when unverifiable and allowed (a warning is logged).
@@ -326,10 +463,29 @@ def verify_eviction_policy(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         UnavailableError: Redis is unreachable.
     """
     allow = allow_unverified_from_env() if allow_unverified is None else allow_unverified
-    client = redis.Redis.from_url(url, socket_timeout=timeout_s,
-                                  socket_connect_timeout=timeout_s,
-                                  retry=Retry(NoBackoff(), 0), retry_on_error=[])
+    is_cluster = cluster_from_env() if cluster is None else cluster
+    client: RedisClient | None = None
     try:
+        if is_cluster:
+            from redis.cluster import ClusterNode
+
+            first, extra = split_startup_nodes(url)
+            client = RedisCluster.from_url(first, socket_timeout=timeout_s,
+                                           startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                                                          for h, p in extra]
+                                           or None,
+                                           socket_connect_timeout=timeout_s,
+                                           retry=Retry(NoBackoff(), 0))
+            result: str | None = SAFE_EVICTION_POLICY
+            for node in client.get_nodes():  # type: ignore[no-untyped-call]
+                one = client.get_redis_connection(node)
+                checked = check_eviction_policy(one.execute_command, allow_unverified=allow,
+                                                where=f"redis {node.name}")
+                result = result if checked is not None else None
+            return result
+        client = redis.Redis.from_url(url, socket_timeout=timeout_s,
+                                      socket_connect_timeout=timeout_s,
+                                      retry=Retry(NoBackoff(), 0), retry_on_error=[])
         return check_eviction_policy(client.execute_command, allow_unverified=allow,
                                      where=_where(url))
     except EvictionPolicyError as exc:
@@ -340,7 +496,67 @@ def verify_eviction_policy(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                                op="verify_eviction_policy",
                                reason=failure_reason(exc)) from exc
     finally:
-        client.close()
+        if client is not None:
+            client.close()
+
+
+def run_replicated(client: RedisClient, script: Script, keys: Sequence[str],
+                   args: Sequence[Any], *, replicas: int, timeout_ms: int
+                   ) -> tuple[Any, int | None]:
+    """Run ``script`` and then ``WAIT replicas timeout_ms`` on the same connection.
+
+    ``WAIT`` counts the replicas that have acknowledged every write sent on
+    *its own connection*, so the script and the ``WAIT`` go in one
+    (non-transactional) pipeline on one connection to the master of
+    ``keys[0]``'s slot. A ``MOVED``/``ASK`` reply to the script (the slot
+    moved: nothing ran) refreshes the cluster's slot map and is sent once
+    more; a connection error refreshes it and is raised.
+
+    Args:
+        client: from :func:`connect`.
+        script: a registered script (``client.register_script``).
+        keys: the script's keys (one hash slot).
+        args: the script's arguments.
+        replicas: replicas that must acknowledge; 0 runs the script alone.
+        timeout_ms: how long ``WAIT`` blocks at most (> 0).
+
+    Returns:
+        ``(script reply, replicas that acknowledged)``; the count is None when
+        ``replicas`` is 0. The caller decides what a short count means.
+
+    Raises:
+        redis.exceptions.RedisError: the script or ``WAIT`` failed, or Redis is
+            unreachable (convert with :func:`redis_boundary`).
+    """
+    if replicas <= 0:
+        return script(keys=keys, args=args), None
+    for attempt in range(2):
+        if isinstance(client, RedisCluster):
+            node = client.get_redis_connection(
+                client.get_node_from_key(keys[0]))  # type: ignore[no-untyped-call]
+        else:
+            node = client
+        pipe = node.pipeline(transaction=False)
+        try:
+            script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", replicas, timeout_ms)  # type: ignore[no-untyped-call]
+            reply, acked = pipe.execute(raise_on_error=False)
+        except (RedisConnectionError, RedisTimeoutError):
+            if isinstance(client, RedisCluster):
+                client.nodes_manager.initialize()
+            raise
+        finally:
+            pipe.reset()
+        if (isinstance(reply, MovedError | AskError) and isinstance(client, RedisCluster)
+                and attempt == 0):
+            client.nodes_manager.initialize()
+            continue
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(acked, Exception):
+            raise acked
+        return reply, int(acked)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 @contextmanager

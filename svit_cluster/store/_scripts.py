@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis
 from redis.commands.core import Script
 
-__all__ = ["ADD_SIGNAL", "CLAIM", "COMMIT", "CREATE", "PUT_RECEIPT", "SNAPSHOT", "Scripts",
-           "commit_source"]
+from svit_cluster.store._redis import RedisClient
+
+__all__ = ["ADD_SIGNAL", "CLAIM", "COMMIT", "CREATE", "GET_RECEIPT_SYNCED", "PUT_RECEIPT",
+           "SNAPSHOT", "Scripts", "commit_source"]
 
 # Shared helpers, prepended to the scripts that need them.
 _FENCE = """
@@ -145,6 +146,19 @@ store_receipt(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4])
 return {'ok'}
 """
 
+# A receipt read that is also a replicated write, so that ``WAIT`` after it
+# counts the replicas that have every write before it (replication is ordered),
+# the commit that stored the receipt included: the fence is set to its own value
+# (a no-op for the data; a propagated ``SET`` for replication).
+# KEYS: fence, receipts.  ARGV: field
+GET_RECEIPT_SYNCED = """
+local fence = redis.call('GET', KEYS[1])
+if fence then
+  redis.call('SET', KEYS[1], fence)
+end
+return {'ok', redis.call('HGET', KEYS[2], ARGV[1])}
+"""
+
 # KEYS: fence
 # ARGV: token
 CLAIM = """
@@ -218,16 +232,18 @@ class Scripts:
 
     commit: Script
     put_receipt: Script
+    get_receipt_synced: Script
     claim: Script
     create: Script
     snapshot: Script
 
     @classmethod
-    def register(cls, client: redis.Redis) -> Scripts:
+    def register(cls, client: RedisClient) -> Scripts:
         """Register every script on ``client`` (no round trip until first use)."""
         return cls(
             commit=client.register_script(COMMIT),
             put_receipt=client.register_script(PUT_RECEIPT),
+            get_receipt_synced=client.register_script(GET_RECEIPT_SYNCED),
             claim=client.register_script(CLAIM),
             create=client.register_script(CREATE),
             snapshot=client.register_script(SNAPSHOT),

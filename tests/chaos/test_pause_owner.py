@@ -22,6 +22,7 @@ from svit_chaos.nemesis import NemesisContext, NemesisSpec, PauseOwner
 from svit_chaos.stale import StaleWriter
 
 from svit_cluster.store import RedisBackend, StoreConfig
+from svit_cluster.store._records import parse_head
 from tests.chaos._support import Clients, redis_commit, redis_new_log, unique
 
 pytestmark = pytest.mark.servers
@@ -56,9 +57,14 @@ class OwnerTarget:
         proc = b.restore()
         assert proc is not None
         redis_commit(b, proc, self.clients, "c2")
-        self.calls.append("h2 committed")
 
     def resume_host(self, host: str) -> Any:
+        # Judge the order by the durable head, not by the new owner's thread
+        # bookkeeping (which may append after the nemesis already saw the commit).
+        keys = RedisBackend(self.client, self.pid, 1, self.config).keys  # keys only
+        head = parse_head(self.pid, self.client.hgetall(keys.head))
+        if head is not None and head.token == 2 and "h2 committed" not in self.calls:
+            self.calls.append("h2 committed")
         self.calls.append(f"resume {host}")
 
     def __getattr__(self, name: str) -> Any:

@@ -59,8 +59,10 @@ def test_every_result_command_has_output_and_json_alias() -> None:
         assert list(output.type.choices) == ["text", "json"], name
     # the commands this file exercises below (kept in step with the CLI)
     # up/demo need Ray (test_up_and_down_output_json, the demo run); restart-host and
-    # add-host are driven on a real cluster in tests/cluster/test_host_cli.py
-    assert set(commands) - NO_RESULT == COVERED | {"up", "demo", "restart-host", "add-host"}
+    # add-host are driven on a real cluster in tests/cluster/test_host_cli.py;
+    # kill-redis/kill-etcd need `up --redis-cluster/--etcd-members` (a Redis Cluster)
+    assert set(commands) - NO_RESULT == COVERED | {"up", "demo", "restart-host", "add-host",
+                                                   "kill-redis", "kill-etcd"}
 
 
 COVERED = {"status", "env", "down", "kill-host", "pause-host", "resume-host", "healthcheck",

@@ -72,7 +72,10 @@ async def test_one_turn_publishes_the_exact_signal_order(gateway: tuple[str, str
             (done,) = await collect(outbox, "completion")
         assert kinds(got) == ONE_TURN
         sigs = [s for s in got if isinstance(s, Signal)]
-        assert sigs[0].data["paths"] == ["/inbox"]
+        # the first message also commits the /thread session metadata (issue 16)
+        assert sigs[0].data["paths"] == ["/inbox", "/thread/format", "/thread/instructions",
+                                         "/thread/process_id", "/thread/session_id",
+                                         "/thread/system_prompt"]
         assert [s.data["seq"] for s in sigs[1:5]] == [1, 1, 2, 2]
         assert sigs[5].data["version"] == sigs[6].data["version"] == 2
         assert isinstance(done, Signal) and done.id == sigs[6].id

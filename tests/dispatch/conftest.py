@@ -1,4 +1,6 @@
-"""Fixtures: one real redis-server per session, a webhook stub, in-thread workers.
+"""Fixtures: one real redis-server per session, a webhook stub, in-thread workers
+(``redis_target``/``rclient`` from tests/conftest.py run each test against the
+single server and against a Redis Cluster).
 
 Every server is stopped by its PID at teardown (and dies with the test run via
 PR_SET_PDEATHSIG); every worker thread is stopped in ``finally``.
@@ -13,11 +15,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis
 
 from svit_cluster.dispatch import DispatchConfig, DispatchWorker
 from svit_cluster.local import RedisServer
-from svit_cluster.store import connect
+from tests.conftest import RedisTarget
 from tests.dispatch._support import WebhookStub
 
 _names = itertools.count(1)
@@ -32,15 +33,6 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-def rclient(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = connect(redis_server.url)
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 @pytest.fixture
@@ -87,14 +79,14 @@ class WorkerThread:
 
 
 @pytest.fixture
-def make_worker(redis_server: RedisServer, prefix: str, stub: WebhookStub
+def make_worker(redis_target: RedisTarget, prefix: str, stub: WebhookStub
                 ) -> Iterator[Callable[..., WorkerThread]]:
     """Factory of started in-thread workers with fast test settings."""
     started: list[WorkerThread] = []
 
     def make(**options: Any) -> WorkerThread:
         base: dict[str, Any] = {
-            "redis_url": redis_server.url, "prefix": prefix,
+            "redis_url": redis_target.url, "prefix": prefix,
             "worker_id": f"w{next(_names)}", "scan_interval_s": 0.2,
             "heartbeat_interval_s": 0.2, "worker_ttl_s": 1.0, "lease_ttl_s": 1.0,
             "claim_idle_s": 0.5, "poll_interval_s": 0.5, "max_attempts": 3,

@@ -14,7 +14,7 @@ from svit_cluster.dispatch import DeadLetters, DispatchConfig, DispatchKeys, Dis
 from svit_cluster.dispatch._lease import owner_of
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
-from svit_cluster.local import RedisServer
+from tests.conftest import RedisTarget
 
 ADMIN = "admin-token-0123456789"
 TENANT = "tenant-token-0123456789"
@@ -70,11 +70,11 @@ def test_keys_and_placement() -> None:
 
 
 @pytest.fixture
-def admin_client(redis_server: RedisServer) -> TestClient:
+def admin_client(redis_target: RedisTarget) -> TestClient:
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
     tokens.add(TENANT, Principal(tenant="t"))
-    return TestClient(create_app(LocalRouter(), tokens, redis_url=redis_server.url))
+    return TestClient(create_app(LocalRouter(), tokens, redis_url=redis_target.url))
 
 
 def _plant(rclient: redis.Redis, n: int) -> list[str]:

@@ -20,7 +20,7 @@ from svit_cluster.dispatch import (
 )
 from svit_cluster.dispatch._redisutil import async_client
 from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
-from svit_cluster.local import RedisServer
+from tests.conftest import RedisTarget
 from tests.dispatch._support import WebhookStub
 
 ADMIN = "admin-token-0123456789"
@@ -138,8 +138,8 @@ async def test_svit_sink_garbage_answer_is_retryable(http: httpx.AsyncClient,
 
 
 async def test_redis_stream_sink_dedups_and_refuses_store_keys(
-        redis_server: RedisServer, rclient: redis.Redis) -> None:
-    client = async_client(redis_server.url)
+        redis_target: RedisTarget, rclient: redis.Redis) -> None:
+    client = async_client(redis_target.url)
     try:
         sink = RedisStreamSink(client, allowed_prefixes=("integrations:",),
                                store_prefix="svit")
@@ -153,5 +153,6 @@ async def test_redis_stream_sink_dedups_and_refuses_store_keys(
             with pytest.raises(PermanentDeliveryError):
                 sink.check(intent(bad))
     finally:
-        rclient.delete("integrations:once", "integrations:once:svit-dedup")
+        rclient.delete("integrations:once", "integrations:once:svit-dedup",
+                       "{integrations:once}:svit-dedup")
         await client.aclose()

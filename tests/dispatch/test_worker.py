@@ -64,7 +64,7 @@ def test_delivers_in_commit_order_per_destination(rclient: redis.Redis, prefix: 
         for sender in (a.pid, b.pid):  # per sender: commit order
             assert [g for g in got if g.startswith(sender)] == [
                 i for i in ids if i.startswith(sender)]
-        rclient.delete(dest, f"{dest}:svit-dedup")
+        rclient.delete(dest, f"{dest}:svit-dedup", f"{{{dest}}}:svit-dedup")
 
 
 def test_webhook_retries_with_the_same_key_then_delivers(
@@ -156,7 +156,8 @@ def test_crashed_consumer_entries_are_reclaimed_before_newer_ones(
     metric = worker.worker.metrics.reclaimed._value.get()
     assert metric == 4
     assert rclient.xpending(stream, "svit-dispatch")["pending"] == 0
-    rclient.delete("integrations:reclaim", "integrations:reclaim:svit-dedup")
+    rclient.delete("integrations:reclaim", "integrations:reclaim:svit-dedup",
+                   "{integrations:reclaim}:svit-dedup")
 
 
 def test_poison_entry_is_dead_lettered(rclient: redis.Redis, prefix: str,
@@ -196,7 +197,8 @@ def test_workers_partition_streams_and_scale_out(rclient: redis.Redis, prefix: s
     wait_for(all_settled(rclient, prefix, [s.pid for s in senders]), what="second round")
     got = [iid for iid, _ in stream_bodies(rclient, "integrations:scale")]
     assert len(got) == len(set(got)) == 32
-    rclient.delete("integrations:scale", "integrations:scale:svit-dedup")
+    rclient.delete("integrations:scale", "integrations:scale:svit-dedup",
+                   "{integrations:scale}:svit-dedup")
 
 
 def test_old_consumer_names_are_pruned(rclient: redis.Redis, prefix: str, make_worker: Any,
@@ -215,4 +217,5 @@ def test_old_consumer_names_are_pruned(rclient: redis.Redis, prefix: str, make_w
     wait_for(all_settled(rclient, prefix, [sender.pid]), what="delivery")
     wait_for(lambda: [c["name"] for c in rclient.xinfo_consumers(stream, "svit-dispatch")]
              == [worker.worker.name.encode()], what="pruned")
-    rclient.delete("integrations:prune", "integrations:prune:svit-dedup")
+    rclient.delete("integrations:prune", "integrations:prune:svit-dedup",
+                   "{integrations:prune}:svit-dedup")

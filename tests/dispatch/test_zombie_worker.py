@@ -32,7 +32,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from svit_cluster.dispatch import DeliveryState, DispatchKeys, delivery_status
-from svit_cluster.local import RedisServer, free_port
+from svit_cluster.local import free_port
+from tests.conftest import RedisTarget
 from tests.dispatch._support import Sender, wait_for
 
 pytestmark = pytest.mark.servers
@@ -94,9 +95,9 @@ def gate() -> Iterator[GateServer]:
         yield server
 
 
-def options(redis_server: RedisServer, prefix: str, port: int, worker: str) -> dict[str, Any]:
+def options(redis_target: RedisTarget, prefix: str, port: int, worker: str) -> dict[str, Any]:
     return {
-        "redis_url": redis_server.url, "prefix": prefix, "worker_id": worker,
+        "redis_url": redis_target.url, "prefix": prefix, "worker_id": worker,
         "scan_interval_s": 0.2, "heartbeat_interval_s": 0.2, "worker_ttl_s": 1.0,
         "lease_ttl_s": 1.0, "claim_idle_s": 0.5, "poll_interval_s": 0.5, "max_attempts": 1,
         # long enough that the held request is answered, not timed out, after the pause
@@ -105,7 +106,7 @@ def options(redis_server: RedisServer, prefix: str, port: int, worker: str) -> d
 
 
 def test_a_paused_worker_cannot_dead_letter_what_its_successor_delivered(
-    rclient: redis.Redis, redis_server: RedisServer, prefix: str, gate: GateServer,
+    rclient: redis.Redis, redis_target: RedisTarget, prefix: str, gate: GateServer,
     make_worker: Any, tmp_path: Path,
 ) -> None:
     sender = Sender(rclient, f"svit://t/{uuid.uuid4().hex[:10]}", prefix)
@@ -114,12 +115,12 @@ def test_a_paused_worker_cannot_dead_letter_what_its_successor_delivered(
     with log_path.open("wb") as log:
         w1 = subprocess.Popen(
             [sys.executable, "-c", _W1,
-             json.dumps(options(redis_server, prefix, gate.port, "w1-zombie"))],
+             json.dumps(options(redis_target, prefix, gate.port, "w1-zombie"))],
             stdout=subprocess.DEVNULL, stderr=log, env=dict(os.environ))
     try:
         wait_for(lambda: gate.keys, what="W1's webhook request")
         os.kill(w1.pid, signal.SIGSTOP)  # W1 paused with its request in flight
-        w2 = options(redis_server, prefix, gate.port, "w2")
+        w2 = options(redis_target, prefix, gate.port, "w2")
         make_worker(**{**w2, "webhook_hosts": tuple(w2["webhook_hosts"])})
         wait_for(lambda: delivery_status(rclient, [sender.pid], prefix=prefix)[intent_id].state
                  is DeliveryState.DELIVERED, what="W2's delivery")
@@ -151,7 +152,7 @@ def test_a_paused_worker_cannot_dead_letter_what_its_successor_delivered(
                 w1.wait(5)
 
 
-async def test_lease_tokens_fence_acks_and_dead_letters(redis_server: RedisServer,
+async def test_lease_tokens_fence_acks_and_dead_letters(redis_target: RedisTarget,
                                                         prefix: str) -> None:
     """The scripts alone: a new holder gets a higher token; the old token's ack and
     dead-letter settle are refused; a dead letter for an acknowledged entry is
@@ -159,7 +160,7 @@ async def test_lease_tokens_fence_acks_and_dead_letters(redis_server: RedisServe
     from svit_cluster.dispatch._lease import LeaseTable
     from svit_cluster.dispatch._redisutil import async_client
 
-    client = async_client(redis_server.url)
+    client = async_client(redis_target.url)
     keys = DispatchKeys(prefix)
     stream = keys.outbox("svit://t/fence")
     try:

@@ -20,9 +20,9 @@ from svit_cluster.events import (
     observe,
     resolve_cursor,
 )
-from svit_cluster.local import RedisServer
 from svit_cluster.process import Process
 from svit_cluster.store import RedisBackend, StoreConfig
+from tests.conftest import RedisTarget
 
 pytestmark = pytest.mark.servers
 
@@ -45,8 +45,8 @@ class Writer:
 
 
 @pytest.fixture
-async def source(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisSignalSource]:
-    src = RedisSignalSource.from_url(redis_server.url, prefix)
+async def source(redis_target: RedisTarget, prefix: str) -> AsyncIterator[RedisSignalSource]:
+    src = RedisSignalSource.from_url(redis_target.url, prefix)
     try:
         yield src
     finally:

@@ -30,8 +30,8 @@ from svit_cluster.events import (
     observe,
 )
 from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
-from svit_cluster.local import RedisServer
 from svit_cluster.store import ProcessKeys
+from tests.conftest import RedisTarget
 from tests.events._server import serve
 from tests.events.test_observer import Writer
 
@@ -46,8 +46,8 @@ BOUNDARY_IDS = ["trim-before-cursor", "trim-keeps-one-more", "trim-exactly-at-cu
 
 
 @pytest.fixture
-async def source(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisSignalSource]:
-    src = RedisSignalSource.from_url(redis_server.url, prefix)
+async def source(redis_target: RedisTarget, prefix: str) -> AsyncIterator[RedisSignalSource]:
+    src = RedisSignalSource.from_url(redis_target.url, prefix)
     try:
         yield src
     finally:
@@ -158,10 +158,10 @@ def sse_items(base: str, pid: str, cursor: str, n: int) -> list[tuple[str, dict[
 
 
 @pytest.fixture
-def sse_url(redis_server: RedisServer, prefix: str) -> Iterator[str]:
+def sse_url(redis_target: RedisTarget, prefix: str) -> Iterator[str]:
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    with serve(create_app(RedisSignalsRouter(redis_server.url, prefix), tokens)) as base:
+    with serve(create_app(RedisSignalsRouter(redis_target.url, prefix), tokens)) as base:
         yield base
 
 

@@ -578,6 +578,20 @@ def test_eviction_policy_override_reaches_only_external_redis(render: Render) ->
     assert _config(external)["SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY"] == "true"
 
 
+def test_wait_replicas_reach_only_external_redis(render: Render) -> None:
+    """WAIT after commits and claims (issue 20): off by default and for the bundled
+    single Redis (it has no replica); set for an external Redis with replicas."""
+    assert _config(render())["SVIT_REDIS_WAIT_REPLICAS"] == "0"
+    assert _config(render(None, "redis.external.waitReplicas=1"))[
+        "SVIT_REDIS_WAIT_REPLICAS"] == "0"
+    external = render(None, "redis.enabled=false", "redis.external.url=redis://r.infra:6379/0",
+                      "redis.external.cluster=true", "redis.external.waitReplicas=1",
+                      "redis.external.waitTimeoutMs=250")
+    config = _config(external)
+    assert (config["SVIT_REDIS_CLUSTER"], config["SVIT_REDIS_WAIT_REPLICAS"],
+            config["SVIT_REDIS_WAIT_TIMEOUT_MS"]) == ("true", "1", "250")
+
+
 def test_restricted_gateway_ingress_still_admits_the_test_hook(render: Render) -> None:
     manifests = render(CHART / "ci" / "production-values.yaml")
     policy = _policies(manifests)["gateway"]

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from svit_cluster.cli import cli
 from svit_cluster.errors import FencedError
-from svit_cluster.local import EtcdServer, RedisServer
+from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import (
     EPOCH_SHIFT,
     MAX_EPOCH,
@@ -37,6 +37,7 @@ from svit_cluster.ownership import (
     split_token,
 )
 from svit_cluster.store import RedisBackend, RedisFences, StoreConfig
+from tests.conftest import RedisTarget
 from tests.store._support import unique
 
 pytestmark = pytest.mark.servers
@@ -146,7 +147,7 @@ async def test_claim_after_an_etcd_restore_recovers_in_one_call(
 
 
 async def test_etcd_restored_command_raises_the_epoch_and_releases_stale_records(
-    fresh_etcd: EtcdServer, redis_server: RedisServer, make_lease: MakeLease,
+    fresh_etcd: EtcdServer, redis_target: RedisTarget, make_lease: MakeLease,
     fences: RedisFences, config: StoreConfig, cluster: str, tmp_path: Path,
 ) -> None:
     a, p, q, _ = await restored_cluster(fresh_etcd, make_lease, fences, cluster, tmp_path)
@@ -161,7 +162,7 @@ async def test_etcd_restored_command_raises_the_epoch_and_releases_stale_records
     highest = max(fence for _, fence in fences.scan())
     result = await asyncio.to_thread(
         CliRunner().invoke, cli,
-        ["etcd-restored", "--etcd", fresh_etcd.endpoint, "--redis", redis_server.url,
+        ["etcd-restored", "--etcd", fresh_etcd.endpoint, "--redis", redis_target.url,
          "--cluster", cluster, "--prefix", fences.config.prefix, "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)

@@ -20,8 +20,8 @@ def test_store_exports() -> None:
 def test_ownership_exports() -> None:
     assert sorted(ownership.__all__) == [
         "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_TTL_S", "EPOCH_SHIFT", "Fences", "HostLease",
-        "LeaseState", "MAX_EPOCH", "MAX_REVISION", "OwnerRecord", "Owners", "Ownership",
-        "OwnershipWatch", "RestoreReport", "epoch_key", "fencing_token", "open_client",
+        "LeaseMetrics", "LeaseState", "MAX_EPOCH", "MAX_REVISION", "OwnerRecord", "Owners",
+        "Ownership", "OwnershipWatch", "RestoreReport", "epoch_key", "fencing_token", "open_client",
         "owner_key", "read_epoch", "record_token", "recover_after_restore", "split_token",
     ]
     assert [s.value for s in ownership.LeaseState] == ["held", "suspended", "lost"]
