@@ -352,6 +352,10 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
         kill_at = time.monotonic()
         if victim is not None:
             pids = cluster.kill_host(victim)
+            # Measure from the moment every process of the host is dead: a request
+            # sent earlier may still have been answered by the old owner, which
+            # would make the failover look instantaneous.
+            kill_at = time.monotonic()
             console.print(f"[red]killed host {victim}[/] ({len(pids)} processes) after "
                           f"{tally.commits} commits")
         for t in threads:
