@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -31,6 +32,15 @@ from types import TracebackType
 from svit_cluster.local._servers import _LOOPBACK, EtcdServer, RedisServer, ServerError, free_port
 
 __all__ = ["EtcdClusterServer", "EtcdMember", "RedisClusterNode", "RedisClusterServer"]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((_LOOPBACK, port))
+        except OSError:
+            return False
+    return True
 
 
 class RedisClusterNode(RedisServer):
@@ -56,6 +66,21 @@ class RedisClusterNode(RedisServer):
     def address(self) -> str:
         """``127.0.0.1:<port>``."""
         return f"{_LOOPBACK}:{self.port}"
+
+    def _allocate_ports(self) -> None:
+        """A free client port <= 55535 whose cluster bus port (+10000) is free too.
+
+        Redis refuses a cluster node above 55535 ("Cluster communication port
+        is 10,000 port numbers higher"), and the kernel's ephemeral range here
+        reaches 60999, so :func:`free_port` alone fails about one start in five.
+        """
+        rng = random.Random()
+        for _ in range(200):
+            port = rng.randrange(20000, 55536)
+            if _bindable(port) and _bindable(port + 10000):
+                self.port = port
+                return
+        raise ServerError("no free port pair (p, p+10000) below 55536 for a Redis Cluster node")
 
     def _command(self, binary: str) -> list[str]:
         return [

@@ -148,19 +148,22 @@ def _writer(backend: RedisBackend, proc: Process, acked: list[tuple[int, str]],
     (the outcome is unknown) and go on. Records every acknowledged commit."""
     current = proc
     i = 0
+    stale = False  # after an unknown outcome: never commit before a resync succeeded
     while not stop.is_set():
+        if stale:
+            time.sleep(0.05)
+            try:
+                restored = backend.restore()
+            except UnavailableError:
+                continue  # still failing over: try the resync again, do not commit
+            assert restored is not None
+            current, stale = restored, False
         i += 1
         t = seal_write(current, i)
         try:
             backend.commit(t)
         except UnavailableError:
-            time.sleep(0.05)
-            try:
-                restored = backend.restore()
-            except UnavailableError:
-                continue
-            assert restored is not None
-            current = restored
+            stale = True
             continue
         except SvitError as exc:
             errors.append(exc)
