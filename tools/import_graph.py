@@ -55,9 +55,8 @@ def _targets(tree: ast.AST, rel: Path) -> list[str]:
                 mod = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 mod = node.module or ""
-            if node.module is None or True:
-                # `from pkg import name` may name a submodule: record pkg.name too
-                out.extend(f"{mod}.{a.name}" for a in node.names if a.name != "*")
+            # `from pkg import name` may name a submodule: record pkg.name too
+            out.extend(f"{mod}.{a.name}" for a in node.names if a.name != "*")
             out.append(mod)
     return out
 
@@ -71,20 +70,18 @@ def graph(root: Path) -> tuple[dict[str, dict[str, int]], list[tuple[str, str]]]
         rel = path.relative_to(root)
         src = _unit_of(rel)
         edges[src]  # every unit appears
-        seen: set[str] = set()
+        deps: set[str] = set()
         for tgt in _targets(ast.parse(path.read_text(), str(path)), rel):
             parts = tgt.split(".")
             if parts[0] != ROOT_PKG or len(parts) < 2 or parts[1] not in units:
                 continue
             dst = parts[1]
-            if dst != src:
-                key = ".".join(parts[:2])
-                if (key, tgt) not in seen:
-                    seen.add((key, tgt))  # type: ignore[arg-type]
-                if len(parts) >= 3 and parts[2].startswith("_") and parts[2] != "__init__":
-                    reach.add((f"{ROOT_PKG}/{rel}", ".".join(parts[:3])))
-        # count one edge per distinct (file, target package)
-        for dst in {k[0].split(".")[1] for k in seen}:  # type: ignore[index]
+            if dst == src:
+                continue
+            deps.add(dst)
+            if len(parts) >= 3 and parts[2].startswith("_") and parts[2] != "__init__":
+                reach.add((f"{ROOT_PKG}/{rel}", ".".join(parts[:3])))
+        for dst in deps:  # one count per (file, imported package)
             edges[src][dst] += 1
     return edges, sorted(reach)
 
