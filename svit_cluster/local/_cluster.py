@@ -254,7 +254,7 @@ class LocalCluster:
         self.doc["gateway"] = {"pid": gateway.pid, "url": url, "port": gw_port}
         self._save()
         self.wait_healthy(timeout_s=90.0)
-        from svit_cluster.dispatch._local import start_dispatchers
+        from svit_cluster.local._dispatchers import start_dispatchers
 
         start_dispatchers(self, self.spec.dispatchers, self.spec.dispatch_options, progress)
 
@@ -543,7 +543,7 @@ class LocalCluster:
 
     def down(self, *, progress: Progress = lambda _m: None) -> None:
         """Stop every recorded component by PID, newest first, and forget the cluster."""
-        from svit_cluster.dispatch._local import stop_dispatchers
+        from svit_cluster.local._dispatchers import stop_dispatchers
 
         stop_dispatchers(self, progress)
         gw = self.doc.get("gateway")

@@ -37,6 +37,7 @@ from svit_cluster.ownership._epoch import (
 )
 from svit_cluster.ownership._etcd import etcd_call
 from svit_cluster.ownership._lease import HostLease
+from svit_cluster.ownership._record import Ownership
 from svit_cluster.process import validate_process_id
 
 if TYPE_CHECKING:
@@ -100,23 +101,6 @@ class OwnerRecord:
     address: str
     token: int
     lease_id: int
-    revision: int
-
-
-@dataclass(frozen=True, slots=True)
-class Ownership:
-    """This host's ownership of one process, with its fencing token.
-
-    Valid while the record exists with this create ``revision``; see
-    :class:`~svit_cluster.ownership.OwnershipWatch` and the host lease's state.
-    """
-
-    process_id: str
-    token: int
-    host: str
-    address: str
-    lease_id: int
-    key: bytes
     revision: int
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from svit_cluster.errors import FencedError
 from svit_cluster.ownership._etcd import etcd_call
 from svit_cluster.ownership._lease import HostLease, LeaseState
-from svit_cluster.ownership._owner import Ownership
+from svit_cluster.ownership._record import Ownership
 
 __all__ = ["OwnershipWatch"]
 

@@ -29,9 +29,9 @@ from svit_cluster.dispatch import (
     delivery_status,
     destination_records,
 )
-from svit_cluster.dispatch._local import kill_dispatcher, start_dispatcher
 from svit_cluster.errors import SvitError
 from svit_cluster.local import ClusterSpec, LocalCluster
+from svit_cluster.local._dispatchers import kill_dispatcher, start_dispatcher
 from svit_cluster.local._status import cluster_status
 from svit_cluster.process import Transaction
 from svit_cluster.store import RedisBackend, connect

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from svit_cluster.dispatch._config import DispatchConfig
+from svit_cluster.dispatch import DispatchConfig
 from svit_cluster.errors import UnavailableError
 from svit_cluster.store._redis import CLUSTER_ENV
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from svit_cluster.local import LocalCluster
+    from svit_cluster.local._cluster import LocalCluster
 
 __all__ = [
     "LOCAL_DEFAULTS",
@@ -142,7 +142,7 @@ def kill_dispatcher(cluster: LocalCluster, name: str) -> int | None:
 def stop_dispatchers(cluster: LocalCluster,
                      progress: Callable[[str], None] = lambda _m: None) -> None:
     """SIGTERM every recorded worker (SIGKILL after 10 s), by PID."""
-    from svit_cluster.local import stop_pid
+    from svit_cluster.local._cluster import stop_pid
 
     workers = cluster.doc.get("dispatch", {}).get("workers", {})
     for name in sorted(workers, reverse=True):
