@@ -506,10 +506,10 @@ def demo(state_dir: Path | None, hosts: int, clients: int, ops: int, lease_ttl_s
 def gateway(state_dir: Path | None, host: str, port: int, max_request_bytes: int | None
             ) -> None:
     """Run the authenticated HTTP gateway (Ray driver + etcd route cache + uvicorn)."""
-    from svit_cluster.cluster.serve import serve_gateway
+    from svit_cluster.cluster.serve import run_gateway
 
-    asyncio.run(serve_gateway(state_dir=state_dir, host=host, port=port,
-                              max_request_bytes=max_request_bytes))
+    run_gateway(state_dir=state_dir, host=host, port=port,
+                max_request_bytes=max_request_bytes)
 
 
 @cli.command(name="host-agent")

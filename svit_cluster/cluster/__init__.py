@@ -11,12 +11,16 @@ Public names, by importance:
 * :func:`start_agents` -- create the detached agents (used by ``svit-cluster up``).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._agent import HostAgent, actor_name, agent_name, hosts_prefix
 from svit_cluster.cluster._config import ClusterConfig
-from svit_cluster.cluster._router import RayRouter
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.cluster.bootstrap import start_agents
+
+if TYPE_CHECKING:
+    from svit_cluster.cluster._router import RayRouter
 
 __all__ = [
     "ClusterConfig",
@@ -30,3 +34,20 @@ __all__ = [
     "hosts_prefix",
     "start_agents",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import :class:`RayRouter` on first use (PEP 562).
+
+    The router imports the gateway (FastAPI, starlette, prometheus_client); process
+    actors and host agents import this package but never route, so they must not
+    pay for it (issue 18 item 3, tests/cluster/test_worker_imports.py).
+
+    Raises:
+        AttributeError: ``name`` is not a public name of this package.
+    """
+    if name == "RayRouter":
+        from svit_cluster.cluster._router import RayRouter
+
+        return RayRouter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

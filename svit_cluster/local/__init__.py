@@ -12,7 +12,8 @@ Public names:
 * :func:`free_port` -- a free loopback TCP port.
 """
 
-from svit_cluster.local._cluster import ClusterSpec, LocalCluster, stop_pid
+from typing import TYPE_CHECKING, Any
+
 from svit_cluster.local._ray import PortAllocator, RayNode, host_resource, ray_env
 from svit_cluster.local._rcluster import (
     EtcdClusterServer,
@@ -21,6 +22,9 @@ from svit_cluster.local._rcluster import (
     RedisClusterServer,
 )
 from svit_cluster.local._servers import EtcdServer, RedisServer, ServerError, free_port
+
+if TYPE_CHECKING:
+    from svit_cluster.local._cluster import ClusterSpec, LocalCluster, stop_pid
 
 __all__ = [
     "ClusterSpec",
@@ -39,3 +43,20 @@ __all__ = [
     "ray_env",
     "stop_pid",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the :mod:`svit_cluster.local._cluster` names on first use (PEP 562).
+
+    ``_cluster`` imports httpx, click and rich (the CLI's status and health checks);
+    host agents import :func:`host_resource` from this package and must not pay for
+    them (issue 18 item 3, tests/cluster/test_worker_imports.py).
+
+    Raises:
+        AttributeError: ``name`` is not a public name of this package.
+    """
+    if name in ("ClusterSpec", "LocalCluster", "stop_pid"):
+        from svit_cluster.local import _cluster
+
+        return getattr(_cluster, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,185 @@
+"""Gateway benchmark: closed-loop clients over counter processes on 3 local hosts.
+
+Run::
+
+    python -m benchmarks.bench_gateway [--clients 16] [--processes 100]
+                                       [--warmup-s 10] [--window-s 20] [--quick]
+
+Starts its own local cluster (3 hosts), creates P counter processes, runs N
+closed-loop clients through the HTTP API (each keeps the last version it saw and
+re-observes only after a conflict, from the conflict's ``actual_version``), warms up,
+then measures one window. Prints one JSON document: commits/s, conflicts/s, p50/p99
+latency, and the CPU seconds per commit of each component (gateway, process actors,
+host agents, Ray daemons, Redis, etcd), from psutil over the PIDs recorded in
+``cluster.json`` and all their children, sampled at the window's start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from svit_cluster.client import AsyncSvitClient, SvitClient
+from svit_cluster.local import ClusterSpec, LocalCluster
+
+COUNTER = """(define (main input)
+  (let ((count (+ (read "/memory/count") (value-get input "/by"))))
+    (do (write "/memory/count" count) (value-map "count" count))))"""
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def _pids(doc: Any) -> list[int]:
+    """Every ``"pid"`` recorded anywhere in ``cluster.json``."""
+    found: list[int] = []
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            if key == "pid" and isinstance(value, int):
+                found.append(value)
+            else:
+                found.extend(_pids(value))
+    elif isinstance(doc, list):
+        for value in doc:
+            found.extend(_pids(value))
+    return found
+
+
+def _component(proc: psutil.Process, gateway_tree: set[int]) -> str:
+    cmd = " ".join(proc.cmdline())
+    if proc.pid in gateway_tree:
+        return "gateway"
+    if "ProcessActor" in cmd:
+        return "actors"
+    if "HostAgent" in cmd:
+        return "agents"
+    if "redis-server" in cmd:
+        return "redis"
+    if "etcd" in proc.name():
+        return "etcd"
+    return "ray_daemons"
+
+
+def cpu_by_component(doc: dict[str, Any]) -> dict[int, tuple[str, float]]:
+    """``{pid: (component, user+system CPU seconds)}`` over recorded PIDs and children."""
+    gw = doc["gateway"]["pid"]
+    gateway_tree = {gw}
+    out: dict[int, tuple[str, float]] = {}
+    for pid in set(_pids(doc)):
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        if pid == gw:
+            gateway_tree.update(p.pid for p in procs)
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                out[p.pid] = (_component(p, gateway_tree), t.user + t.system)
+            except psutil.Error:
+                continue
+    return out
+
+
+async def closed_loop(url: str, token: str, pids: list[str], clients: int,
+                      warmup_s: float, window_s: float, doc: dict[str, Any]
+                      ) -> dict[str, Any]:
+    versions = dict.fromkeys(pids, 0)
+    measuring = False
+    stop = False
+    latencies: list[float] = []
+    commits = conflicts = 0
+
+    async def client(n: int) -> None:
+        nonlocal commits, conflicts
+        async with AsyncSvitClient(url, token, client_id=f"bench-{n}") as c:
+            mine = pids[n::clients] or pids
+            i = 0
+            while not stop:
+                pid = mine[i % len(mine)]
+                t0 = time.perf_counter()
+                resp = await c.activate(pid, "counter", {"by": 1},
+                                        expected_version=versions[pid])
+                dt = time.perf_counter() - t0
+                out = resp.outcome
+                if out.status == "committed":
+                    versions[pid] = out.activation.version
+                    i += 1
+                    if measuring:
+                        commits += 1
+                        latencies.append(dt)
+                else:
+                    if out.status != "conflict":
+                        raise RuntimeError(f"unexpected outcome {out}")
+                    versions[pid] = out.actual_version  # re-observe only after a conflict
+                    if measuring:
+                        conflicts += 1
+
+    tasks = [asyncio.create_task(client(n)) for n in range(clients)]
+    await asyncio.sleep(warmup_s)
+    cpu0 = cpu_by_component(doc)
+    measuring, started = True, time.perf_counter()
+    await asyncio.sleep(window_s)
+    measuring = False
+    elapsed = time.perf_counter() - started
+    cpu1 = cpu_by_component(doc)
+    stop = True
+    await asyncio.gather(*tasks)
+    cpu: dict[str, float] = {}
+    for pid, (comp, end) in cpu1.items():
+        cpu[comp] = cpu.get(comp, 0.0) + end - cpu0.get(pid, (comp, 0.0))[1]
+    per_commit = {f"{k}_cpu_ms_per_commit": 1000 * v / max(commits, 1)
+                  for k, v in sorted(cpu.items())}
+    return {
+        "clients": clients, "processes": len(pids), "warmup_s": warmup_s,
+        "window_s": elapsed, "commits": commits, "conflicts": conflicts,
+        "commits_per_s": commits / elapsed, "conflicts_per_s": conflicts / elapsed,
+        "latency_p50_ms": pct(latencies, 0.50) * 1000,
+        "latency_p99_ms": pct(latencies, 0.99) * 1000,
+        **per_commit,
+        "total_cpu_ms_per_commit": 1000 * sum(cpu.values()) / max(commits, 1),
+        "load_average": os.getloadavg(),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="CI smoke run: 2 clients, 4 processes, 3 s warm-up, 5 s window")
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--processes", type=int, default=100)
+    ap.add_argument("--warmup-s", type=float, default=10.0)
+    ap.add_argument("--window-s", type=float, default=20.0)
+    args = ap.parse_args()
+    if args.quick:
+        args.clients, args.processes, args.warmup_s, args.window_s = 2, 4, 3.0, 5.0
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    with tempfile.TemporaryDirectory(prefix="svit-bench-gw-") as tmp:
+        cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=3))
+        try:
+            url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]
+            pids = [f"svit://local/gw-{i}" for i in range(args.processes)]
+            with SvitClient(url, token) as c:
+                for pid in pids:
+                    c.create_process(pid, memory={"count": 0}, scripts={"counter": COUNTER})
+            result = asyncio.run(closed_loop(url, token, pids, args.clients,
+                                             args.warmup_s, args.window_s, cluster.doc))
+        finally:
+            cluster.down()
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,26 @@
+"""The gateway serves HTTP with uvloop + httptools (issue 18 item 8)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import uvicorn.protocols.http.httptools_impl as httptools_impl
+from fastapi import FastAPI
+
+from svit_cluster.cluster import serve
+
+
+def test_gateway_config_selects_uvloop_and_httptools() -> None:
+    config = serve.gateway_server_config(FastAPI(), host="127.0.0.1", port=0)
+    assert (config.loop, config.http) == ("uvloop", "httptools")
+    config.load()
+    assert config.http_protocol_class is httptools_impl.HttpToolsProtocol
+
+
+def test_falls_back_to_asyncio_and_h11_without_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "uvloop" else real(name, *a))
+    config = serve.gateway_server_config(FastAPI(), host="127.0.0.1", port=0)
+    assert (config.loop, config.http) == ("asyncio", "h11")

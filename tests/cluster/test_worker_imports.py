@@ -1,0 +1,81 @@
+"""Process actors and host agents stay light (issue 18 item 3).
+
+Each active process is its own Ray worker, so everything the actor module imports is
+paid once per active process (memory and cold-start time). The actor and the agent
+need the process core, the Lisp, the controller, the store and the ownership client;
+they never serve HTTP, render a terminal or plot. These tests import them in a fresh
+interpreter (nothing else loaded) and list what came along.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+#: Top-level packages a worker must not load: the gateway's web stack, the CLI's
+#: terminal stack and plotting.
+FORBIDDEN = (
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "httpx",
+    "rich",
+    "click",
+    "pygments",
+    "matplotlib",
+)
+
+#: Our own modules that pull those in (the gateway app, the local cluster launcher).
+FORBIDDEN_OWN = ("svit_cluster.gateway", "svit_cluster.local._cluster")
+
+
+def _loaded_after(module: str) -> list[str]:
+    """Modules in ``sys.modules`` after ``import module`` in a fresh interpreter."""
+    code = f"import json, sys; import {module}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    loaded: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def _offenders(loaded: list[str]) -> list[str]:
+    return [
+        m
+        for m in loaded
+        if m.split(".")[0] in FORBIDDEN
+        or any(m == own or m.startswith(own + ".") for own in FORBIDDEN_OWN)
+    ]
+
+
+@pytest.mark.parametrize("module", ["svit_cluster.cluster._actor", "svit_cluster.cluster._agent"])
+def test_worker_module_imports_no_web_cli_or_plotting_stack(module: str) -> None:
+    loaded = _loaded_after(module)
+    assert module in loaded  # the probe really imported it
+    assert _offenders(loaded) == []
+
+
+def test_probe_detects_a_forbidden_import() -> None:
+    """Negative control: the same probe flags the gateway, which does import FastAPI."""
+    offenders = _offenders(_loaded_after("svit_cluster.gateway"))
+    assert "fastapi" in offenders
+    assert "svit_cluster.gateway" in offenders
+
+
+def test_lazy_package_names_still_resolve() -> None:
+    """The names made lazy (PEP 562) still import from their packages."""
+    from svit_cluster.cluster import RayRouter
+    from svit_cluster.cluster._router import RayRouter as router_cls
+    from svit_cluster.local import ClusterSpec, LocalCluster, stop_pid
+    from svit_cluster.local._cluster import LocalCluster as cluster_cls
+
+    assert RayRouter is router_cls
+    assert LocalCluster is cluster_cls
+    assert callable(stop_pid) and ClusterSpec is not None
+    with pytest.raises(AttributeError):
+        import svit_cluster.cluster as pkg
+
+        _ = pkg.NoSuchName  # type: ignore[attr-defined]
