@@ -112,3 +112,14 @@ def rclient(redis_target: RedisTarget) -> Iterator[RedisClient]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture
+def single_rclient(redis_server: RedisServer) -> Iterator[RedisClient]:
+    """A client of the shared single redis-server only (never the cluster): for
+    packages that override ``rclient`` with it (tests/faults, tests/chaos)."""
+    client = connect(redis_server.url, timeout_s=5)
+    try:
+        yield client
+    finally:
+        client.close()

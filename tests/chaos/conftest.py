@@ -6,19 +6,10 @@ parametrised over {single, cluster}.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
-from svit_cluster.local import RedisServer
-from svit_cluster.store import connect
-
 
 @pytest.fixture
-def rclient(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = connect(redis_server.url, timeout_s=5)
-    try:
-        yield client
-    finally:
-        client.close()
+def rclient(single_rclient: redis.Redis) -> redis.Redis:
+    return single_rclient
