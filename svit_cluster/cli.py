@@ -71,6 +71,7 @@ def cli() -> None:
       svit-cluster status                hosts, leases, owners, live actors
       svit-cluster kill-host h2          SIGKILL a host's raylet and its workers
       svit-cluster pause-host h2         SIGSTOP a host (resume-host to continue)
+      svit-cluster restart-host h2       start a killed host again; add-host adds one
       svit-cluster down                  stop everything by PID
       svit-cluster etcd-restored         after restoring etcd from a backup (see its --help)
       svit-cluster demo                  the end-to-end demo (starts and stops its own cluster)
@@ -211,7 +212,8 @@ def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Use the local cluster in STATE_DIR (its gateway and tenant token); "
                    "default ./.svit unless --url is given.")
-@click.option("--url", default=None, help="Gateway base URL (instead of --state-dir).")
+@click.option("--url", default=None,
+              help="Gateway base URL (instead of --state-dir) [default: SVIT_URL].")
 @click.option("--token", envvar="SVIT_TOKEN", default=None,
               help="Bearer token (SVIT_TOKEN); with --state-dir the local tenant's.")
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True,
@@ -227,7 +229,9 @@ def chat(process_id: str, message: str | None, state_dir: Path | None, url: str 
     from svit_cluster.client import AsyncSvitClient
 
     if state_dir is None and url is None:
-        state_dir = DEFAULT_STATE_DIR
+        url = os.environ.get("SVIT_URL") or None  # the shared convention, then ./.svit
+        if url is None:
+            state_dir = DEFAULT_STATE_DIR
     if state_dir is not None:
         doc = _cluster_doc(state_dir)
         url = url or doc["gateway"]["url"]
@@ -406,7 +410,12 @@ def _host_command(name: str, action: str) -> Any:
 
 
 def _store_command(name: str, action: str, what: str) -> Any:
-    @cli.command(name=name)
+    doc = {
+        "kill_redis": "SIGKILL Redis NODE (n0.. of a Redis Cluster: its replica takes over).",
+        "kill_etcd": "SIGKILL etcd MEMBER (m0.. of an etcd cluster).",
+    }[action]
+
+    @cli.command(name=name, help=doc)
     @_state_dir
     @click.argument(what)
     @output_option
@@ -418,10 +427,6 @@ def _store_command(name: str, action: str, what: str) -> Any:
         emit(output, {"command": name, what.lower(): target, "pid": pid},
              lambda: click.echo(f"{name} {target}: SIGKILL sent to pid {pid}"))
 
-    command.__doc__ = {
-        "kill_redis": "SIGKILL Redis NODE (n0.. of a Redis Cluster: its replica takes over).",
-        "kill_etcd": "SIGKILL etcd MEMBER (m0.. of an etcd cluster).",
-    }[action]
     return command
 
 
