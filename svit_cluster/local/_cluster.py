@@ -443,24 +443,9 @@ class LocalCluster:
         old = self.node(name)
         old.kill()  # whatever may be left of it
         node = RayNode(name, old.temp_dir, old.log_path, address=self.doc["ray"]["address"])
-        ports = PortAllocator(base=int(self.doc.get("next_port", 25000)))
-        node.start(ports)
-        self.doc["next_port"] = ports.next_port
-        entry = node.to_json()
-        if "endpoints" in self.doc["hosts"][name]:
-            entry["endpoints"] = self.doc["hosts"][name]["endpoints"]
-        self.doc["hosts"][name] = entry
-        self._save()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                self._run_driver(self._agents_args(name))
-                break
-            except UnavailableError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
-        self.wait_host_live(name, timeout_s=max(1.0, deadline - time.monotonic()))
+        kept = self.doc["hosts"][name]
+        self._start_host(name, node, timeout_s=timeout_s,
+                         extra={"endpoints": kept["endpoints"]} if "endpoints" in kept else {})
 
     def add_host(self, name: str | None = None, *, timeout_s: float = 90.0) -> str:
         """Start a new Ray host and its agent; returns its name (``h<N+1>`` by default).
@@ -486,10 +471,21 @@ class LocalCluster:
         state = self.spec.state_dir
         node = RayNode(name, state / "ray", state / "logs" / f"ray-{name}.log",
                        address=self.doc["ray"]["address"])
+        self._start_host(name, node, timeout_s=timeout_s, extra={})
+        return name
+
+    def _start_host(self, name: str, node: RayNode, *, timeout_s: float,
+                    extra: dict[str, Any]) -> None:
+        """Start ``node``, record it as host ``name`` (plus ``extra`` fields), start its
+        agent (retried until ``timeout_s``) and wait until the gateway lists it live.
+
+        Raises:
+            UnavailableError: the node or its agent did not come up in time.
+        """
         ports = PortAllocator(base=int(self.doc.get("next_port", 25000)))
         node.start(ports)
         self.doc["next_port"] = ports.next_port
-        hosts[name] = node.to_json()
+        self.doc["hosts"][name] = {**node.to_json(), **extra}
         self._save()
         deadline = time.monotonic() + timeout_s
         while True:
@@ -501,7 +497,6 @@ class LocalCluster:
                     raise
                 time.sleep(1.0)
         self.wait_host_live(name, timeout_s=max(1.0, deadline - time.monotonic()))
-        return name
 
     def wait_host_live(self, name: str, *, timeout_s: float = 60.0) -> dict[str, Any]:
         """Poll the gateway's ``/healthz`` until host ``name`` is among its live ``hosts``.
