@@ -460,6 +460,30 @@ class SvitClient(_Base):
         )
         return result
 
+    def observe_token(self, process_id: str, *, ttl_s: int = 300,
+                      timeout_s: float | None = None) -> dict[str, Any]:
+        """Mint a short-lived, read-only observe token for a browser ``EventSource``.
+
+        ``POST /v1/processes/observe-token``; answers ``{process_id, token,
+        expires_at, ttl_s}`` (``expires_at`` in unix seconds). The token is
+        accepted only on ``GET /v1/processes/events?process_id=…&observe_token=…``
+        (or as the ``svit_observe_token`` cookie), for this process only, until
+        it expires. Hand it to the page; never log it. Safe to retry (each
+        attempt mints an independent token).
+
+        Args:
+            ttl_s: lifetime in seconds, 1..3600 (default 300).
+
+        Raises:
+            Forbidden: (403) the token may not act on this process.
+            NotFound: (404) no such process.
+            DecodeError: (400) ``ttl_s`` out of range.
+        """
+        result: dict[str, Any] = self._call(
+            "POST", "/v1/processes/observe-token", timeout_s=timeout_s,
+            json={"process_id": process_id, "ttl_s": ttl_s})
+        return result
+
     def send_raw(self, body: bytes, *, timeout_s: float | None = None) -> ControlResponse:
         """POST one encoded request; retried byte-for-byte on transport errors."""
         return decode_response(self._call("POST", "/v1/control", content=body,
@@ -674,6 +698,14 @@ class AsyncSvitClient(_Base):
             "POST", "/v1/processes/fork", timeout_s=timeout_s,
             json={"process_id": process_id, "new_process_id": new_process_id},
         )
+        return result
+
+    async def observe_token(self, process_id: str, *, ttl_s: int = 300,
+                            timeout_s: float | None = None) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.observe_token`."""
+        result: dict[str, Any] = await self._call(
+            "POST", "/v1/processes/observe-token", timeout_s=timeout_s,
+            json={"process_id": process_id, "ttl_s": ttl_s})
         return result
 
     async def send_raw(self, body: bytes, *, timeout_s: float | None = None

@@ -10,19 +10,22 @@ that talks to a gateway, in this order of precedence:
    ``svit-cluster up``: its ``gateway.url`` and ``tokens.admin``.
 
 ``svit-cluster up`` prints the two ``export`` lines that select its cluster.
+
+The gateway server reads :class:`GatewaySettings` (``SVIT_CORS_ORIGINS``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from svit_cluster.errors import ConfigurationError
 
-__all__ = ["DEFAULT_CLUSTER_JSON", "ClientSettings", "resolve_gateway"]
+__all__ = ["DEFAULT_CLUSTER_JSON", "ClientSettings", "GatewaySettings", "resolve_gateway"]
 
 #: The cluster file ``svit-cluster up`` writes (relative to the current directory).
 DEFAULT_CLUSTER_JSON = Path(".svit") / "cluster.json"
@@ -35,6 +38,28 @@ class ClientSettings(BaseSettings):
 
     url: str | None = None
     token: str | None = None
+
+
+class GatewaySettings(BaseSettings):
+    """Gateway server settings from the environment.
+
+    ``SVIT_CORS_ORIGINS``: comma list of browser origins (``scheme://host[:port]``,
+    or ``*``) allowed cross-origin access, e.g. a web page subscribing to
+    ``/v1/processes/events`` with an observe token; empty (default): none.
+    Validated when the gateway app is built
+    (:func:`svit_cluster.gateway.parse_origins`).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SVIT_", extra="ignore")
+
+    cors_origins: Annotated[list[str], NoDecode] = []
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
 
 
 def _from_cluster_json(path: Path) -> tuple[str | None, str | None]:

@@ -81,19 +81,25 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
                         max_request_bytes: int | None) -> None:
     """Connect to Ray and etcd, then serve the gateway until interrupted.
 
+    CORS origins come from ``SVIT_CORS_ORIGINS``
+    (:class:`svit_cluster.settings.GatewaySettings`).
+
     Raises:
-        ConfigurationError: missing configuration or tokens file.
+        ConfigurationError: missing configuration or tokens file; a malformed
+            CORS origin.
     """
     import ray
     import uvicorn
 
     from svit_cluster.cluster._router import RayRouter
     from svit_cluster.cluster._routes import RouteCache
-    from svit_cluster.gateway import GatewayMetrics, TokenStore, create_app
+    from svit_cluster.gateway import GatewayMetrics, TokenStore, create_app, parse_origins
     from svit_cluster.ownership import open_client
+    from svit_cluster.settings import GatewaySettings
 
     config, tokens_file, cap = _load(state_dir)
     tokens = TokenStore.from_file(tokens_file)
+    cors = parse_origins(GatewaySettings().cors_origins)  # fail before connecting
     ray.init(address=config.ray_address or "auto", namespace=config.namespace,
              logging_level=logging.ERROR, log_to_driver=False)
     cache = RouteCache(open_client(config.etcd_endpoint), config.cluster).start()
@@ -101,7 +107,7 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
     router = RayRouter(config, cache, metrics)
     router.start_node_watch()
     app = create_app(router, tokens, max_request_bytes=max_request_bytes or cap,
-                     metrics=metrics, redis_url=config.redis_url)
+                     metrics=metrics, redis_url=config.redis_url, cors_origins=cors)
     server = uvicorn.Server(gateway_server_config(app, host=host, port=port))
     try:
         await server.serve()

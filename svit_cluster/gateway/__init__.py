@@ -2,7 +2,8 @@
 
 Public names: :func:`create_app`, :class:`TokenStore`, :class:`Principal`,
 :class:`Router`, :class:`LocalRouter`, :class:`ByteCapMiddleware`,
-:class:`BearerAuthMiddleware`, :func:`authorize`, :class:`GatewayMetrics`.
+:class:`BearerAuthMiddleware`, :func:`authorize`, :class:`GatewayMetrics`,
+:class:`ObserveTokens` (browser observe tokens), :func:`parse_origins` (CORS).
 """
 
 from svit_cluster.gateway._app import CAPABILITIES, create_app
@@ -15,7 +16,15 @@ from svit_cluster.gateway._auth import (
     tenant_of,
 )
 from svit_cluster.gateway._bytecap import DEFAULT_MAX_REQUEST_BYTES, ByteCapMiddleware
+from svit_cluster.gateway._cors import parse_origins
 from svit_cluster.gateway._metrics import GatewayMetrics
+from svit_cluster.gateway._observe import (
+    OBSERVE_COOKIE,
+    OBSERVE_PARAM,
+    ObserveClaims,
+    ObserveTokens,
+    install_log_redaction,
+)
 from svit_cluster.gateway._router import (
     TOKEN_HEADER,
     LocalRouter,
@@ -28,12 +37,16 @@ from svit_cluster.gateway._router import (
 __all__ = [
     "CAPABILITIES",
     "DEFAULT_MAX_REQUEST_BYTES",
+    "OBSERVE_COOKIE",
+    "OBSERVE_PARAM",
     "PUBLIC_PATHS",
     "TOKEN_HEADER",
     "BearerAuthMiddleware",
     "ByteCapMiddleware",
     "GatewayMetrics",
     "LocalRouter",
+    "ObserveClaims",
+    "ObserveTokens",
     "Principal",
     "ProcessInfo",
     "Router",
@@ -41,6 +54,8 @@ __all__ = [
     "authorize",
     "capture_owner_token",
     "create_app",
+    "install_log_redaction",
+    "parse_origins",
     "report_owner_token",
     "tenant_of",
 ]

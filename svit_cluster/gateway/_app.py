@@ -12,6 +12,7 @@ Layers, outermost first (each its own module and tests):
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -30,10 +31,12 @@ from svit_cluster.gateway._bytecap import (
     PayloadTooLarge,
     payload_too_large_handler,
 )
+from svit_cluster.gateway._cors import with_cors
 from svit_cluster.gateway._deadletters import dead_letters_router
 from svit_cluster.gateway._errors import error_response, from_exception
 from svit_cluster.gateway._events import events_router
 from svit_cluster.gateway._metrics import GatewayMetrics
+from svit_cluster.gateway._observe import ObserveTokens, install_log_redaction
 from svit_cluster.gateway._router import TOKEN_HEADER, Router, capture_owner_token
 from svit_cluster.process import (
     PROTOCOL,
@@ -119,6 +122,7 @@ def create_app(
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     metrics: GatewayMetrics | None = None,
     redis_url: str | None = None,
+    cors_origins: Sequence[str] = (),
 ) -> Any:
     """Build the gateway ASGI app.
 
@@ -129,10 +133,20 @@ def create_app(
         metrics: a metrics registry; a fresh one by default.
         redis_url: the commit log's Redis, for the admin dead-letter routes
             (``/v1/admin/dead-letters``); None: they answer 503.
+        cors_origins: browser origins allowed cross-origin access
+            (``scheme://host[:port]`` or ``*``); empty (default): no CORS.
 
     Returns:
-        The ASGI app (byte cap -> auth -> FastAPI routes).
+        The ASGI app (CORS when configured -> byte cap -> auth -> FastAPI
+        routes). Observe tokens (``POST /v1/processes/observe-token``) are
+        signed with ``tokens.observe_key()``; creating the app also installs
+        :func:`~svit_cluster.gateway._observe.install_log_redaction`.
+
+    Raises:
+        ConfigurationError: a malformed CORS origin.
     """
+    observe = ObserveTokens(tokens.observe_key())
+    install_log_redaction()
     m = metrics or GatewayMetrics()
     api = FastAPI(
         title="svit-cluster gateway",
@@ -142,7 +156,7 @@ def create_app(
     api.state.metrics = m
     api.state.router = router
     api.include_router(dead_letters_router(redis_url))
-    api.include_router(events_router(router))
+    api.include_router(events_router(router, observe=observe))
 
     @api.exception_handler(RequestValidationError)
     async def _bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -359,4 +373,5 @@ def create_app(
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
-    return ByteCapMiddleware(BearerAuthMiddleware(api, tokens), max_request_bytes)
+    return with_cors(ByteCapMiddleware(BearerAuthMiddleware(api, tokens, observe),
+                                       max_request_bytes), cors_origins)

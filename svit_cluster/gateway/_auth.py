@@ -9,14 +9,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from svit_cluster.errors import ConfigurationError, ErrorCode, InvalidInput
+from svit_cluster.errors import ConfigurationError, ErrorCode, InvalidInput, Unauthenticated
 from svit_cluster.gateway._errors import error_response
+from svit_cluster.gateway._observe import OBSERVE_PATH, ObserveTokens, observe_token_of
 
 __all__ = [
     "PUBLIC_PATHS",
@@ -35,10 +37,16 @@ PUBLIC_PATHS = frozenset({
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a token authenticates: one tenant, or an admin (all tenants)."""
+    """Who a token authenticates: one tenant, or an admin (all tenants), or the
+    reader of one process's events (an observe token, see
+    :mod:`svit_cluster.gateway._observe`)."""
 
     tenant: str | None
     admin: bool = False
+    #: An observe token's one process: :func:`authorize` allows nothing else.
+    observe: str | None = None
+    #: Unix seconds when the credential stops being valid (observe tokens); None: never.
+    expires_at: float | None = None
 
     @property
     def partition(self) -> str:
@@ -56,6 +64,8 @@ class TokenStore:
 
     def __init__(self) -> None:
         self._entries: list[tuple[bytes, Principal]] = []
+        self._observe_material: list[bytes] = []
+        self._observe_key: bytes | None = None
 
     def add(self, token: str, principal: Principal) -> None:
         """Register ``token`` (at least 16 characters).
@@ -69,6 +79,37 @@ class TokenStore:
         if not principal.admin and not principal.tenant:
             raise ConfigurationError("a tenant token needs a tenant")
         self._entries.append((hashlib.sha256(token.encode()).digest(), principal))
+        if principal.admin:
+            self._observe_material.append(
+                hmac.new(token.encode(), b"svit-observe-key/v1", hashlib.sha256).digest())
+
+    def set_observe_key(self, key: str) -> None:
+        """Use ``key`` (at least 32 characters) to sign observe tokens.
+
+        Raises:
+            ConfigurationError: the key is shorter than 32 characters.
+        """
+        if len(key) < 32:
+            raise ConfigurationError("observe_key must be at least 32 characters")
+        self._observe_key = hashlib.sha256(b"svit-observe-key/v1:" + key.encode()).digest()
+
+    def observe_key(self) -> bytes:
+        """The 32-byte HMAC key of observe tokens.
+
+        In order: the configured ``observe_key`` (:meth:`set_observe_key`); else
+        a key derived from the admin tokens (HMAC-SHA256 of each, so the key
+        reveals no token and no tenant token holder can compute it; every
+        gateway replica loading the same tokens document derives the same key);
+        else, with no admin token, a random key kept by this store (observe
+        tokens then work only on the gateway that minted them).
+        """
+        if self._observe_key is None:
+            if self._observe_material:
+                self._observe_key = hashlib.sha256(
+                    b"".join(sorted(self._observe_material))).digest()
+            else:
+                self._observe_key = os.urandom(32)
+        return self._observe_key
 
     def lookup(self, token: str) -> Principal | None:
         presented = hashlib.sha256(token.encode()).digest()
@@ -85,6 +126,9 @@ class TokenStore:
     def from_document(cls, doc: Any) -> TokenStore:
         """Load ``{"tokens": [{"token": "...", "admin": true} | {"token": "...", "tenant": "t"}]}``.
 
+        An optional ``"observe_key"`` (string, at least 32 characters) sets the
+        key of observe tokens (:meth:`observe_key`).
+
         Raises:
             ConfigurationError: malformed document.
         """
@@ -99,6 +143,11 @@ class TokenStore:
             if tenant is not None and not isinstance(tenant, str):
                 raise ConfigurationError("tenant must be a string")
             store.add(entry["token"], Principal(tenant=tenant, admin=admin))
+        observe_key = doc.get("observe_key")
+        if observe_key is not None:
+            if not isinstance(observe_key, str):
+                raise ConfigurationError("observe_key must be a string")
+            store.set_observe_key(observe_key)
         return store
 
     @classmethod
@@ -111,16 +160,46 @@ class TokenStore:
         return cls.from_document(doc)
 
 
+def _unauthenticated(message: str) -> Any:
+    return error_response(401, str(ErrorCode.UNAUTHENTICATED), message,
+                          headers={"WWW-Authenticate": 'Bearer realm="svit"'})
+
+
 class BearerAuthMiddleware:
     """Answer ``401 unauthenticated`` unless ``Authorization: Bearer <token>`` is known.
 
     Sets ``scope["svit.principal"]`` for downstream layers. Paths in
     :data:`PUBLIC_PATHS` and non-HTTP scopes pass through.
+
+    With ``observe``, a request without an ``Authorization`` header may instead
+    present an observe token (``observe_token`` query parameter or cookie,
+    :mod:`svit_cluster.gateway._observe`): accepted only on ``GET
+    /v1/processes/events``, where it authenticates a principal limited to the
+    token's process until its expiry; anywhere else, or tampered or expired,
+    the answer is ``401 unauthenticated``.
     """
 
-    def __init__(self, app: ASGIApp, tokens: TokenStore) -> None:
+    def __init__(self, app: ASGIApp, tokens: TokenStore,
+                 observe: ObserveTokens | None = None) -> None:
         self.app = app
         self.tokens = tokens
+        self.observe = observe
+
+    def _observer(self, scope: Scope, presented: str) -> Principal | str:
+        """The observe principal of ``presented``, or the reason it is refused."""
+        assert self.observe is not None
+        if scope.get("path") != OBSERVE_PATH or scope.get("method") != "GET":
+            return f"observe tokens are accepted only on GET {OBSERVE_PATH}"
+        try:
+            claims = self.observe.verify(presented)
+        except Unauthenticated as exc:
+            return exc.message
+        try:
+            tenant: str | None = tenant_of(claims.process_id)
+        except InvalidInput:
+            tenant = None
+        return Principal(tenant=tenant, observe=claims.process_id,
+                         expires_at=float(claims.expires_at))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in PUBLIC_PATHS:
@@ -130,16 +209,19 @@ class BearerAuthMiddleware:
         for name, value in scope.get("headers", []):
             if name == b"authorization":
                 header = value
+        presented = observe_token_of(scope) if not header and self.observe else None
+        if presented is not None:
+            observer = self._observer(scope, presented)
+            if isinstance(observer, str):
+                await _unauthenticated(observer)(scope, receive, send)
+                return
+            scope["svit.principal"] = observer
+            await self.app(scope, receive, send)
+            return
         scheme, _, token = header.decode("latin-1").partition(" ")
         principal = self.tokens.lookup(token.strip()) if scheme.lower() == "bearer" else None
         if principal is None:
-            response = error_response(
-                401,
-                str(ErrorCode.UNAUTHENTICATED),
-                "missing or unknown bearer token",
-                headers={"WWW-Authenticate": 'Bearer realm="svit"'},
-            )
-            await response(scope, receive, send)
+            await _unauthenticated("missing or unknown bearer token")(scope, receive, send)
             return
         scope["svit.principal"] = principal
         await self.app(scope, receive, send)
@@ -159,7 +241,10 @@ def tenant_of(process_id: str) -> str:
 
 
 def authorize(principal: Principal, process_id: str) -> bool:
-    """True when ``principal`` may act on ``process_id`` (admin, or same tenant)."""
+    """True when ``principal`` may act on ``process_id`` (admin, or same tenant;
+    an observe principal: its one process only)."""
+    if principal.observe is not None:
+        return process_id == principal.observe
     if principal.admin:
         return True
     try:

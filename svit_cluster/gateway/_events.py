@@ -13,6 +13,12 @@
   canonical events (1..4096), oldest first.
 * ``GET /v1/processes/messages/recent?process_id=…&limit=…`` -- the messages
   projected from them.
+* ``POST /v1/processes/observe-token`` (``{process_id, ttl_s}``) -- a
+  short-lived, read-only observe token for one process, for a browser's
+  ``EventSource`` (``?observe_token=…`` on the SSE endpoint only; see
+  :mod:`svit_cluster.gateway._observe`). A stream opened with one ends with
+  ``event: expired`` (``{expires_at}``) at the first keepalive or signal after
+  the token's expiry.
 
 Authorization (tenant) is checked before anything is read. One
 :class:`~svit_cluster.events.SignalHub` per gateway reads each observed
@@ -22,10 +28,12 @@ process's stream once and fans it out to that process's subscriptions.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from svit_cluster.errors import ErrorCode, InvalidInput, NotFound, SvitError
@@ -41,6 +49,12 @@ from svit_cluster.events import (
 )
 from svit_cluster.gateway._auth import Principal, authorize
 from svit_cluster.gateway._errors import error_response
+from svit_cluster.gateway._observe import (
+    DEFAULT_OBSERVE_TTL_S,
+    MAX_OBSERVE_TTL_S,
+    OBSERVE_PARAM,
+    ObserveTokens,
+)
 from svit_cluster.gateway._router import Router
 from svit_cluster.process import validate_process_id
 
@@ -62,12 +76,24 @@ def _kinds(text: str | None) -> frozenset[SignalKind] | None:
                            code=ErrorCode.DECODE_ERROR) from None
 
 
-def events_router(router: Router, *, keepalive_s: float = 10.0) -> APIRouter:
+class ObserveTokenRequest(BaseModel):
+    """``POST /v1/processes/observe-token`` body."""
+
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    ttl_s: int = Field(default=DEFAULT_OBSERVE_TTL_S, ge=1, le=MAX_OBSERVE_TTL_S,
+                       description="lifetime in seconds, 1..3600")
+
+
+def events_router(router: Router, *, keepalive_s: float = 10.0,
+                  observe: ObserveTokens | None = None) -> APIRouter:
     """The observer endpoints over ``router.signal_source()``.
 
     Args:
         router: the gateway's router.
         keepalive_s: seconds between keepalive comments on an idle stream.
+        observe: the observe-token signer; None: ``POST
+            /v1/processes/observe-token`` is not offered.
     """
     api = APIRouter()
     hubs: list[SignalHub] = []
@@ -95,12 +121,19 @@ def events_router(router: Router, *, keepalive_s: float = 10.0) -> APIRouter:
         process_id: str = Query(..., description="svit:// process id"),
         after: str = Query("$", description="'$' (now), '0' (oldest retained) or a signal id"),
         kinds: str | None = Query(None, description="comma list of kinds to deliver"),
+        observe_token: str | None = Query(
+            None, alias=OBSERVE_PARAM,
+            description="observe token instead of Authorization (browser EventSource); "
+                        "see POST /v1/processes/observe-token"),
     ) -> Response:
         """Live signals of one process as Server-Sent Events (resumable by cursor)."""
+        del observe_token  # checked by the authentication layer
         checked = await _checked(request, process_id)
         if isinstance(checked, Response):
             return checked
         pid, source = checked
+        principal = request.scope["svit.principal"]
+        expires_at: float | None = principal.expires_at
         wanted = _kinds(kinds)
         cursor = await resolve_cursor(
             source, pid, parse_cursor(request.headers.get("last-event-id") or after))
@@ -109,6 +142,9 @@ def events_router(router: Router, *, keepalive_s: float = 10.0) -> APIRouter:
             yield b"retry: 1000\n" + _sse("ready", {"cursor": cursor})
             try:
                 async for item in hub(source).subscribe(pid, cursor):
+                    if expires_at is not None and time.time() >= expires_at:
+                        yield _sse("expired", {"expires_at": int(expires_at)})
+                        return
                     if item is None:
                         yield b": keepalive\n\n"
                     elif isinstance(item, Lagged):
@@ -121,6 +157,28 @@ def events_router(router: Router, *, keepalive_s: float = 10.0) -> APIRouter:
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache",
                                           "X-Accel-Buffering": "no"})
+
+    if observe is not None:
+        signer = observe
+
+        @api.post("/v1/processes/observe-token")
+        async def observe_token(request: Request, body: ObserveTokenRequest) -> Response:
+            """Mint a read-only observe token for one process's event stream.
+
+            Answers ``{process_id, token, expires_at, ttl_s}`` (``expires_at`` in
+            unix seconds). The token is accepted only as ``?observe_token=`` (or
+            the ``svit_observe_token`` cookie) on ``GET /v1/processes/events``
+            for ``process_id``. 403 when the caller may not act on the
+            process, 404 when it does not exist.
+            """
+            checked = await _checked(request, body.process_id)
+            if isinstance(checked, Response):
+                return checked
+            pid, _ = checked
+            token, expires_at = signer.mint(pid, body.ttl_s)
+            return JSONResponse({"process_id": pid, "token": token,
+                                 "expires_at": expires_at, "ttl_s": body.ttl_s},
+                                headers={"Cache-Control": "no-store"})
 
     @api.get("/v1/processes/events/recent")
     async def recent_events(

@@ -14,11 +14,16 @@ from svit_cluster.local import free_port
 
 
 @contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """Run ``app`` until the block exits; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
+def serve(app: Any, *, port: int | None = None, **config: Any) -> Iterator[str]:
+    """Run ``app`` until the block exits; yields its base URL.
+
+    ``port`` (default: a free one) lets a test restart a server on the same
+    address; ``config`` overrides ``uvicorn.Config`` keywords (e.g.
+    ``timeout_graceful_shutdown`` to cut open streams on exit).
+    """
+    port = port or free_port()
+    kwargs: dict[str, Any] = {"log_level": "warning", "lifespan": "off", **config}
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **kwargs))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
