@@ -613,3 +613,19 @@ def test_optional_gateway_resources(render: Render) -> None:
     default = render()
     assert not _kind(default, "Ingress") and not _kind(default, "HorizontalPodAutoscaler")
     assert not _kind(default, "ServiceMonitor")
+
+
+def test_gateway_cors_origins_reach_the_gateway_env(render: Render) -> None:
+    """gateway.corsOrigins becomes SVIT_CORS_ORIGINS (a comma list, which
+    svit_cluster.settings.GatewaySettings parses); unset by default (no CORS)."""
+    from svit_cluster.gateway import parse_origins
+
+    def env(manifests: list[Manifest]) -> dict[str, str]:
+        spec = _one(manifests, "Deployment", f"{RELEASE}-gateway")["spec"]["template"]["spec"]
+        (container,) = [c for c in spec["containers"] if c["name"] == "gateway"]
+        return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+    prod = env(render(CHART / "ci" / "production-values.yaml"))
+    assert parse_origins(prod["SVIT_CORS_ORIGINS"]) == \
+        ("https://chat.example.com", "http://localhost:3000")
+    assert "SVIT_CORS_ORIGINS" not in env(render())
