@@ -2,6 +2,8 @@
 
 Layers, outermost first (each its own module and tests):
 
+0. :class:`TraceContextMiddleware` -- W3C ``traceparent`` in and out, the
+   request's span (a bad header starts a new trace, never an error);
 1. :class:`ByteCapMiddleware` -- body byte cap, before any decoding (413);
 2. :class:`BearerAuthMiddleware` -- bearer token -> principal (401);
 3. the endpoint decodes the envelope, then :func:`authorize` checks the
@@ -35,6 +37,7 @@ from svit_cluster.gateway._errors import error_response, from_exception
 from svit_cluster.gateway._events import events_router
 from svit_cluster.gateway._metrics import GatewayMetrics
 from svit_cluster.gateway._router import TOKEN_HEADER, Router, capture_owner_token
+from svit_cluster.gateway._tracing import TraceContextMiddleware
 from svit_cluster.process import (
     PROTOCOL,
     Script,
@@ -131,7 +134,7 @@ def create_app(
             (``/v1/admin/dead-letters``); None: they answer 503.
 
     Returns:
-        The ASGI app (byte cap -> auth -> FastAPI routes).
+        The ASGI app (trace context -> byte cap -> auth -> FastAPI routes).
     """
     m = metrics or GatewayMetrics()
     api = FastAPI(
@@ -359,4 +362,5 @@ def create_app(
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
-    return ByteCapMiddleware(BearerAuthMiddleware(api, tokens), max_request_bytes)
+    return TraceContextMiddleware(
+        ByteCapMiddleware(BearerAuthMiddleware(api, tokens), max_request_bytes))
