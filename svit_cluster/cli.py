@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -218,12 +219,19 @@ def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str
               help="Bearer token (SVIT_TOKEN); with --state-dir the local tenant's.")
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True,
               type=click.FloatRange(0.1), help="Seconds to wait for one turn.")
+@output_option
 def chat(process_id: str, message: str | None, state_dir: Path | None, url: str | None,
-         token: str | None, timeout_s: float) -> None:
+         token: str | None, timeout_s: float, output: str) -> None:
     """Send MESSAGE to PROCESS_ID and stream the turn's events until it completes.
 
     Without MESSAGE, reads messages line by line from stdin (an empty line or
     EOF ends). Exit status 1 when a turn fails.
+
+    With --output json, stdout is JSON Lines: one object per event as it
+    arrives ({"event": "message", "message_id", "message": {role, content,
+    tool_calls...}}, {"event": "lagged", ...}, {"event": "failed", "message_id",
+    "code", "message"}), then one {"event": "turn", "message_id", "ok",
+    "answer", "version", "failure"} per turn when it ends.
     """
     from svit_cluster.chat import chat_turn
     from svit_cluster.client import AsyncSvitClient
@@ -253,8 +261,17 @@ def chat(process_id: str, message: str | None, state_dir: Path | None, url: str 
                     text = text.rstrip("\n")
                     if not text:
                         return ok
-                outcome = await chat_turn(client, process_id, text, emit=click.echo,
-                                          timeout_s=timeout_s)
+                if output == "json":
+                    mid = f"chat-{secrets.token_hex(8)}"
+                    outcome = await chat_turn(client, process_id, text, emit=lambda _: None,
+                                              message_id=mid, timeout_s=timeout_s,
+                                              on_event=_json_line)
+                    _json_line({"event": "turn", "message_id": mid, "ok": outcome.ok,
+                                "answer": outcome.answer, "version": outcome.version,
+                                "failure": outcome.failure})
+                else:
+                    outcome = await chat_turn(client, process_id, text, emit=click.echo,
+                                              timeout_s=timeout_s)
                 ok = ok and outcome.ok
 
     try:
@@ -264,6 +281,11 @@ def chat(process_id: str, message: str | None, state_dir: Path | None, url: str 
                    "queued)", err=True)
         raise SystemExit(1) from None
     raise SystemExit(0 if ok else 1)
+
+
+def _json_line(doc: dict[str, Any]) -> None:
+    """One JSON Lines record on stdout (``chat --output json``)."""
+    click.echo(json.dumps(doc, sort_keys=True, default=str))
 
 
 def _cluster_doc(state_dir: Path) -> dict[str, Any]:
