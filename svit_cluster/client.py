@@ -238,12 +238,15 @@ def _same_creation(memory: Any, scripts: dict[str, str] | None, memory_now: Valu
 
 
 TraceHook = Callable[[], str | None]
+#: ``(attempt, error, wait_s)``: attempt ``attempt`` (1-based) failed with a
+#: retryable ``error``; the next one starts in ``wait_s`` seconds.
+RetryHook = Callable[[int, BaseException, float], None]
 
 
 class _Base:
     def __init__(
         self, url: str | None, token: str | None, *, client_id: str | None, attempts: int,
-        max_wait_s: float, traceparent: TraceHook | None,
+        max_wait_s: float, traceparent: TraceHook | None, on_retry: RetryHook | None,
     ) -> None:
         from svit_cluster.settings import resolve_gateway
 
@@ -256,6 +259,7 @@ class _Base:
         self.attempts = attempts
         self.max_wait_s = max_wait_s
         self.traceparent = traceparent
+        self.on_retry = on_retry
         #: The owner's fencing token from the last ``/v1/control`` answer
         #: (``X-Svit-Token``), or None when the gateway did not send one.
         #: Per client object: meaningful when one caller uses it at a time.
@@ -292,11 +296,18 @@ class _Base:
                     delay = max(delay, min(float(hint), self.max_wait_s))
             return delay
 
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            if self.on_retry is not None and exc is not None:
+                sleep = state.next_action.sleep if state.next_action is not None else 0.0
+                self.on_retry(state.attempt_number, exc, float(sleep))
+
         return {
             "stop": stop_after_attempt(self.attempts),
             "wait": wait,
             "retry": retry_if_exception_type(_RETRYABLE),
             "reraise": True,
+            "before_sleep": before_sleep,
         }
 
     @staticmethod
@@ -332,6 +343,8 @@ class SvitClient(_Base):
             with ``tracing.use_traceparent(...)`` around a call, else the current
             OpenTelemetry span when the application uses OpenTelemetry. None:
             never send one.
+        on_retry: ``(attempt, error, wait_s) -> None``, called before each
+            retry's backoff (progress display, logging); None (default): silent.
 
     Errors: a 4xx/5xx answer raises the class registered for its stable code
     (:func:`svit_cluster.errors.error_class`) with every field the gateway
@@ -348,9 +361,10 @@ class SvitClient(_Base):
         client_id: str | None = None, timeout_s: float = 10.0, attempts: int = 8,
         max_wait_s: float = 2.0, http_client: httpx.Client | None = None,
         traceparent: TraceHook | None = tracing.current_traceparent,
+        on_retry: RetryHook | None = None,
     ) -> None:
         super().__init__(url, token, client_id=client_id, attempts=attempts,
-                         max_wait_s=max_wait_s, traceparent=traceparent)
+                         max_wait_s=max_wait_s, traceparent=traceparent, on_retry=on_retry)
         self._owns_http = http_client is None
         self._http = http_client if http_client is not None else httpx.Client(
             timeout=timeout_s)
@@ -623,9 +637,10 @@ class AsyncSvitClient(_Base):
         client_id: str | None = None, timeout_s: float = 10.0, attempts: int = 8,
         max_wait_s: float = 2.0, http_client: httpx.AsyncClient | None = None,
         traceparent: TraceHook | None = tracing.current_traceparent,
+        on_retry: RetryHook | None = None,
     ) -> None:
         super().__init__(url, token, client_id=client_id, attempts=attempts,
-                         max_wait_s=max_wait_s, traceparent=traceparent)
+                         max_wait_s=max_wait_s, traceparent=traceparent, on_retry=on_retry)
         self._owns_http = http_client is None
         self._http = http_client if http_client is not None else httpx.AsyncClient(
             timeout=timeout_s)
