@@ -12,14 +12,18 @@ Exit codes (every ``svit-cluster`` command):
 
 Expected failures print one line on stderr, ``error: <code>: <cause>; <what to
 do>``, never a traceback. Results go to stdout (JSON with ``--output json``);
-progress and logs go to stderr.
+progress and logs go to stderr: :func:`waiting` shows a rich spinner with the
+current step and the elapsed time when stderr is a terminal, and one plain line
+per step otherwise (pipes, CI logs), so stdout stays pure JSON either way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -40,11 +44,13 @@ __all__ = [
     "EXIT_OK",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
+    "Step",
     "emit",
     "exit_code_for",
     "fail",
     "failure_line",
     "output_option",
+    "waiting",
 ]
 
 EXIT_OK = 0
@@ -114,3 +120,67 @@ def emit(output: str, doc: Any, text: Callable[[], None]) -> None:
         click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
     else:
         text()
+
+
+
+class Step:
+    """What :func:`waiting` yields: ``step(message)`` starts the next step (a
+    ``progress=`` callback); :meth:`note` prints one line (a retry, a warning)."""
+
+    def __init__(self, title: str, progress: Any = None) -> None:
+        self._title = title
+        self._progress = progress  # rich Progress, or None: plain lines
+        self._task: Any = None
+        self._current: str | None = None
+        self._since = time.monotonic()
+        if progress is not None:
+            self._task = progress.add_task(title, total=None)
+
+    def __call__(self, message: str) -> None:
+        if self._progress is None:
+            click.echo(f"  … {message}", err=True)
+            return
+        self.done()
+        self._current, self._since = message, time.monotonic()
+        self._progress.update(self._task, description=f"{self._title}: {message}")
+
+    def note(self, message: str) -> None:
+        """One line on stderr (above the spinner on a terminal)."""
+        if self._progress is None:
+            click.echo(f"  … {message}", err=True)
+        else:
+            self._progress.console.print(f"  [yellow]![/] {message}", highlight=False)
+
+    def done(self) -> None:
+        """Keep the current step as one line with its duration (terminal only)."""
+        if self._progress is not None and self._current is not None:
+            self._progress.console.print(
+                f"  [green]✓[/] {self._current} [dim]({time.monotonic() - self._since:.1f} s)[/]",
+                highlight=False)
+            self._current = None
+
+
+@contextlib.contextmanager
+def waiting(title: str) -> Iterator[Step]:
+    """Progress of a wait that may last more than a second, on stderr only.
+
+    Yields a :class:`Step`: call it with each step's message (pass it as a
+    ``progress=`` callback), or :meth:`Step.note` a line. On a terminal (stderr
+    is a TTY, or rich is forced with ``FORCE_COLOR``): a rich spinner line
+    ``<title>: <step>`` with the elapsed time, each finished step kept as one
+    line with its duration. Otherwise one plain line ``  … <message>`` per step
+    or note. Nothing is written to stdout.
+    """
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield Step(title)
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        step = Step(title, progress)
+        yield step
+        step.done()

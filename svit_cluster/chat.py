@@ -28,12 +28,14 @@ from typing import Any
 from svit_cluster.client import AsyncSvitClient
 from svit_cluster.events import Lagged, Signal
 
-__all__ = ["MAX_SHOWN_CHARS", "TurnOutcome", "chat_turn", "format_message"]
+__all__ = ["MAX_SHOWN_CHARS", "OnEvent", "TurnOutcome", "chat_turn", "format_message"]
 
 #: Characters of a tool result or tool-call argument list shown per line.
 MAX_SHOWN_CHARS = 300
 
 Emit = Callable[[str], None]
+#: Receives one structured event of a turn (``svit-cluster chat --output json``).
+OnEvent = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,8 @@ def format_message(message: dict[str, Any]) -> list[str]:
 
 async def chat_turn(client: AsyncSvitClient, process_id: str, text: str, *,
                     emit: Emit = print, message_id: str | None = None,
-                    timeout_s: float = 120.0) -> TurnOutcome:
+                    timeout_s: float = 120.0, on_event: OnEvent | None = None
+                    ) -> TurnOutcome:
     """Send ``text`` to ``process_id`` and stream its turn until it ends.
 
     Args:
@@ -85,6 +88,11 @@ async def chat_turn(client: AsyncSvitClient, process_id: str, text: str, *,
         emit: receives each display line (default ``print``).
         message_id: the inbox message id (default: random ``chat-<hex>``).
         timeout_s: seconds to wait for the completion or failure (default 120).
+        on_event: also receives each event as a plain-JSON dict:
+            ``{"event": "message", "message_id", "message": {role, content, ...}}``
+            per presentation message, ``{"event": "lagged", "message_id"}``
+            when signals were missed, ``{"event": "failed", "message_id",
+            "code", "message"}`` when the turn failed.
 
     Returns:
         :class:`TurnOutcome`.
@@ -108,6 +116,8 @@ async def chat_turn(client: AsyncSvitClient, process_id: str, text: str, *,
             async for item in sub:
                 if isinstance(item, Lagged):
                     emit("  (some events were missed)")
+                    if on_event is not None:
+                        on_event({"event": "lagged", "message_id": mid})
                     continue
                 assert isinstance(item, Signal)
                 data = item.data
@@ -122,6 +132,9 @@ async def chat_turn(client: AsyncSvitClient, process_id: str, text: str, *,
                 elif item.kind == "message" and mine:
                     for line in format_message(data.get("message") or {}):
                         emit(line)
+                    if on_event is not None:
+                        on_event({"event": "message", "message_id": mid,
+                                  "message": data.get("message") or {}})
                 elif item.kind == "completion" and data.get("message_id") == mid:
                     response = data.get("response") or {}
                     return TurnOutcome(True, answer=str(response.get("content", "")),
@@ -130,6 +143,8 @@ async def chat_turn(client: AsyncSvitClient, process_id: str, text: str, *,
                         and data.get("inbox_hash") == inbox_hash:
                     failure = {"code": data.get("code"), "message": data.get("message")}
                     emit(f"turn failed: {failure['code']}: {failure['message']}")
+                    if on_event is not None:
+                        on_event({"event": "failed", "message_id": mid, **failure})
                     return TurnOutcome(False, failure=failure)
             raise TimeoutError("the event stream ended before the turn did")
 

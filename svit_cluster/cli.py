@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from svit_cluster._cliutil import (
     emit,
     fail,
     output_option,
+    waiting,
 )
 from svit_cluster.errors import SvitError, UnavailableError
 
@@ -155,17 +157,18 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
         if not m.isdigit() or (r and not r.isdigit()):
             raise click.BadParameter("expected M or MxR, e.g. 3x1", param_hint="--redis-cluster")
         masters, replicas = int(m), int(r or 0)
-    cluster = LocalCluster.up(
-        ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
-                    snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
-                    dispatchers=dispatchers,
-                    dispatch_options={"webhook_hosts": list(webhook_hosts)},
-                    reasoner=reasoner,
-                    ports=ports if isinstance(ports, dict) else {"invalid": ports},
-                    redis_masters=masters, redis_replicas=replicas,
-                    etcd_members=etcd_members),
-        progress=_progress,
-    )
+    with waiting("starting the local cluster") as step:
+        cluster = LocalCluster.up(
+            ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
+                        snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
+                        dispatchers=dispatchers,
+                        dispatch_options={"webhook_hosts": list(webhook_hosts)},
+                        reasoner=reasoner,
+                        ports=ports if isinstance(ports, dict) else {"invalid": ports},
+                        redis_masters=masters, redis_replicas=replicas,
+                        etcd_members=etcd_members),
+            progress=step,
+        )
     doc = cluster.doc
     reasoner_line = reasoner_kind + (f" {model} at {reasoner_url}"
                                      if reasoner_kind == "openai" else "")
@@ -218,12 +221,19 @@ def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str
               help="Bearer token (SVIT_TOKEN); with --state-dir the local tenant's.")
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True,
               type=click.FloatRange(0.1), help="Seconds to wait for one turn.")
+@output_option
 def chat(process_id: str, message: str | None, state_dir: Path | None, url: str | None,
-         token: str | None, timeout_s: float) -> None:
+         token: str | None, timeout_s: float, output: str) -> None:
     """Send MESSAGE to PROCESS_ID and stream the turn's events until it completes.
 
     Without MESSAGE, reads messages line by line from stdin (an empty line or
     EOF ends). Exit status 1 when a turn fails.
+
+    With --output json, stdout is JSON Lines: one object per event as it
+    arrives ({"event": "message", "message_id", "message": {role, content,
+    tool_calls...}}, {"event": "lagged", ...}, {"event": "failed", "message_id",
+    "code", "message"}), then one {"event": "turn", "message_id", "ok",
+    "answer", "version", "failure"} per turn when it ends.
     """
     from svit_cluster.chat import chat_turn
     from svit_cluster.client import AsyncSvitClient
@@ -253,8 +263,17 @@ def chat(process_id: str, message: str | None, state_dir: Path | None, url: str 
                     text = text.rstrip("\n")
                     if not text:
                         return ok
-                outcome = await chat_turn(client, process_id, text, emit=click.echo,
-                                          timeout_s=timeout_s)
+                if output == "json":
+                    mid = f"chat-{secrets.token_hex(8)}"
+                    outcome = await chat_turn(client, process_id, text, emit=lambda _: None,
+                                              message_id=mid, timeout_s=timeout_s,
+                                              on_event=_json_line)
+                    _json_line({"event": "turn", "message_id": mid, "ok": outcome.ok,
+                                "answer": outcome.answer, "version": outcome.version,
+                                "failure": outcome.failure})
+                else:
+                    outcome = await chat_turn(client, process_id, text, emit=click.echo,
+                                              timeout_s=timeout_s)
                 ok = ok and outcome.ok
 
     try:
@@ -264,6 +283,11 @@ def chat(process_id: str, message: str | None, state_dir: Path | None, url: str 
                    "queued)", err=True)
         raise SystemExit(1) from None
     raise SystemExit(0 if ok else 1)
+
+
+def _json_line(doc: dict[str, Any]) -> None:
+    """One JSON Lines record on stdout (``chat --output json``)."""
+    click.echo(json.dumps(doc, sort_keys=True, default=str))
 
 
 def _cluster_doc(state_dir: Path) -> dict[str, Any]:
@@ -282,7 +306,8 @@ def down(state_dir: Path, output: str) -> None:
     from svit_cluster.local import LocalCluster
 
     cluster = LocalCluster.load(state_dir)
-    cluster.down(progress=_progress)
+    with waiting("stopping the local cluster") as step:
+        cluster.down(progress=step)
     emit(output, {"down": True, "cluster": cluster.doc.get("cluster"),
                   "state_dir": str(state_dir)}, lambda: click.echo("cluster down"))
 
@@ -448,7 +473,8 @@ def restart_host(state_dir: Path, host: str, timeout_s: float, output: str) -> N
     """Start HOST again (after kill-host) with its agent; waits until it is live."""
     from svit_cluster.local import LocalCluster
 
-    LocalCluster.load(state_dir).restart_host(host, timeout_s=timeout_s)
+    with waiting(f"restarting host {host}"):
+        LocalCluster.load(state_dir).restart_host(host, timeout_s=timeout_s)
     emit(output, {"host": host, "live": True},
          lambda: click.echo(f"restart-host {host}: live"))
 
@@ -463,7 +489,8 @@ def add_host(state_dir: Path, host: str | None, timeout_s: float, output: str) -
     """Add a Ray host (named HOST, default h<N+1>) and its agent; waits until it is live."""
     from svit_cluster.local import LocalCluster
 
-    name = LocalCluster.load(state_dir).add_host(host, timeout_s=timeout_s)
+    with waiting(f"adding host {host or ''}".rstrip()):
+        name = LocalCluster.load(state_dir).add_host(host, timeout_s=timeout_s)
     emit(output, {"host": name, "live": True}, lambda: click.echo(f"add-host {name}: live"))
 
 
@@ -620,15 +647,21 @@ def smoke(url: str | None, token: str | None, state_dir: Path | None, tenant: st
     base, tok = resolve_gateway(url, token, state_dir=state_dir)
     pid = process_id or f"svit://{tenant}/helm-test"
     script = '(define (main input) (do (write "/memory/n" (+ 1 (read "/memory/n"))) 1))'
-    with SvitClient(base, tok, timeout_s=timeout_s, attempts=attempts,
-                    max_wait_s=1.0) as client:
-        try:
-            client.create_process(pid, memory={"n": 0}, scripts={"inc": script})
-        except SvitError as exc:
-            if exc.code != ErrorCode.CONFLICT:
-                raise
-            # made by an earlier run: reused
-        resp = client.activate_until_committed(pid, "inc", None)
+    with waiting(f"smoke {pid}") as step:
+        def retrying(attempt: int, exc: BaseException, wait_s: float) -> None:
+            cause = exc.code if isinstance(exc, SvitError) else type(exc).__name__
+            step.note(f"attempt {attempt}/{attempts} failed ({cause}); "
+                      f"retrying in {wait_s:.1f} s")
+
+        with SvitClient(base, tok, timeout_s=timeout_s, attempts=attempts,
+                        max_wait_s=1.0, on_retry=retrying) as client:
+            try:
+                client.create_process(pid, memory={"n": 0}, scripts={"inc": script})
+            except SvitError as exc:
+                if exc.code != ErrorCode.CONFLICT:
+                    raise
+                # made by an earlier run: reused
+            resp = client.activate_until_committed(pid, "inc", None)
     status = "committed" if isinstance(resp, RecoveredCommit) else resp.outcome.status
     ok = status == "committed"
     emit(output, {"process_id": pid, "status": status, "ok": ok, "url": base},

@@ -46,6 +46,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from svit_cluster import tracing
 from svit_cluster.control import Conflict, ControlResponse, decode_response
 from svit_cluster.errors import (
     ConflictError,
@@ -236,10 +237,16 @@ def _same_creation(memory: Any, scripts: dict[str, str] | None, memory_now: Valu
     return len(have) == len(lib_now) and have == dict(scripts or {})
 
 
+TraceHook = Callable[[], str | None]
+#: ``(attempt, error, wait_s)``: attempt ``attempt`` (1-based) failed with a
+#: retryable ``error``; the next one starts in ``wait_s`` seconds.
+RetryHook = Callable[[int, BaseException, float], None]
+
+
 class _Base:
     def __init__(
         self, url: str | None, token: str | None, *, client_id: str | None, attempts: int,
-        max_wait_s: float,
+        max_wait_s: float, traceparent: TraceHook | None, on_retry: RetryHook | None,
     ) -> None:
         from svit_cluster.settings import resolve_gateway
 
@@ -251,10 +258,25 @@ class _Base:
             self.headers["Authorization"] = f"Bearer {token}"
         self.attempts = attempts
         self.max_wait_s = max_wait_s
+        self.traceparent = traceparent
+        self.on_retry = on_retry
         #: The owner's fencing token from the last ``/v1/control`` answer
         #: (``X-Svit-Token``), or None when the gateway did not send one.
         #: Per client object: meaningful when one caller uses it at a time.
         self.last_owner_token: int | None = None
+
+    def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """The headers of one request: auth, content type, ``traceparent`` from the hook."""
+        headers = dict(self.headers)
+        if extra:
+            headers.update(extra)
+        parent = self.traceparent() if self.traceparent is not None else None
+        if parent:
+            headers["traceparent"] = parent
+            ctx = tracing.current()
+            if ctx is not None and ctx.tracestate and ctx.traceparent == parent:
+                headers["tracestate"] = ctx.tracestate
+        return headers
 
     def _note_token(self, resp: httpx.Response) -> None:
         raw = resp.headers.get("X-Svit-Token")
@@ -274,11 +296,18 @@ class _Base:
                     delay = max(delay, min(float(hint), self.max_wait_s))
             return delay
 
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            if self.on_retry is not None and exc is not None:
+                sleep = state.next_action.sleep if state.next_action is not None else 0.0
+                self.on_retry(state.attempt_number, exc, float(sleep))
+
         return {
             "stop": stop_after_attempt(self.attempts),
             "wait": wait,
             "retry": retry_if_exception_type(_RETRYABLE),
             "reraise": True,
+            "before_sleep": before_sleep,
         }
 
     @staticmethod
@@ -302,6 +331,20 @@ class SvitClient(_Base):
         attempts: tries per call for transport errors and ``unavailable``
             (default 8), with exponential backoff capped at ``max_wait_s``;
             a ``Retry-After`` answer waits that long (capped at ``max_wait_s``).
+        http_client: an ``httpx.Client`` to send every request with (your own
+            transport, proxies, event hooks, instrumentation). It is yours:
+            :meth:`close` leaves it open, and its own timeout applies unless a
+            call passes ``timeout_s``. None (default): the SDK makes one with
+            ``timeout_s`` and closes it.
+        traceparent: ``() -> str | None``, called for every request; a string
+            is sent as the W3C ``traceparent`` header (with ``tracestate`` when
+            it is the current :mod:`svit_cluster.tracing` context's). Default:
+            :func:`svit_cluster.tracing.current_traceparent` -- the context set
+            with ``tracing.use_traceparent(...)`` around a call, else the current
+            OpenTelemetry span when the application uses OpenTelemetry. None:
+            never send one.
+        on_retry: ``(attempt, error, wait_s) -> None``, called before each
+            retry's backoff (progress display, logging); None (default): silent.
 
     Errors: a 4xx/5xx answer raises the class registered for its stable code
     (:func:`svit_cluster.errors.error_class`) with every field the gateway
@@ -316,14 +359,20 @@ class SvitClient(_Base):
     def __init__(
         self, url: str | None = None, token: str | None = None, *,
         client_id: str | None = None, timeout_s: float = 10.0, attempts: int = 8,
-        max_wait_s: float = 2.0,
+        max_wait_s: float = 2.0, http_client: httpx.Client | None = None,
+        traceparent: TraceHook | None = tracing.current_traceparent,
+        on_retry: RetryHook | None = None,
     ) -> None:
         super().__init__(url, token, client_id=client_id, attempts=attempts,
-                         max_wait_s=max_wait_s)
-        self._http = httpx.Client(timeout=timeout_s)
+                         max_wait_s=max_wait_s, traceparent=traceparent, on_retry=on_retry)
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.Client(
+            timeout=timeout_s)
 
     def close(self) -> None:
-        self._http.close()
+        """Close the HTTP client, unless it was given as ``http_client``."""
+        if self._owns_http:
+            self._http.close()
 
     def __enter__(self) -> SvitClient:
         return self
@@ -339,7 +388,7 @@ class SvitClient(_Base):
                 with attempt:
                     try:
                         resp = self._http.request(method, self.url + path,
-                                                  headers=self.headers, **kw)
+                                                  headers=self._headers(), **kw)
                         _raise_for(resp)
                     except _RETRYABLE as exc:
                         if failed is not None:
@@ -603,21 +652,27 @@ class AsyncSvitClient(_Base):
     """Asyncio client with the same methods as :class:`SvitClient` (awaitable).
 
     Same arguments, defaults (``SVIT_URL``/``SVIT_TOKEN``), errors and retries
-    as :class:`SvitClient`; ``tests/client/test_parity.py`` keeps the two
-    method sets equal.
+    as :class:`SvitClient` (``http_client`` is an ``httpx.AsyncClient``);
+    ``tests/client/test_parity.py`` keeps the two method sets equal.
     """
 
     def __init__(
         self, url: str | None = None, token: str | None = None, *,
         client_id: str | None = None, timeout_s: float = 10.0, attempts: int = 8,
-        max_wait_s: float = 2.0,
+        max_wait_s: float = 2.0, http_client: httpx.AsyncClient | None = None,
+        traceparent: TraceHook | None = tracing.current_traceparent,
+        on_retry: RetryHook | None = None,
     ) -> None:
         super().__init__(url, token, client_id=client_id, attempts=attempts,
-                         max_wait_s=max_wait_s)
-        self._http = httpx.AsyncClient(timeout=timeout_s)
+                         max_wait_s=max_wait_s, traceparent=traceparent, on_retry=on_retry)
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.AsyncClient(
+            timeout=timeout_s)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        """Close the HTTP client, unless it was given as ``http_client``."""
+        if self._owns_http:
+            await self._http.aclose()
 
     async def __aenter__(self) -> AsyncSvitClient:
         return self
@@ -634,7 +689,7 @@ class AsyncSvitClient(_Base):
                 with attempt:
                     try:
                         resp = await self._http.request(method, self.url + path,
-                                                        headers=self.headers, **kw)
+                                                        headers=self._headers(), **kw)
                         _raise_for(resp)
                     except _RETRYABLE as exc:
                         if failed is not None:
@@ -962,7 +1017,7 @@ class Subscription:
         parser = _SseParser()
         async with self.client._http.stream(
             "GET", self.client.url + "/v1/processes/events", params=params,
-            headers={**self.client.headers, "Accept": "text/event-stream"}, timeout=timeout,
+            headers=self.client._headers({"Accept": "text/event-stream"}), timeout=timeout,
         ) as resp:
             if resp.status_code >= 400:
                 await resp.aread()
@@ -1051,7 +1106,7 @@ class SyncSubscription:
         request = self.client._http.build_request(
             "GET", self.client.url + "/v1/processes/events",
             params=_events_params(self.process_id, self.cursor, self.kinds),
-            headers={**self.client.headers, "Accept": "text/event-stream"}, timeout=timeout)
+            headers=self.client._headers({"Accept": "text/event-stream"}), timeout=timeout)
         resp = self.client._http.send(request, stream=True)
         if resp.status_code >= 400:
             resp.read()

@@ -346,26 +346,37 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
             t.start()
         start.set()
         total = clients * ops
-        while tally.commits < total // 3 and any(t.is_alive() for t in threads):
-            time.sleep(0.05)
-        victim = _owner_host(cluster, COUNTER_ID)
-        kill_at = time.monotonic()
-        if victim is not None:
-            pids = cluster.kill_host(victim)
-            # Measure from the moment every process of the host is dead: a request
-            # sent earlier may still have been answered by the old owner, which
-            # would make the failover look instantaneous.
+
+        def racing_text() -> str:
+            return f"{clients} clients racing on the counter: {tally.commits}/{total} commits"
+
+        with console.status(racing_text()) as racing:
+            while tally.commits < total // 3 and any(t.is_alive() for t in threads):
+                racing.update(racing_text())
+                time.sleep(0.05)
+            victim = _owner_host(cluster, COUNTER_ID)
             kill_at = time.monotonic()
-            console.print(f"[red]killed host {victim}[/] ({len(pids)} processes) after "
-                          f"{tally.commits} commits")
-        for t in threads:
-            t.join(timeout=300)
+            if victim is not None:
+                pids = cluster.kill_host(victim)
+                # Measure from the moment every process of the host is dead: a request
+                # sent earlier may still have been answered by the old owner, which
+                # would make the failover look instantaneous.
+                kill_at = time.monotonic()
+                console.print(f"[red]killed host {victim}[/] ({len(pids)} processes) after "
+                              f"{tally.commits} commits")
+            for t in threads:
+                joined_by = time.monotonic() + 300
+                while t.is_alive() and time.monotonic() < joined_by:
+                    t.join(timeout=0.2)
+                    racing.update(racing_text())
         after = [done for sent, done in tally.commit_times if sent >= kill_at]
         failover_s = (min(after) - kill_at) if after else None
         new_owner = _owner_host(cluster, COUNTER_ID)
 
         # -- a live stale owner: pause, take over, resume ----------------------------------
-        stale = _stale_owner(cluster, url, token, console)
+        with console.status("stale owner: freeze the owner, wait for a new owner, wake "
+                            "the old one, wait for the fence's refusal…"):
+            stale = _stale_owner(cluster, url, token, console)
 
         # -- checks ----------------------------------------------------------------------
         with SvitClient(url, token, client_id="demo-check") as admin:

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from typing import Any
 
+from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.control import ProcessController, decode_request
 from svit_cluster.errors import (
@@ -260,24 +261,38 @@ class ProcessActor:
             self._inflight -= 1
             self._last_used = time.monotonic()
 
-    async def control(self, body: bytes, partition: str) -> dict[str, Any]:
-        """Run one svit-control@1 request. Returns ``{"response": bytes, "host", "token"}``."""
+    async def control(self, body: bytes, partition: str, trace: str | None = None
+                      ) -> dict[str, Any]:
+        """Run one svit-control@1 request. Returns ``{"response": bytes, "host", "token"}``.
+
+        ``trace`` is the caller's W3C ``traceparent`` (the gateway span): the
+        activation and its commit run as its children (:mod:`svit_cluster.tracing`);
+        an invalid one is ignored.
+        """
         def run() -> dict[str, Any]:
             assert self._ctrl is not None
-            response = self._ctrl.execute(decode_request(body), tenant=partition)
+            request = decode_request(body)
+            if trace is not None:
+                log.debug("activation %s request %s/%s trace %s", self.process_id,
+                          request.client_id, request.request_id, trace)
+            response = self._ctrl.execute(request, tenant=partition)
             return {"response": response.model_dump_json().encode(), "host": self.host,
                     "token": self.token}
 
-        return await self._run(run)
+        with tracing.use_traceparent(trace):  # to_thread copies the context
+            return await self._run(run)
 
-    async def inbox(self, message: Any, dedup_key: str | None) -> dict[str, Any]:
-        """Commit ``message`` to ``/inbox``; ``{"appended", "version"}``."""
+    async def inbox(self, message: Any, dedup_key: str | None, trace: str | None = None
+                    ) -> dict[str, Any]:
+        """Commit ``message`` to ``/inbox``; ``{"appended", "version"}``
+        (``trace``: as :meth:`control`)."""
         def run() -> dict[str, Any]:
             assert self._ctrl is not None
             appended, version, _ = self._ctrl.append_inbox(message, dedup_key=dedup_key)
             return {"appended": appended, "version": version}
 
-        result = await self._run(run)
+        with tracing.use_traceparent(trace):
+            result = await self._run(run)
         if result.get("appended") and self._loop is not None:
             self._loop.wake()
         return result

@@ -18,6 +18,7 @@ import contextlib
 import logging
 from typing import Any
 
+from svit_cluster import tracing
 from svit_cluster.cluster._agent import agent_name
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
@@ -282,8 +283,9 @@ class RayRouter:
 
     async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
         body = request.model_dump_json().encode()
+        trace = tracing.current_traceparent()  # the gateway span, passed to the actor
         route = await self._route(request.process_id)
-        result = await self._call_route(route, "control", body, partition)
+        result = await self._call_route(route, "control", body, partition, trace)
         if "error" in result and result["error"].get("code") in ("unavailable", "fenced"):
             # The actor stopped serving (passivated, fenced, lease lost): if
             # etcd already shows no owner, place again once; else tell the
@@ -292,7 +294,7 @@ class RayRouter:
             if self.cache.routes.get(request.process_id) in (None, route):
                 self.cache.routes.pop(request.process_id, None)
                 route = await self._place(request.process_id, None)
-                result = await self._call_route(route, "control", body, partition)
+                result = await self._call_route(route, "control", body, partition, trace)
         raise_error_dict(result)
         response = decode_response(result["response"])
         report_owner_token(result.get("token"))
@@ -312,7 +314,8 @@ class RayRouter:
     async def inbox(self, process_id: str, message: Value, dedup_key: str | None
                     ) -> dict[str, Any]:
         route = await self._route(process_id)
-        return raise_error_dict(await self._call_route(route, "inbox", message, dedup_key))
+        return raise_error_dict(await self._call_route(route, "inbox", message, dedup_key,
+                                                       tracing.current_traceparent()))
 
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         route = await self._route(process_id)

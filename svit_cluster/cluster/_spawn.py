@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.errors import ErrorCode, ScriptFailed, UnavailableError
 from svit_cluster.process import encode_value
@@ -84,7 +85,8 @@ class RaySpawner:
         }
         request = decode_request(body)
         result = raise_error_dict(self._get(
-            handle.control.remote(request.model_dump_json().encode(), ""), "child activation",
+            handle.control.remote(request.model_dump_json().encode(), "",
+                                  tracing.current_traceparent()), "child activation",
             self.cfg.call_timeout_s))
         outcome = decode_response(result["response"]).outcome
         if outcome.status == "committed":

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from svit_cluster import tracing
 from svit_cluster.control._backend import CommitBackend, MemoryBackend, Receipt, RequestStatus
 from svit_cluster.control._wire import (
     Activation,
@@ -243,6 +244,10 @@ class ProcessController:
             tenant: trusted receipt partition, set by the gateway from the
                 authenticated token and never from the envelope; ``""`` in-process.
 
+        When a trace context is current (:mod:`svit_cluster.tracing`), the
+        activation runs as span ``svit.activation`` and its commit as its child
+        ``svit.commit``.
+
         Returns:
             The response; ``outcome.status`` is ``committed``, ``conflict`` or
             ``rejected``.
@@ -256,8 +261,13 @@ class ProcessController:
             CorruptData: re-synchronisation found a log that does not continue
                 the served state.
         """
-        with self._lock:
-            return self._at_durable_head(lambda: self._execute(request, tenant))
+        with tracing.span("svit.activation", attributes={
+                "svit.process_id": request.process_id, "svit.client_id": request.client_id,
+                "svit.request_id": request.request_id}) as hop, self._lock:
+            response = self._at_durable_head(lambda: self._execute(request, tenant))
+            if hop is not None:
+                hop.set_attribute("svit.outcome", response.outcome.status)
+            return response
 
     def _execute(self, request: ControlRequest, tenant: str) -> ControlResponse:
         proc = self._process
@@ -378,7 +388,10 @@ class ProcessController:
         self, transition: Transition, receipt: Receipt | None, intents: Any
     ) -> Change:
         try:
-            self._backend.commit(transition, receipt, intents)
+            with tracing.span("svit.commit", attributes={
+                    "svit.process_id": self._process.id, "svit.token": self._token,
+                    "svit.version": transition.record.process_version_after}):
+                self._backend.commit(transition, receipt, intents)
         except FencedError:
             raise
         except UnavailableError:
@@ -439,7 +452,8 @@ class ProcessController:
             change = self._durable_commit(transition, None, ())
             return True, self._process.version, change
 
-        with self._lock:
+        with tracing.span("svit.inbox", attributes={"svit.process_id": self._process.id}), \
+                self._lock:
             return self._at_durable_head(step)
 
     def ack_inbox(self, expected_head_hash: str) -> Change:

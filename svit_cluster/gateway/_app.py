@@ -2,6 +2,8 @@
 
 Layers, outermost first (each its own module and tests):
 
+0. :class:`TraceContextMiddleware` -- W3C ``traceparent`` in and out, the
+   request's span (a bad header starts a new trace, never an error);
 1. :class:`ByteCapMiddleware` -- body byte cap, before any decoding (413);
 2. :class:`BearerAuthMiddleware` -- bearer token -> principal (401);
 3. the endpoint decodes the envelope, then :func:`authorize` checks the
@@ -38,6 +40,7 @@ from svit_cluster.gateway._events import events_router
 from svit_cluster.gateway._metrics import GatewayMetrics
 from svit_cluster.gateway._observe import ObserveTokens, install_log_redaction
 from svit_cluster.gateway._router import TOKEN_HEADER, Router, capture_owner_token
+from svit_cluster.gateway._tracing import TraceContextMiddleware
 from svit_cluster.process import (
     PROTOCOL,
     Script,
@@ -137,8 +140,8 @@ def create_app(
             (``scheme://host[:port]`` or ``*``); empty (default): no CORS.
 
     Returns:
-        The ASGI app (CORS when configured -> byte cap -> auth -> FastAPI
-        routes). Observe tokens (``POST /v1/processes/observe-token``) are
+        The ASGI app (trace context -> CORS when configured -> byte cap ->
+        auth -> FastAPI routes). Observe tokens (``POST /v1/processes/observe-token``) are
         signed with ``tokens.observe_key()``; creating the app also installs
         :func:`~svit_cluster.gateway._observe.install_log_redaction`.
 
@@ -373,5 +376,6 @@ def create_app(
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
-    return with_cors(ByteCapMiddleware(BearerAuthMiddleware(api, tokens, observe),
-                                       max_request_bytes), cors_origins)
+    return TraceContextMiddleware(with_cors(
+        ByteCapMiddleware(BearerAuthMiddleware(api, tokens, observe), max_request_bytes),
+        cors_origins))

@@ -51,9 +51,9 @@ def parse_origins(origins: str | Sequence[str] | None) -> tuple[str, ...]:
 def with_cors(app: Any, origins: Sequence[str]) -> Any:
     """``app`` wrapped in ``CORSMiddleware`` for ``origins``; ``app`` itself when empty.
 
-    Allowed: ``GET``/``POST``, the ``Authorization``, ``Content-Type`` and
-    ``Last-Event-ID`` request headers; exposed: ``Retry-After`` and
-    ``X-Svit-Token``. Credentials (cookies, e.g. the observe-token cookie with
+    Allowed: ``GET``/``POST``, the ``Authorization``, ``Content-Type``,
+    ``Last-Event-ID`` and W3C ``traceparent``/``tracestate`` request headers;
+    exposed: ``Retry-After``, ``X-Svit-Token`` and ``traceparent``. Credentials (cookies, e.g. the observe-token cookie with
     ``EventSource(url, {withCredentials: true})``) are allowed only for
     explicit origins, never with ``*``. Preflight answers are cached 10 minutes.
 
@@ -65,6 +65,7 @@ def with_cors(app: Any, origins: Sequence[str]) -> Any:
         return app
     return CORSMiddleware(
         app, allow_origins=list(allowed), allow_methods=["GET", "POST"],
-        allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
-        expose_headers=["Retry-After", "X-Svit-Token"],
+        allow_headers=["Authorization", "Content-Type", "Last-Event-ID",
+                       "traceparent", "tracestate"],
+        expose_headers=["Retry-After", "X-Svit-Token", "traceparent"],
         allow_credentials="*" not in allowed, max_age=600)

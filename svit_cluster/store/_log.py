@@ -32,6 +32,7 @@ from typing import Any
 
 import redis
 
+from svit_cluster import tracing
 from svit_cluster.control._backend import Receipt, RequestStatus, validate_receipt_limit
 from svit_cluster.errors import (
     ConfigurationError,
@@ -388,9 +389,11 @@ class RedisBackend:
 
         One place builds it, for :meth:`commit` and for ``benchmarks/bench_store``
         (which times the bare script with exactly these arguments). ``args[3]``
-        is the encoded record.
+        is the encoded record; ``args[14]`` the current ``traceparent`` (``b""``
+        when untraced, see :mod:`svit_cluster.tracing`).
         """
         rec = transition.record
+        trace = tracing.current()  # the commit span's context, when traced
         if receipt is None:
             field, value = b"", b""
         else:
@@ -413,6 +416,7 @@ class RedisBackend:
             canonical_json({"version": change.version, "paths": list(change.paths),
                             "hashes": dict(change.hashes)}),
             b"" if completion is None else canonical_json(dict(completion)),
+            b"" if trace is None else trace.traceparent.encode(),
         ]
         args.extend(canonical_json(intent) for intent in intents)
         return args

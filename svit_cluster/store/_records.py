@@ -95,12 +95,15 @@ class LogEntry:
     ``request`` names the committing request as its receipt field
     (``tenant\0client_id\0request_id``), ``b""`` for a host operation (no
     request), or None for an entry written before entries carried it.
+    ``trace`` is the W3C ``traceparent`` of the commit span (ASCII), None when
+    the commit was not traced or the entry predates the field.
     """
 
     version: int
     token: int
     record: bytes
     request: bytes | None = None
+    trace: str | None = None
 
 
 def field_map(raw: Any) -> Any:
@@ -142,7 +145,10 @@ def parse_entry(process_id: str, entry_id: object, fields: object) -> LogEntry:
     if request is not None and not isinstance(request, bytes):
         raise corrupt(process_id, f"stream entry {version} request is not bytes",
                       version=version)
-    return LogEntry(version=version, token=token, record=record, request=request)
+    raw_trace = fields.get(b"trace")
+    trace = (raw_trace.decode("ascii", "replace") if isinstance(raw_trace, bytes) and raw_trace
+             else None)
+    return LogEntry(version=version, token=token, record=record, request=request, trace=trace)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,11 +70,13 @@ end
 # KEYS: stream, head, fence, receipts, receipts_order, outbox, signals
 # ARGV: token, base_version, base_hash, record, event_hash, root_hash, position,
 #       receipt_field ('' = none), receipt_value, max_receipts, new_version,
-#       signal_retention, change_json, completion_json ('' = none), intents...
+#       signal_retention, change_json, completion_json ('' = none), traceparent
+#       ('' = none), intents...
 # The stream entry also names the committing request (field ``request`` = the
 # receipt field ``tenant\0client_id\0request_id``; empty for host operations),
 # so the owner can answer "did request r commit?" while the entry is retained,
-# after its receipt was evicted (``RedisBackend.find_request``).
+# after its receipt was evicted (``RedisBackend.find_request``), and the W3C
+# ``traceparent`` of the commit span (field ``trace``; absent when untraced).
 # The ``committed`` signal (and, for an inbox acknowledge, the ``completion``
 # signal right after it) is appended with the transaction, so observers see
 # exactly the committed versions, in commit order (svit_cluster.events).
@@ -96,8 +98,15 @@ if signals_type ~= 'none' and signals_type ~= 'stream' then
   return {'corrupt', 'signals key is a ' .. signals_type}
 end
 local new_version = ARGV[11]
-local added = redis.pcall('XADD', KEYS[1], new_version .. '-0',
-  'record', ARGV[4], 'token', token, 'version', new_version, 'request', ARGV[8])
+local added
+if ARGV[15] == '' then
+  added = redis.pcall('XADD', KEYS[1], new_version .. '-0',
+    'record', ARGV[4], 'token', token, 'version', new_version, 'request', ARGV[8])
+else
+  added = redis.pcall('XADD', KEYS[1], new_version .. '-0',
+    'record', ARGV[4], 'token', token, 'version', new_version, 'trace', ARGV[15],
+    'request', ARGV[8])
+end
 if type(added) == 'table' and added.err then
   return {'corrupt', added.err}
 end
@@ -105,7 +114,7 @@ raise_fence(KEYS[3], fence_raw, token)
 if ARGV[8] ~= '' then
   store_receipt(KEYS[4], KEYS[5], ARGV[8], ARGV[9], ARGV[10])
 end
-for i = 15, #ARGV do
+for i = 16, #ARGV do
   redis.call('XADD', KEYS[6], '*', 'intent', ARGV[i], 'version', new_version)
 end
 redis.call('HSET', KEYS[2], 'version', new_version, 'chain_head', ARGV[5],

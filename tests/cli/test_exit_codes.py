@@ -26,7 +26,9 @@ def one_line_failure(result: Result, *needles: str) -> str:
     assert "Traceback" not in result.output + result.stderr
     assert result.exception is None or isinstance(result.exception, SystemExit), \
         repr(result.exception)
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    # progress lines ("  … attempt 1/2 failed ...; retrying") may come first
+    lines = [ln for ln in result.stderr.splitlines()
+             if ln.strip() and not ln.startswith("  … ")]
     assert len(lines) == 1, result.stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])

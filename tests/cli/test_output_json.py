@@ -8,6 +8,7 @@ and nothing but JSON may be on stdout (progress goes to stderr).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import tempfile
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 import psutil
 import pytest
 from click.testing import CliRunner
@@ -23,10 +25,9 @@ from svit_cluster.cli import cli
 from tests.cli.conftest import ADMIN, FakeCluster
 
 #: Commands that print no result document: long-running servers, and the
-#: completion script (shell source by definition).
-# Servers, the shell completion script, and `chat` (an interactive transcript of a
-# turn's signals, not a result document) have no --output.
-NO_RESULT = {"gateway", "host-agent", "dispatcher run", "completion", "chat"}
+#: completion script (shell source by definition). (`chat --output json` prints
+#: JSON Lines: test_chat_output_json_lines.)
+NO_RESULT = {"gateway", "host-agent", "dispatcher run", "completion"}
 
 
 def _commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
@@ -67,7 +68,7 @@ def test_every_result_command_has_output_and_json_alias() -> None:
 
 COVERED = {"status", "env", "down", "kill-host", "pause-host", "resume-host", "healthcheck",
            "smoke", "etcd-restored", "dispatcher status", "dead-letters list",
-           "dead-letters redrive"}
+           "dead-letters redrive", "chat"}
 
 
 def test_status_env_and_health(fake_cluster: FakeCluster) -> None:
@@ -140,3 +141,36 @@ def test_up_and_down_output_json() -> None:
             assert info["gateway"]["healthy"] is True
         finally:
             assert run_json(["down", "--state-dir", sd, "--output", "json"])["down"] is True
+
+
+def test_chat_output_json_lines() -> None:
+    """``chat --output json``: stdout is JSON Lines, one object per event, then one
+    ``turn`` summary per message (a real gateway with the simulated reasoner)."""
+    from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+    from svit_cluster.reasoning import ReasonerConfig, build_reasoner
+    from tests.events._server import serve
+
+    config = ReasonerConfig()  # the simulated reasoner
+    router = LocalRouter(reasoner=lambda: build_reasoner(config), reasoner_config=config)
+    tokens = TokenStore()
+    tokens.add(ADMIN, Principal(tenant=None, admin=True))
+    with serve(create_app(router, tokens)) as url:
+        httpx.post(url + "/v1/processes", json={"process_id": "svit://acme/agent"},
+                   headers={"Authorization": f"Bearer {ADMIN}"}).raise_for_status()
+        result = CliRunner().invoke(cli, ["chat", "svit://acme/agent", "--url", url,
+                                          "--token", ADMIN, "--timeout", "30",
+                                          "--output", "json"], input="hello\nagain\n\n")
+        asyncio.run(router.aclose())
+    assert result.exit_code == 0, (result.output, result.stderr)
+    docs = [json.loads(line) for line in result.stdout.splitlines()]  # every line parses
+    turns = [d for d in docs if d["event"] == "turn"]
+    assert [(t["ok"], t["answer"]) for t in turns] == [(True, "echo: hello"),
+                                                       (True, "echo: again")]
+    first = [d for d in docs if d["message_id"] == turns[0]["message_id"]]
+    assert first[0] == {"event": "message", "message_id": turns[0]["message_id"],
+                        "message": first[0]["message"]}
+    assert first[0]["message"]["role"] == "user"
+    assert first[0]["message"]["content"] == "hello"
+    assert first[-1] == turns[0]  # the summary closes the turn's events
+    assert any(d["event"] == "message" and d["message"].get("role") == "assistant"
+               for d in first)
