@@ -53,7 +53,8 @@ def with_cors(app: Any, origins: Sequence[str]) -> Any:
 
     Allowed: ``GET``/``POST``, the ``Authorization``, ``Content-Type``,
     ``Last-Event-ID`` and W3C ``traceparent``/``tracestate`` request headers;
-    exposed: ``Retry-After``, ``X-Svit-Token`` and ``traceparent``. Credentials (cookies, e.g. the observe-token cookie with
+    exposed: ``Retry-After``, ``X-Svit-Token`` and ``traceparent``.
+    Credentials (cookies, e.g. the observe-token cookie with
     ``EventSource(url, {withCredentials: true})``) are allowed only for
     explicit origins, never with ``*``. Preflight answers are cached 10 minutes.
 
