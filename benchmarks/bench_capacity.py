@@ -397,6 +397,7 @@ def main() -> int:
     s1, s2 = (100, 400) if args.quick else (500, 2000)
     leases, keepalive_s = (10, 3.0) if args.quick else (args.leases, args.keepalive_s)
     started = time.perf_counter()
+    result: dict[str, Any]
     if args.ray_only:
         result = {"bench": "capacity", "ray": _ray(args.actors, args.requests, 10.0),
                   "elapsed_s": round(time.perf_counter() - started, 1)}
@@ -408,7 +409,7 @@ def main() -> int:
         etcd.start()
         rs.start()
         try:
-            result: dict[str, Any] = {
+            result = {
                 "bench": "capacity", "quick": args.quick, "python": platform.python_version(),
                 "etcd": asyncio.run(_etcd(etcd, n_own, leases, keepalive_s)),
                 "redis_commit": _redis_commit(rs, n_commit),
