@@ -254,9 +254,10 @@ def _redis_memory(server: RedisServer, n1: int, n2: int, send_n1: int, send_n2: 
     client = connect(server.url)
     counter = _Proc(client, "svit://cap/counter", COUNTER, StoreConfig(prefix="capm"))
     at: dict[str, Any] = {}
+    at["0"] = counter.memory(client)  # registered: created, never activated
     for i in range(1, n2 + 1):
         counter.commit()
-        if i in (n1, n2):
+        if i in (10, n1, n2):
             at[str(i)] = counter.memory(client)
     prefix = "caps"
     sender = _Proc(client, "svit://cap/sender", SEND, StoreConfig(prefix=prefix))
@@ -271,7 +272,7 @@ def _redis_memory(server: RedisServer, n1: int, n2: int, send_n1: int, send_n2: 
     snap_growth = ((sent[str(send_n2)].get("snapshot", 0) - sent[str(send_n1)].get("snapshot", 0))
                    / (send_n2 - send_n1))
     return {
-        "counter_process": {"commits": [n1, n2], "bytes": at},
+        "counter_process": {"commits": [0, 10, n1, n2], "bytes": at},
         "sending_process": {"commits": [send_n1, send_n2], "bytes": sent,
                             "snapshot_bytes_per_sent_intent": round(snap_growth, 1)},
         "note": ("MEMORY USAGE, samples=0 (exact), per key family; 'signals' grows to its "
