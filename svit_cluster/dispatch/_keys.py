@@ -9,13 +9,13 @@ so ``{dispatch}`` never collides with a process's tag.
 
 | key | type | holds |
 | --- | --- | --- |
-| ``<prefix>:{<P>}:outbox`` | stream | (store) committed intents; consumer group ``svit-dispatch``; trimmed below what every group acknowledged (unacknowledged + 1 kept) |
+| ``<prefix>:{<P>}:outbox`` | stream | (store) committed intents; consumer group ``svit-dispatch`` |
 | ``<stream>:lease`` | string | consumer name of the worker that may read ``<stream>`` (PX TTL) |
 | ``<stream>:lease-token`` | string | the lease's fencing token (``INCR`` on every acquire) |
-| ``<stream>:dead-settled`` | hash | entry id -> its dead letter id (set by the fenced ``XACK``); one field per settled dead letter |
+| ``<stream>:dead-settled`` | hash | entry id -> its dead letter id (set by the fenced ``XACK``) |
 | ``<prefix>:{dispatch}:workers`` | zset | live worker -> heartbeat expiry (ms, Redis clock) |
-| ``<prefix>:{dispatch}:dead`` | stream | dead letters: intent, source, error, attempts, ...; not bounded (an operator queue until re-driven) |
-| ``<prefix>:{dispatch}:redrive`` | stream | dead letters sent back for delivery (a source stream, trimmed like an outbox) |
+| ``<prefix>:{dispatch}:dead`` | stream | dead letters: intent, source, error, attempts, ... |
+| ``<prefix>:{dispatch}:redrive`` | stream | dead letters sent back for delivery (a source stream) |
 
 Slots on a Redis Cluster: every ``<prefix>:{<P>}:...`` key, the stream's
 ``:lease``, ``:lease-token`` and ``:dead-settled`` included, lives in the slot
@@ -32,6 +32,12 @@ cluster client splits per node; the wake-up ``XREAD`` over many streams is
 refused (``CROSSSLOT``) on a cluster, and the worker then polls each stream
 every ``poll_interval_s`` instead. The trim after acknowledgement
 (``_trim.py``) is one script on the stream's key alone.
+
+Bounds: an outbox and the re-drive stream keep their unacknowledged entries
+plus one (trimmed after each acknowledged batch); ``:dead-settled`` has one
+field per dead letter settled on that stream; ``dead`` is not bounded (an
+operator queue until re-driven; see README.md "What the dispatcher keeps in
+Redis").
 """
 
 from __future__ import annotations
