@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from svit_cluster.dispatch import DestinationRecord, IntentStatus
+from svit_cluster.dispatch import DestinationRecord, IntentStatus, OutboxSummary
 from svit_cluster.errors import SvitError
 from svit_cluster.process import GENESIS_HASH, Process, Transaction
 from svit_cluster.process._inbox import DEDUP_WINDOW
@@ -782,7 +782,8 @@ def check_memory(ctx: Context) -> Iterator[Anomaly]:
 
 
 def outbox_event(sink: str, statuses: Iterable[IntentStatus], record: DestinationRecord | None,
-                 *, drained: bool, error: str | None = None) -> dict[str, Any]:
+                 *, drained: bool, error: str | None = None,
+                 summaries: Iterable[OutboxSummary] = ()) -> dict[str, Any]:
     """The fields of the ``outbox`` history event (what :func:`check_outbox` reads offline).
 
     Args:
@@ -791,6 +792,9 @@ def outbox_event(sink: str, statuses: Iterable[IntentStatus], record: Destinatio
         record: ``destination_records(client, sink)`` (None if it could not be read).
         drained: no intent was pending when the harness stopped waiting.
         error: why ``record`` is missing, if it is.
+        summaries: ``outbox_summary(client, senders)`` values: the dispatcher
+            trims acknowledged outbox entries, so a delivered intent older than
+            a sender's ``first_retained_version`` is no longer listed.
     """
     doc: dict[str, Any] = {
         "sink": sink, "drained": drained,
@@ -798,6 +802,11 @@ def outbox_event(sink: str, statuses: Iterable[IntentStatus], record: Destinatio
                      "state": str(s.state), "redriven": s.redriven, "reason": s.reason,
                      "error": s.error} for s in statuses],
     }
+    trimmed = {s.process_id: {"committed": s.committed, "trimmed": s.trimmed,
+                              "first_retained_version": s.first_retained_version}
+               for s in summaries if s.trimmed}
+    if trimmed:
+        doc["trimmed"] = trimmed
     if record is not None:
         doc["destination"] = {
             "process_id": record.process_id, "version": record.version,
@@ -857,7 +866,19 @@ def check_outbox(ctx: Context) -> Iterator[Anomaly]:
             "outbox", sink, f"the destination's record was not read: {ev.get('error')}",
             lines=(line,)))
     committed = _sent_intents(ctx)
+    raw_trimmed = ev.get("trimmed")
+    trimmed: dict[str, Any] = raw_trimmed if isinstance(raw_trimmed, dict) else {}
     for iid, (sender, at) in sorted(committed.items()):
+        cut = trimmed.get(sender)
+        if iid not in statuses and isinstance(cut, dict):
+            first = cut.get("first_retained_version")
+            if not isinstance(first, int) or at < first:
+                # Trimmed: acknowledged by every consumer group and neither
+                # pending nor dead-lettered (those stay listed). It must still
+                # be recorded once at the sink, checked below like any delivery.
+                statuses[iid] = {"id": iid, "source": sender, "version": at, "to": sink,
+                                 "state": "delivered", "trimmed": True}
+                continue
         if iid not in statuses:
             yield Anomaly("outbox", sender,
                           f"intent {iid} committed at version {at} is not in the "

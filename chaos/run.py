@@ -343,7 +343,12 @@ async def _record_outbox(client: Any, workload: Workload, history: HistoryWriter
                          config: RunConfig, progress: ProgressSink, clock: Clock,
                          name: str) -> None:
     """Wait (bounded) until no intent is pending, then record the ``outbox`` event."""
-    from svit_cluster.dispatch import DeliveryState, delivery_status, destination_records
+    from svit_cluster.dispatch import (
+        DeliveryState,
+        delivery_status,
+        destination_records,
+        outbox_summary,
+    )
 
     sink = workload.sink
     assert sink is not None
@@ -379,11 +384,16 @@ async def _record_outbox(client: Any, workload: Workload, history: HistoryWriter
             timeout_s=10.0, clock=clock)
     except Exception as exc:
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
+    summaries: list[Any] = []
+    with contextlib.suppress(Exception):  # best effort: without it trimmed intents look lost
+        summaries = list((await asyncio.to_thread(
+            outbox_summary, client, workload.processes, prefix=config.prefix,
+            statuses={s.intent_id: s for s in statuses})).values())
     dead = sum(s.state == DeliveryState.DEAD_LETTERED for s in statuses)
     progress.message(f"[{name}] outbox: {len(statuses)} intents, "
                      f"{'drained' if drained else 'NOT drained'}, {dead} dead-lettered")
     history.record("outbox", **outbox_event(sink, statuses, record, drained=drained,
-                                            error=error))
+                                            error=error, summaries=summaries))
 
 
 def _archive(state_dir: Path, target: Path) -> None:

@@ -9,6 +9,7 @@ Public names, by importance:
 
 * :class:`DispatchWorker`, :func:`run_worker` -- a worker; :class:`DispatchConfig`.
 * :func:`delivery_status` -> :class:`IntentStatus` / :class:`DeliveryState`;
+  :func:`outbox_summary` -> :class:`OutboxSummary` (counts that survive trimming);
   :func:`destination_records` -> :class:`DestinationRecord` -- read-only checks
   for tests and the chaos checker.
 * :class:`DeadLetters`, :class:`DeadLetter`, :class:`RedriveResult` -- list and
@@ -16,7 +17,8 @@ Public names, by importance:
 * Sinks: :class:`SinkRegistry`, :class:`Sink`, :class:`SvitInboxSink`,
   :class:`WebhookSink`, :class:`RedisStreamSink`; errors
   :class:`RetryableDeliveryError`, :class:`PermanentDeliveryError`.
-* :class:`DispatchMetrics`, :class:`DispatchKeys`, :class:`Intent`.
+* :class:`DispatchMetrics`, :class:`DispatchKeys`, :class:`Intent`;
+  :func:`trim_acked` (what workers run after each acknowledged batch).
 
 Guarantees (details in ``README.md`` in this package):
 
@@ -28,6 +30,9 @@ Guarantees (details in ``README.md`` in this package):
   commit order (one worker per stream at a time, by lease). Nothing is ordered
   across senders or across destinations; a re-driven dead letter arrives after
   its successors.
+* **Bounded.** Each source stream is trimmed below what every consumer group
+  acknowledged (``DispatchConfig.trim_acked``), so it holds the unacknowledged
+  entries plus one.
 """
 
 from svit_cluster.dispatch._config import DispatchConfig
@@ -47,9 +52,12 @@ from svit_cluster.dispatch._status import (
     DeliveryState,
     DestinationRecord,
     IntentStatus,
+    OutboxSummary,
     delivery_status,
     destination_records,
+    outbox_summary,
 )
+from svit_cluster.dispatch._trim import trim_acked
 from svit_cluster.dispatch._worker import DispatchWorker, default_sinks, run_worker
 
 __all__ = [
@@ -64,6 +72,7 @@ __all__ = [
     "DispatchWorker",
     "Intent",
     "IntentStatus",
+    "OutboxSummary",
     "PermanentDeliveryError",
     "RedisStreamSink",
     "RedriveResult",
@@ -75,5 +84,7 @@ __all__ = [
     "default_sinks",
     "delivery_status",
     "destination_records",
+    "outbox_summary",
     "run_worker",
+    "trim_acked",
 ]

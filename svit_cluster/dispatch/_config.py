@@ -65,6 +65,10 @@ class DispatchConfig:
         redis_stream_concurrency: concurrent ``redis-stream://`` deliveries (16).
         metrics_port: serve Prometheus metrics on ``0.0.0.0:<port>`` (None: off).
         shutdown_grace_s: on stop, time given to in-flight batches (5 s).
+        trim_acked: after each acknowledged batch, trim the source stream below
+            what every consumer group acknowledged (``XTRIM MINID``, one
+            single-key script; see ``svit_cluster.dispatch._trim``), so an outbox
+            stream holds only unacknowledged entries plus one (default True).
 
     Raises:
         ConfigurationError: a value is missing or out of range.
@@ -97,6 +101,7 @@ class DispatchConfig:
     redis_stream_concurrency: int = 16
     metrics_port: int | None = None
     shutdown_grace_s: float = 5.0
+    trim_acked: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.redis_url, str) or not self.redis_url.startswith(
@@ -122,6 +127,8 @@ class DispatchConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
+        if type(self.trim_acked) is not bool:
+            raise ConfigurationError(f"trim_acked must be a boolean, got {self.trim_acked!r}")
         if self.lease_ttl_s <= 2 * self.heartbeat_interval_s:
             raise ConfigurationError("lease_ttl_s must exceed 2 x heartbeat_interval_s")
         if self.worker_ttl_s <= self.heartbeat_interval_s:

@@ -30,7 +30,14 @@ stream of ``redis-stream://<name>`` and its dedup set share ``<name>``'s slot
 of many ``:dead-settled`` hashes) use a non-transactional pipeline, which the
 cluster client splits per node; the wake-up ``XREAD`` over many streams is
 refused (``CROSSSLOT``) on a cluster, and the worker then polls each stream
-every ``poll_interval_s`` instead.
+every ``poll_interval_s`` instead. The trim after acknowledgement
+(``_trim.py``) is one script on the stream's key alone.
+
+Bounds: an outbox and the re-drive stream keep their unacknowledged entries
+plus one (trimmed after each acknowledged batch); ``:dead-settled`` has one
+field per dead letter settled on that stream; ``dead`` is not bounded (an
+operator queue until re-driven; see README.md "What the dispatcher keeps in
+Redis").
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ class DispatchMetrics:
             entry was already acknowledged.
         ``svit_dispatch_lag{process}`` -- entries of an owned outbox stream not yet
             acknowledged (never read + pending).
+        ``svit_dispatch_trimmed_total`` -- source-stream entries removed by the
+            trim after acknowledgement (every consumer group acknowledged them).
         ``svit_dispatch_owned_streams`` -- streams this worker holds a lease on.
         ``svit_dispatch_delay_seconds{sink}`` -- commit -> confirmed delivery (Redis
             commit time vs this worker's clock).
@@ -51,6 +53,9 @@ class DispatchMetrics:
         self.lag = Gauge("svit_dispatch_lag",
                          "Unacknowledged entries of an owned source stream.", ["process"],
                          registry=r)
+        self.trimmed = Counter("svit_dispatch_trimmed_total",
+                               "Source-stream entries trimmed once every group acknowledged them.",
+                               registry=r)
         self.owned = Gauge("svit_dispatch_owned_streams",
                            "Source streams this worker holds a lease on.", registry=r)
         self.delay = Histogram(

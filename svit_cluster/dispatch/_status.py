@@ -27,9 +27,17 @@ read-only restore from its log) and reports, per intent id, how many
 holds, and whether the dedup record (``/thread/delivered``) has the key --
 "recorded once" means recorded and appended exactly once.
 
-Outbox streams are never trimmed by the dispatcher, so the status covers every
-intent ever committed (a trimmed stream would make older intents invisible).
-The rule assumes the group started at ``0`` (the dispatcher creates it so); an
+Trimming (``DispatchConfig.trim_acked``, see ``_trim.py``) removes outbox
+entries every consumer group acknowledged. :func:`delivery_status` then still
+lists every intent that is pending or dead-lettered (a trimmed entry is never
+pending; a dead-lettered or re-driven intent stays visible through its dead
+letter or re-drive entry, which carry the intent), but not the individual
+*delivered* intents of the trimmed prefix. Counts never come from counting
+entries: :func:`outbox_summary` takes the number of intents ever committed
+from the stream's own ``entries-added`` counter (``XINFO STREAM``, kept across
+trims and restarts), so ``delivered = committed - pending - dead_lettered``,
+and names the first retained version (every intent of an older version was
+acknowledged). The rule assumes the group started at ``0`` (the dispatcher creates it so); an
 operator moving the group's id forward (``XGROUP SETID``) makes the skipped
 entries look delivered.
 """
@@ -58,8 +66,10 @@ __all__ = [
     "DeliveryState",
     "DestinationRecord",
     "IntentStatus",
+    "OutboxSummary",
     "delivery_status",
     "destination_records",
+    "outbox_summary",
 ]
 
 
@@ -208,6 +218,7 @@ def delivery_status(
         for eid, fields in redrive_raw:
             iid = text(fields.get(b"intent_id")) or _intent_id(fields)
             redriven[iid or f"entry:{text(fields.get(b'entry_id'))}"] = text(eid)
+        trimmed_known = _trimmed_candidates(dead, redrive_raw)
         out: dict[str, IntentStatus] = {}
         for pid in process_ids:
             stream = keys.outbox(pid)
@@ -218,6 +229,35 @@ def delivery_status(
                 status = _classify(stream, pid, entry_id, fields, view, dead, redriven,
                                    redrive_view)
                 out[status.intent_id] = status
+            # Intents whose outbox entry was trimmed (so acknowledged by every
+            # group) but that a dead letter or re-drive entry still names.
+            for iid, (to, version, entry_id) in trimmed_known.get(stream, {}).items():
+                if iid not in out:
+                    base: dict[str, Any] = {"intent_id": iid, "source": pid,
+                                            "version": version, "to": to,
+                                            "entry_id": entry_id}
+                    out[iid] = _decide(base, iid, dead, redriven, redrive_view)
+    return out
+
+
+def _trimmed_candidates(dead: dict[str, DeadLetter], redrive_raw: Any
+                        ) -> dict[str, dict[str, tuple[str, int, str]]]:
+    """outbox stream -> intent id -> (to, version, entry id), from dead letters
+    and re-drive entries (both keep the original stream and entry)."""
+    out: dict[str, dict[str, tuple[str, int, str]]] = {}
+    for iid, letter in dead.items():
+        if letter.stream and letter.intent_id:
+            out.setdefault(letter.stream, {})[iid] = (letter.to, letter.version,
+                                                      letter.entry_id)
+    for eid, fields in redrive_raw or ():
+        try:
+            intent = parse_entry("-", text(eid), fields, "-")
+        except PermanentDeliveryError:
+            continue
+        stream = text(fields.get(b"stream"))
+        if stream:
+            out.setdefault(stream, {})[intent.id] = (intent.to, intent.version,
+                                                     intent.origin_entry_id)
     return out
 
 
@@ -262,6 +302,12 @@ def _classify(stream: str, pid: str, entry_id: str, fields: dict[bytes, bytes],
                             "entry_id": entry_id}
     if not view.acked(entry_id):
         return IntentStatus(state=DeliveryState.PENDING, **base)
+    return _decide(base, iid, dead, redriven, redrive_view)
+
+
+def _decide(base: dict[str, Any], iid: str, dead: dict[str, DeadLetter],
+            redriven: dict[str, str], redrive_view: _GroupView) -> IntentStatus:
+    """The state of an intent whose outbox entry is acknowledged (or trimmed)."""
     letter, rd = dead.get(iid), redriven.get(iid)
     if letter is not None and (rd is None or _sid(letter.id) > _sid(rd)):
         return IntentStatus(state=DeliveryState.DEAD_LETTERED, redriven=rd is not None,
@@ -271,6 +317,91 @@ def _classify(stream: str, pid: str, entry_id: str, fields: dict[bytes, bytes],
         state = DeliveryState.DELIVERED if redrive_view.acked(rd) else DeliveryState.PENDING
         return IntentStatus(state=state, redriven=True, **base)
     return IntentStatus(state=DeliveryState.DELIVERED, **base)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxSummary:
+    """Counts of one sender's outbox, valid after trimming (never counted from entries).
+
+    Attributes:
+        process_id: the sender; stream: its outbox stream key.
+        committed: intents ever committed: the stream's ``entries-added``
+            counter (``XINFO STREAM``; survives trims and restarts). 0 when the
+            stream does not exist.
+        retained: entries still in the stream (``XLEN``); trimmed:
+            ``committed - retained`` (removed after every group acknowledged them).
+        first_retained_version: the sender version of the oldest retained
+            entry (None if none is retained); every intent committed at an
+            older version was acknowledged by every consumer group.
+        pending, dead_lettered: intents in those states (:func:`delivery_status`,
+            which keeps both visible after trimming).
+        delivered: ``committed - pending - dead_lettered``.
+    """
+
+    process_id: str
+    stream: str
+    committed: int
+    retained: int
+    trimmed: int
+    first_retained_version: int | None
+    pending: int
+    dead_lettered: int
+    delivered: int
+
+
+def outbox_summary(
+    client: RedisClient,
+    process_ids: Iterable[str],
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    group: str = DEFAULT_GROUP,
+    statuses: dict[str, IntentStatus] | None = None,
+) -> dict[str, OutboxSummary]:
+    """Per-sender counts of committed, pending, delivered and dead-lettered intents.
+
+    Args:
+        client: a redis-py client.
+        process_ids: the sending processes.
+        prefix, group: as for :func:`delivery_status`.
+        statuses: a :func:`delivery_status` result for the same senders, if the
+            caller already has one (read again otherwise).
+
+    Returns:
+        process id -> :class:`OutboxSummary`.
+
+    Raises:
+        InvalidInput: a malformed process id or prefix.
+        UnavailableError: Redis failed.
+    """
+    pids = list(process_ids)
+    if statuses is None:
+        statuses = delivery_status(client, pids, prefix=prefix, group=group)
+    by_state: Counter[tuple[str, DeliveryState]] = Counter(
+        (s.source, s.state) for s in statuses.values())
+    keys = DispatchKeys(prefix)
+    out: dict[str, OutboxSummary] = {}
+    with boundary("outbox_summary"):
+        for pid in pids:
+            stream = keys.outbox(pid)
+            try:
+                info: Any = client.xinfo_stream(stream)
+            except redis.ResponseError:  # no such stream: nothing committed
+                info = None
+            committed = int(info.get("entries-added") or 0) if info else 0
+            retained = int(info.get("length") or 0) if info else 0
+            first: Any = info.get("first-entry") if info else None
+            first_version: int | None = None
+            if first:
+                raw = (first[1] or {}).get(b"version", b"")
+                first_version = int(raw) if raw.isdigit() else None
+            pending = by_state[(pid, DeliveryState.PENDING)]
+            dead = by_state[(pid, DeliveryState.DEAD_LETTERED)]
+            out[pid] = OutboxSummary(
+                process_id=pid, stream=stream, committed=committed, retained=retained,
+                trimmed=max(0, committed - retained), first_retained_version=first_version,
+                pending=pending, dead_lettered=dead,
+                delivered=max(0, committed - pending - dead))
+    return out
 
 
 def destination_records(

@@ -65,6 +65,7 @@ from svit_cluster.dispatch._sinks import (
     SvitInboxSink,
     WebhookSink,
 )
+from svit_cluster.dispatch._trim import TRIM_ACKED_SCRIPT, parse_trim_reply
 from svit_cluster.store._redis import AsyncRedisClient
 
 __all__ = ["DispatchWorker", "default_sinks", "run_worker"]
@@ -149,6 +150,7 @@ class DispatchWorker:
         self._client: AsyncRedisClient | None = None
         self._registry: SinkRegistry | None = None
         self._leases: LeaseTable | None = None
+        self._trim_script: Any = None
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -168,6 +170,7 @@ class DispatchWorker:
         http = httpx.AsyncClient(timeout=httpx.Timeout(c.sink_timeout_s),
                                  follow_redirects=False, trust_env=False)
         self._registry = self._sink_factory(c, client, http)
+        self._trim_script = client.register_script(TRIM_ACKED_SCRIPT)
         self._leases = LeaseTable(client, self.keys, self.name, lease_ttl_s=c.lease_ttl_s,
                                   worker_ttl_s=c.worker_ttl_s)
         loops = [asyncio.create_task(coro, name=f"dispatch-{n}") for n, coro in (
@@ -393,6 +396,7 @@ class DispatchWorker:
                                                  count=len(mine))
             entries = reply[0][1] if reply else []
             await self._deliver_batch(st, entries, counts)
+            await self._trim(st)
             return max(len(entries), 1), 0.0
         pipe = client.pipeline(transaction=False)
         pipe.xrevrange(st.key, "+", "-", count=1)
@@ -403,7 +407,21 @@ class DispatchWorker:
             st.cursor = text(last[0][0]) if last else "0-0"
             return 0, c.poll_interval_s
         await self._deliver_batch(st, entries, {})
+        await self._trim(st)
         return len(entries), 0.0
+
+    async def _trim(self, st: _Stream) -> None:
+        """Trim ``st`` below what every consumer group acknowledged (one
+        single-key script, see ``_trim.py``); a failure only delays the trim."""
+        if not self.config.trim_acked or self._trim_script is None:
+            return
+        try:
+            removed, _ = parse_trim_reply(await self._trim_script(keys=[st.key]))
+        except (RedisError, OSError) as exc:
+            log.debug("%s: trim of %s failed: %s", self.name, st.key, exc)
+            return
+        if removed:
+            self.metrics.trimmed.inc(removed)
 
     async def _reclaim(self, st: _Stream, head: dict[str, Any]) -> tuple[int, float]:
         client, c = self._client, self.config

@@ -94,11 +94,16 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
 @click.argument("process_ids", nargs=-1, required=True)
 def status(state_dir: Path | None, redis_url: str | None, output: str,
            process_ids: tuple[str, ...]) -> None:
-    """Delivery status (pending / delivered / dead_lettered) of PROCESS_IDS' intents."""
+    """Delivery status (pending / delivered / dead_lettered) of PROCESS_IDS' intents.
+
+    The counts line (text output) is per stream counters and stays right after
+    acknowledged entries were trimmed; ``-o json`` lists the retained and the
+    pending or dead-lettered intents (trimmed delivered ones are not listed).
+    """
     from collections import Counter
     from dataclasses import asdict
 
-    from svit_cluster.dispatch import delivery_status
+    from svit_cluster.dispatch import delivery_status, outbox_summary
     from svit_cluster.store import connect
 
     if redis_url is None and state_dir is not None:
@@ -107,10 +112,19 @@ def status(state_dir: Path | None, redis_url: str | None, output: str,
         redis_url = LocalCluster.load(state_dir).doc["redis"]["url"]
     if redis_url is None:
         raise click.UsageError("give --redis-url or --state-dir")
-    result = delivery_status(connect(redis_url), process_ids)
-    counts = Counter(s.state.value for s in result.values())
+    client = connect(redis_url)
+    result = delivery_status(client, process_ids)
+    summary = outbox_summary(client, process_ids, statuses=result)
+    # Counts come from each stream's entries-added counter (trimming removes
+    # acknowledged entries), not from counting the listed intents.
+    counts: Counter[str] = Counter()
+    for s in summary.values():
+        counts.update({"pending": s.pending, "delivered": s.delivered,
+                       "dead_lettered": s.dead_lettered, "committed": s.committed,
+                       "trimmed": s.trimmed})
     emit(output, [asdict(s) for s in result.values()], lambda: click.echo(
-        " ".join(f"{k}={counts.get(k, 0)}" for k in ("pending", "delivered", "dead_lettered"))))
+        " ".join(f"{k}={counts.get(k, 0)}" for k in ("pending", "delivered", "dead_lettered",
+                                                      "committed", "trimmed"))))
 
 
 @click.group(name="dead-letters")

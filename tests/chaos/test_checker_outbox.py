@@ -11,7 +11,7 @@ from svit_chaos.clock import ManualClock
 from svit_chaos.history import Event, HistoryWriter, read_history, write_history
 from svit_chaos.logs import StoredLogs
 
-from svit_cluster.dispatch import DeliveryState, DestinationRecord, IntentStatus
+from svit_cluster.dispatch import DeliveryState, DestinationRecord, IntentStatus, OutboxSummary
 from svit_cluster.process import Process, Transition
 from svit_cluster.process._inbox import dedup_slot
 from tests.chaos._support import Clients, MemoryLog, logs_of, new_process
@@ -130,3 +130,39 @@ def test_a_run_that_sent_intents_without_an_outbox_status_is_inconclusive() -> N
     result = check(history.events, logs)
     assert result.verdict == "inconclusive"
     assert [u.invariant for u in result.unverified] == ["outbox"]
+
+
+def summary(first: int | None, committed: int = 3) -> OutboxSummary:
+    return OutboxSummary(process_id=PID, stream=f"svit:{{{PID}}}:outbox", committed=committed,
+                         retained=1, trimmed=committed - 1, first_retained_version=first,
+                         pending=0, dead_lettered=0, delivered=committed)
+
+
+def test_trimmed_intents_count_as_delivered_and_must_be_recorded_at_the_sink() -> None:
+    """The dispatcher trims acknowledged outbox entries (issue 20): intents below the
+    first retained version are not listed, yet still checked at the destination."""
+    history, logs, sent = build()
+    ids = [i for i, _ in sent]
+    (_, _), (_, _), (c, vc) = sent
+    history.record("outbox", **outbox_event(SINK, [status(c, vc)], record(ids), drained=True,
+                                            summaries=[summary(vc)]))
+    result = check(history.events, logs)
+    assert result.verdict == "pass", result.to_json()
+
+    # Negative control: a trimmed intent the sink has no record of is still caught.
+    history, logs, sent = build()
+    history.record("outbox", **outbox_event(SINK, [status(c, vc)], record(ids[1:]),
+                                            drained=True, summaries=[summary(vc)]))
+    result = check(history.events, logs)
+    assert result.verdict == "fail"
+    assert [x.message for x in result.anomalies if ids[0] in x.message]
+
+    # An intent missing *above* the trimmed prefix is still "not in the outbox".
+    history, logs, sent = build()
+    (a, va), _, _ = sent
+    history.record("outbox", **outbox_event(SINK, [status(a, va)], record(ids), drained=True,
+                                            summaries=[summary(va)]))
+    result = check(history.events, logs)
+    messages = [x.message for x in result.anomalies if x.invariant == "outbox"]
+    assert sorted(m.split()[1] for m in messages) == sorted(ids[1:]), messages
+    assert all("not in the sender's outbox" in m for m in messages)

@@ -24,9 +24,11 @@ def test_exported_names_are_pinned() -> None:
     assert sorted(dispatch.__all__) == sorted([
         "DEFAULT_GROUP", "DeadLetter", "DeadLetters", "DeliveryState", "DestinationRecord",
         "DispatchConfig", "DispatchKeys", "DispatchMetrics", "DispatchWorker", "Intent",
-        "IntentStatus", "PermanentDeliveryError", "RedisStreamSink", "RedriveResult",
+        "IntentStatus", "OutboxSummary", "PermanentDeliveryError", "RedisStreamSink",
+        "RedriveResult",
         "RetryableDeliveryError", "Sink", "SinkRegistry", "SvitInboxSink", "WebhookSink",
-        "default_sinks", "delivery_status", "destination_records", "run_worker",
+        "default_sinks", "delivery_status", "destination_records", "outbox_summary",
+        "run_worker", "trim_acked",
     ])
     for name in dispatch.__all__:
         assert getattr(dispatch, name) is not None
