@@ -23,7 +23,6 @@ Guarantees, per call:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -84,22 +83,16 @@ WAIT_REPLICAS_ENV = "SVIT_REDIS_WAIT_REPLICAS"
 WAIT_TIMEOUT_ENV = "SVIT_REDIS_WAIT_TIMEOUT_MS"
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
-
-
 def _wait_replicas_default() -> int:
-    return _env_int(WAIT_REPLICAS_ENV, 0)
+    from svit_cluster.settings import StoreSettings, load_settings
+
+    return load_settings(StoreSettings).redis_wait_replicas
 
 
 def _wait_timeout_default() -> int:
-    return _env_int(WAIT_TIMEOUT_ENV, 1000)
+    from svit_cluster.settings import StoreSettings, load_settings
+
+    return load_settings(StoreSettings).redis_wait_timeout_ms
 
 log = logging.getLogger(__name__)
 
