@@ -520,17 +520,12 @@ def gateway(state_dir: Path | None, host: str, port: int, max_request_bytes: int
 
 
 @cli.command(name="host-agent")
-@click.option("--host-id", default=None,
-              help="This host's name (its Ray node carries resource svit_host:<name>) "
-                   "[default: SVIT_HOST_ID].")
-def host_agent(host_id: str | None) -> None:
+@click.option("--host-id", envvar="SVIT_HOST_ID", required=True,
+              help="This host's name (its Ray node carries resource svit_host:<name>).")
+def host_agent(host_id: str) -> None:
     """Start this Ray node's host agent from SVIT_* env vars and keep it alive."""
     from svit_cluster.cluster.serve import run_host_agent
-    from svit_cluster.settings import AgentSettings, load_settings
 
-    host_id = host_id or load_settings(AgentSettings).host_id
-    if not host_id:
-        raise click.UsageError("give --host-id or set SVIT_HOST_ID")
     run_host_agent(host_id)
 
 

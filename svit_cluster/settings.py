@@ -194,7 +194,9 @@ class AgentSettings(ClusterSettings):
     """``svit-cluster host-agent`` (besides :class:`ClusterSettings`).
 
     Attributes:
-        host_id: ``SVIT_HOST_ID``: this host's name (the pod name); ``--host-id`` wins.
+        host_id: ``SVIT_HOST_ID``: this host's name (the pod name). The CLI
+            option ``--host-id`` reads the same variable (click ``envvar``, so a
+            chart without it fails the CLI-contract test at parse time).
         agent_heartbeat_file: ``SVIT_AGENT_HEARTBEAT_FILE``: the heartbeat file
             the probes read (``svit-cluster healthcheck --heartbeat``).
     """
