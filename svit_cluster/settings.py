@@ -222,7 +222,7 @@ class NodeSettings(_Settings):
     r"""Read by the container launcher ``deploy/svit-node.sh`` (a shell script).
 
     Declared here so the chart's variables have one typed list; the gateway and
-    the host agent (which that launcher ``exec``\ s) validate them at start.
+    the host agent (which that launcher starts with exec) validate them at start.
 
     Attributes:
         node_ip: ``SVIT_NODE_IP``: this pod's IP, advertised to Ray.
