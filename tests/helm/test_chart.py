@@ -607,7 +607,9 @@ def test_optional_gateway_resources(render: Render) -> None:
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
     assert "replicas" not in _one(manifests, "Deployment", f"{RELEASE}-gateway")["spec"]
     monitors = {m["metadata"]["name"]: m for m in _kind(manifests, "ServiceMonitor")}
-    assert set(monitors) == {f"{RELEASE}-gateway", f"{RELEASE}-dispatcher"}
+    # etcd serves /metrics itself; Redis needs redis.metrics.enabled (exporter).
+    assert set(monitors) == {f"{RELEASE}-gateway", f"{RELEASE}-dispatcher", f"{RELEASE}-etcd",
+                             f"{RELEASE}-redis"}
     for monitor in monitors.values():
         assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     default = render()
