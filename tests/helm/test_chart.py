@@ -291,8 +291,9 @@ def test_helm_test_hook_runs_an_authenticated_activation(render: Render) -> None
         if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"
     ]
     (container,) = pod["spec"]["containers"]
-    assert container["args"][:3] == ["svit-cluster", "smoke", "--url"]
-    assert container["args"][3].startswith(f"http://{RELEASE}-gateway.")
+    # the hook deletes the process it used (issue 19 item 7)
+    assert container["args"][:4] == ["svit-cluster", "smoke", "--delete", "--url"]
+    assert container["args"][4].startswith(f"http://{RELEASE}-gateway.")
     token = _env(container, "SVIT_TOKEN")["valueFrom"]["secretKeyRef"]
     assert token == {"name": f"{RELEASE}-tokens", "key": "admin-token"}
     assert pod["spec"]["restartPolicy"] == "Never"
