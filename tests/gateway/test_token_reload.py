@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import httpx
-import pytest
 
 from svit_cluster.gateway import TokenStore, create_app
 from svit_cluster.gateway._router import LocalRouter
