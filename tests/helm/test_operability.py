@@ -258,3 +258,15 @@ def test_token_rotation_contract(render: Render) -> None:
     assert len(_annotations(manifests, "dispatcher")["checksum/tokens"]) == 64
     external = render(None, "auth.generateSecret=false", "auth.existingSecret=mine")
     assert _annotations(external, "dispatcher")["checksum/tokens"] == "external"
+
+
+def test_kuberay_autoscaler_keeps_its_own_head_service_account(render: Render) -> None:
+    """KubeRay gives the head a ServiceAccount with RBAC when its autoscaler is on."""
+    manifests = render(KUBERAY, "ray.kuberay.enableInTreeAutoscaling=true",
+                       "ray.kuberay.maxReplicas=4")
+    specs = {owner: spec for owner, _, spec in _pods(manifests)}
+    head = next(spec for owner, spec in specs.items() if owner.endswith("/head"))
+    assert "serviceAccountName" not in head
+    workers = [spec for owner, spec in specs.items()
+               if owner.startswith("RayCluster/") and not owner.endswith("/head")]
+    assert workers and all(w["serviceAccountName"] == RELEASE for w in workers)

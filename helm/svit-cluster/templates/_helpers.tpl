@@ -152,10 +152,14 @@ Pod spec fields shared by every pod: ServiceAccount (token mount off unless
 serviceAccount.automountServiceAccountToken), priorityClassName and
 topologySpreadConstraints (the component's, else the global ones). A spread
 constraint without a labelSelector gets the component's selector labels.
-Call with (dict "ctx" $ "component" NAME "values" COMPONENT_VALUES).
+Call with (dict "ctx" $ "component" NAME "values" COMPONENT_VALUES), plus
+"keepServiceAccount" true to leave serviceAccountName to someone else (KubeRay
+gives the head its own, with RBAC, when its autoscaler is on).
 */}}
 {{- define "svit.podSpecCommon" -}}
+{{- if not .keepServiceAccount }}
 serviceAccountName: {{ include "svit.serviceAccountName" .ctx }}
+{{- end }}
 automountServiceAccountToken: {{ .ctx.Values.serviceAccount.automountServiceAccountToken }}
 {{- with (.values.priorityClassName | default .ctx.Values.priorityClassName) }}
 priorityClassName: {{ . | quote }}
