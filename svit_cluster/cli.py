@@ -85,6 +85,7 @@ def cli() -> None:
       svit-cluster host-agent            this Ray node's host agent
       svit-cluster healthcheck           exit 0 when a gateway (URL) or agent (heartbeat) is healthy
       svit-cluster smoke --url URL       one authenticated activation against a gateway
+      svit-cluster delete PID            delete a process (fenced; the helm test cleans up with it)
 
     \b
     Conventions:
@@ -239,7 +240,9 @@ def chat(process_id: str, message: str | None, state_dir: Path | None, url: str 
     from svit_cluster.client import AsyncSvitClient
 
     if state_dir is None and url is None:
-        url = os.environ.get("SVIT_URL") or None  # the shared convention, then ./.svit
+        from svit_cluster.settings import ClientSettings, load_settings
+
+        url = load_settings(ClientSettings).url  # the shared convention, then ./.svit
         if url is None:
             state_dir = DEFAULT_STATE_DIR
     if state_dir is not None:
@@ -627,18 +630,22 @@ def healthcheck(url: str | None, timeout_s: float, heartbeat_file: Path | None,
 @click.option("--process-id", default=None,
               help="Process to use (default svit://<tenant>/helm-test): created when missing, "
                    "reused otherwise.")
+@click.option("--delete/--keep", "delete", default=False, show_default=True,
+              help="Delete the smoke process afterwards (what `helm test` does).")
 @output_option
 def smoke(url: str | None, token: str | None, state_dir: Path | None, tenant: str,
-          timeout_s: float, attempts: int, process_id: str | None, output: str) -> None:
+          timeout_s: float, attempts: int, process_id: str | None, delete: bool,
+          output: str) -> None:
     """Run one authenticated activation on the smoke process.
 
-    The gateway has no way to delete a process, so every run uses the same one
-    (created on the first run, reused after): repeated `helm test` runs leave one
-    process, not one per run. The activation increments ``/memory/n`` against
-    the observed version (a concurrent run only causes a retry).
+    The process is created when missing and reused otherwise (a concurrent run
+    only causes a retry: the activation increments ``/memory/n`` against the
+    observed version). With ``--delete`` it is deleted afterwards, whatever
+    the outcome, so `helm test` leaves nothing behind; a process already gone
+    (another run deleted it) is fine.
 
-    Exit 0 when it committed, 1 when refused or not committed, 3 when the
-    gateway is unreachable or unavailable.
+    Exit 0 when it committed (and, with --delete, was deleted), 1 when refused
+    or not committed, 3 when the gateway is unreachable or unavailable.
     """
     from svit_cluster.client import RecoveredCommit, SvitClient
     from svit_cluster.errors import ErrorCode
@@ -647,6 +654,7 @@ def smoke(url: str | None, token: str | None, state_dir: Path | None, tenant: st
     base, tok = resolve_gateway(url, token, state_dir=state_dir)
     pid = process_id or f"svit://{tenant}/helm-test"
     script = '(define (main input) (do (write "/memory/n" (+ 1 (read "/memory/n"))) 1))'
+    deleted: bool | None = None
     with waiting(f"smoke {pid}") as step:
         def retrying(attempt: int, exc: BaseException, wait_s: float) -> None:
             cause = exc.code if isinstance(exc, SvitError) else type(exc).__name__
@@ -661,12 +669,70 @@ def smoke(url: str | None, token: str | None, state_dir: Path | None, tenant: st
                 if exc.code != ErrorCode.CONFLICT:
                     raise
                 # made by an earlier run: reused
-            resp = client.activate_until_committed(pid, "inc", None)
+            try:
+                resp = client.activate_until_committed(pid, "inc", None)
+            finally:
+                deleted = _delete_quietly(client, pid) if delete else None
     status = "committed" if isinstance(resp, RecoveredCommit) else resp.outcome.status
     ok = status == "committed"
-    emit(output, {"process_id": pid, "status": status, "ok": ok, "url": base},
-         lambda: click.echo(f"smoke {pid}: {status}"))
+    doc: dict[str, Any] = {"process_id": pid, "status": status, "ok": ok, "url": base}
+    if deleted is not None:
+        doc["deleted"] = deleted
+    emit(output, doc, lambda: click.echo(
+        f"smoke {pid}: {status}" + ("; deleted" if deleted else "")))
     raise SystemExit(EXIT_OK if ok else EXIT_FAILED)
+
+
+def _delete_quietly(client: Any, pid: str) -> bool:
+    """Delete ``pid``; True when deleted or already gone.
+
+    Raises:
+        SvitError: any other answer (the smoke run then fails with it).
+    """
+    from svit_cluster.errors import NotFound
+
+    try:
+        client.delete_process(pid)
+    except NotFound:
+        pass
+    return True
+
+
+@cli.command()
+@click.argument("process_id")
+@click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
+              "./.svit/cluster.json].")
+@click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN].")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Take URL and admin token from STATE_DIR/cluster.json.")
+@click.option("--timeout", "timeout_s", default=10.0, show_default=True,
+              type=click.FloatRange(0.01), help="Seconds per HTTP call.")
+@click.option("--missing-ok", is_flag=True, help="Exit 0 when the process does not exist.")
+@output_option
+def delete(process_id: str, url: str | None, token: str | None, state_dir: Path | None,
+           timeout_s: float, missing_ok: bool, output: str) -> None:
+    """Delete PROCESS_ID: its log, snapshot, receipts, outbox and owner record.
+
+    Fenced like a commit: an older owner can never write it back (the fence
+    stays as a tombstone). Intents not yet delivered are dropped.
+
+    Exit 0 when deleted (or, with --missing-ok, already absent), 1 when
+    refused (404 not found, 403), 3 when the gateway is unavailable.
+    """
+    from svit_cluster.client import SvitClient
+    from svit_cluster.errors import NotFound
+    from svit_cluster.settings import resolve_gateway
+
+    base, tok = resolve_gateway(url, token, state_dir=state_dir)
+    with SvitClient(base, tok, timeout_s=timeout_s) as client:
+        try:
+            result = client.delete_process(process_id)
+        except NotFound:
+            if not missing_ok:
+                raise
+            result = {"process_id": process_id, "deleted": False, "missing": True}
+    emit(output, result, lambda: click.echo(
+        f"deleted {process_id}" if result.get("deleted") else f"{process_id}: not found"))
 
 @cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))

@@ -533,6 +533,36 @@ class SvitClient(_Base):
             json={"process_id": process_id, "ttl_s": ttl_s})
         return result
 
+    def delete_process(self, process_id: str, *, timeout_s: float | None = None
+                       ) -> dict[str, Any]:
+        """Delete a process (``DELETE /v1/processes``): ``{process_id, deleted, version}``.
+
+        The current owner deletes under its fencing token and the fence stays
+        as a tombstone, so an older owner can never write the process back;
+        intents not yet delivered are dropped (see the gateway's route).
+
+        Safe to retry: when an attempt's outcome was unknown (a transport
+        error or ``unavailable``, retried by this call) and a later attempt
+        answers 404, that attempt deleted it: reported as
+        ``{"process_id", "deleted": True, "version": None, "recovered": True}``.
+
+        Raises:
+            NotFound: (404) no such process before this call.
+            Forbidden: (403) the token may not act on this tenant.
+            UnavailableError: (503) still unknown after every attempt; retry.
+        """
+        failed: list[BaseException] = []
+        try:
+            result: dict[str, Any] = self._call(
+                "DELETE", "/v1/processes", timeout_s=timeout_s, failed=failed,
+                params={"process_id": process_id})
+        except NotFound:
+            if not failed:
+                raise
+            return {"process_id": process_id, "deleted": True, "version": None,
+                    "recovered": True}
+        return result
+
     def send_raw(self, body: bytes, *, timeout_s: float | None = None) -> ControlResponse:
         """POST one encoded request; retried byte-for-byte on transport errors."""
         return decode_response(self._call("POST", "/v1/control", content=body,
@@ -761,6 +791,21 @@ class AsyncSvitClient(_Base):
         result: dict[str, Any] = await self._call(
             "POST", "/v1/processes/observe-token", timeout_s=timeout_s,
             json={"process_id": process_id, "ttl_s": ttl_s})
+        return result
+
+    async def delete_process(self, process_id: str, *, timeout_s: float | None = None
+                             ) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.delete_process` (same retry rule)."""
+        failed: list[BaseException] = []
+        try:
+            result: dict[str, Any] = await self._call(
+                "DELETE", "/v1/processes", timeout_s=timeout_s, failed=failed,
+                params={"process_id": process_id})
+        except NotFound:
+            if not failed:
+                raise
+            return {"process_id": process_id, "deleted": True, "version": None,
+                    "recovered": True}
         return result
 
     async def send_raw(self, body: bytes, *, timeout_s: float | None = None

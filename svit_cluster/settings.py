@@ -1,7 +1,28 @@
-"""Where a client finds its gateway: ``SVIT_URL`` and ``SVIT_TOKEN``, then ``.svit/cluster.json``.
+"""Configuration from the environment, in one typed place (pydantic-settings, ``SVIT_`` prefix).
 
-One rule for the SDK (``SvitClient()`` with no arguments) and every CLI command
-that talks to a gateway, in this order of precedence:
+Every ``SVIT_*`` variable any svit_cluster component reads is a field of one of
+the classes here (the Helm chart renders them; ``tests/helm/test_settings_contract.py``
+asserts that every variable the chart renders is such a field). Each class is
+read with :func:`load_settings`, which turns a bad value into one
+:class:`ConfigurationError` naming the variable (the CLI prints it as one line
+and exits 2, no traceback). Defaults live on the fields; units are in the names.
+
+* :class:`ClientSettings` -- ``SVIT_URL``, ``SVIT_TOKEN`` (SDK and CLI);
+* :class:`StoreSettings` -- the commit log's Redis options (every Redis client);
+* :class:`ClusterSettings` -- what gateways and host agents share
+  (``ClusterConfig.from_env``);
+* :class:`GatewaySettings`, :class:`AgentSettings`, :class:`DispatcherSettings`
+  -- one component each;
+* :class:`NodeSettings` -- read by the container launcher ``deploy/svit-node.sh``
+  (shell ``${VAR:-default}``; its defaults are checked against these fields).
+
+Empty variables count as unset (``env_ignore_empty``). Booleans accept
+``true/false``, ``1/0``, ``yes/no``, ``on/off``; anything else is refused.
+
+Where a client finds its gateway: ``SVIT_URL`` and ``SVIT_TOKEN``, then
+``.svit/cluster.json``. One rule for the SDK (``SvitClient()`` with no
+arguments) and every CLI command that talks to a gateway, in this order of
+precedence:
 
 1. explicit arguments (``url=``, ``token=``; ``--url``, ``--token``);
 2. the environment: ``SVIT_URL`` (gateway base URL) and ``SVIT_TOKEN`` (bearer
@@ -18,48 +39,258 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from svit_cluster.errors import ConfigurationError
 
-__all__ = ["DEFAULT_CLUSTER_JSON", "ClientSettings", "GatewaySettings", "resolve_gateway"]
+__all__ = [
+    "DEFAULT_CLUSTER_JSON",
+    "DEFAULT_HEARTBEAT_FILE",
+    "ENV_PREFIX",
+    "SETTINGS_CLASSES",
+    "AgentSettings",
+    "ClientSettings",
+    "ClusterSettings",
+    "DispatcherSettings",
+    "GatewaySettings",
+    "NodeSettings",
+    "StoreSettings",
+    "env_names",
+    "load_settings",
+    "resolve_gateway",
+]
+
+#: Prefix of every variable read here.
+ENV_PREFIX = "SVIT_"
+#: Where ``svit-cluster host-agent`` writes its heartbeat (``SVIT_AGENT_HEARTBEAT_FILE``).
+DEFAULT_HEARTBEAT_FILE = "/tmp/svit-agent-heartbeat.json"
 
 #: The cluster file ``svit-cluster up`` writes (relative to the current directory).
 DEFAULT_CLUSTER_JSON = Path(".svit") / "cluster.json"
 
 
-class ClientSettings(BaseSettings):
-    """``SVIT_URL`` and ``SVIT_TOKEN`` from the environment (both optional)."""
+class _Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore",
+                                      env_ignore_empty=True, frozen=True)
 
-    model_config = SettingsConfigDict(env_prefix="SVIT_", extra="ignore")
+
+class ClientSettings(_Settings):
+    """``SVIT_URL`` and ``SVIT_TOKEN`` from the environment (both optional)."""
 
     url: str | None = None
     token: str | None = None
 
 
-class GatewaySettings(BaseSettings):
-    """Gateway server settings from the environment.
+class StoreSettings(_Settings):
+    """The commit log's Redis options, read by every Redis client (store, events, dispatcher).
 
-    ``SVIT_CORS_ORIGINS``: comma list of browser origins (``scheme://host[:port]``,
-    or ``*``) allowed cross-origin access, e.g. a web page subscribing to
-    ``/v1/processes/events`` with an observe token; empty (default): none.
-    Validated when the gateway app is built
-    (:func:`svit_cluster.gateway.parse_origins`).
+    Attributes:
+        redis_cluster: ``SVIT_REDIS_CLUSTER``: the Redis URL names a node of a
+            Redis Cluster; connect with a cluster client (default False).
+        redis_allow_unverified_eviction_policy:
+            ``SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY``: accept a Redis whose
+            ``maxmemory-policy`` cannot be read, with a warning (default False).
+        redis_wait_replicas: ``SVIT_REDIS_WAIT_REPLICAS``: ``WAIT`` for this many
+            replicas after each commit and claim (0..16, default 0: no WAIT).
+        redis_wait_timeout_ms: ``SVIT_REDIS_WAIT_TIMEOUT_MS``: that ``WAIT``'s
+            deadline in milliseconds (1..60 000, default 1000).
     """
 
-    model_config = SettingsConfigDict(env_prefix="SVIT_", extra="ignore")
+    redis_cluster: bool = False
+    redis_allow_unverified_eviction_policy: bool = False
+    redis_wait_replicas: int = Field(default=0, ge=0, le=16)
+    redis_wait_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
 
-    cors_origins: Annotated[list[str], NoDecode] = []
+
+class ClusterSettings(StoreSettings):
+    """What gateways and host agents share (``ClusterConfig.from_env``).
+
+    Attributes:
+        cluster: ``SVIT_CLUSTER``: cluster name (etcd keys under ``/svit/<cluster>/``).
+        etcd_endpoints: ``SVIT_ETCD_ENDPOINTS``: ``host:port`` of every etcd member,
+            comma separated; normalised to ``"h:p,h:p"`` (order kept).
+        redis_url: ``SVIT_REDIS_URL``: ``redis://host:port/db`` of the commit log.
+        ray_address: ``SVIT_RAY_ADDRESS``: ``host:port`` of the Ray GCS
+            (empty: ``"auto"``).
+        lease_ttl_s: ``SVIT_LEASE_TTL_S``: host lease TTL in seconds (>= 1).
+        snapshot_every: ``SVIT_SNAPSHOT_EVERY``: commits between snapshots (>= 1).
+        passivate_after_s: ``SVIT_PASSIVATE_AFTER_S``: idle seconds before a
+            process actor passivates (> 0).
+        signal_retention: ``SVIT_SIGNAL_RETENTION``: observer signals kept per
+            process (16..10 000 000).
+        ports_json: ``SVIT_PORTS_JSON``: the port registry settings
+            (``svit_cluster.ports.PortsConfig``) as a JSON object; validated.
+        reasoner_kind, reasoner_base_url, reasoner_model, reasoner_api_key_env,
+            reasoner_instructions: ``SVIT_REASONER_*``: the reasoning loop's
+            settings (``svit_cluster.reasoning.ReasonerConfig`` fields); unset
+            ones keep that class's defaults.
+    """
+
+    cluster: str = Field(default="default", min_length=1)
+    etcd_endpoints: str = "127.0.0.1:2379"
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", min_length=1)
+    ray_address: str = ""
+    lease_ttl_s: int = Field(default=5, ge=1)
+    snapshot_every: int = Field(default=100, ge=1)
+    passivate_after_s: float = Field(default=300.0, gt=0)
+    signal_retention: int = Field(default=10_000, ge=16, le=10_000_000)
+    ports_json: str = ""
+    reasoner_kind: str | None = None
+    reasoner_base_url: str | None = None
+    reasoner_model: str | None = None
+    reasoner_api_key_env: str | None = None
+    reasoner_instructions: str | None = None
+
+    @field_validator("etcd_endpoints")
+    @classmethod
+    def _every_member(cls, raw: str) -> str:
+        from svit_cluster.ownership._failover import parse_endpoints
+
+        return ",".join(f"{host}:{port}" for host, port in parse_endpoints(raw))
+
+    @field_validator("ports_json")
+    @classmethod
+    def _ports(cls, raw: str) -> str:
+        if not raw.strip():
+            return ""
+        from svit_cluster.ports import PortsConfig
+
+        doc = json.loads(raw)  # ValueError: reported as "Value error, ..."
+        if not isinstance(doc, dict):
+            raise ValueError("must be a JSON object")
+        try:
+            PortsConfig.parse(doc)
+        except ConfigurationError as exc:
+            raise ValueError(exc.message) from None
+        return raw
+
+    def ports(self) -> dict[str, Any]:
+        """``ports_json`` as a mapping (``{}`` when unset)."""
+        return dict(json.loads(self.ports_json)) if self.ports_json else {}
+
+    def reasoner(self) -> dict[str, Any]:
+        """The ``SVIT_REASONER_*`` variables that are set, without the prefix."""
+        out = {k: getattr(self, f"reasoner_{k}") for k in
+               ("kind", "base_url", "model", "api_key_env", "instructions")}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class GatewaySettings(ClusterSettings):
+    """``svit-cluster gateway`` (besides :class:`ClusterSettings`).
+
+    Attributes:
+        tokens_file: ``SVIT_TOKENS_FILE``: the bearer tokens JSON file (required
+            without ``--state-dir``). Re-read when it changes (Secret rotation).
+        max_request_bytes: ``SVIT_MAX_REQUEST_BYTES``: request body cap (>= 1,
+            default 1 MiB).
+        cors_origins: ``SVIT_CORS_ORIGINS``: comma list of browser origins
+            (``scheme://host[:port]``, or ``*``) allowed cross-origin access,
+            e.g. a web page subscribing to ``/v1/processes/events`` with an
+            observe token; empty (default): none. Validated when the gateway
+            app is built (:func:`svit_cluster.gateway.parse_origins`).
+    """
+
+    tokens_file: str | None = None
+    max_request_bytes: int = Field(default=1024 * 1024, ge=1)
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
 
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [v.strip() for v in value.split(",") if v.strip()]
+            return tuple(v.strip() for v in value.split(",") if v.strip())
         return value
+
+
+class AgentSettings(ClusterSettings):
+    """``svit-cluster host-agent`` (besides :class:`ClusterSettings`).
+
+    Attributes:
+        host_id: ``SVIT_HOST_ID``: this host's name (the pod name). The CLI
+            option ``--host-id`` reads the same variable (click ``envvar``, so a
+            chart without it fails the CLI-contract test at parse time).
+        agent_heartbeat_file: ``SVIT_AGENT_HEARTBEAT_FILE``: the heartbeat file
+            the probes read (``svit-cluster healthcheck --heartbeat``).
+    """
+
+    host_id: str | None = None
+    agent_heartbeat_file: str = DEFAULT_HEARTBEAT_FILE
+
+
+class DispatcherSettings(StoreSettings, ClientSettings):
+    """``svit-cluster dispatcher run`` (options win over these).
+
+    Attributes:
+        redis_url: ``SVIT_REDIS_URL``: the commit log's Redis.
+        gateway_url: ``SVIT_GATEWAY_URL``: gateway for ``svit://`` destinations
+            (else ``SVIT_URL``); ``token`` (``SVIT_TOKEN``) is its admin token.
+    """
+
+    redis_url: str | None = None
+    gateway_url: str | None = None
+
+
+class NodeSettings(_Settings):
+    r"""Read by the container launcher ``deploy/svit-node.sh`` (a shell script).
+
+    Declared here so the chart's variables have one typed list; the gateway and
+    the host agent (which that launcher starts with exec) validate them at start.
+
+    Attributes:
+        node_ip: ``SVIT_NODE_IP``: this pod's IP, advertised to Ray.
+        gateway_port: ``SVIT_GATEWAY_PORT``: the gateway's listen port.
+        ray_gcs_port: ``SVIT_RAY_GCS_PORT``: GCS port on the Ray head.
+        ray_temp_dir: ``SVIT_RAY_TEMP_DIR``: Ray's temp folder.
+        ray_wait_s: ``SVIT_RAY_WAIT_S``: seconds a worker waits for the GCS port.
+        ray_object_store_bytes: ``SVIT_RAY_OBJECT_STORE_BYTES``: object store
+            size (0: Ray's choice).
+        ray_dashboard: ``SVIT_RAY_DASHBOARD``: run the dashboard on the head.
+        ray_dashboard_port: ``SVIT_RAY_DASHBOARD_PORT``: its port.
+    """
+
+    node_ip: str | None = None
+    gateway_port: int = Field(default=8080, ge=1, le=65535)
+    ray_gcs_port: int = Field(default=6379, ge=1, le=65535)
+    ray_temp_dir: str = "/tmp/ray"
+    ray_wait_s: int = Field(default=300, ge=0)
+    ray_object_store_bytes: int = Field(default=0, ge=0)
+    ray_dashboard: bool = False
+    ray_dashboard_port: int = Field(default=8265, ge=1, le=65535)
+
+
+#: Every settings class; :func:`env_names` lists their variables.
+SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
+    ClientSettings, StoreSettings, ClusterSettings, GatewaySettings, AgentSettings,
+    DispatcherSettings, NodeSettings)
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def env_names(*classes: type[BaseSettings]) -> set[str]:
+    """The ``SVIT_*`` variable names of ``classes`` (default: :data:`SETTINGS_CLASSES`)."""
+    return {ENV_PREFIX + name.upper()
+            for cls in (classes or SETTINGS_CLASSES) for name in cls.model_fields}
+
+
+def load_settings(cls: type[S]) -> S:
+    """Read ``cls`` from the environment, validated.
+
+    Raises:
+        ConfigurationError: a variable does not parse or is out of range; the
+            message names the first such variable, its value and the rule, e.g.
+            ``SVIT_LEASE_TTL_S='abc': Input should be a valid integer, ...``.
+    """
+    try:
+        return cls()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = ENV_PREFIX + str(first["loc"][0]).upper() if first["loc"] else ENV_PREFIX + "*"
+        value = first.get("input")
+        shown = f"={value[:200]!r}" if isinstance(value, str) else ""
+        raise ConfigurationError(f"bad setting {name}{shown}: {first['msg']}") from None
 
 
 def _from_cluster_json(path: Path) -> tuple[str | None, str | None]:
@@ -98,7 +329,7 @@ def resolve_gateway(
     if state_dir is not None:
         file_url, file_token = _from_cluster_json(state_dir / "cluster.json")
         url, token = url or file_url, token or file_token
-    env = ClientSettings()
+    env = load_settings(ClientSettings)
     url, token = url or env.url, token or env.token
     if url is None or token is None:
         file_url, file_token = _from_cluster_json(DEFAULT_CLUSTER_JSON)

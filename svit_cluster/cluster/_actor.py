@@ -243,6 +243,8 @@ class ProcessActor:
     # -- requests ---------------------------------------------------------------------
 
     async def _run(self, fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+        if self._closed == "deleted":
+            return error_dict(NotFound(f"process {self.process_id} was deleted"))
         if self._closed is not None or self._ctrl is None:
             return error_dict(UnavailableError(f"{self.process_id} is not served here: "
                                                f"{self._closed or 'starting'}"))
@@ -333,6 +335,40 @@ class ProcessActor:
                 return {"snapshot": self._ctrl.process.fork(new_process_id).snapshot()}
 
         return await self._run(run)
+
+    async def delete(self) -> dict[str, Any]:
+        """Delete the process: fenced store delete, then stop serving for good.
+
+        The reasoning loop is stopped first; the store delete runs under the
+        controller lock (no commit of this actor interleaves) and is fenced
+        like a commit (``RedisBackend.delete``). On success the actor answers
+        ``not_found`` from then on and asks its agent to release the ownership
+        record (the gateway also asks, and waits; this is the fallback).
+
+        Returns:
+            ``{"version", "removed_keys", "host", "token"}`` or an error dict
+            (``fenced``: a newer owner exists, nothing deleted; ``not_found``;
+            ``unavailable``: Redis failed, outcome unknown, retry).
+        """
+        await self._stop_loop()
+
+        def run() -> dict[str, Any]:
+            assert self._ctrl is not None
+            with self._ctrl.locked():
+                result: dict[str, Any] = self._backend.delete()
+            self._closed = "deleted"
+            return {**result, "host": self.host, "token": self.token}
+
+        result = await self._run(run)
+        if self._closed == "deleted":
+            asyncio.get_running_loop().create_task(self._leave_later("deleted", delay_s=2.0))
+        elif "error" in result and self._closed is None:
+            await self.serve()  # not deleted (e.g. Redis down): keep serving, loop again
+        return result
+
+    async def _leave_later(self, reason: str, *, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        await self._leave(reason)
 
     async def info(self) -> dict[str, Any]:
         """``{"process_id", "host", "token", "closed", "version"}``."""

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from svit_cluster.errors import ConfigurationError
-from svit_cluster.store._redis import allow_unverified_from_env, cluster_from_env
+from svit_cluster.settings import ClusterSettings, load_settings
 
 __all__ = ["ClusterConfig"]
 
@@ -116,65 +114,29 @@ class ClusterConfig:
 
     @classmethod
     def from_env(cls) -> ClusterConfig:
-        """Read ``SVIT_*`` variables (the Helm chart's contract).
+        """Read ``SVIT_*`` variables (the Helm chart's contract), via
+        :class:`svit_cluster.settings.ClusterSettings` (names, defaults, ranges).
 
         Raises:
-            ConfigurationError: a number does not parse.
+            ConfigurationError: a variable does not parse or is out of range;
+                the message names it.
         """
-        env = os.environ
-        try:
-            return cls(
-                cluster=env.get("SVIT_CLUSTER", "default"),
-                # Every member: open_client fails over between them.
-                etcd_endpoint=_etcd_endpoints(env.get("SVIT_ETCD_ENDPOINTS", "127.0.0.1:2379")),
-                redis_url=env.get("SVIT_REDIS_URL", "redis://127.0.0.1:6379/0"),
-                ray_address=env.get("SVIT_RAY_ADDRESS", ""),
-                lease_ttl_s=int(env.get("SVIT_LEASE_TTL_S", "5")),
-                snapshot_every=int(env.get("SVIT_SNAPSHOT_EVERY", "100")),
-                passivate_after_s=float(env.get("SVIT_PASSIVATE_AFTER_S", "300")),
-                signal_retention=int(env.get("SVIT_SIGNAL_RETENTION", "10000")),
-                redis_allow_unverified_eviction_policy=allow_unverified_from_env(),
-                redis_cluster=cluster_from_env(),
-                reasoner={k: env[f"SVIT_REASONER_{k.upper()}"]
-                          for k in ("kind", "base_url", "model", "api_key_env",
-                                    "instructions")
-                          if f"SVIT_REASONER_{k.upper()}" in env},
-                ports=_ports_from_env(env.get("SVIT_PORTS_JSON", "")),
-            )
-        except ValueError as exc:
-            raise ConfigurationError(f"bad SVIT_* setting: {exc}") from exc
+        return cls.from_settings(load_settings(ClusterSettings))
 
-
-def _ports_from_env(raw: str) -> dict[str, Any]:
-    """``SVIT_PORTS_JSON`` (the Helm values' ``ports:`` block as JSON), validated.
-
-    Raises:
-        ConfigurationError: not a JSON object, or not a valid ``PortsConfig``.
-    """
-    if not raw.strip():
-        return {}
-    from svit_cluster.ports import PortsConfig
-
-    try:
-        doc = json.loads(raw)
-    except ValueError:
-        raise ConfigurationError("SVIT_PORTS_JSON is not JSON") from None
-    if not isinstance(doc, dict):
-        raise ConfigurationError("SVIT_PORTS_JSON must be a JSON object")
-    PortsConfig.parse(doc)
-    return doc
-
-
-def _etcd_endpoints(raw: str) -> str:
-    """``SVIT_ETCD_ENDPOINTS`` normalised to ``"h:p,h:p"`` (all members, order kept).
-
-    Raises:
-        ValueError: an entry is not ``host:port`` or the list is empty.
-    """
-    from svit_cluster.ownership._failover import parse_endpoints
-
-    try:
-        members = parse_endpoints(raw)
-    except ValueError as exc:
-        raise ValueError(f"SVIT_ETCD_ENDPOINTS: {exc}") from exc
-    return ",".join(f"{host}:{port}" for host, port in members)
+    @classmethod
+    def from_settings(cls, env: ClusterSettings) -> ClusterConfig:
+        """The config of validated :class:`~svit_cluster.settings.ClusterSettings`."""
+        return cls(
+            cluster=env.cluster,
+            etcd_endpoint=env.etcd_endpoints,  # every member: open_client fails over
+            redis_url=env.redis_url,
+            ray_address=env.ray_address,
+            lease_ttl_s=env.lease_ttl_s,
+            snapshot_every=env.snapshot_every,
+            passivate_after_s=env.passivate_after_s,
+            signal_retention=env.signal_retention,
+            redis_allow_unverified_eviction_policy=env.redis_allow_unverified_eviction_policy,
+            redis_cluster=env.redis_cluster,
+            reasoner=env.reasoner(),
+            ports=env.ports(),
+        )

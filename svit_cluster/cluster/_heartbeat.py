@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_HEARTBEAT_FILE", "check_heartbeat", "write_heartbeat"]
+from svit_cluster.settings import DEFAULT_HEARTBEAT_FILE
 
-DEFAULT_HEARTBEAT_FILE = "/tmp/svit-agent-heartbeat.json"
+__all__ = ["DEFAULT_HEARTBEAT_FILE", "check_heartbeat", "write_heartbeat"]
 
 
 def write_heartbeat(path: str | Path, status: dict[str, Any], *,

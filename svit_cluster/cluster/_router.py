@@ -342,6 +342,35 @@ class RayRouter:
         child = await self._place(new_process_id, {"snapshot": result["snapshot"]})
         return {"process_id": new_process_id, "host": child.host, "token": child.token}
 
+    async def delete(self, process_id: str) -> dict[str, Any]:
+        """Delete through the owner (activated if needed), then release its etcd record.
+
+        The owner's actor runs the fenced store delete; then this router asks
+        the owner's agent to release the ownership record (etcd) and stop the
+        actor, and forgets the route. A stale route (the actor already left)
+        is re-placed once, as in :meth:`control`.
+        """
+        route = await self._route(process_id)
+        result = await self._call_route(route, "delete")
+        if "error" in result and result["error"].get("code") in ("unavailable", "fenced"):
+            await asyncio.sleep(0.05)
+            if self.cache.routes.get(process_id) in (None, route):
+                self.cache.routes.pop(process_id, None)
+                route = await self._place(process_id, None)
+                result = await self._call_route(route, "delete")
+        raise_error_dict(result)
+        released = False
+        try:
+            released = bool(await self._call(agent_name(route.host), "release", process_id,
+                                             route.token, "deleted", timeout_s=15))
+        except SvitError as exc:  # the actor's own fallback release follows
+            log.warning("release of deleted %s on %s failed: %s", process_id, route.host, exc)
+        if self.cache.routes.get(process_id) == route:
+            self.cache.routes.pop(process_id, None)
+        self._seen.pop(process_id, None)
+        return {"process_id": process_id, "deleted": True, "version": result.get("version"),
+                "token": route.token, "released": released}
+
     def signal_source(self) -> Any:
         """Signals and history, read straight from Redis (no actor, no etcd)."""
         if self._signals is None:

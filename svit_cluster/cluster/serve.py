@@ -6,7 +6,6 @@ import asyncio
 import importlib.util
 import json
 import logging
-import os
 import signal
 import threading
 from pathlib import Path
@@ -14,6 +13,12 @@ from typing import Any
 
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.errors import ConfigurationError
+from svit_cluster.settings import (
+    AgentSettings,
+    GatewaySettings,
+    NodeSettings,
+    load_settings,
+)
 
 __all__ = ["gateway_server_config", "http_stack", "run_gateway", "run_host_agent",
            "serve_gateway"]
@@ -30,11 +35,11 @@ def _load(state_dir: Path | None) -> tuple[ClusterConfig, str, int]:
         doc = json.loads(path.read_text())
         return (ClusterConfig.from_cluster_json(path), doc["tokens_file"],
                 int(doc["max_request_bytes"]))
-    tokens = os.environ.get("SVIT_TOKENS_FILE")
-    if not tokens:
+    env = load_settings(GatewaySettings)
+    load_settings(NodeSettings)  # the launcher's variables: refuse a bad one at start
+    if not env.tokens_file:
         raise ConfigurationError("set SVIT_TOKENS_FILE (or pass --state-dir)")
-    cap = int(os.environ.get("SVIT_MAX_REQUEST_BYTES", str(1024 * 1024)))
-    return ClusterConfig.from_env(), tokens, cap
+    return ClusterConfig.from_settings(env), env.tokens_file, env.max_request_bytes
 
 
 def http_stack() -> tuple[str, str]:
@@ -137,12 +142,13 @@ def run_host_agent(host_id: str, *, heartbeat_file: str | None = None,
     """
     import ray
 
-    from svit_cluster.cluster._heartbeat import DEFAULT_HEARTBEAT_FILE, write_heartbeat
+    from svit_cluster.cluster._heartbeat import write_heartbeat
     from svit_cluster.cluster.bootstrap import start_agents
 
-    path = heartbeat_file or os.environ.get("SVIT_AGENT_HEARTBEAT_FILE",
-                                            DEFAULT_HEARTBEAT_FILE)
-    config = ClusterConfig.from_env()
+    env = load_settings(AgentSettings)
+    load_settings(NodeSettings)  # the launcher's variables: refuse a bad one at start
+    path = heartbeat_file or env.agent_heartbeat_file
+    config = ClusterConfig.from_settings(env)
     ray.init(address=config.ray_address or "auto", namespace=config.namespace,
              logging_level=logging.ERROR, log_to_driver=False)
     start_agents(config, [host_id])

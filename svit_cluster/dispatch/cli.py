@@ -38,12 +38,13 @@ def dispatcher() -> None:
 
 @dispatcher.command("run")
 @_state_dir
-@click.option("--redis-url", envvar="SVIT_REDIS_URL", default=None,
-              help="Commit-log Redis (SVIT_REDIS_URL); not needed with --state-dir.")
-@click.option("--gateway-url", envvar=["SVIT_GATEWAY_URL", "SVIT_URL"], default=None,
-              help="Gateway for svit:// destinations (SVIT_GATEWAY_URL, else SVIT_URL).")
-@click.option("--token", envvar="SVIT_TOKEN", default=None,
-              help="Admin bearer token for that gateway (SVIT_TOKEN).")
+@click.option("--redis-url", default=None,
+              help="Commit-log Redis [default: SVIT_REDIS_URL]; not needed with --state-dir.")
+@click.option("--gateway-url", default=None,
+              help="Gateway for svit:// destinations [default: SVIT_GATEWAY_URL, else "
+                   "SVIT_URL].")
+@click.option("--token", default=None,
+              help="Admin bearer token for that gateway [default: SVIT_TOKEN].")
 @click.option("--worker-id", default=None, help="Consumer name (default <hostname>-<pid>).")
 @click.option("--allow-webhook-host", "hosts", multiple=True,
               help="Allow webhooks to HOST or HOST:PORT (repeatable).")
@@ -64,7 +65,12 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
         metrics_port: int | None, options_json: str | None, log_level: str) -> None:
     """Run one dispatcher worker until SIGTERM/SIGINT."""
     from svit_cluster.dispatch import DispatchConfig, run_worker
+    from svit_cluster.settings import DispatcherSettings, load_settings
 
+    env = load_settings(DispatcherSettings)  # options win; a bad variable exits here
+    redis_url = redis_url or env.redis_url
+    gateway_url = gateway_url or env.gateway_url or env.url
+    token = token or env.token
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides: dict[str, Any] = json.loads(options_json) if options_json else {}
@@ -89,7 +95,7 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
 
 @dispatcher.command("status")
 @_state_dir
-@click.option("--redis-url", envvar="SVIT_REDIS_URL", default=None)
+@click.option("--redis-url", default=None, help="Commit-log Redis [default: SVIT_REDIS_URL].")
 @output_option
 @click.argument("process_ids", nargs=-1, required=True)
 def status(state_dir: Path | None, redis_url: str | None, output: str,
@@ -106,6 +112,10 @@ def status(state_dir: Path | None, redis_url: str | None, output: str,
     from svit_cluster.dispatch import delivery_status, outbox_summary
     from svit_cluster.store import connect
 
+    if redis_url is None and state_dir is None:
+        from svit_cluster.settings import DispatcherSettings, load_settings
+
+        redis_url = load_settings(DispatcherSettings).redis_url
     if redis_url is None and state_dir is not None:
         from svit_cluster.local import LocalCluster
 

@@ -325,6 +325,27 @@ def create_app(
         return JSONResponse({"process_id": pid, "client_id": client_id,
                              "request_id": request_id, **status})
 
+    @api.delete("/v1/processes")
+    async def delete_process(
+        request: Request,
+        process_id: str = Query(..., description="svit:// process id"),
+    ) -> JSONResponse:
+        """Delete a process: its log, snapshot, receipts, outbox, signals and owner record.
+
+        Fenced like a commit: the current owner deletes under its fencing
+        token, and the stored fence stays as a tombstone, so an older owner
+        can never write the process back. Intents not yet delivered are
+        dropped. ``200 {process_id, deleted: true, version}``; ``404`` when
+        there is no such process (also the answer to a retry of a delete that
+        did happen); ``503`` when the outcome is unknown (retry).
+        """
+        pid = validate_process_id(process_id)
+        if not authorize(_principal(request), pid):
+            return _forbidden(pid)
+        result = await router.delete(pid)
+        return JSONResponse({"process_id": pid, "deleted": True,
+                             "version": result.get("version")})
+
     @api.post("/v1/processes/inbox")
     async def inbox(request: Request, body: InboxMessage) -> JSONResponse:
         """Commit one message to the process inbox, under the fence; size-checked first."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from svit_cluster.errors import ConfigurationError, ErrorCode, InvalidInput, Unauthenticated
 from svit_cluster.gateway._errors import error_response
 from svit_cluster.gateway._observe import OBSERVE_PATH, ObserveTokens, observe_token_of
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "PUBLIC_PATHS",
@@ -60,12 +64,24 @@ class TokenStore:
     Lookups compare the SHA-256 of the presented token against *every* stored
     hash with :func:`hmac.compare_digest`, so the time taken does not depend on
     which stored token (if any) matches.
+
+    A store read with :meth:`from_file` follows its file: at most every
+    ``reload_interval_s`` seconds a lookup checks it, and when its
+    identity (inode, size, mtime) changed the tokens are read again, so a
+    rotated Kubernetes Secret (the kubelet swaps the mounted file atomically,
+    within about a minute) takes effect without restarting the gateway. A new
+    file that cannot be read or parsed keeps the previous tokens (logged as a
+    warning, retried at the next interval); rotation never opens the gateway.
     """
 
     def __init__(self) -> None:
         self._entries: list[tuple[bytes, Principal]] = []
         self._observe_material: list[bytes] = []
         self._observe_key: bytes | None = None
+        self._path: Path | None = None
+        self._identity: tuple[int, int, int] | None = None
+        self._checked_at = 0.0
+        self.reload_interval_s = 2.0
 
     def add(self, token: str, principal: Principal) -> None:
         """Register ``token`` (at least 16 characters).
@@ -101,7 +117,10 @@ class TokenStore:
         reveals no token and no tenant token holder can compute it; every
         gateway replica loading the same tokens document derives the same key);
         else, with no admin token, a random key kept by this store (observe
-        tokens then work only on the gateway that minted them).
+        tokens then work only on the gateway that minted them). The gateway
+        takes the key once, at start: a reloaded tokens file (rotation) does
+        not change it, so replicas started after a rotation of the admin
+        tokens derive another key; set ``observe_key`` to keep them in step.
         """
         if self._observe_key is None:
             if self._observe_material:
@@ -112,6 +131,9 @@ class TokenStore:
         return self._observe_key
 
     def lookup(self, token: str) -> Principal | None:
+        """The principal of ``token``, or None (re-reads a changed tokens file first)."""
+        if self._path is not None:
+            self._maybe_reload()
         presented = hashlib.sha256(token.encode()).digest()
         found: Principal | None = None
         for digest, principal in self._entries:
@@ -151,13 +173,53 @@ class TokenStore:
         return store
 
     @classmethod
-    def from_file(cls, path: str | Path) -> TokenStore:
-        """Load a tokens JSON file (see :meth:`from_document`)."""
+    def from_file(cls, path: str | Path, *, reload_interval_s: float = 2.0) -> TokenStore:
+        """Load a tokens JSON file (see :meth:`from_document`) and follow its changes.
+
+        Args:
+            path: the tokens file (``SVIT_TOKENS_FILE``).
+            reload_interval_s: seconds between two checks of the file (> 0).
+
+        Raises:
+            ConfigurationError: the file cannot be read or is malformed.
+        """
+        path = Path(path)
+        identity = _identity(path)
         try:
-            doc = json.loads(Path(path).read_text())
+            doc = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"cannot read tokens file {path}: {exc}") from exc
-        return cls.from_document(doc)
+        store = cls.from_document(doc)
+        store._path, store._identity = path, identity
+        store._checked_at = time.monotonic()
+        store.reload_interval_s = reload_interval_s
+        return store
+
+    def _maybe_reload(self) -> None:
+        now = time.monotonic()
+        if now - self._checked_at < self.reload_interval_s or self._path is None:
+            return
+        self._checked_at = now
+        identity = _identity(self._path)
+        if identity is None or identity == self._identity:
+            return
+        try:
+            fresh = TokenStore.from_file(self._path)
+        except ConfigurationError as exc:
+            log.warning("tokens file changed but cannot be loaded; keeping the previous "
+                        "tokens: %s", exc)
+            return
+        self._entries, self._identity = fresh._entries, fresh._identity
+        log.warning("tokens file %s reloaded: %d tokens", self._path, len(self._entries))
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """``(inode, size, mtime_ns)`` of ``path`` (symlinks followed), or None when absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _unauthenticated(message: str) -> Any:

@@ -116,6 +116,17 @@ class Router(Protocol):
         """Fork into ``new_process_id``; returns its info."""
         ...
 
+    async def delete(self, process_id: str) -> dict[str, Any]:
+        """Delete the process (fenced like a commit; see ``RedisBackend.delete``).
+
+        Returns ``{"process_id", "deleted": True, "version"}`` (``version``: the
+        head version that was deleted). Raises ``NotFound`` when there is no
+        such process (never created or already deleted: a retry after an
+        unknown outcome answers this), ``FencedError`` when the owner that
+        tried lost the process, ``UnavailableError`` when the outcome is
+        unknown (retry)."""
+        ...
+
     async def health(self) -> dict[str, Any]:
         """``{"ok": bool, ...details}``."""
         ...
@@ -226,6 +237,17 @@ class LocalRouter:
             self._controllers[new_process_id] = self._controller(child)
         return {"process_id": new_process_id, "version": child.version,
                 "root_hash": child.root_hash}
+
+    async def delete(self, process_id: str) -> dict[str, Any]:
+        async with self._lock:
+            ctrl = self._get(process_id)
+            loop = self.loops.pop(process_id, None)
+            if loop is not None:
+                await loop.stop()
+            with ctrl.locked():
+                version = ctrl.process.version
+                del self._controllers[process_id]
+        return {"process_id": process_id, "deleted": True, "version": version}
 
     async def health(self) -> dict[str, Any]:
         return {"ok": True, "processes": len(self._controllers)}

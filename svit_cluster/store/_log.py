@@ -23,7 +23,6 @@ Guarantees, per call:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -85,22 +84,16 @@ WAIT_REPLICAS_ENV = "SVIT_REDIS_WAIT_REPLICAS"
 WAIT_TIMEOUT_ENV = "SVIT_REDIS_WAIT_TIMEOUT_MS"
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ConfigurationError(f"{name} must be an integer, got {raw!r}") from exc
-
-
 def _wait_replicas_default() -> int:
-    return _env_int(WAIT_REPLICAS_ENV, 0)
+    from svit_cluster.settings import StoreSettings, load_settings
+
+    return load_settings(StoreSettings).redis_wait_replicas
 
 
 def _wait_timeout_default() -> int:
-    return _env_int(WAIT_TIMEOUT_ENV, 1000)
+    from svit_cluster.settings import StoreSettings, load_settings
+
+    return load_settings(StoreSettings).redis_wait_timeout_ms
 
 log = logging.getLogger(__name__)
 
@@ -536,6 +529,49 @@ class RedisBackend:
             self._limits = process.limits
             self._since_snapshot = 0
             self._tail_bytes = 0
+
+    def delete(self) -> dict[str, Any]:
+        """Delete the process from the store, fenced like a commit.
+
+        Removes the stream, head, snapshot, receipts, outbox (intents not yet
+        delivered are dropped), signals, the session pointer and the current
+        session's events stream, in one script. The fence key stays, raised to
+        this token: it is the tombstone that keeps refusing every write of an
+        older owner, so a stale owner cannot resurrect the process (see
+        ``DELETE`` in ``_scripts``). Not removed: the fence key itself, the
+        events streams of earlier reasoning sessions, and the dispatcher's
+        per-stream bookkeeping (``<outbox>:lease-token``, ``:dead-settled``).
+
+        Returns:
+            ``{"version": int | None, "removed_keys": int}``: the head version
+            that was deleted and how many Redis keys were removed.
+
+        Raises:
+            FencedError: a newer owner holds the process; nothing deleted.
+            NotFound: the process is not in the store (never created, or
+                already deleted).
+            UnavailableError: Redis failed (the delete may or may not be
+                applied; retrying answers ``NotFound`` if it was).
+        """
+        self._check_guard()
+        keys = self.keys
+        with redis_boundary("delete", self.process_id, outcome="unknown"):
+            session = self._client.get(keys.session)
+            extra = [keys.events(session.decode() if isinstance(session, bytes) else session)
+                     ] if session else []
+            reply = self._run(
+                "delete", self._scripts.delete,
+                [keys.fence, keys.head, keys.snapshot, keys.stream, keys.receipts,
+                 keys.receipts_order, keys.outbox, keys.signals, keys.session, *extra],
+                [self.token],
+            )
+        status, rest = _status(reply)
+        if status == "fenced":
+            raise self._fenced(rest[0], "delete")
+        if status == "missing":
+            raise NotFound(f"unknown process {self.process_id}", process_id=self.process_id)
+        version = rest[0].decode() if isinstance(rest[0], bytes) else str(rest[0])
+        return {"version": int(version) if version else None, "removed_keys": int(rest[1])}
 
     def snapshot(self, process: Process) -> bool:
         """Store a snapshot of ``process`` (which must be at the durable head), fenced.

@@ -19,7 +19,6 @@ and JuiceFS check the policy at connect for the same reason.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeAlias
@@ -173,13 +172,25 @@ def failure_reason(exc: BaseException) -> str:
 
 
 def cluster_from_env() -> bool:
-    """Whether :data:`CLUSTER_ENV` is set to ``true``/``1``/``yes``."""
-    return os.environ.get(CLUSTER_ENV, "").strip().lower() in ("1", "true", "yes")
+    """:data:`CLUSTER_ENV` (``StoreSettings.redis_cluster``; unset: False).
+
+    Raises:
+        ConfigurationError: the variable is not a boolean (``true``/``false``, ...).
+    """
+    from svit_cluster.settings import StoreSettings, load_settings
+
+    return load_settings(StoreSettings).redis_cluster
 
 
 def allow_unverified_from_env() -> bool:
-    """Whether :data:`ALLOW_UNVERIFIED_ENV` is set to ``true``/``1``/``yes``."""
-    return os.environ.get(ALLOW_UNVERIFIED_ENV, "").strip().lower() in ("1", "true", "yes")
+    """:data:`ALLOW_UNVERIFIED_ENV` (``StoreSettings.redis_allow_unverified_eviction_policy``).
+
+    Raises:
+        ConfigurationError: the variable is not a boolean.
+    """
+    from svit_cluster.settings import StoreSettings, load_settings
+
+    return load_settings(StoreSettings).redis_allow_unverified_eviction_policy
 
 
 def _config_value(reply: Any, name: str) -> str | None:

@@ -21,8 +21,8 @@ from redis.commands.core import Script
 
 from svit_cluster.store._redis import RedisClient
 
-__all__ = ["ADD_SIGNAL", "CLAIM", "COMMIT", "CREATE", "GET_RECEIPT_SYNCED", "PUT_RECEIPT",
-           "SNAPSHOT", "Scripts", "commit_source"]
+__all__ = ["ADD_SIGNAL", "CLAIM", "COMMIT", "CREATE", "DELETE", "GET_RECEIPT_SYNCED",
+           "PUT_RECEIPT", "SNAPSHOT", "Scripts", "commit_source"]
 
 # Shared helpers, prepended to the scripts that need them.
 _FENCE = """
@@ -229,6 +229,33 @@ return {'ok'}
 """
 
 
+# Deletes a process under the fence, like a commit: a token below the fence is
+# refused and nothing changes. The fence key is kept (raised to this token) as
+# the tombstone: a stale owner's later commit, claim-then-create or receipt is
+# still refused by the fence (and a commit also by the missing head), so a
+# delete cannot be undone by an owner that lost the process. A later create by
+# a newer owner (higher token) works as for any new process.
+# KEYS: fence, head, snapshot, then every other key to remove (stream, receipts,
+#       receipts_order, outbox, signals, session, the session's events stream)
+# ARGV: token
+DELETE = _FENCE + """
+local fence_raw, fence_ok = fence_check(KEYS[1], ARGV[1])
+if not fence_ok then
+  return {'fenced', fence_raw}
+end
+local version = redis.call('HGET', KEYS[2], 'version')
+if not version and redis.call('EXISTS', KEYS[3]) == 0 then
+  return {'missing'}
+end
+raise_fence(KEYS[1], fence_raw, ARGV[1])
+local removed = 0
+for i = 2, #KEYS do
+  removed = removed + redis.call('DEL', KEYS[i])
+end
+return {'ok', version or '', tostring(removed)}
+"""
+
+
 @dataclass(slots=True)
 class Scripts:
     """The scripts registered on one client (``EVALSHA``, reloaded on ``NOSCRIPT``).
@@ -245,6 +272,7 @@ class Scripts:
     claim: Script
     create: Script
     snapshot: Script
+    delete: Script
 
     @classmethod
     def register(cls, client: RedisClient) -> Scripts:
@@ -256,5 +284,6 @@ class Scripts:
             claim=client.register_script(CLAIM),
             create=client.register_script(CREATE),
             snapshot=client.register_script(SNAPSHOT),
+            delete=client.register_script(DELETE),
         )
 

@@ -67,7 +67,7 @@ def test_every_result_command_has_output_and_json_alias() -> None:
 
 
 COVERED = {"status", "env", "down", "kill-host", "pause-host", "resume-host", "healthcheck",
-           "smoke", "etcd-restored", "dispatcher status", "dead-letters list",
+           "smoke", "delete", "etcd-restored", "dispatcher status", "dead-letters list",
            "dead-letters redrive", "chat"}
 
 
@@ -92,6 +92,18 @@ def test_smoke(fake_cluster: FakeCluster, clean_env: object,
     doc = run_json(["smoke", "--output", "json"])  # everything from SVIT_URL/SVIT_TOKEN
     assert doc["status"] == "committed" and doc["ok"] is True
     assert doc["process_id"] == "svit://smoke/helm-test"  # reused by every run
+
+
+def test_delete(fake_cluster: FakeCluster, clean_env: object,
+                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SVIT_URL", fake_cluster.url)
+    monkeypatch.setenv("SVIT_TOKEN", ADMIN)
+    pid = "svit://json/delete-me"
+    run_json(["smoke", "--process-id", pid, "--output", "json"])
+    doc = run_json(["delete", pid, "--output", "json"])
+    assert doc == {"process_id": pid, "deleted": True, "version": 1}
+    gone = run_json(["delete", pid, "--missing-ok", "--json"])
+    assert gone == {"process_id": pid, "deleted": False, "missing": True}
 
 
 def test_host_signals_and_down(fake_cluster: FakeCluster) -> None:

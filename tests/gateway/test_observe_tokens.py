@@ -318,7 +318,7 @@ def test_cors_origins_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     origins = GatewaySettings().cors_origins
     assert parse_origins(origins) == ("https://app.example", "http://127.0.0.1:3000")
     monkeypatch.delenv("SVIT_CORS_ORIGINS")
-    assert GatewaySettings().cors_origins == []
+    assert GatewaySettings().cors_origins == ()
     for bad in ("https://app.example/", "app.example", "https://app.example/path"):
         with pytest.raises(ConfigurationError):
             parse_origins(bad)

@@ -291,8 +291,9 @@ def test_helm_test_hook_runs_an_authenticated_activation(render: Render) -> None
         if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"
     ]
     (container,) = pod["spec"]["containers"]
-    assert container["args"][:3] == ["svit-cluster", "smoke", "--url"]
-    assert container["args"][3].startswith(f"http://{RELEASE}-gateway.")
+    # the hook deletes the process it used (issue 19 item 7)
+    assert container["args"][:4] == ["svit-cluster", "smoke", "--delete", "--url"]
+    assert container["args"][4].startswith(f"http://{RELEASE}-gateway.")
     token = _env(container, "SVIT_TOKEN")["valueFrom"]["secretKeyRef"]
     assert token == {"name": f"{RELEASE}-tokens", "key": "admin-token"}
     assert pod["spec"]["restartPolicy"] == "Never"
@@ -607,7 +608,9 @@ def test_optional_gateway_resources(render: Render) -> None:
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
     assert "replicas" not in _one(manifests, "Deployment", f"{RELEASE}-gateway")["spec"]
     monitors = {m["metadata"]["name"]: m for m in _kind(manifests, "ServiceMonitor")}
-    assert set(monitors) == {f"{RELEASE}-gateway", f"{RELEASE}-dispatcher"}
+    # etcd serves /metrics itself; Redis needs redis.metrics.enabled (exporter).
+    assert set(monitors) == {f"{RELEASE}-gateway", f"{RELEASE}-dispatcher", f"{RELEASE}-etcd",
+                             f"{RELEASE}-redis"}
     for monitor in monitors.values():
         assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     default = render()

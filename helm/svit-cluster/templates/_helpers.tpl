@@ -101,7 +101,80 @@ matchExpressions:
 Images
 */}}
 {{- define "svit.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "svit.imageRef" (dict "image" .Values.image "tag" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/*
+An image reference: repository@digest when image.digest is set (the tag is then
+ignored: a digest pins the exact image), else repository:tag (tag defaulting to
+the given "tag"). Call with (dict "image" IMAGE_VALUES "tag" DEFAULT_TAG).
+*/}}
+{{- define "svit.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .tag .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The ServiceAccount every pod of the release runs as.
+*/}}
+{{- define "svit.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "svit.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Pod template metadata: the chart's labels plus podLabels (global, then the
+component's; the chart's own labels always win, so selectors keep matching),
+and annotations: the chart's (checksums) plus podAnnotations (component's win
+over global). Call with (dict "ctx" $ "component" NAME "values" COMPONENT_VALUES
+"annotations" CHART_ANNOTATIONS).
+*/}}
+{{- define "svit.podMetadata" -}}
+{{- $own := fromYaml (include "svit.labels" (dict "ctx" .ctx "component" .component)) -}}
+{{- $labels := merge $own (deepCopy (.values.podLabels | default dict)) (deepCopy (.ctx.Values.podLabels | default dict)) -}}
+{{- $ann := merge (deepCopy (.annotations | default dict)) (deepCopy (.values.podAnnotations | default dict)) (deepCopy (.ctx.Values.podAnnotations | default dict)) -}}
+labels:
+  {{- toYaml $labels | nindent 2 }}
+{{- with $ann }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Pod spec fields shared by every pod: ServiceAccount (token mount off unless
+serviceAccount.automountServiceAccountToken), priorityClassName and
+topologySpreadConstraints (the component's, else the global ones). A spread
+constraint without a labelSelector gets the component's selector labels.
+Call with (dict "ctx" $ "component" NAME "values" COMPONENT_VALUES), plus
+"keepServiceAccount" true to leave serviceAccountName to someone else (KubeRay
+gives the head its own, with RBAC, when its autoscaler is on).
+*/}}
+{{- define "svit.podSpecCommon" -}}
+{{- if not .keepServiceAccount }}
+serviceAccountName: {{ include "svit.serviceAccountName" .ctx }}
+{{- end }}
+automountServiceAccountToken: {{ .ctx.Values.serviceAccount.automountServiceAccountToken }}
+{{- with (.values.priorityClassName | default .ctx.Values.priorityClassName) }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- $tsc := .values.topologySpreadConstraints | default .ctx.Values.topologySpreadConstraints }}
+{{- if $tsc }}
+topologySpreadConstraints:
+{{- range $tsc }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" (fromYaml (include "svit.selectorLabels" (dict "ctx" $.ctx "component" $.component)))) }}
+{{- end }}
+  - {{- toYaml $c | nindent 4 }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -342,4 +415,20 @@ The ports block as the JSON svit_cluster.ports.PortsConfig reads (SVIT_PORTS_JSO
   "max_output_bytes" (int64 ($p.maxOutputBytes | default 262144))
   "fuel_per_call" (int64 (ternary $p.fuelPerCall 1000 (hasKey $p "fuelPerCall"))) -}}
 {{- toJson $doc -}}
+{{- end -}}
+
+{{/*
+Checksum of the generated tokens Secret, as a pod annotation of the pods that
+read a token from an environment variable (the dispatcher's SVIT_TOKEN): a
+changed token rolls them. The generated values persist across upgrades
+(svit.persistentRandom), so an unchanged Secret gives the same checksum. With
+auth.existingSecret the chart cannot see the content: "external" (roll the
+dispatcher yourself after rotating; the gateway re-reads its mounted file).
+*/}}
+{{- define "svit.tokensChecksum" -}}
+{{- if .Values.auth.generateSecret -}}
+{{- include (print .Template.BasePath "/secret-tokens.yaml") . | sha256sum -}}
+{{- else -}}
+external
+{{- end -}}
 {{- end -}}
