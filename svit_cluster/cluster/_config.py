@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from svit_cluster.errors import ConfigurationError
 from svit_cluster.settings import ClusterSettings, load_settings
 
 __all__ = ["ClusterConfig"]
@@ -125,7 +126,19 @@ class ClusterConfig:
 
     @classmethod
     def from_settings(cls, env: ClusterSettings) -> ClusterConfig:
-        """The config of validated :class:`~svit_cluster.settings.ClusterSettings`."""
+        """The config of validated :class:`~svit_cluster.settings.ClusterSettings`.
+
+        Raises:
+            ConfigurationError: ``SVIT_PORTS_JSON`` is not a valid port registry
+                (``svit_cluster.ports.PortsConfig``); the message names it.
+        """
+        from svit_cluster.ports import PortsConfig
+
+        try:
+            PortsConfig.parse(env.ports())
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"bad setting SVIT_PORTS_JSON: {exc.message}") from None
         return cls(
             cluster=env.cluster,
             etcd_endpoint=env.etcd_endpoints,  # every member: open_client fails over

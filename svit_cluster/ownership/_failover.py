@@ -34,6 +34,8 @@ from typing import Any
 
 import aetcd
 
+from svit_cluster.settings import parse_endpoints
+
 __all__ = ["FailoverClient", "parse_endpoints"]
 
 log = logging.getLogger(__name__)
@@ -56,27 +58,6 @@ _REQUEST_METHODS = (
     "get_lease_info", "status", "members", "watch", "watch_prefix", "watch_once",
     "watch_prefix_once",
 )
-
-
-def parse_endpoints(endpoints: str) -> list[tuple[str, int]]:
-    """``"a:2379, b:2379"`` -> ``[("a", 2379), ("b", 2379)]`` (order kept, duplicates dropped).
-
-    Raises:
-        ValueError: the list is empty or an entry is not ``host:port``.
-    """
-    out: list[tuple[str, int]] = []
-    for raw in endpoints.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        host, sep, port = entry.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"etcd endpoint must be host:port, got {entry!r}")
-        if (host, int(port)) not in out:
-            out.append((host, int(port)))
-    if not out:
-        raise ValueError(f"no etcd endpoint in {endpoints!r}")
-    return out
 
 
 def _failing_over(name: str) -> Callable[..., Any]:
