@@ -30,7 +30,7 @@ Guarantees (details in ``README.md`` in this package):
   its successors.
 """
 
-from svit_cluster.dispatch._config import DispatchConfig
+from svit_cluster.dispatch._config import DispatchConfig, read_cluster_json
 from svit_cluster.dispatch._deadletter import DeadLetter, DeadLetters, RedriveResult
 from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliveryError
 from svit_cluster.dispatch._intent import Intent
@@ -75,5 +75,6 @@ __all__ = [
     "default_sinks",
     "delivery_status",
     "destination_records",
+    "read_cluster_json",
     "run_worker",
 ]

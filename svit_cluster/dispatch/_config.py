@@ -14,7 +14,25 @@ from svit_cluster.dispatch._keys import DEFAULT_GROUP, DispatchKeys
 from svit_cluster.errors import ConfigurationError, InvalidInput
 from svit_cluster.store import DEFAULT_PREFIX
 
-__all__ = ["DispatchConfig", "default_worker_id"]
+__all__ = ["DispatchConfig", "default_worker_id", "read_cluster_json"]
+
+
+def read_cluster_json(path: str | Path) -> dict[str, Any]:
+    """The document a local cluster records in ``<state dir>/cluster.json``.
+
+    Read as a plain file so the dispatcher never imports the dev cluster
+    (``svit_cluster.local`` starts dispatchers, not the reverse).
+
+    Raises:
+        ConfigurationError: the file is missing, unreadable, or not a JSON object.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"cannot read cluster file {path}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ConfigurationError(f"cluster file {path} is not a JSON object")
+    return doc
 
 
 def default_worker_id() -> str:
@@ -174,11 +192,7 @@ class DispatchConfig:
         Raises:
             ConfigurationError: the file is missing or malformed.
         """
-        try:
-            doc = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(f"cannot read cluster file {path}: {exc}") from exc
-        return cls.from_cluster_json_doc(doc, **overrides)
+        return cls.from_cluster_json_doc(read_cluster_json(path), **overrides)
 
     @classmethod
     def from_cluster_json_doc(cls, doc: dict[str, Any], **overrides: Any) -> DispatchConfig:

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from svit_cluster._cliutil import emit, fail, output_option
-from svit_cluster.errors import SvitError
+from svit_cluster.errors import ConfigurationError, SvitError
 
 __all__ = ["dead_letters", "dispatcher"]
 
@@ -98,16 +98,22 @@ def status(state_dir: Path | None, redis_url: str | None, output: str,
     from collections import Counter
     from dataclasses import asdict
 
-    from svit_cluster.dispatch import delivery_status
+    from svit_cluster.dispatch import delivery_status, read_cluster_json
     from svit_cluster.store import connect
 
+    cluster: bool | None = None  # None: SVIT_REDIS_CLUSTER decides
     if redis_url is None and state_dir is not None:
-        from svit_cluster.local import LocalCluster
-
-        redis_url = LocalCluster.load(state_dir).doc["redis"]["url"]
+        try:  # the local cluster's record, read as `run --state-dir` reads it
+            doc = read_cluster_json(state_dir / "cluster.json")
+            redis_url = str(doc["redis"]["url"])
+            cluster = bool(doc["redis"].get("cluster")) or None
+        except SvitError as exc:
+            fail(exc)
+        except (KeyError, TypeError, AttributeError) as exc:
+            fail(ConfigurationError(f"malformed cluster document: {exc!r}"))
     if redis_url is None:
         raise click.UsageError("give --redis-url or --state-dir")
-    result = delivery_status(connect(redis_url), process_ids)
+    result = delivery_status(connect(redis_url, cluster=cluster), process_ids)
     counts = Counter(s.state.value for s in result.values())
     emit(output, [asdict(s) for s in result.values()], lambda: click.echo(
         " ".join(f"{k}={counts.get(k, 0)}" for k in ("pending", "delivered", "dead_lettered"))))

@@ -35,8 +35,7 @@ from svit_cluster.lisp._types import (
     type_name,
     utf8len,
 )
-from svit_cluster.process._paths import validate_address
-from svit_cluster.process._values import from_plain_json, strict_json_loads, to_plain_json
+from svit_cluster.values import from_plain_json, strict_json_loads, to_plain_json, validate_address
 
 __all__ = ["SVIT", "SVIT_NOT_INLINE", "result_error", "result_ok"]
 

@@ -19,7 +19,6 @@ from svit_cluster.errors import (
     LimitExceeded,
     SvitError,
 )
-from svit_cluster.process._limits import Limits
 from svit_cluster.process._namespace import (
     MAX_VERSION,
     SNAPSHOT_FORMAT,
@@ -30,7 +29,6 @@ from svit_cluster.process._namespace import (
     validate_root,
     with_system,
 )
-from svit_cluster.process._paths import parse_path, validate_process_id
 from svit_cluster.process._stat import stat_record
 from svit_cluster.process._transaction import GENESIS_HASH, Transaction
 from svit_cluster.process._tree import (
@@ -43,19 +41,22 @@ from svit_cluster.process._tree import (
     remove_node,
     value_from_node,
 )
-from svit_cluster.process._values import (
-    Script,
-    Value,
-    canonical_json,
-    strict_json_loads,
-    values_equal,
-)
 from svit_cluster.process._working import (
     Change,
     Transition,
     WorkingCopy,
     apply_mutation,
     script_from_value,
+)
+from svit_cluster.values import (
+    Limits,
+    Script,
+    Value,
+    canonical_json,
+    parse_path,
+    strict_json_loads,
+    validate_process_id,
+    values_equal,
 )
 
 __all__ = ["MAX_SNAPSHOT_BYTES", "Committer", "Process"]

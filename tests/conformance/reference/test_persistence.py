@@ -19,9 +19,9 @@ import itertools
 import pytest
 import redis
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import ConflictError, FencedError
 from svit_cluster.process import Process, Transaction
-from svit_cluster.process._activation import activate
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 
 pytestmark = pytest.mark.servers
