@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._agent import HostAgent, actor_name, agent_name, hosts_prefix
-from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._config import ClusterConfig, host_resource
+from svit_cluster.cluster._heartbeat import check_heartbeat
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.cluster.bootstrap import start_agents
 
@@ -31,6 +32,8 @@ __all__ = [
     "RouteCache",
     "actor_name",
     "agent_name",
+    "check_heartbeat",
+    "host_resource",
     "hosts_prefix",
     "start_agents",
 ]

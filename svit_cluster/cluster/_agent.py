@@ -34,9 +34,8 @@ import uuid
 from typing import Any
 
 from svit_cluster.cluster._actor import ProcessActor, error_dict
-from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._config import ClusterConfig, host_resource
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
-from svit_cluster.local._ray import host_resource
 
 __all__ = ["HostAgent", "actor_name", "agent_name", "hosts_prefix"]
 

@@ -10,9 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.errors import ConfigurationError
-from svit_cluster.store._redis import allow_unverified_from_env, cluster_from_env
+from svit_cluster.store import allow_unverified_from_env, cluster_from_env
 
-__all__ = ["ClusterConfig"]
+__all__ = ["ClusterConfig", "host_resource"]
+
+
+def host_resource(host: str) -> str:
+    """The Ray custom resource that pins actors to host ``host`` (``svit_host:<host>``).
+
+    Every Ray node of a host advertises it (``ray start --resources``, done by
+    whoever starts the node: ``svit_cluster.local`` or ``deploy/svit-node.sh``), and the
+    host's agent and actors request one unit of it.
+    """
+    return f"svit_host:{host}"
 
 
 @dataclass(frozen=True)
@@ -171,7 +181,7 @@ def _etcd_endpoints(raw: str) -> str:
     Raises:
         ValueError: an entry is not ``host:port`` or the list is empty.
     """
-    from svit_cluster.ownership._failover import parse_endpoints
+    from svit_cluster.ownership import parse_endpoints
 
     try:
         members = parse_endpoints(raw)

@@ -152,7 +152,7 @@ async def revoke_dead_leases(client: Any, cluster: str, table: NodeTable, *,
         UnavailableError: etcd could not be read (a failed revoke is logged and
             skipped: that lease runs out its TTL).
     """
-    from svit_cluster.ownership._etcd import etcd_call
+    from svit_cluster.ownership import etcd_call
 
     if not table.dead_node_ids:
         return []

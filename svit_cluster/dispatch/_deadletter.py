@@ -25,7 +25,7 @@ from svit_cluster.dispatch._intent import Intent
 from svit_cluster.dispatch._keys import DispatchKeys
 from svit_cluster.dispatch._redisutil import boundary
 from svit_cluster.errors import InvalidInput
-from svit_cluster.store._redis import AsyncRedisClient, RedisClient
+from svit_cluster.store import AsyncRedisClient, RedisClient
 
 __all__ = ["DeadLetter", "DeadLetters", "RedriveResult", "write_dead_letter"]
 

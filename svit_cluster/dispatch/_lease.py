@@ -43,7 +43,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from svit_cluster.dispatch._keys import DispatchKeys
 from svit_cluster.dispatch._redisutil import text
-from svit_cluster.store._redis import AsyncRedisClient
+from svit_cluster.store import AsyncRedisClient
 
 __all__ = ["FenceResult", "LeaseTable", "owner_of"]
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from redis.exceptions import RedisError
 
 from svit_cluster.errors import SvitError, UnavailableError
-from svit_cluster.store._redis import AsyncRedisClient, async_connect, failure_reason
+from svit_cluster.store import AsyncRedisClient, async_connect, failure_reason
 
 __all__ = ["async_client", "boundary", "text"]
 

@@ -50,8 +50,7 @@ from svit_cluster.dispatch._intent import parse_entry
 from svit_cluster.dispatch._keys import DEFAULT_GROUP, DispatchKeys
 from svit_cluster.dispatch._redisutil import boundary, text
 from svit_cluster.process import Transaction, dedup_slot
-from svit_cluster.store import DEFAULT_PREFIX, RedisBackend, StoreConfig
-from svit_cluster.store._redis import RedisClient
+from svit_cluster.store import DEFAULT_PREFIX, RedisBackend, RedisClient, StoreConfig
 
 __all__ = [
     "DeliveryState",

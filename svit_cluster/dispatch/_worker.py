@@ -65,7 +65,7 @@ from svit_cluster.dispatch._sinks import (
     SvitInboxSink,
     WebhookSink,
 )
-from svit_cluster.store._redis import AsyncRedisClient
+from svit_cluster.store import AsyncRedisClient
 
 __all__ = ["DispatchWorker", "default_sinks", "run_worker"]
 

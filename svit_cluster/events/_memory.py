@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from svit_cluster.control import MemoryBackend
-from svit_cluster.control._backend import Receipt
+from svit_cluster.control import MemoryBackend, Receipt
 from svit_cluster.errors import InvalidInput
 from svit_cluster.events._model import (
     DEFAULT_MAX_EVENTS,

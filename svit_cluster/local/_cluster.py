@@ -28,7 +28,7 @@ from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.local._ray import PortAllocator, RayNode, ray_env
 from svit_cluster.local._rcluster import EtcdClusterServer, RedisClusterServer
 from svit_cluster.local._servers import EtcdServer, RedisServer
-from svit_cluster.store._redis import CLUSTER_ENV
+from svit_cluster.store import CLUSTER_ENV
 
 __all__ = ["ClusterSpec", "LocalCluster", "stop_pid"]
 

@@ -20,7 +20,7 @@ import psutil
 
 from svit_cluster.dispatch import DispatchConfig
 from svit_cluster.errors import UnavailableError
-from svit_cluster.store._redis import CLUSTER_ENV
+from svit_cluster.store import CLUSTER_ENV
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -32,7 +32,8 @@ from svit_cluster.ownership._epoch import (
     read_epoch,
     split_token,
 )
-from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, open_client
+from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call, open_client
+from svit_cluster.ownership._failover import parse_endpoints
 from svit_cluster.ownership._lease import DEFAULT_TTL_S, HostLease, LeaseMetrics, LeaseState
 from svit_cluster.ownership._owner import (
     Fences,
@@ -61,9 +62,11 @@ __all__ = [
     "OwnershipWatch",
     "RestoreReport",
     "epoch_key",
+    "etcd_call",
     "fencing_token",
     "open_client",
     "owner_key",
+    "parse_endpoints",
     "read_epoch",
     "record_token",
     "recover_after_restore",

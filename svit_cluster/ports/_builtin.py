@@ -196,8 +196,7 @@ class LlmPort:
         }
 
     def call(self, input: Value, ctx: PortContext) -> Value:
-        from svit_cluster.reasoning import ReasonRequest, build_reasoner
-        from svit_cluster.reasoning._model import TurnFailed
+        from svit_cluster.reasoning import ReasonRequest, TurnFailed, build_reasoner
 
         doc = _obj(self.name, input)
         if "prompt" in doc and type(doc["prompt"]) is str and set(doc) == {"prompt"}:

@@ -32,7 +32,7 @@ from typing import Any
 
 import redis
 
-from svit_cluster.control._backend import Receipt, RequestStatus, validate_receipt_limit
+from svit_cluster.control import Receipt, RequestStatus, validate_receipt_limit
 from svit_cluster.errors import (
     ConfigurationError,
     ConflictError,

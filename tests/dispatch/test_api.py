@@ -26,7 +26,8 @@ def test_exported_names_are_pinned() -> None:
         "DispatchConfig", "DispatchKeys", "DispatchMetrics", "DispatchWorker", "Intent",
         "IntentStatus", "PermanentDeliveryError", "RedisStreamSink", "RedriveResult",
         "RetryableDeliveryError", "Sink", "SinkRegistry", "SvitInboxSink", "WebhookSink",
-        "default_sinks", "delivery_status", "destination_records", "run_worker",
+        "default_sinks", "delivery_status", "destination_records", "read_cluster_json",
+        "run_worker",
     ])
     for name in dispatch.__all__:
         assert getattr(dispatch, name) is not None
