@@ -8,15 +8,14 @@ Public names, by importance:
 * :class:`Owners` -- acquire (one ``create_revision == 0`` transaction; the
   fencing token is ``epoch << 40 | create revision``), ``claim`` (acquire and
   claim the Redis fence, recovering in one call from tokens below the fence
-  after an etcd restore), release (only if still ours), ``owner_of``,
-  ``guard`` (self-fencing check for the data path), ``watch``.
+  after an etcd restore), release (only if still ours), ``owner_of`` (the
+  etcd record of any process), ``release_unserved``.
 * :func:`recover_after_restore` -- the operator's step after restoring etcd
   from a backup (``svit-cluster etcd-restored``): raise the fence epoch past
   every fence, release stale ownership records.
 * :func:`fencing_token`, :func:`split_token`, :data:`EPOCH_SHIFT` -- the token
   format and its bounds (exact below 2**53, as Redis Lua numbers need).
 * :class:`Ownership`, :class:`OwnerRecord` -- this host's ownership; any owner.
-* :class:`OwnershipWatch` -- reports when ownership is lost.
 * :func:`open_client` -- an ``aetcd.Client`` for ``host:port``.
 
 The lease is never the proof of ownership: the fencing token checked by the
@@ -44,7 +43,6 @@ from svit_cluster.ownership._owner import (
     record_token,
 )
 from svit_cluster.ownership._restore import RestoreReport, recover_after_restore
-from svit_cluster.ownership._watch import OwnershipWatch
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
@@ -59,7 +57,6 @@ __all__ = [
     "OwnerRecord",
     "Owners",
     "Ownership",
-    "OwnershipWatch",
     "RestoreReport",
     "epoch_key",
     "etcd_call",

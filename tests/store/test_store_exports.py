@@ -24,7 +24,7 @@ def test_ownership_exports() -> None:
     assert sorted(ownership.__all__) == [
         "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_TTL_S", "EPOCH_SHIFT", "Fences", "HostLease",
         "LeaseMetrics", "LeaseState", "MAX_EPOCH", "MAX_REVISION", "OwnerRecord", "Owners",
-        "Ownership", "OwnershipWatch", "RestoreReport", "epoch_key", "etcd_call", "fencing_token",
+        "Ownership", "RestoreReport", "epoch_key", "etcd_call", "fencing_token",
         "open_client", "owner_key", "parse_endpoints", "read_epoch", "record_token",
         "recover_after_restore", "split_token",
     ]
