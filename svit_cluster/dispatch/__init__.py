@@ -25,7 +25,7 @@ Guarantees (details in ``README.md`` in this package):
   are reclaimed (``XAUTOCLAIM``) after ``claim_idle_s``. Redeliveries carry the
   same intent id; the ``svit`` sink stores one copy.
 * **Order.** Per sender stream and destination, intents are first delivered in
-  commit order (one worker per stream at a time, by lease). Nothing is ordered
+  commit order (one worker per stream at a time, by claim). Nothing is ordered
   across senders or across destinations; a re-driven dead letter arrives after
   its successors.
 """

@@ -53,9 +53,9 @@ class DispatchConfig:
         group: consumer group name on every source stream (default ``"svit-dispatch"``).
         worker_id: this worker's consumer name (default ``<hostname>-<pid>``).
         scan_interval_s: period of the ``SCAN`` that discovers outbox streams (2 s).
-        heartbeat_interval_s: period of the membership heartbeat and lease renewal (1 s).
+        heartbeat_interval_s: period of the membership heartbeat and claim renewal (1 s).
         worker_ttl_s: a worker without a heartbeat for this long leaves the hash ring (5 s).
-        lease_ttl_s: TTL of a per-stream lease; a crashed owner's streams move after
+        claim_ttl_s: TTL of a per-stream claim; a crashed owner's streams move after
             this long (10 s). Must exceed 2 x ``heartbeat_interval_s``.
         claim_idle_s: a pending entry of another consumer is reclaimed
             (``XAUTOCLAIM``) once it has been idle this long (30 s).
@@ -97,7 +97,7 @@ class DispatchConfig:
     scan_interval_s: float = 2.0
     heartbeat_interval_s: float = 1.0
     worker_ttl_s: float = 5.0
-    lease_ttl_s: float = 10.0
+    claim_ttl_s: float = 10.0
     claim_idle_s: float = 30.0
     batch_size: int = 64
     poll_interval_s: float = 1.0
@@ -127,7 +127,7 @@ class DispatchConfig:
             raise ConfigurationError(exc.message) from exc
         if not self.group or not self.worker_id:
             raise ConfigurationError("group and worker_id must be non-empty")
-        for name in ("scan_interval_s", "heartbeat_interval_s", "worker_ttl_s", "lease_ttl_s",
+        for name in ("scan_interval_s", "heartbeat_interval_s", "worker_ttl_s", "claim_ttl_s",
                      "poll_interval_s", "retry_initial_s", "retry_max_s", "sink_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
@@ -140,8 +140,8 @@ class DispatchConfig:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
-        if self.lease_ttl_s <= 2 * self.heartbeat_interval_s:
-            raise ConfigurationError("lease_ttl_s must exceed 2 x heartbeat_interval_s")
+        if self.claim_ttl_s <= 2 * self.heartbeat_interval_s:
+            raise ConfigurationError("claim_ttl_s must exceed 2 x heartbeat_interval_s")
         if self.worker_ttl_s <= self.heartbeat_interval_s:
             raise ConfigurationError("worker_ttl_s must exceed heartbeat_interval_s")
         if self.retry_max_s < self.retry_initial_s:
@@ -168,12 +168,18 @@ class DispatchConfig:
 
     @classmethod
     def from_mapping(cls, doc: dict[str, Any]) -> DispatchConfig:
-        """Build from a JSON-like mapping (lists become tuples; unknown keys refused).
+        """Build from a JSON-like mapping (lists become tuples; unknown keys refused;
+        ``lease_ttl_s``, the old name of ``claim_ttl_s``, is accepted).
 
         Raises:
             ConfigurationError: unknown option or bad value.
         """
         names = {f.name for f in dataclasses.fields(cls)}
+        doc = dict(doc)
+        if "lease_ttl_s" in doc:  # the option's name before the rename (old cluster.json)
+            if "claim_ttl_s" in doc:
+                raise ConfigurationError("give claim_ttl_s or its old name lease_ttl_s, not both")
+            doc["claim_ttl_s"] = doc.pop("lease_ttl_s")
         unknown = sorted(set(doc) - names)
         if unknown:
             raise ConfigurationError(f"unknown dispatcher option(s): {', '.join(unknown)}")

@@ -51,8 +51,8 @@ def dispatcher() -> None:
               help="Attempts before dead-lettering (default 8).")
 @click.option("--claim-idle", "claim_idle_s", type=click.FloatRange(0), default=None,
               help="Seconds before a dead worker's pending entries are reclaimed (default 30).")
-@click.option("--lease-ttl", "lease_ttl_s", type=click.FloatRange(0.1), default=None,
-              help="Per-stream lease TTL in seconds (default 10).")
+@click.option("--claim-ttl", "--lease-ttl", "claim_ttl_s", type=click.FloatRange(0.1), default=None,
+              help="Per-stream claim TTL in seconds (default 10; --lease-ttl is the old name).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")
 @click.option("--options", "options_json", default=None,
@@ -60,7 +60,7 @@ def dispatcher() -> None:
 @click.option("--log-level", default="INFO", show_default=True)
 def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
         token: str | None, worker_id: str | None, hosts: tuple[str, ...],
-        max_attempts: int | None, claim_idle_s: float | None, lease_ttl_s: float | None,
+        max_attempts: int | None, claim_idle_s: float | None, claim_ttl_s: float | None,
         metrics_port: int | None, options_json: str | None, log_level: str) -> None:
     """Run one dispatcher worker until SIGTERM/SIGINT."""
     from svit_cluster.dispatch import DispatchConfig, run_worker
@@ -71,7 +71,7 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
     overrides.update({k: v for k, v in {
         "redis_url": redis_url, "gateway_url": gateway_url, "gateway_token": token,
         "worker_id": worker_id, "max_attempts": max_attempts, "claim_idle_s": claim_idle_s,
-        "lease_ttl_s": lease_ttl_s, "metrics_port": metrics_port,
+        "claim_ttl_s": claim_ttl_s, "metrics_port": metrics_port,
     }.items() if v is not None})
     if hosts:
         overrides["webhook_hosts"] = tuple(hosts)
