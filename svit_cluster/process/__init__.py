@@ -30,7 +30,7 @@ from svit_cluster.process._namespace import (
     SNAPSHOT_FORMAT,
     check_script,
 )
-from svit_cluster.process._process import MAX_SNAPSHOT_BYTES, Committer, Process
+from svit_cluster.process._process import MAX_SNAPSHOT_BYTES, Process
 from svit_cluster.process._stat import stat_record
 from svit_cluster.process._transaction import (
     GENESIS_HASH,
@@ -87,7 +87,6 @@ __all__ = [
     "TRANSACTION_FORMAT",
     "ArrayNode",
     "Change",
-    "Committer",
     "Limits",
     "MapNode",
     "Mutation",

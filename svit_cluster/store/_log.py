@@ -492,14 +492,6 @@ class RedisBackend:
         raise corrupt(self.process_id, f"stream refused version {rec.process_version_after}: "
                       f"{detail}", version=rec.process_version_after)
 
-    def committer(self) -> Callable[[Transition], None]:
-        """A :data:`~svit_cluster.process.Committer` for host operations (no receipt)."""
-
-        def commit(transition: Transition) -> None:
-            self.commit(transition)
-
-        return commit
-
     # -- create / snapshot -------------------------------------------------------------
 
     def create(self, process: Process) -> None:
@@ -756,7 +748,7 @@ class RedisBackend:
         :attr:`last_restore`. Safe to retry (read-only).
 
         Returns:
-            The process at the durable head (no committer installed), or None
+            The process at the durable head, or None
             if the process was never created.
 
         Raises:

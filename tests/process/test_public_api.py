@@ -20,7 +20,6 @@ EXPECTED = [
     "TRANSACTION_FORMAT",
     "ArrayNode",
     "Change",
-    "Committer",
     "Limits",
     "MapNode",
     "Mutation",
