@@ -36,6 +36,7 @@ from typing import Any
 from svit_cluster.cluster._actor import ProcessActor, error_dict
 from svit_cluster.cluster._config import ClusterConfig, host_resource
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
+from svit_cluster.ownership import host_key, hosts_prefix
 
 __all__ = ["HostAgent", "actor_name", "agent_name", "hosts_prefix"]
 
@@ -55,11 +56,6 @@ def agent_name(host: str) -> str:
 def actor_name(host: str) -> str:
     """A fresh, never reused Ray name for a process actor on ``host``."""
     return f"svit:{host}:{uuid.uuid4().hex}"
-
-
-def hosts_prefix(cluster: str) -> bytes:
-    """etcd prefix of live host registrations."""
-    return f"/svit/{cluster}/hosts/".encode()
 
 
 class HostAgent:
@@ -214,7 +210,7 @@ class HostAgent:
                             "incarnation": self.incarnation + 1,
                             "node_id": self._health.node_id}).encode()
         await asyncio.wait_for(
-            client.put(hosts_prefix(self.cfg.cluster) + self.host.encode(), value,
+            client.put(host_key(self.cfg.cluster, self.host), value,
                        lease=lease.lease_id),
             timeout=5,
         )

@@ -33,7 +33,9 @@ def _load(state_dir: Path | None) -> tuple[ClusterConfig, str, int]:
     tokens = os.environ.get("SVIT_TOKENS_FILE")
     if not tokens:
         raise ConfigurationError("set SVIT_TOKENS_FILE (or pass --state-dir)")
-    cap = int(os.environ.get("SVIT_MAX_REQUEST_BYTES", str(1024 * 1024)))
+    from svit_cluster.gateway import DEFAULT_MAX_REQUEST_BYTES  # serving needs the gateway
+
+    cap = int(os.environ.get("SVIT_MAX_REQUEST_BYTES", str(DEFAULT_MAX_REQUEST_BYTES)))
     return ClusterConfig.from_env(), tokens, cap
 
 

@@ -1,6 +1,7 @@
 """Process ownership records in etcd: acquire, release, look up (DESIGN.md §3).
 
-The record of process ``P`` is the key ``/svit/<cluster>/owners/<P>``, put under
+The record of process ``P`` is the key ``/svit/<cluster>/owners/<P>`` (every key:
+:mod:`svit_cluster.ownership._keys`), put under
 the owning host's lease with the value ``{"host": ..., "address": ...}``. It is
 created in one transaction guarded by ``create_revision == 0``, so at most one
 host holds it at a time. Its **fencing token** is ``epoch << 40 | create
@@ -28,26 +29,21 @@ from svit_cluster.errors import (
     UnavailableError,
 )
 from svit_cluster.ownership._epoch import (
-    epoch_key,
     epoch_past,
     fencing_token,
     raise_epoch,
 )
 from svit_cluster.ownership._etcd import etcd_call
+from svit_cluster.ownership._keys import epoch_key, owner_key
 from svit_cluster.ownership._lease import HostLease
 from svit_cluster.ownership._record import Ownership
 from svit_cluster.process import validate_process_id
 
-__all__ = ["Fences", "OwnerRecord", "Owners", "Ownership", "owner_key", "record_token"]
+__all__ = ["Fences", "OwnerRecord", "Owners", "Ownership", "record_token"]
 
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
-
-
-def owner_key(cluster: str, process_id: str) -> bytes:
-    """The etcd key ``/svit/<cluster>/owners/<process_id>``."""
-    return f"/svit/{cluster}/owners/{process_id}".encode()
 
 
 def _value_epoch(value: Any) -> int:

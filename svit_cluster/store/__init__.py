@@ -22,7 +22,12 @@ Durability under other Redis settings: see ``README.md`` in this package.
 
 from svit_cluster.store._fences import RedisFences
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
-from svit_cluster.store._log import RedisBackend, StoreConfig, stale_writes_key
+from svit_cluster.store._log import (
+    DEFAULT_SNAPSHOT_EVERY,
+    RedisBackend,
+    StoreConfig,
+    stale_writes_key,
+)
 from svit_cluster.store._records import Head, LogEntry, StoredSnapshot
 from svit_cluster.store._redis import ALLOW_UNVERIFIED_ENV as ALLOW_UNVERIFIED_EVICTION_ENV
 from svit_cluster.store._redis import (
@@ -46,6 +51,7 @@ __all__ = [
     "ALLOW_UNVERIFIED_EVICTION_ENV",
     "CLUSTER_ENV",
     "DEFAULT_PREFIX",
+    "DEFAULT_SNAPSHOT_EVERY",
     "DEFAULT_TIMEOUT_S",
     "AsyncRedisClient",
     "Head",
