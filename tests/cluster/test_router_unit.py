@@ -17,9 +17,16 @@ from typing import Any
 
 import pytest
 
-from svit_cluster.cluster import ClusterConfig, Route, RouteCache, agent_name
+from svit_cluster.cluster import (
+    Activated,
+    ClusterConfig,
+    Route,
+    RouteCache,
+    ServeStatus,
+    agent_name,
+)
 from svit_cluster.cluster._router import RayRouter
-from svit_cluster.errors import ConflictError, SvitError, UnavailableError
+from svit_cluster.errors import ConflictError, InternalError, SvitError, UnavailableError
 from svit_cluster.ownership import epoch_key, host_key, owner_key, record_token
 
 CLUSTER = "unit"
@@ -239,3 +246,23 @@ async def test_health_reports_the_cache() -> None:
     await router._route("svit://t/p")
     assert await router.health() == {"ok": True, "hosts_live": 2, "hosts": ["a", "b"],
                                       "routes": 1, "revision": 0}
+
+
+def test_an_activation_answer_round_trips_and_a_malformed_one_is_internal() -> None:
+    sent = Activated(ServeStatus.SERVING, "a", 7, "svit:a:1", {"version": 3}).to_answer()
+    assert sent == {"status": "serving", "host": "a", "token": 7, "actor": "svit:a:1",
+                    "version": 3}
+    assert Activated.from_answer(sent) == Activated(ServeStatus.SERVING, "a", 7, "svit:a:1",
+                                                    {"version": 3})
+    for bad in ({"status": "maybe"}, {"host": "a"}, {"status": "owned", "token": "7"}):
+        with pytest.raises(InternalError):
+            Activated.from_answer(bad)
+
+
+async def test_an_agent_answer_of_an_unknown_status_is_internal_not_retried() -> None:
+    router, agents = fake_cluster(["a", "b"])
+    agents["a"].answer = {"status": "adopted", "host": "a", "token": 1, "actor": "x"}
+    agents["b"].answer = agents["a"].answer
+    with pytest.raises(InternalError):
+        await router._place_once("svit://t/p", None)
+    assert agents["a"].activations + agents["b"].activations == ["svit://t/p"]
