@@ -17,9 +17,9 @@ import argparse
 import json
 import time
 
+from svit_cluster.activation import activate
 from svit_cluster.control import MemoryBackend, ProcessController, decode_request
 from svit_cluster.process import Process, encode_value
-from svit_cluster.process._activation import activate
 
 COUNTER = """(define (main input)
   (let ((count (+ (read "/memory/count") (value-get input "/by"))))

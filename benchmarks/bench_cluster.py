@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.client import AsyncSvitClient, SvitClient, new_request_id
-from svit_cluster.local import ClusterSpec, LocalCluster
-from svit_cluster.local._status import cluster_status
+from svit_cluster.local import ClusterSpec, LocalCluster, cluster_status
 
 COUNTER = """(define (main input)
   (let ((count (+ (read "/memory/count") (value-get input "/by"))))

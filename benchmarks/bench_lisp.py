@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from svit_cluster.lisp import Meter, compile_script
-from svit_cluster.process._limits import Limits
+from svit_cluster.values import Limits
 
 COUNTER = """(define (main input)
   (let ((count (+ (read "/memory/count") (value-get input "/by"))))

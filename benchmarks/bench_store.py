@@ -31,7 +31,7 @@ from typing import Any
 
 import redis
 
-from svit_cluster.control._backend import Receipt
+from svit_cluster.control import Receipt
 from svit_cluster.local import RedisServer
 from svit_cluster.process import Process, Transition
 from svit_cluster.store import RedisBackend, StoreConfig, connect

@@ -25,7 +25,7 @@ import tempfile
 import time
 from typing import Any
 
-from svit_cluster.control._backend import Receipt
+from svit_cluster.control import Receipt
 from svit_cluster.local import RedisClusterServer
 from svit_cluster.process import Process
 from svit_cluster.store import RedisBackend, StoreConfig, connect

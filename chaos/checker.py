@@ -48,8 +48,7 @@ from typing import Any
 
 from svit_cluster.dispatch import DestinationRecord, IntentStatus, OutboxSummary
 from svit_cluster.errors import SvitError
-from svit_cluster.process import GENESIS_HASH, Process, Transaction
-from svit_cluster.process._inbox import DEDUP_WINDOW
+from svit_cluster.process import DEDUP_WINDOW, GENESIS_HASH, Process, Transaction
 
 from .history import Event
 from .logs import ProcessLog, SnapshotRecord, StoredEntry, StoredLogs

@@ -244,7 +244,7 @@ class LocalClusterTarget:
 
     def signal_gcs(self, sig: int) -> list[int]:
         """Send ``sig`` to the GCS server of the head node."""
-        from svit_cluster.local._ray import RayNode
+        from svit_cluster.local import RayNode
 
         head = RayNode.from_json(self.cluster.doc["ray"]["head"])
         return self._signal(self._matching(head, "gcs_server",
@@ -309,7 +309,7 @@ def local_launcher(spec: LaunchSpec) -> ChaosCluster:
         HarnessError: ``LocalCluster.up`` lacks the ``proxy_factory`` or
             ``unsafe_disable_fencing`` keyword, or the cluster did not start.
     """
-    from svit_cluster.local._cluster import ClusterSpec, LocalCluster
+    from svit_cluster.local import ClusterSpec, LocalCluster
 
     params = inspect.signature(LocalCluster.up).parameters
     missing = [k for k in ("proxy_factory", "unsafe_disable_fencing") if k not in params]

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import redis
 
-from svit_cluster.ownership import record_token
+from svit_cluster.ownership import owners_prefix, record_token
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
 
 from .history import HistoryWriter
@@ -54,7 +54,7 @@ def etcd_owners(
         OSError: etcd is unreachable or answered with an error.
         ValueError: the answer is not the expected JSON.
     """
-    prefix = f"/svit/{cluster}/owners/".encode()
+    prefix = owners_prefix(cluster)
     end = prefix[:-1] + bytes([prefix[-1] + 1])
     body = json.dumps({"key": base64.b64encode(prefix).decode(),
                        "range_end": base64.b64encode(end).decode()}).encode()

@@ -340,8 +340,7 @@ def env(state_dir: Path, output: str) -> None:
 def status(state_dir: Path, output: str) -> None:
     """Hosts, leases, owners and live actors of the local cluster (a diagnostic: exit 0
     whenever it could report; use `healthcheck` for a pass/fail check)."""
-    from svit_cluster.local import LocalCluster
-    from svit_cluster.local._status import cluster_status
+    from svit_cluster.local import LocalCluster, cluster_status
 
     info = cluster_status(LocalCluster.load(state_dir))
     if output == "json":
@@ -583,7 +582,7 @@ def healthcheck(url: str | None, timeout_s: float, heartbeat_file: Path | None,
     Host agent:  svit-cluster healthcheck --heartbeat FILE [--require-lease]
     """
     if heartbeat_file is not None:
-        from svit_cluster.cluster._heartbeat import check_heartbeat
+        from svit_cluster.cluster import check_heartbeat
 
         ok, reason = check_heartbeat(heartbeat_file, max_age_s=max_age_s,
                                      require_lease=require_lease)

@@ -631,7 +631,7 @@ class SvitClient(_Base):
         as long as the log entry of the version the request would have
         committed is retained: the in-memory gateway keeps the last 1024
         versions; the Redis log keeps at least ``trim_margin`` (default 16) and
-        up to about ``snapshot_every + trim_margin`` (default 80) of the
+        up to about ``snapshot_every + trim_margin`` (default 116) of the
         newest versions, plus the receipt itself while retained. Outside that
         window it raises :class:`OutcomeUnknownError` instead of guessing.
 

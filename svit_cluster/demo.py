@@ -104,7 +104,7 @@ def _client_loop(url: str, token: str, n: int, ops: int, tally: _Tally,
 
 
 def _owner_host(cluster: LocalCluster, process_id: str) -> str | None:
-    from svit_cluster.local._status import cluster_status
+    from svit_cluster.local import cluster_status
 
     owner = cluster_status(cluster)["owners"].get(process_id)
     return None if owner is None else str(owner["host"])
@@ -214,8 +214,7 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
     """
     import signal
 
-    from svit_cluster.store import DEFAULT_PREFIX, connect
-    from svit_cluster.store._log import stale_writes_key
+    from svit_cluster.store import DEFAULT_PREFIX, connect, stale_writes_key
 
     res = _StaleResult()
     with SvitClient(url, token, client_id="demo-stale-setup") as c:

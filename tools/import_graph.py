@@ -1,6 +1,6 @@
 """Print the import graph between svit_cluster's top-level subpackages.
 
-Usage: ``python tools/import_graph.py [--root svit_cluster]``.
+Usage: ``python tools/import_graph.py [--root svit_cluster] [--check]``.
 
 Parses every module under the package with :mod:`ast` (nothing is imported or
 executed), maps each ``import``/``from ... import`` that names ``svit_cluster.<pkg>``
@@ -10,6 +10,9 @@ to an edge ``<this pkg> -> <pkg>``, and prints:
 - the cycles between packages (strongly connected components of size > 1);
 - the *reach-ins*: imports of another package's private ``_module``
   (``svit_cluster.x._y`` from outside ``x``), which bypass ``x/__init__``.
+
+With ``--check`` it exits 1 when there is a cycle or a reach-in (``.ci/run`` runs it
+beside ``lint-imports``: packages import each other only through their ``__init__``).
 
 Top-level single modules (``errors.py``, ``cli.py``, ...) count as packages of their
 own name. Imports inside functions count as well (lazy imports still form a cycle).
@@ -124,6 +127,8 @@ def cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=ROOT_PKG, type=Path)
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when a cycle or a private reach-in is found")
     args = ap.parse_args()
     edges, reach = graph(args.root)
     for src in sorted(edges):
@@ -136,6 +141,8 @@ def main() -> None:
     print(f"\nreach-ins into another package's private _module: {len(reach)}")
     for f, m in reach:
         print(f"  {f} -> {m}")
+    if args.check and (cyc or reach):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

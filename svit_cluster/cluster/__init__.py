@@ -9,28 +9,37 @@ Public names, by importance:
 * :class:`ProcessActor` -- serves one process under one fencing token.
 * :class:`ClusterConfig` -- what every component needs to join a cluster.
 * :func:`start_agents` -- create the detached agents (used by ``svit-cluster up``).
+* :class:`Activated`, :class:`ServeStatus`, :class:`ServedActor` -- typed shapes
+  of the agent's activation answer and of a served process.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._agent import HostAgent, actor_name, agent_name, hosts_prefix
-from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._config import ClusterConfig, host_resource
+from svit_cluster.cluster._heartbeat import check_heartbeat
 from svit_cluster.cluster._routes import Route, RouteCache
+from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
 from svit_cluster.cluster.bootstrap import start_agents
 
 if TYPE_CHECKING:
     from svit_cluster.cluster._router import RayRouter
 
 __all__ = [
+    "Activated",
     "ClusterConfig",
     "HostAgent",
     "ProcessActor",
     "RayRouter",
     "Route",
     "RouteCache",
+    "ServeStatus",
+    "ServedActor",
     "actor_name",
     "agent_name",
+    "check_heartbeat",
+    "host_resource",
     "hosts_prefix",
     "start_agents",
 ]

@@ -34,9 +34,10 @@ import uuid
 from typing import Any
 
 from svit_cluster.cluster._actor import ProcessActor, error_dict
-from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._config import ClusterConfig, host_resource
+from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
-from svit_cluster.local._ray import host_resource
+from svit_cluster.ownership import host_key, hosts_prefix
 
 __all__ = ["HostAgent", "actor_name", "agent_name", "hosts_prefix"]
 
@@ -58,11 +59,6 @@ def actor_name(host: str) -> str:
     return f"svit:{host}:{uuid.uuid4().hex}"
 
 
-def hosts_prefix(cluster: str) -> bytes:
-    """etcd prefix of live host registrations."""
-    return f"/svit/{cluster}/hosts/".encode()
-
-
 class HostAgent:
     """One host's agent (wrapped with ``ray.remote`` by :func:`start_agents`).
 
@@ -76,7 +72,7 @@ class HostAgent:
         self.host = host
         self.lease: Any = None
         self.incarnation = 0
-        self.actors: dict[str, tuple[int, Any, Any]] = {}  # pid -> (token, handle, ownership)
+        self.actors: dict[str, ServedActor] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._rejoin: asyncio.Task[None] | None = None
         self.activations = 0
@@ -215,7 +211,7 @@ class HostAgent:
                             "incarnation": self.incarnation + 1,
                             "node_id": self._health.node_id}).encode()
         await asyncio.wait_for(
-            client.put(hosts_prefix(self.cfg.cluster) + self.host.encode(), value,
+            client.put(host_key(self.cfg.cluster, self.host), value,
                        lease=lease.lease_id),
             timeout=5,
         )
@@ -227,8 +223,8 @@ class HostAgent:
         from svit_cluster.ownership import LeaseState
 
         if state in (LeaseState.SUSPENDED, LeaseState.LOST):
-            for _, handle, _ in list(self.actors.values()):
-                handle.fence_out.remote(f"host lease {state}")
+            for served in list(self.actors.values()):
+                served.handle.fence_out.remote(f"host lease {state}")
 
     async def _rejoin_loop(self) -> None:
         """Never dies: after LOST, kill every actor and join again with a new lease."""
@@ -260,9 +256,9 @@ class HostAgent:
     def _kill_all(self, reason: str) -> None:
         import ray
 
-        for _pid, (_token, handle, _own) in list(self.actors.items()):
+        for served in list(self.actors.values()):
             try:
-                ray.kill(handle, no_restart=True)
+                ray.kill(served.handle, no_restart=True)
             except Exception:
                 log.exception("killing an actor failed (%s)", reason)
         self.actors.clear()
@@ -298,9 +294,8 @@ class HostAgent:
             async with lock:
                 current = self.actors.get(process_id)
                 if current is not None and create is None:
-                    token, _handle, (_owners, own) = current
-                    return {"status": "serving", "actor": own.address,
-                            "host": self.host, "token": token}
+                    return Activated(ServeStatus.SERVING, self.host, current.token,
+                                     current.ownership.address).to_answer()
                 try:
                     return await self._activate(process_id, create)
                 except SvitError as exc:
@@ -348,8 +343,8 @@ class HostAgent:
             ownership = await owners.claim(process_id, self._fences())
         except ConflictError as exc:
             self._spares.append((name, handle))  # unused: keep it warm
-            return {"status": "owned", "host": exc.fields.get("owner_host"),
-                    "token": exc.fields.get("token"), "actor": exc.fields.get("owner_address")}
+            return Activated(ServeStatus.OWNED, exc.fields.get("owner_host"),
+                             exc.fields.get("token"), exc.fields.get("owner_address")).to_answer()
         except BaseException:
             self._spares.append((name, handle))
             raise
@@ -374,10 +369,10 @@ class HostAgent:
             except SvitError:
                 log.exception("release after failed start of %s", process_id)
             return result
-        self.actors[process_id] = (ownership.token, handle, (owners, ownership))
+        self.actors[process_id] = ServedActor(ownership.token, handle, owners, ownership)
         self.activations += 1
-        return {"status": "serving", "actor": name, "host": self.host,
-                "token": ownership.token, **result}
+        return Activated(ServeStatus.SERVING, self.host, ownership.token, name,
+                         result).to_answer()
 
     async def _while_held(self, lease: Any, awaitable: Any, *, timeout_s: float,
                           check_s: float = 0.2, cancel: bool = True) -> Any:
@@ -476,9 +471,9 @@ class HostAgent:
         if current is None:
             await self._release_unserved(process_id)
             return True
-        token, handle, _own = current
+        token = current.token
         try:
-            await asyncio.wait_for(handle.info.remote(), timeout=10)
+            await asyncio.wait_for(current.handle.info.remote(), timeout=10)
             return True
         except TimeoutError:
             return True  # busy, not dead: the next round looks again
@@ -509,9 +504,9 @@ class HostAgent:
         import ray
 
         current = self.actors.get(process_id)
-        if current is None or current[0] != token:
+        if current is None or current.token != token:
             return False
-        _token, handle, (owners, ownership) = current
+        handle, owners, ownership = current.handle, current.owners, current.ownership
         del self.actors[process_id]
         released = False
         try:
@@ -577,8 +572,8 @@ class HostAgent:
         if self._health is not None:
             self._health.stop()
         released = 0
-        for pid, (token, _handle, _own) in list(self.actors.items()):
-            if await self.release(pid, token, reason):
+        for pid, served in list(self.actors.items()):
+            if await self.release(pid, served.token, reason):
                 released += 1
         spares, self._spares = self._spares, []
         for _name, handle in spares:

@@ -8,10 +8,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from svit_cluster.control import DEFAULT_RECEIPTS
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.settings import ClusterSettings, load_settings
+from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
 
-__all__ = ["ClusterConfig"]
+__all__ = ["ClusterConfig", "host_resource"]
+
+
+def host_resource(host: str) -> str:
+    """The Ray custom resource that pins actors to host ``host`` (``svit_host:<host>``).
+
+    Every Ray node of a host advertises it (``ray start --resources``, done by
+    whoever starts the node: ``svit_cluster.local`` or ``deploy/svit-node.sh``), and the
+    host's agent and actors request one unit of it.
+    """
+    return f"svit_host:{host}"
 
 
 @dataclass(frozen=True)
@@ -25,9 +37,10 @@ class ClusterConfig:
         redis_url: ``redis://host:port/db`` of the commit log (data path).
         ray_address: ``host:port`` of the Ray GCS.
         lease_ttl_s: host lease TTL in seconds (default 5).
-        snapshot_every: commits between snapshots (default 100).
+        snapshot_every: commits between snapshots (``store.DEFAULT_SNAPSHOT_EVERY``).
         passivate_after_s: idle seconds before a process actor passivates (300).
-        max_receipts: durable receipts per process (1..4096, default 256).
+        max_receipts: durable receipts per process (1..4096,
+            ``control.DEFAULT_RECEIPTS``).
         call_timeout_s: gateway -> actor call deadline in seconds (default 5).
         host_endpoints: per-host overrides ``{host: {"etcd": ..., "redis": ...}}``
             (the chaos harness routes a host through its own proxies).
@@ -62,9 +75,9 @@ class ClusterConfig:
     redis_url: str = "redis://127.0.0.1:6379/0"
     ray_address: str = ""
     lease_ttl_s: int = 5
-    snapshot_every: int = 100
+    snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
     passivate_after_s: float = 300.0
-    max_receipts: int = 256
+    max_receipts: int = DEFAULT_RECEIPTS
     call_timeout_s: float = 5.0
     host_endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
     unsafe_disable_fencing: bool = False

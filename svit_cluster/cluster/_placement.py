@@ -152,12 +152,12 @@ async def revoke_dead_leases(client: Any, cluster: str, table: NodeTable, *,
         UnavailableError: etcd could not be read (a failed revoke is logged and
             skipped: that lease runs out its TTL).
     """
-    from svit_cluster.ownership._etcd import etcd_call
+    from svit_cluster.ownership import etcd_call, hosts_prefix
 
     if not table.dead_node_ids:
         return []
-    prefix = f"/svit/{cluster}/hosts/".encode()
-    got = await etcd_call("get_prefix", client.get_prefix(prefix), timeout_s=timeout_s)
+    got = await etcd_call("get_prefix", client.get_prefix(hosts_prefix(cluster)),
+                          timeout_s=timeout_s)
     revoked: list[str] = []
     for kv in got:
         try:
@@ -169,7 +169,7 @@ async def revoke_dead_leases(client: Any, cluster: str, table: NodeTable, *,
         if (not node_id or lease_id == 0 or node_id not in table.dead_node_ids
                 or node_id in table.alive_node_ids):
             continue
-        host = bytes(kv.key)[len(prefix):].decode()
+        host = bytes(kv.key)[len(hosts_prefix(cluster)):].decode()
         try:
             await etcd_call("lease_revoke", client.revoke_lease(lease_id),
                             timeout_s=timeout_s, outcome="unknown")

@@ -23,6 +23,7 @@ from svit_cluster.cluster._agent import agent_name
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
 from svit_cluster.cluster._routes import Route, RouteCache
+from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.control import ControlRequest, ControlResponse, decode_response
 from svit_cluster.errors import (
     ConflictError,
@@ -263,15 +264,16 @@ class RayRouter:
                 last = exc
                 continue
             break
-        if result["status"] == "owned":
+        activated = Activated.from_answer(result)
+        if activated.status is ServeStatus.OWNED:
             if create is not None:
                 raise ConflictError(f"process {process_id} already exists")
-            owner_host, token = result.get("host"), result.get("token")
-            actor = result.get("actor")
-            if owner_host is None or token is None or actor is None:
+            if activated.host is None or activated.token is None or activated.actor is None:
                 raise UnavailableError(f"{process_id} is owned elsewhere; retry")
-            return Route(process_id, str(owner_host), int(token), str(actor))
-        route = Route(process_id, host, int(result["token"]), str(result["actor"]))
+            return Route(process_id, activated.host, activated.token, activated.actor)
+        if activated.token is None or activated.actor is None:
+            raise InternalError(f"activation of {process_id} answered no token or actor")
+        route = Route(process_id, host, activated.token, activated.actor)
         previous = self._seen.get(process_id)
         if previous is not None and previous.host not in self.cache.hosts and self.metrics:
             self.metrics.failovers.inc()

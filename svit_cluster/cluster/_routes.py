@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from svit_cluster.ownership import record_token
+from svit_cluster.ownership import cluster_prefix, parse_key, record_token
 
 __all__ = ["Route", "RouteCache"]
 
@@ -47,9 +47,8 @@ class RouteCache:
 
     def __init__(self, client: Any, cluster: str) -> None:
         self.client = client
-        self.prefix = f"/svit/{cluster}/".encode()
-        self._owners_p = self.prefix + b"owners/"
-        self._hosts_p = self.prefix + b"hosts/"
+        self.cluster = cluster
+        self.prefix = cluster_prefix(cluster)
         self.routes: dict[str, Route] = {}
         self.hosts: dict[str, dict[str, Any]] = {}
         self.revision = 0
@@ -81,8 +80,9 @@ class RouteCache:
         return counts
 
     def _apply(self, key: bytes, value: bytes | None, create_revision: int) -> None:
-        if key.startswith(self._owners_p):
-            pid = key[len(self._owners_p):].decode()
+        kind = parse_key(self.cluster, key)
+        if kind is not None and kind[0] == "owner":
+            pid = kind[1]
             if value is None:
                 self.routes.pop(pid, None)
             else:
@@ -92,8 +92,8 @@ class RouteCache:
                 except (ValueError, KeyError, TypeError):
                     return
                 self.routes[pid] = Route(pid, host, record_token(value, create_revision), actor)
-        elif key.startswith(self._hosts_p):
-            host = key[len(self._hosts_p):].decode()
+        elif kind is not None and kind[0] == "host":
+            host = kind[1]
             if value is None:
                 self.hosts.pop(host, None)
             else:

@@ -21,7 +21,7 @@ from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.errors import ErrorCode, ScriptFailed, UnavailableError
 from svit_cluster.process import encode_value
-from svit_cluster.process._values import Value
+from svit_cluster.values import Value
 
 __all__ = ["RaySpawner"]
 

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.cluster._agent import HostAgent, agent_name
-from svit_cluster.cluster._config import ClusterConfig
-from svit_cluster.local._ray import host_resource
+from svit_cluster.cluster._config import ClusterConfig, host_resource
 
 __all__ = ["start_agents"]
 

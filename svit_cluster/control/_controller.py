@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from svit_cluster import tracing
+from svit_cluster.activation import prepare_activation
 from svit_cluster.control._backend import CommitBackend, MemoryBackend, Receipt, RequestStatus
 from svit_cluster.control._wire import (
     Activation,
@@ -60,17 +61,14 @@ from svit_cluster.process import (
     Change,
     Process,
     Transition,
+    WorkingCopy,
     canonical_json,
-    validate_script_name,
-)
-from svit_cluster.process._activation import prepare_activation
-from svit_cluster.process._inbox import (
+    node_from_value,
     prepare_inbox_ack,
     prepare_inbox_append,
     prepare_inbox_close,
+    validate_script_name,
 )
-from svit_cluster.process._tree import node_from_value
-from svit_cluster.process._working import WorkingCopy
 
 __all__ = ["ProcessController", "request_fingerprint"]
 

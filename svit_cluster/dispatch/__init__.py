@@ -27,7 +27,7 @@ Guarantees (details in ``README.md`` in this package):
   are reclaimed (``XAUTOCLAIM``) after ``claim_idle_s``. Redeliveries carry the
   same intent id; the ``svit`` sink stores one copy.
 * **Order.** Per sender stream and destination, intents are first delivered in
-  commit order (one worker per stream at a time, by lease). Nothing is ordered
+  commit order (one worker per stream at a time, by claim). Nothing is ordered
   across senders or across destinations; a re-driven dead letter arrives after
   its successors.
 * **Bounded.** Each source stream is trimmed below what every consumer group
@@ -35,7 +35,7 @@ Guarantees (details in ``README.md`` in this package):
   entries plus one.
 """
 
-from svit_cluster.dispatch._config import DispatchConfig
+from svit_cluster.dispatch._config import DispatchConfig, read_cluster_json
 from svit_cluster.dispatch._deadletter import DeadLetter, DeadLetters, RedriveResult
 from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliveryError
 from svit_cluster.dispatch._intent import Intent
@@ -85,6 +85,7 @@ __all__ = [
     "delivery_status",
     "destination_records",
     "outbox_summary",
+    "read_cluster_json",
     "run_worker",
     "trim_acked",
 ]

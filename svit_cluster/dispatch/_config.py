@@ -14,7 +14,25 @@ from svit_cluster.dispatch._keys import DEFAULT_GROUP, DispatchKeys
 from svit_cluster.errors import ConfigurationError, InvalidInput
 from svit_cluster.store import DEFAULT_PREFIX
 
-__all__ = ["DispatchConfig", "default_worker_id"]
+__all__ = ["DispatchConfig", "default_worker_id", "read_cluster_json"]
+
+
+def read_cluster_json(path: str | Path) -> dict[str, Any]:
+    """The document a local cluster records in ``<state dir>/cluster.json``.
+
+    Read as a plain file so the dispatcher never imports the dev cluster
+    (``svit_cluster.local`` starts dispatchers, not the reverse).
+
+    Raises:
+        ConfigurationError: the file is missing, unreadable, or not a JSON object.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"cannot read cluster file {path}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise ConfigurationError(f"cluster file {path} is not a JSON object")
+    return doc
 
 
 def default_worker_id() -> str:
@@ -35,9 +53,9 @@ class DispatchConfig:
         group: consumer group name on every source stream (default ``"svit-dispatch"``).
         worker_id: this worker's consumer name (default ``<hostname>-<pid>``).
         scan_interval_s: period of the ``SCAN`` that discovers outbox streams (2 s).
-        heartbeat_interval_s: period of the membership heartbeat and lease renewal (1 s).
+        heartbeat_interval_s: period of the membership heartbeat and claim renewal (1 s).
         worker_ttl_s: a worker without a heartbeat for this long leaves the hash ring (5 s).
-        lease_ttl_s: TTL of a per-stream lease; a crashed owner's streams move after
+        claim_ttl_s: TTL of a per-stream claim; a crashed owner's streams move after
             this long (10 s). Must exceed 2 x ``heartbeat_interval_s``.
         claim_idle_s: a pending entry of another consumer is reclaimed
             (``XAUTOCLAIM``) once it has been idle this long (30 s).
@@ -83,7 +101,7 @@ class DispatchConfig:
     scan_interval_s: float = 2.0
     heartbeat_interval_s: float = 1.0
     worker_ttl_s: float = 5.0
-    lease_ttl_s: float = 10.0
+    claim_ttl_s: float = 10.0
     claim_idle_s: float = 30.0
     batch_size: int = 64
     poll_interval_s: float = 1.0
@@ -114,7 +132,7 @@ class DispatchConfig:
             raise ConfigurationError(exc.message) from exc
         if not self.group or not self.worker_id:
             raise ConfigurationError("group and worker_id must be non-empty")
-        for name in ("scan_interval_s", "heartbeat_interval_s", "worker_ttl_s", "lease_ttl_s",
+        for name in ("scan_interval_s", "heartbeat_interval_s", "worker_ttl_s", "claim_ttl_s",
                      "poll_interval_s", "retry_initial_s", "retry_max_s", "sink_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
@@ -129,8 +147,8 @@ class DispatchConfig:
                 raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
         if type(self.trim_acked) is not bool:
             raise ConfigurationError(f"trim_acked must be a boolean, got {self.trim_acked!r}")
-        if self.lease_ttl_s <= 2 * self.heartbeat_interval_s:
-            raise ConfigurationError("lease_ttl_s must exceed 2 x heartbeat_interval_s")
+        if self.claim_ttl_s <= 2 * self.heartbeat_interval_s:
+            raise ConfigurationError("claim_ttl_s must exceed 2 x heartbeat_interval_s")
         if self.worker_ttl_s <= self.heartbeat_interval_s:
             raise ConfigurationError("worker_ttl_s must exceed heartbeat_interval_s")
         if self.retry_max_s < self.retry_initial_s:
@@ -157,12 +175,18 @@ class DispatchConfig:
 
     @classmethod
     def from_mapping(cls, doc: dict[str, Any]) -> DispatchConfig:
-        """Build from a JSON-like mapping (lists become tuples; unknown keys refused).
+        """Build from a JSON-like mapping (lists become tuples; unknown keys refused;
+        ``lease_ttl_s``, the old name of ``claim_ttl_s``, is accepted).
 
         Raises:
             ConfigurationError: unknown option or bad value.
         """
         names = {f.name for f in dataclasses.fields(cls)}
+        doc = dict(doc)
+        if "lease_ttl_s" in doc:  # the option's name before the rename (old cluster.json)
+            if "claim_ttl_s" in doc:
+                raise ConfigurationError("give claim_ttl_s or its old name lease_ttl_s, not both")
+            doc["claim_ttl_s"] = doc.pop("lease_ttl_s")
         unknown = sorted(set(doc) - names)
         if unknown:
             raise ConfigurationError(f"unknown dispatcher option(s): {', '.join(unknown)}")
@@ -181,11 +205,7 @@ class DispatchConfig:
         Raises:
             ConfigurationError: the file is missing or malformed.
         """
-        try:
-            doc = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(f"cannot read cluster file {path}: {exc}") from exc
-        return cls.from_cluster_json_doc(doc, **overrides)
+        return cls.from_cluster_json_doc(read_cluster_json(path), **overrides)
 
     @classmethod
     def from_cluster_json_doc(cls, doc: dict[str, Any], **overrides: Any) -> DispatchConfig:

@@ -25,7 +25,7 @@ from svit_cluster.dispatch._intent import Intent
 from svit_cluster.dispatch._keys import DispatchKeys
 from svit_cluster.dispatch._redisutil import boundary
 from svit_cluster.errors import InvalidInput
-from svit_cluster.store._redis import AsyncRedisClient, RedisClient
+from svit_cluster.store import AsyncRedisClient, RedisClient
 
 __all__ = ["DeadLetter", "DeadLetters", "RedriveResult", "write_dead_letter"]
 
@@ -126,7 +126,7 @@ class RedriveResult:
 async def write_dead_letter(
     client: AsyncRedisClient, keys: DispatchKeys, *, intent: Intent | None,
     fields: dict[bytes, bytes], stream: str, entry_id: str, source: str, sink: str,
-    reason: str, error: str, attempts: int, worker: str, lease_token: int = 0,
+    reason: str, error: str, attempts: int, worker: str, claim_token: int = 0,
 ) -> str:
     """Append one dead letter (async; used by workers). Returns its id.
 
@@ -134,8 +134,8 @@ async def write_dead_letter(
     ``fields`` are kept. The original stream and entry come from the re-drive
     fields when the entry was itself a re-drive.
 
-    With ``lease_token`` (>= 1) the letter is *provisional* until the worker
-    settles it (``LeaseTable.settle_dead`` records it in
+    With ``claim_token`` (>= 1) the letter is *provisional* until the worker
+    settles it (``StreamClaims.settle_dead`` records it in
     ``<stream>:dead-settled`` with the fenced ``XACK``); it carries ``token``,
     ``settle_stream`` (= ``stream``, the source stream read) and
     ``settle_entry`` (= ``entry_id``) so readers can check that.
@@ -163,8 +163,8 @@ async def write_dead_letter(
         "failed_ms": int(time.time() * 1000),
         "worker": worker,
     }
-    if lease_token:
-        record.update(token=lease_token, settle_stream=stream, settle_entry=entry_id)
+    if claim_token:
+        record.update(token=claim_token, settle_stream=stream, settle_entry=entry_id)
     new_id = await client.xadd(keys.dead, record)
     return new_id.decode() if isinstance(new_id, bytes) else str(new_id)
 

@@ -11,7 +11,7 @@ so ``{dispatch}`` never collides with a process's tag.
 | --- | --- | --- |
 | ``<prefix>:{<P>}:outbox`` | stream | (store) committed intents; consumer group ``svit-dispatch`` |
 | ``<stream>:lease`` | string | consumer name of the worker that may read ``<stream>`` (PX TTL) |
-| ``<stream>:lease-token`` | string | the lease's fencing token (``INCR`` on every acquire) |
+| ``<stream>:lease-token`` | string | the claim's fencing token (``INCR`` on every acquire) |
 | ``<stream>:dead-settled`` | hash | entry id -> its dead letter id (set by the fenced ``XACK``) |
 | ``<prefix>:{dispatch}:workers`` | zset | live worker -> heartbeat expiry (ms, Redis clock) |
 | ``<prefix>:{dispatch}:dead`` | stream | dead letters: intent, source, error, attempts, ... |
@@ -19,7 +19,7 @@ so ``{dispatch}`` never collides with a process's tag.
 
 Slots on a Redis Cluster: every ``<prefix>:{<P>}:...`` key, the stream's
 ``:lease``, ``:lease-token`` and ``:dead-settled`` included, lives in the slot
-of the tag ``{<P>}`` (one process = one slot), so each lease, fenced ``XACK``
+of the tag ``{<P>}`` (one process = one slot), so each claim, fenced ``XACK``
 and settle script touches one slot. The three ``{dispatch}`` keys share the
 single slot of the tag ``dispatch`` (re-drive moves a letter from ``dead`` to
 ``redrive`` in one script there); the scripts that write a dead letter and
@@ -85,13 +85,17 @@ class DispatchKeys:
         return None
 
     @staticmethod
-    def lease(stream: str) -> str:
-        """The per-stream lease key (same hash tag, so the same slot, as the stream)."""
+    def claim(stream: str) -> str:
+        """The per-stream claim key (same hash tag, so the same slot, as the stream).
+
+        Named ``<stream>:lease`` on purpose: the key name predates the rename to
+        "stream claim" and is kept so old and new workers exclude each other.
+        """
         return f"{stream}:lease"
 
     @staticmethod
-    def lease_token(stream: str) -> str:
-        """The per-stream lease fencing-token counter (``INCR`` on every acquire)."""
+    def claim_token(stream: str) -> str:
+        """The per-stream claim fencing-token counter (``INCR`` on every acquire)."""
         return f"{stream}:lease-token"
 
     @staticmethod

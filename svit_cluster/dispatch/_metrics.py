@@ -20,13 +20,13 @@ class DispatchMetrics:
         ``svit_dispatch_missing_total`` -- pending entries whose stream entry was
             deleted (cannot be delivered; logged).
         ``svit_dispatch_fenced_total{write}`` -- writes (``ack``, ``dead_letter``)
-            refused because a newer lease holder exists, or (dead letters) the
+            refused because a newer claim holder exists, or (dead letters) the
             entry was already acknowledged.
         ``svit_dispatch_lag{process}`` -- entries of an owned outbox stream not yet
             acknowledged (never read + pending).
         ``svit_dispatch_trimmed_total`` -- source-stream entries removed by the
             trim after acknowledgement (every consumer group acknowledged them).
-        ``svit_dispatch_owned_streams`` -- streams this worker holds a lease on.
+        ``svit_dispatch_owned_streams`` -- streams this worker holds a claim on.
         ``svit_dispatch_delay_seconds{sink}`` -- commit -> confirmed delivery (Redis
             commit time vs this worker's clock).
     """
@@ -48,7 +48,7 @@ class DispatchMetrics:
                                "Pending entries whose stream entry no longer exists.",
                                registry=r)
         self.fenced = Counter("svit_dispatch_fenced_total",
-                              "Writes refused by the lease fence (or an already settled entry).",
+                              "Writes refused by the claim fence (or an already settled entry).",
                               ["write"], registry=r)
         self.lag = Gauge("svit_dispatch_lag",
                          "Unacknowledged entries of an owned source stream.", ["process"],
@@ -57,7 +57,7 @@ class DispatchMetrics:
                                "Source-stream entries trimmed once every group acknowledged them.",
                                registry=r)
         self.owned = Gauge("svit_dispatch_owned_streams",
-                           "Source streams this worker holds a lease on.", registry=r)
+                           "Source streams this worker holds a claim on.", registry=r)
         self.delay = Histogram(
             "svit_dispatch_delay_seconds", "Commit to confirmed delivery, seconds.", ["sink"],
             registry=r,

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from redis.exceptions import RedisError
 
 from svit_cluster.errors import SvitError, UnavailableError
-from svit_cluster.store._redis import AsyncRedisClient, async_connect, failure_reason
+from svit_cluster.store import AsyncRedisClient, async_connect, failure_reason
 
 __all__ = ["async_client", "boundary", "text"]
 
@@ -18,7 +18,7 @@ def async_client(url: str, *, timeout_s: float = 5.0) -> AsyncRedisClient:
 
     The dispatcher's loops retry on their own terms; a silent resend by the
     client would only hide which command failed. Every new connection refuses
-    a Redis that may evict keys (an evicted stream lease lets two workers read
+    a Redis that may evict keys (an evicted stream claim lets two workers read
     one stream). A Redis Cluster client when ``SVIT_REDIS_CLUSTER`` is true
     (the store's one factory, ``svit_cluster.store._redis.async_connect``).
     """

@@ -36,7 +36,7 @@ from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliv
 from svit_cluster.dispatch._intent import Intent
 from svit_cluster.errors import SvitError
 from svit_cluster.process import canonical_json, encode_value, validate_process_id
-from svit_cluster.store._redis import AsyncRedisClient
+from svit_cluster.store import AsyncRedisClient
 
 __all__ = [
     "RedisStreamSink",

@@ -16,7 +16,7 @@ The rule, per outbox entry E with intent id I: E is *acknowledged* when the
 group's last-delivered id is >= E and E is not pending. An unacknowledged E is
 pending. Otherwise the newest of I's dead letter and I's re-drive entry (stream
 ids share the Redis clock) decides (a dead letter counts only once its worker
-settled it with the lease-fenced ``XACK``; a zombie worker's refused letter
+settled it with the claim-fenced ``XACK``; a zombie worker's refused letter
 never does): a newer dead letter means dead-lettered; a
 newer re-drive entry means pending or delivered by that entry's own ack state;
 neither means delivered.
@@ -57,10 +57,8 @@ from svit_cluster.dispatch._errors import PermanentDeliveryError
 from svit_cluster.dispatch._intent import parse_entry
 from svit_cluster.dispatch._keys import DEFAULT_GROUP, DispatchKeys
 from svit_cluster.dispatch._redisutil import boundary, text
-from svit_cluster.process import Transaction
-from svit_cluster.process._inbox import dedup_slot
-from svit_cluster.store import DEFAULT_PREFIX, RedisBackend, StoreConfig
-from svit_cluster.store._redis import RedisClient
+from svit_cluster.process import Transaction, dedup_slot
+from svit_cluster.store import DEFAULT_PREFIX, RedisBackend, RedisClient, StoreConfig
 
 __all__ = [
     "DeliveryState",
@@ -262,7 +260,7 @@ def _trimmed_candidates(dead: dict[str, DeadLetter], redrive_raw: Any
 
 
 def _settled_letters(client: RedisClient, raw: Any) -> list[Any]:
-    """The dead letters that count: those without a lease token (written before
+    """The dead letters that count: those without a claim token (written before
     fencing existed) and those their worker settled (``<stream>:dead-settled``
     names them). A provisional letter whose settle was refused or not yet run
     is left out, so it never overrides a delivery."""

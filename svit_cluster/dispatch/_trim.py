@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svit_cluster.store._redis import RedisClient
+from svit_cluster.store import RedisClient
 
 __all__ = ["TRIM_ACKED_SCRIPT", "parse_trim_reply", "trim_acked"]
 

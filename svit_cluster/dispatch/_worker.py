@@ -1,4 +1,4 @@
-"""One dispatcher worker: discover outbox streams, hold leases, deliver, ack.
+"""One dispatcher worker: discover outbox streams, hold claims, deliver, ack.
 
 Control plane (loops that never die; each logs and retries on Redis errors):
 
@@ -6,7 +6,7 @@ Control plane (loops that never die; each logs and retries on Redis errors):
   stream``, create the consumer group (``XGROUP CREATE … 0``; ``BUSYGROUP`` is
   fine), refresh the lag gauges.
 * **membership** -- every ``heartbeat_interval_s``: heartbeat, renew held
-  leases, take the leases of streams the hash ring now gives this worker, and
+  claims, take the claims of streams the hash ring now gives this worker, and
   ask runners of streams it no longer wins to hand them over.
 * **wake-up** -- one blocking ``XREAD`` over idle owned streams, so a new
   commit wakes its runner without polling (falls back to ``poll_interval_s``).
@@ -52,11 +52,11 @@ from tenacity import (
     wait_random,
 )
 
+from svit_cluster.dispatch._claim import StreamClaims, shard_of
 from svit_cluster.dispatch._config import DispatchConfig
 from svit_cluster.dispatch._deadletter import write_dead_letter
 from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliveryError
 from svit_cluster.dispatch._intent import Intent, parse_entry
-from svit_cluster.dispatch._lease import LeaseTable, owner_of
 from svit_cluster.dispatch._metrics import DispatchMetrics
 from svit_cluster.dispatch._redisutil import async_client, text
 from svit_cluster.dispatch._sinks import (
@@ -66,7 +66,7 @@ from svit_cluster.dispatch._sinks import (
     WebhookSink,
 )
 from svit_cluster.dispatch._trim import TRIM_ACKED_SCRIPT, parse_trim_reply
-from svit_cluster.store._redis import AsyncRedisClient
+from svit_cluster.store import AsyncRedisClient
 
 __all__ = ["DispatchWorker", "default_sinks", "run_worker"]
 
@@ -75,14 +75,14 @@ log = logging.getLogger(__name__)
 _NOTIFY_BLOCK_MS = 25
 #: Old consumer names are pruned from owned streams every this many scans.
 _PRUNE_EVERY_SCANS = 30
-#: ... when idle for this many lease TTLs with nothing pending.
-_PRUNE_IDLE_LEASES = 10.0
-#: Fraction of the lease TTL after which an unrenewed lease counts as lost locally.
-_LEASE_SAFETY = 0.8
+#: ... when idle for this many claim TTLs with nothing pending.
+_PRUNE_IDLE_CLAIMS = 10.0
+#: Fraction of the claim TTL after which an unrenewed claim counts as lost locally.
+_CLAIM_SAFETY = 0.8
 
 
-class LeaseLost(Exception):
-    """Internal: the runner's lease is no longer HELD; stop without acking."""
+class ClaimLost(Exception):
+    """Internal: the runner's claim is no longer HELD; stop without acking."""
 
 
 def default_sinks(config: DispatchConfig, client: AsyncRedisClient,
@@ -104,12 +104,12 @@ def default_sinks(config: DispatchConfig, client: AsyncRedisClient,
 
 @dataclass(eq=False)
 class _Stream:
-    """A stream this worker holds (or is about to hold) the lease of."""
+    """A stream this worker holds (or is about to hold) the claim of."""
 
     key: str
     process: str | None
     valid_until: float
-    token: int = 0  # the lease's fencing token (see _lease.py)
+    token: int = 0  # the claim's fencing token (see _claim.py)
     release: bool = False
     idle: bool = False
     cursor: str | None = None
@@ -118,7 +118,7 @@ class _Stream:
 
     def check(self) -> None:
         if time.monotonic() >= self.valid_until:
-            raise LeaseLost(self.key)
+            raise ClaimLost(self.key)
 
 
 class DispatchWorker:
@@ -149,7 +149,7 @@ class DispatchWorker:
         self._scans = 0
         self._client: AsyncRedisClient | None = None
         self._registry: SinkRegistry | None = None
-        self._leases: LeaseTable | None = None
+        self._claims: StreamClaims | None = None
         self._trim_script: Any = None
 
     # -- lifecycle ----------------------------------------------------------------
@@ -160,7 +160,7 @@ class DispatchWorker:
 
     @property
     def owned_streams(self) -> list[str]:
-        """Source streams this worker currently holds the lease of."""
+        """Source streams this worker currently holds the claim of."""
         return sorted(self._owned)
 
     async def run(self) -> None:
@@ -171,7 +171,7 @@ class DispatchWorker:
                                  follow_redirects=False, trust_env=False)
         self._registry = self._sink_factory(c, client, http)
         self._trim_script = client.register_script(TRIM_ACKED_SCRIPT)
-        self._leases = LeaseTable(client, self.keys, self.name, lease_ttl_s=c.lease_ttl_s,
+        self._claims = StreamClaims(client, self.keys, self.name, claim_ttl_s=c.claim_ttl_s,
                                   worker_ttl_s=c.worker_ttl_s)
         loops = [asyncio.create_task(coro, name=f"dispatch-{n}") for n, coro in (
             ("scan", self._scan_loop()), ("membership", self._membership_loop()),
@@ -197,11 +197,11 @@ class DispatchWorker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        assert self._leases is not None
+        assert self._claims is not None
         with contextlib.suppress(RedisError, OSError):
             for key in list(self._owned):
-                await self._leases.release(key)
-            await self._leases.leave()
+                await self._claims.release(key)
+            await self._claims.leave()
 
     # -- control plane --------------------------------------------------------------
 
@@ -262,13 +262,13 @@ class DispatchWorker:
     async def _prune_consumers(self, key: str) -> None:
         """Forget consumers (old worker names) with nothing pending, idle for long.
 
-        Safe: only the lease holder (this worker) reads the stream, so a
+        Safe: only the claim holder (this worker) reads the stream, so a
         consumer with no pending entry can never gain one meanwhile; a worker
-        that later takes the lease is re-created by its first read.
+        that later takes the claim is re-created by its first read.
         """
         client, c = self._client, self.config
         assert client is not None
-        idle_limit_ms = int(_PRUNE_IDLE_LEASES * c.lease_ttl_s * 1000)
+        idle_limit_ms = int(_PRUNE_IDLE_CLAIMS * c.claim_ttl_s * 1000)
         consumers: Any = await client.xinfo_consumers(key, c.group)
         for entry in consumers:
             name = text(entry.get("name"))
@@ -281,15 +281,15 @@ class DispatchWorker:
                             self._membership_once)
 
     async def _membership_once(self) -> None:
-        leases = self._leases
-        assert leases is not None
+        claims = self._claims
+        assert claims is not None
         sent = time.monotonic()
-        live = await leases.heartbeat()
+        live = await claims.heartbeat()
         if self.name not in live:
             live = sorted([*live, self.name])
         self._live = live
-        renewed = await leases.claim(list(self._owned))
-        valid_until = sent + _LEASE_SAFETY * self.config.lease_ttl_s
+        renewed = await claims.claim(list(self._owned))
+        valid_until = sent + _CLAIM_SAFETY * self.config.claim_ttl_s
         for key, token in renewed.items():
             st = self._owned.get(key)
             if st is None:
@@ -297,11 +297,11 @@ class DispatchWorker:
             if token and token == st.token:
                 st.valid_until = valid_until
             else:
-                log.warning("%s lost the lease of %s", self.name, key)
+                log.warning("%s lost the claim of %s", self.name, key)
                 st.valid_until = 0.0
                 st.release = True
                 st.wake.set()
-        desired = {s for s in self._streams if owner_of(s, live) == self.name}
+        desired = {s for s in self._streams if shard_of(s, live) == self.name}
         for key, st in self._owned.items():
             if key not in desired and not st.release:
                 st.release = True  # hand over after the current batch
@@ -311,11 +311,11 @@ class DispatchWorker:
             self.metrics.owned.set(len(self._owned))
             return
         sent = time.monotonic()
-        taken = await leases.claim(wanted)
+        taken = await claims.claim(wanted)
         for key, token in taken.items():
             if token and not self._stopping.is_set():
                 st = _Stream(key, self.keys.process_of(key),
-                             sent + _LEASE_SAFETY * self.config.lease_ttl_s, token)
+                             sent + _CLAIM_SAFETY * self.config.claim_ttl_s, token)
                 self._owned[key] = st
                 st.task = asyncio.create_task(self._run_stream(st), name=f"stream-{key}")
         self.metrics.owned.set(len(self._owned))
@@ -345,14 +345,14 @@ class DispatchWorker:
     # -- data path ------------------------------------------------------------------
 
     async def _run_stream(self, st: _Stream) -> None:
-        leases = self._leases
-        assert leases is not None
+        claims = self._claims
+        assert claims is not None
         try:
             while not st.release and not self._stopping.is_set():
                 try:
                     st.check()
                     processed, wait_s = await self._step(st)
-                except LeaseLost:
+                except ClaimLost:
                     break
                 except asyncio.CancelledError:
                     raise
@@ -374,7 +374,7 @@ class DispatchWorker:
                 with contextlib.suppress(KeyError):
                     self.metrics.lag.remove(st.process)
             with contextlib.suppress(RedisError, OSError, RuntimeError):
-                await leases.release(st.key)
+                await claims.release(st.key)
 
     async def _step(self, st: _Stream) -> tuple[int, float]:
         """One round on ``st``: returns (entries handled, seconds to wait when 0)."""
@@ -545,50 +545,50 @@ class DispatchWorker:
         """Dead-letter one entry: write the letter, then settle it (fenced ack).
 
         The letter is written first (nothing lost if the worker dies next), then
-        :meth:`LeaseTable.settle_dead` acknowledges the entry and records the
-        letter as its outcome in one script, refused when a newer lease holder
+        :meth:`StreamClaims.settle_dead` acknowledges the entry and records the
+        letter as its outcome in one script, refused when a newer claim holder
         exists or the entry was already acknowledged (delivered). A refused
         letter is deleted again and never counts (see ``delivery_status``).
 
         Raises:
-            LeaseLost: a newer lease holder exists (nothing settled).
+            ClaimLost: a newer claim holder exists (nothing settled).
         """
-        client, leases = self._client, self._leases
-        assert client is not None and leases is not None
+        client, claims = self._client, self._claims
+        assert client is not None and claims is not None
         reason = str(exc.fields.get("reason", "failed"))
         dead_id = await write_dead_letter(
             client, self.keys, intent=intent, fields=fields, stream=st.key, entry_id=eid,
             source=st.process or "", sink=sink, reason=reason, error=exc.message,
-            attempts=attempts, worker=self.name, lease_token=st.token)
-        outcome = await leases.settle_dead(st.key, self.config.group, eid, st.token, dead_id)
+            attempts=attempts, worker=self.name, claim_token=st.token)
+        outcome = await claims.settle_dead(st.key, self.config.group, eid, st.token, dead_id)
         if outcome != "ok":
             with contextlib.suppress(RedisError, OSError):
                 await client.xdel(self.keys.dead, dead_id)
             self.metrics.fenced.labels("dead_letter").inc()
             log.warning("%s: dead letter of %s refused (%s): %s", self.name,
                         intent.id if intent else f"{st.key} {eid}", outcome,
-                        "a newer lease holder exists" if outcome == "fenced"
+                        "a newer claim holder exists" if outcome == "fenced"
                         else "the entry was already acknowledged")
             if outcome == "fenced":
-                raise LeaseLost(st.key)
+                raise ClaimLost(st.key)
             return
         self.metrics.dead_lettered.labels(sink, reason).inc()
         log.warning("%s dead-lettered %s (%s): %s", self.name,
                     intent.id if intent else f"{st.key} {eid}", reason, exc.message)
 
     async def _ack(self, st: _Stream, eid: str) -> None:
-        """Acknowledge ``eid`` (its sink confirmed), fenced by the lease token.
+        """Acknowledge ``eid`` (its sink confirmed), fenced by the claim token.
 
         Raises:
-            LeaseLost: a newer lease holder exists (not acknowledged; it redelivers).
+            ClaimLost: a newer claim holder exists (not acknowledged; it redelivers).
         """
-        leases = self._leases
-        assert leases is not None
-        if await leases.ack(st.key, self.config.group, eid, st.token) != "ok":
+        claims = self._claims
+        assert claims is not None
+        if await claims.ack(st.key, self.config.group, eid, st.token) != "ok":
             self.metrics.fenced.labels("ack").inc()
-            log.warning("%s: ack of %s %s refused: a newer lease holder exists", self.name,
+            log.warning("%s: ack of %s %s refused: a newer claim holder exists", self.name,
                         st.key, eid)
-            raise LeaseLost(st.key)
+            raise ClaimLost(st.key)
 
 
 def redact_url(url: str) -> str:

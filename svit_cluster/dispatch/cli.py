@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from svit_cluster._cliutil import emit, fail, output_option
-from svit_cluster.errors import SvitError
+from svit_cluster.errors import ConfigurationError, SvitError
 
 __all__ = ["dead_letters", "dispatcher"]
 
@@ -52,8 +52,8 @@ def dispatcher() -> None:
               help="Attempts before dead-lettering (default 8).")
 @click.option("--claim-idle", "claim_idle_s", type=click.FloatRange(0), default=None,
               help="Seconds before a dead worker's pending entries are reclaimed (default 30).")
-@click.option("--lease-ttl", "lease_ttl_s", type=click.FloatRange(0.1), default=None,
-              help="Per-stream lease TTL in seconds (default 10).")
+@click.option("--claim-ttl", "--lease-ttl", "claim_ttl_s", type=click.FloatRange(0.1), default=None,
+              help="Per-stream claim TTL in seconds (default 10; --lease-ttl is the old name).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")
 @click.option("--options", "options_json", default=None,
@@ -61,7 +61,7 @@ def dispatcher() -> None:
 @click.option("--log-level", default="INFO", show_default=True)
 def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
         token: str | None, worker_id: str | None, hosts: tuple[str, ...],
-        max_attempts: int | None, claim_idle_s: float | None, lease_ttl_s: float | None,
+        max_attempts: int | None, claim_idle_s: float | None, claim_ttl_s: float | None,
         metrics_port: int | None, options_json: str | None, log_level: str) -> None:
     """Run one dispatcher worker until SIGTERM/SIGINT."""
     from svit_cluster.dispatch import DispatchConfig, run_worker
@@ -77,7 +77,7 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
     overrides.update({k: v for k, v in {
         "redis_url": redis_url, "gateway_url": gateway_url, "gateway_token": token,
         "worker_id": worker_id, "max_attempts": max_attempts, "claim_idle_s": claim_idle_s,
-        "lease_ttl_s": lease_ttl_s, "metrics_port": metrics_port,
+        "claim_ttl_s": claim_ttl_s, "metrics_port": metrics_port,
     }.items() if v is not None})
     if hosts:
         overrides["webhook_hosts"] = tuple(hosts)
@@ -109,20 +109,26 @@ def status(state_dir: Path | None, redis_url: str | None, output: str,
     from collections import Counter
     from dataclasses import asdict
 
-    from svit_cluster.dispatch import delivery_status, outbox_summary
+    from svit_cluster.dispatch import delivery_status, outbox_summary, read_cluster_json
     from svit_cluster.store import connect
 
+    cluster: bool | None = None  # None: SVIT_REDIS_CLUSTER decides
     if redis_url is None and state_dir is None:
         from svit_cluster.settings import DispatcherSettings, load_settings
 
         redis_url = load_settings(DispatcherSettings).redis_url
     if redis_url is None and state_dir is not None:
-        from svit_cluster.local import LocalCluster
-
-        redis_url = LocalCluster.load(state_dir).doc["redis"]["url"]
+        try:  # the local cluster's record, read as `run --state-dir` reads it
+            doc = read_cluster_json(state_dir / "cluster.json")
+            redis_url = str(doc["redis"]["url"])
+            cluster = bool(doc["redis"].get("cluster")) or None
+        except SvitError as exc:
+            fail(exc)
+        except (KeyError, TypeError, AttributeError) as exc:
+            fail(ConfigurationError(f"malformed cluster document: {exc!r}"))
     if redis_url is None:
         raise click.UsageError("give --redis-url or --state-dir")
-    client = connect(redis_url)
+    client = connect(redis_url, cluster=cluster)
     result = delivery_status(client, process_ids)
     summary = outbox_summary(client, process_ids, statuses=result)
     # Counts come from each stream's entries-added counter (trimming removes

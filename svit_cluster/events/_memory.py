@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from svit_cluster.control import MemoryBackend
-from svit_cluster.control._backend import Receipt
+from svit_cluster.control import DEFAULT_RECEIPTS, MemoryBackend, Receipt
 from svit_cluster.errors import InvalidInput
 from svit_cluster.events._model import (
     DEFAULT_MAX_EVENTS,
@@ -207,7 +206,7 @@ class SignalingMemoryBackend(MemoryBackend):
 
     emits_signals = True
 
-    def __init__(self, store: MemorySignals, process_id: str, max_receipts: int = 256,
+    def __init__(self, store: MemorySignals, process_id: str, max_receipts: int = DEFAULT_RECEIPTS,
                  token: int = 1) -> None:
         super().__init__(max_receipts)
         self.store = store

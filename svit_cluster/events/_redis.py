@@ -42,15 +42,16 @@ from svit_cluster.events._model import (
     validate_limit,
 )
 from svit_cluster.events._source import ReadResult, Window
-from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
-from svit_cluster.store._redis import (
+from svit_cluster.store import (
+    ADD_SIGNAL,
+    DEFAULT_PREFIX,
     AsyncRedisClient,
+    ProcessKeys,
     RedisClient,
     async_connect,
     failure_reason,
     redis_boundary,
 )
-from svit_cluster.store._scripts import ADD_SIGNAL
 
 __all__ = ["RedisEventLog", "RedisSignalSource", "fork_events", "parse_signal"]
 

@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
-from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
+from svit_cluster.control import (
+    DEFAULT_RECEIPTS,
+    ControlRequest,
+    ControlResponse,
+    ProcessController,
+)
 from svit_cluster.errors import ErrorCode, InvalidInput, NotFound
 from svit_cluster.events import (
     MemoryEventLog,
@@ -143,12 +148,12 @@ class LocalRouter:
     With ``reasoner`` (a factory), each process also runs the reasoning loop.
 
     Args:
-        max_receipts: receipts kept per process (default 256).
+        max_receipts: receipts kept per process (``control.DEFAULT_RECEIPTS``).
         reasoner: ``() -> Reasoner``; None (default) runs no reasoning loop.
         reasoner_config: loop bounds (``ReasonerConfig``; defaults otherwise).
     """
 
-    def __init__(self, max_receipts: int = 256, *,
+    def __init__(self, max_receipts: int = DEFAULT_RECEIPTS, *,
                  reasoner: Callable[[], Reasoner] | None = None,
                  reasoner_config: ReasonerConfig | None = None) -> None:
         self._controllers: dict[str, ProcessController] = {}

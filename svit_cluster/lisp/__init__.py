@@ -25,8 +25,7 @@ from svit_cluster.lisp._compiler import compile_forms
 from svit_cluster.lisp._evaluator import Program
 from svit_cluster.lisp._meter import Meter
 from svit_cluster.lisp._reader import read_source
-from svit_cluster.process._limits import Limits
-from svit_cluster.process._values import Value
+from svit_cluster.values import Limits, Value
 
 __all__ = ["CACHE_SIZE", "GuestHost", "Meter", "Program", "compile_script"]
 

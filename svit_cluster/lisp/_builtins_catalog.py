@@ -54,7 +54,7 @@ from svit_cluster.lisp._types import (
     type_name,
     utf8len,
 )
-from svit_cluster.process._values import Script
+from svit_cluster.values import Script
 
 __all__ = [
     "CALLERS",

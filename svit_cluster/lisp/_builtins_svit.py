@@ -13,7 +13,7 @@ failures (see :func:`~svit_cluster.lisp._errors.catchable`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from svit_cluster.errors import ScriptFailed, SvitError
 from svit_cluster.lisp._builtins_core import arity, expect_str
@@ -35,12 +35,12 @@ from svit_cluster.lisp._types import (
     type_name,
     utf8len,
 )
-from svit_cluster.process._paths import validate_address
-from svit_cluster.process._values import from_plain_json, strict_json_loads, to_plain_json
+from svit_cluster.values import from_plain_json, strict_json_loads, to_plain_json, validate_address
 
 __all__ = ["SVIT", "SVIT_NOT_INLINE", "result_error", "result_ok"]
 
 Args = Sequence[Any]
+T = TypeVar("T")
 _MISSING = object()
 
 
@@ -48,6 +48,17 @@ def _path(name: str, value: Any) -> str:
     if type(value) is str:
         return value
     raise script_failed(f"{name} path must be a string, got {type_name(value)}")
+
+
+def _host(r: Run, primitive: Callable[..., T], *args: Any) -> T:
+    """Call one host primitive. A :class:`SvitError` it raises is marked as the
+    host's (``r.foreign``: reported unchanged, never re-located to the guest's
+    form) and propagates."""
+    try:
+        return primitive(*args)
+    except SvitError as e:
+        r.foreign = e
+        raise
 
 
 def _incoming(r: Run, value: Any) -> Any:
@@ -131,56 +142,33 @@ def b_value_null(r: Run, a: Args) -> Any:
 def b_read(r: Run, a: Args) -> Any:
     arity("read", a, 1)
     path = _path("read", a[0])
-    try:
-        value = r.host.read(path)
-    except SvitError as e:
-        r.foreign = e
-        raise
-    return _incoming(r, value)
+    return _incoming(r, _host(r, r.host.read, path))
 
 
 def b_discover(r: Run, a: Args) -> Any:
     arity("discover", a, 1)
     path = _path("discover", a[0])
-    try:
-        value = r.host.discover(path)
-    except SvitError as e:
-        r.foreign = e
-        raise
-    return _incoming(r, value)
+    return _incoming(r, _host(r, r.host.discover, path))
 
 
 def b_stat(r: Run, a: Args) -> Any:
     arity("stat", a, 1)
     path = _path("stat", a[0])
-    try:
-        value = r.host.stat(path)
-    except SvitError as e:
-        r.foreign = e
-        raise
-    return _incoming(r, value)
+    return _incoming(r, _host(r, r.host.stat, path))
 
 
 def b_write(r: Run, a: Args) -> Any:
     arity("write", a, 2)
     path = _path("write", a[0])
     value = to_value(r, a[1])
-    try:
-        r.host.write(path, value)
-    except SvitError as e:
-        r.foreign = e
-        raise
+    _host(r, r.host.write, path, value)
     return ()
 
 
 def b_remove(r: Run, a: Args) -> Any:
     arity("remove", a, 1)
     path = _path("remove", a[0])
-    try:
-        r.host.remove(path)
-    except SvitError as e:
-        r.foreign = e
-        raise
+    _host(r, r.host.remove, path)
     return ()
 
 
@@ -192,10 +180,7 @@ def b_exec(r: Run, a: Args) -> Any:
     value = to_value(r, a[1])
     r.sync_out()
     try:
-        out = r.host.exec(path, value)
-    except SvitError as e:
-        r.foreign = e
-        raise
+        out = _host(r, r.host.exec, path, value)
     finally:
         r.sync_in()
     return _incoming(r, out)
@@ -209,11 +194,7 @@ def b_send(r: Run, a: Args) -> Any:
     except SvitError as e:
         raise script_failed(f"send! address is not valid: {e.message}") from None
     body = to_value(r, a[1])
-    try:
-        return r.host.send(to, body)
-    except SvitError as e:
-        r.foreign = e
-        raise
+    return _host(r, r.host.send, to, body)
 
 
 def b_log_info(r: Run, a: Args) -> Any:
@@ -225,11 +206,7 @@ def b_log_info(r: Run, a: Args) -> Any:
         # value is kept whole under "value" (svit_cluster's choice, docs/conformance.md).
         value = to_value(r, a[1])
         fields = dict(value) if type(value) is dict else {"value": value}
-    try:
-        r.host.log_info(message, fields)
-    except SvitError as e:
-        r.foreign = e
-        raise
+    _host(r, r.host.log_info, message, fields)
     return ()
 
 

@@ -49,7 +49,7 @@ from svit_cluster.errors import SvitError
 from svit_cluster.lisp._errors import resource_limit, script_failed
 from svit_cluster.lisp._meter import Run
 from svit_cluster.lisp._types import container_height, remember
-from svit_cluster.process._values import from_plain_json, strict_json_loads, to_plain_json
+from svit_cluster.values import from_plain_json, strict_json_loads, to_plain_json
 
 __all__ = ["MAX_FILTER_BYTES", "MAX_FILTER_NESTING", "MAX_RESULTS", "run_jq"]
 

@@ -33,8 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from svit_cluster.lisp._errors import execution_limit, relocate, resource_limit
-from svit_cluster.process._limits import Limits
-from svit_cluster.process._values import I64_MAX, I64_MIN
+from svit_cluster.values import I64_MAX, I64_MIN, Limits
 
 __all__ = ["CLOCK_INTERVAL", "Meter", "Run"]
 

@@ -21,7 +21,7 @@ from typing import Any
 from svit_cluster.errors import ErrorCode, LimitExceeded, ScriptFailed
 from svit_cluster.lisp._errors import source_path
 from svit_cluster.lisp._types import Char, Keyword, Symbol, SynList, utf8len
-from svit_cluster.process._limits import Limits
+from svit_cluster.values import Limits
 
 __all__ = ["QUOTE", "Form", "read_source"]
 

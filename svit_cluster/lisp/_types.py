@@ -11,7 +11,7 @@ integer, float      ``int``, ``float`` (never ``bool``)
 string, bool        ``str``, ``bool``
 typed null          ``None``   (``value-null?``; differs from ``()``)
 typed array / map   ``list`` / ``dict`` (treated as immutable; elements plain)
-script record       :class:`~svit_cluster.process._values.Script` (opaque)
+script record       :class:`~svit_cluster.values.Script` (opaque)
 symbol, keyword     :class:`Symbol`, :class:`Keyword`
 char                :class:`Char`
 function            :class:`Closure` (guest lambda), :class:`Builtin`
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from svit_cluster.lisp._errors import invalid_value, resource_limit, script_failed
-from svit_cluster.process._values import I64_MAX, I64_MIN, Script, script_json
+from svit_cluster.values import I64_MAX, I64_MIN, Script, script_json
 
 if TYPE_CHECKING:
     from svit_cluster.lisp._meter import Run

@@ -10,11 +10,12 @@ Public names:
 * :class:`RayNode`, :class:`PortAllocator` -- Ray nodes started one after another.
 * :class:`ServerError` -- a server could not be started (``unavailable``).
 * :func:`free_port` -- a free loopback TCP port.
+* :func:`cluster_status` -- gateway, hosts and owners of a running local cluster.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from svit_cluster.local._ray import PortAllocator, RayNode, host_resource, ray_env
+from svit_cluster.local._ray import PortAllocator, RayNode, ray_env
 from svit_cluster.local._rcluster import (
     EtcdClusterServer,
     EtcdMember,
@@ -25,6 +26,7 @@ from svit_cluster.local._servers import EtcdServer, RedisServer, ServerError, fr
 
 if TYPE_CHECKING:
     from svit_cluster.local._cluster import ClusterSpec, LocalCluster, stop_pid
+    from svit_cluster.local._status import cluster_status
 
 __all__ = [
     "ClusterSpec",
@@ -38,8 +40,8 @@ __all__ = [
     "RedisClusterServer",
     "RedisServer",
     "ServerError",
+    "cluster_status",
     "free_port",
-    "host_resource",
     "ray_env",
     "stop_pid",
 ]
@@ -49,7 +51,7 @@ def __getattr__(name: str) -> Any:
     """Import the :mod:`svit_cluster.local._cluster` names on first use (PEP 562).
 
     ``_cluster`` imports httpx, click and rich (the CLI's status and health checks);
-    host agents import :func:`host_resource` from this package and must not pay for
+    the CLI's lighter commands import this package and need not pay for
     them (issue 18 item 3, tests/cluster/test_worker_imports.py).
 
     Raises:
@@ -59,4 +61,8 @@ def __getattr__(name: str) -> Any:
         from svit_cluster.local import _cluster
 
         return getattr(_cluster, name)
+    if name == "cluster_status":
+        from svit_cluster.local import _status
+
+        return _status.cluster_status
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,10 +25,11 @@ import httpx
 import psutil
 
 from svit_cluster.errors import ConfigurationError, UnavailableError
+from svit_cluster.gateway import DEFAULT_MAX_REQUEST_BYTES
 from svit_cluster.local._ray import PortAllocator, RayNode, ray_env
 from svit_cluster.local._rcluster import EtcdClusterServer, RedisClusterServer
 from svit_cluster.local._servers import EtcdServer, RedisServer
-from svit_cluster.store._redis import CLUSTER_ENV
+from svit_cluster.store import CLUSTER_ENV, DEFAULT_SNAPSHOT_EVERY
 
 __all__ = ["ClusterSpec", "LocalCluster", "stop_pid"]
 
@@ -63,9 +64,9 @@ class ClusterSpec:
         state_dir: all data, logs, Ray temp dirs and ``cluster.json``.
         hosts: number of Ray worker hosts (each one host agent), >= 1.
         lease_ttl_s: etcd lease TTL of every host, seconds (default 5).
-        snapshot_every: commits between snapshots (default 100).
+        snapshot_every: commits between snapshots (``store.DEFAULT_SNAPSHOT_EVERY``).
         passivate_after_s: idle seconds before an actor passivates (default 300).
-        max_request_bytes: gateway body cap (default 1 MiB).
+        max_request_bytes: gateway body cap (``gateway.DEFAULT_MAX_REQUEST_BYTES``, 1 MiB).
         cluster: cluster name (etcd prefix ``/svit/<cluster>/``).
         dispatchers: outbox dispatcher worker processes to start (default 1, 0..16).
         dispatch_options: ``DispatchConfig`` options for them (see svit_cluster.dispatch).
@@ -87,9 +88,9 @@ class ClusterSpec:
     state_dir: Path
     hosts: int = 3
     lease_ttl_s: int = 5
-    snapshot_every: int = 100
+    snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
     passivate_after_s: float = 300.0
-    max_request_bytes: int = 1024 * 1024
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     cluster: str = "local"
     dispatchers: int = 1
     dispatch_options: dict[str, Any] = field(default_factory=dict)

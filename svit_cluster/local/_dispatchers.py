@@ -20,7 +20,7 @@ import psutil
 
 from svit_cluster.dispatch import DispatchConfig
 from svit_cluster.errors import UnavailableError
-from svit_cluster.store._redis import CLUSTER_ENV
+from svit_cluster.store import CLUSTER_ENV
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,7 +37,7 @@ __all__ = [
 
 #: Options of local-cluster workers unless ``ClusterSpec.dispatch_options`` says
 #: otherwise: faster takeover than the production defaults.
-LOCAL_DEFAULTS: dict[str, Any] = {"lease_ttl_s": 5.0, "claim_idle_s": 5.0,
+LOCAL_DEFAULTS: dict[str, Any] = {"claim_ttl_s": 5.0, "claim_idle_s": 5.0,
                                   "scan_interval_s": 1.0}
 
 _children: dict[int, subprocess.Popen[bytes]] = {}
@@ -126,7 +126,7 @@ def _reap(pid: int, timeout_s: float) -> None:
 
 
 def kill_dispatcher(cluster: LocalCluster, name: str) -> int | None:
-    """SIGKILL worker ``name`` (no clean shutdown: its leases and pending entries stay)."""
+    """SIGKILL worker ``name`` (no clean shutdown: its claims and pending entries stay)."""
     entry = _section(cluster)["workers"].get(name)
     if not entry:
         return None

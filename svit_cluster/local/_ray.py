@@ -24,9 +24,10 @@ from pathlib import Path
 
 import psutil
 
+from svit_cluster.cluster import host_resource
 from svit_cluster.errors import UnavailableError
 
-__all__ = ["PortAllocator", "RayNode", "host_resource", "ray_env"]
+__all__ = ["PortAllocator", "RayNode", "ray_env"]
 
 _RAY_HEALTH = {
     "RAY_health_check_period_ms": "500",
@@ -48,11 +49,6 @@ def ray_env() -> dict[str, str]:
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_SCHEDULER_EVENTS"] = "0"
     return env
-
-
-def host_resource(host: str) -> str:
-    """The Ray custom resource that pins actors to host ``host``."""
-    return f"svit_host:{host}"
 
 
 class PortAllocator:

@@ -15,14 +15,14 @@ __all__ = ["cluster_status"]
 
 
 async def _etcd_view(endpoint: str, cluster: str) -> dict[str, Any]:
-    from svit_cluster.ownership import open_client, record_token
+    from svit_cluster.ownership import cluster_prefix, open_client, parse_key, record_token
 
     client = open_client(endpoint)
     members = len(endpoint.split(","))
     try:
         for attempt in range(members):  # the failover client moves on after a failure
             try:
-                got = await asyncio.wait_for(client.get_prefix(f"/svit/{cluster}/".encode()), 5)
+                got = await asyncio.wait_for(client.get_prefix(cluster_prefix(cluster)), 5)
                 break
             except Exception:
                 if attempt == members - 1:
@@ -30,13 +30,15 @@ async def _etcd_view(endpoint: str, cluster: str) -> dict[str, Any]:
         hosts: dict[str, Any] = {}
         owners: dict[str, Any] = {}
         for kv in got:
-            key = bytes(kv.key).decode()
+            kind = parse_key(cluster, bytes(kv.key))
+            if kind is None:
+                continue  # the fence epoch
             value = json.loads(bytes(kv.value))
-            if "/hosts/" in key:
-                hosts[key.rsplit("/hosts/", 1)[1]] = {**value, "lease": int(kv.lease)}
-            elif "/owners/" in key:
+            if kind[0] == "host":
+                hosts[kind[1]] = {**value, "lease": int(kv.lease)}
+            else:
                 token = record_token(bytes(kv.value), int(kv.create_revision))
-                owners[key.split("/owners/", 1)[1]] = {**value, "token": token}
+                owners[kind[1]] = {**value, "token": token}
         return {"hosts": hosts, "owners": owners}
     finally:
         await client.close()

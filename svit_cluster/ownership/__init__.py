@@ -8,16 +8,17 @@ Public names, by importance:
 * :class:`Owners` -- acquire (one ``create_revision == 0`` transaction; the
   fencing token is ``epoch << 40 | create revision``), ``claim`` (acquire and
   claim the Redis fence, recovering in one call from tokens below the fence
-  after an etcd restore), release (only if still ours), ``owner_of``,
-  ``guard`` (self-fencing check for the data path), ``watch``.
+  after an etcd restore), release (only if still ours), ``owner_of`` (the
+  etcd record of any process), ``release_unserved``.
 * :func:`recover_after_restore` -- the operator's step after restoring etcd
   from a backup (``svit-cluster etcd-restored``): raise the fence epoch past
   every fence, release stale ownership records.
 * :func:`fencing_token`, :func:`split_token`, :data:`EPOCH_SHIFT` -- the token
   format and its bounds (exact below 2**53, as Redis Lua numbers need).
 * :class:`Ownership`, :class:`OwnerRecord` -- this host's ownership; any owner.
-* :class:`OwnershipWatch` -- reports when ownership is lost.
 * :func:`open_client` -- an ``aetcd.Client`` for ``host:port``.
+* The etcd key layout, defined once (``_keys``): :func:`owner_key`,
+  :func:`host_key`, :func:`epoch_key`, their prefixes, :func:`parse_key`.
 
 The lease is never the proof of ownership: the fencing token checked by the
 Redis commit log is (:mod:`svit_cluster.store`).
@@ -27,23 +28,30 @@ from svit_cluster.ownership._epoch import (
     EPOCH_SHIFT,
     MAX_EPOCH,
     MAX_REVISION,
-    epoch_key,
     fencing_token,
     read_epoch,
     split_token,
 )
-from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, open_client
+from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call, open_client
+from svit_cluster.ownership._failover import parse_endpoints
+from svit_cluster.ownership._keys import (
+    cluster_prefix,
+    epoch_key,
+    host_key,
+    hosts_prefix,
+    owner_key,
+    owners_prefix,
+    parse_key,
+)
 from svit_cluster.ownership._lease import DEFAULT_TTL_S, HostLease, LeaseMetrics, LeaseState
 from svit_cluster.ownership._owner import (
     Fences,
     OwnerRecord,
     Owners,
     Ownership,
-    owner_key,
     record_token,
 )
 from svit_cluster.ownership._restore import RestoreReport, recover_after_restore
-from svit_cluster.ownership._watch import OwnershipWatch
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
@@ -58,12 +66,18 @@ __all__ = [
     "OwnerRecord",
     "Owners",
     "Ownership",
-    "OwnershipWatch",
     "RestoreReport",
+    "cluster_prefix",
     "epoch_key",
+    "etcd_call",
     "fencing_token",
+    "host_key",
+    "hosts_prefix",
     "open_client",
     "owner_key",
+    "owners_prefix",
+    "parse_endpoints",
+    "parse_key",
     "read_epoch",
     "record_token",
     "recover_after_restore",

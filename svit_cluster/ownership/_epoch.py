@@ -32,12 +32,12 @@ from typing import Any
 
 from svit_cluster.errors import ConfigurationError, ConflictError, InvalidInput
 from svit_cluster.ownership._etcd import etcd_call
+from svit_cluster.ownership._keys import epoch_key
 
 __all__ = [
     "EPOCH_SHIFT",
     "MAX_EPOCH",
     "MAX_REVISION",
-    "epoch_key",
     "epoch_past",
     "fencing_token",
     "raise_epoch",
@@ -51,11 +51,6 @@ EPOCH_SHIFT = 40
 MAX_REVISION = (1 << EPOCH_SHIFT) - 1
 #: Largest epoch: keeps every token below 2**53 (exact as a Lua number).
 MAX_EPOCH = (1 << (53 - EPOCH_SHIFT)) - 1
-
-
-def epoch_key(cluster: str) -> bytes:
-    """The etcd key ``/svit/<cluster>/fence-epoch`` (no lease)."""
-    return f"/svit/{cluster}/fence-epoch".encode()
 
 
 def fencing_token(epoch: int, revision: int) -> int:

@@ -1,6 +1,7 @@
 """Process ownership records in etcd: acquire, release, look up (DESIGN.md §3).
 
-The record of process ``P`` is the key ``/svit/<cluster>/owners/<P>``, put under
+The record of process ``P`` is the key ``/svit/<cluster>/owners/<P>`` (every key:
+:mod:`svit_cluster.ownership._keys`), put under
 the owning host's lease with the value ``{"host": ..., "address": ...}``. It is
 created in one transaction guarded by ``create_revision == 0``, so at most one
 host holds it at a time. Its **fencing token** is ``epoch << 40 | create
@@ -18,41 +19,31 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from svit_cluster.errors import (
     ConfigurationError,
     ConflictError,
     FencedError,
-    InvalidInput,
     UnavailableError,
 )
 from svit_cluster.ownership._epoch import (
-    epoch_key,
     epoch_past,
     fencing_token,
     raise_epoch,
 )
 from svit_cluster.ownership._etcd import etcd_call
+from svit_cluster.ownership._keys import epoch_key, owner_key
 from svit_cluster.ownership._lease import HostLease
 from svit_cluster.ownership._record import Ownership
 from svit_cluster.process import validate_process_id
 
-if TYPE_CHECKING:
-    from svit_cluster.ownership._watch import OwnershipWatch
-
-__all__ = ["Fences", "OwnerRecord", "Owners", "Ownership", "owner_key", "record_token"]
+__all__ = ["Fences", "OwnerRecord", "Owners", "Ownership", "record_token"]
 
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
-
-
-def owner_key(cluster: str, process_id: str) -> bytes:
-    """The etcd key ``/svit/<cluster>/owners/<process_id>``."""
-    return f"/svit/{cluster}/owners/{process_id}".encode()
 
 
 def _value_epoch(value: Any) -> int:
@@ -352,33 +343,3 @@ class Owners:
             log.warning("released the record of %s (token %d): under this host's lease but "
                         "not served here", process_id, record.token)
         return deleted
-
-    def guard(
-        self, ownership: Ownership, watch: OwnershipWatch | None = None
-    ) -> Callable[[], None]:
-        """A no-argument check for the data path: raises unless still safe to start work.
-
-        Pass it as ``RedisBackend(..., guard=owners.guard(ownership, watch))`` so
-        a SUSPENDED or LOST host, or one whose watch saw the record go, stops
-        starting commits (self-fencing; the Redis fence remains the proof).
-        Callable from any thread.
-
-        Raises:
-            InvalidInput: ``ownership`` was not acquired under this host's lease.
-        """
-        if ownership.lease_id != self.lease.lease_id:
-            raise InvalidInput("ownership does not belong to this host's lease")
-        lease = self.lease
-
-        def check() -> None:
-            lease.ensure_held()
-            if watch is not None:
-                watch.ensure_owned()
-
-        return check
-
-    def watch(self, ownership: Ownership) -> OwnershipWatch:
-        """Start an :class:`OwnershipWatch` for ``ownership`` (must run on the event loop)."""
-        from svit_cluster.ownership._watch import OwnershipWatch
-
-        return OwnershipWatch(self.lease, ownership).start()

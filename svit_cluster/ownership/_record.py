@@ -1,6 +1,4 @@
-"""The :class:`Ownership` record a host holds (split out of ``_owner`` so that
-``_owner`` (which starts watches) and ``_watch`` (which watches one record) do not
-import each other)."""
+"""The :class:`Ownership` record a host holds (see :mod:`svit_cluster.ownership._owner`)."""
 
 from __future__ import annotations
 
@@ -13,8 +11,9 @@ __all__ = ["Ownership"]
 class Ownership:
     """This host's ownership of one process, with its fencing token.
 
-    Valid while the record exists with this create ``revision``; see
-    :class:`~svit_cluster.ownership.OwnershipWatch` and the host lease's state.
+    Valid while the record exists with this create ``revision`` and the host
+    lease is held; the host self-fences on its lease state
+    (``ProcessActor._guard``), the Redis fence checks ``token`` on every commit.
     """
 
     process_id: str

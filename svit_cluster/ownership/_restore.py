@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from svit_cluster.ownership._epoch import epoch_past, raise_epoch, read_epoch
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call
+from svit_cluster.ownership._keys import cluster_prefix, owners_prefix, parse_key
 from svit_cluster.ownership._owner import record_token
 
 __all__ = ["FenceScan", "RestoreReport", "recover_after_restore"]
@@ -111,20 +112,20 @@ async def recover_after_restore(
     report.epoch_after = await raise_epoch(
         client, cluster, timeout_s=timeout_s,
         at_least=max(epoch_past(report.highest_fence), report.epoch_before + 1))
-    prefix = f"/svit/{cluster}/".encode()
-    got = await etcd_call("scan_cluster", client.get_prefix(prefix), timeout_s=timeout_s)
+    got = await etcd_call("scan_cluster", client.get_prefix(cluster_prefix(cluster)),
+                          timeout_s=timeout_s)
     hosts: dict[str, int] = {}
     records: list[tuple[bytes, bytes, int, int]] = []
     for kv in got:
         key = bytes(kv.key)
-        rest = key[len(prefix):]
-        if rest.startswith(b"hosts/"):
-            hosts[rest[len(b"hosts/"):].decode()] = int(kv.lease)
-        elif rest.startswith(b"owners/"):
+        kind = parse_key(cluster, key)
+        if kind is not None and kind[0] == "host":
+            hosts[kind[1]] = int(kv.lease)
+        elif kind is not None and kind[0] == "owner":
             records.append((key, bytes(kv.value), int(kv.create_revision), int(kv.lease)))
     tx = client.transactions
     for key, value, revision, lease in records:
-        process_id = key[len(prefix) + len(b"owners/"):].decode()
+        process_id = key[len(owners_prefix(cluster)):].decode()
         try:
             host = str(json.loads(value)["host"])
         except (ValueError, KeyError, TypeError):

@@ -21,11 +21,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import ErrorCode, LimitExceeded, ScriptFailed, SvitError
 from svit_cluster.ports._config import HttpPortConfig, LlmPortConfig, PortsConfig
 from svit_cluster.ports._registry import CONTRACT_VERSION, Port, PortContext, PortRegistry
-from svit_cluster.process._paths import validate_script_name
-from svit_cluster.process._values import Value
+from svit_cluster.values import Value, validate_script_name
 
 __all__ = ["HttpPort", "LlmPort", "LocalSpawner", "SpawnPort", "Spawner", "build_registry",
            "child_id"]
@@ -196,8 +196,7 @@ class LlmPort:
         }
 
     def call(self, input: Value, ctx: PortContext) -> Value:
-        from svit_cluster.reasoning import ReasonRequest, build_reasoner
-        from svit_cluster.reasoning._model import TurnFailed
+        from svit_cluster.reasoning import ReasonRequest, TurnFailed, build_reasoner
 
         doc = _obj(self.name, input)
         if "prompt" in doc and type(doc["prompt"]) is str and set(doc) == {"prompt"}:
@@ -285,8 +284,6 @@ class LocalSpawner:
 
     def spawn(self, parent: Any, child: str, script: str, input: Value,
               request_id: str) -> dict[str, Value]:
-        from svit_cluster.process._activation import activate
-
         with self._lock:
             if request_id in self._done:
                 return self._done[request_id]

@@ -19,16 +19,16 @@ outside the commit (hence :func:`idempotency_key`).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from svit_cluster.activation import PortContext, idempotency_key
 from svit_cluster.errors import ErrorCode, LimitExceeded, ScriptFailed, SvitError
 from svit_cluster.ports._config import PortsConfig
-from svit_cluster.process._namespace import PORT_DESCRIPTOR_FIELDS
-from svit_cluster.process._values import Value, canonical_json, to_plain_json
+from svit_cluster.process import PORT_DESCRIPTOR_FIELDS
+from svit_cluster.values import Value, canonical_json, to_plain_json
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -47,38 +47,6 @@ CONTRACT_VERSION = "v1"
 
 #: Descriptor fields, as the reference lists them (docs/ports.md "Registry and catalog").
 DESCRIPTOR_FIELDS = tuple(sorted(PORT_DESCRIPTOR_FIELDS))
-
-
-def idempotency_key(process_id: str, version: int, call_index: int) -> str:
-    """``svit-<sha256 hex>`` of ``(process id, version being computed, call index)``.
-
-    A retried activation of the same version makes the same calls in the same
-    order (guest code is deterministic), so each call carries the same key and
-    a well-behaved server does not repeat the effect.
-    """
-    raw = f"{process_id}\n{version}\n{call_index}".encode()
-    return "svit-" + hashlib.sha256(raw).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class PortContext:
-    """What a port implementation may know about the calling activation.
-
-    Attributes:
-        process_id: the calling process.
-        version: the version the activation is computing (committed + 1).
-        call_index: 0-based index of this call within the activation.
-        token: the owner's fencing token (0 outside the cluster).
-        committed: the committed process (read only; ``spawn`` forks it).
-        idempotency_key: :func:`idempotency_key` of the three above.
-    """
-
-    process_id: str
-    version: int
-    call_index: int
-    token: int
-    committed: Any
-    idempotency_key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +129,15 @@ class PortRegistry:
     @property
     def fuel_per_call(self) -> int:
         return self.config.fuel_per_call
+
+    @property
+    def max_calls(self) -> int:
+        """At most this many port calls per activation (``config.max_calls``)."""
+        return self.config.max_calls
+
+    def grants(self, name: str) -> bool:
+        """Whether this host grants a port named ``name``."""
+        return name in self.ports
 
     def call(self, name: str, input: Value, ctx: PortContext, *,
              record: Callable[[PortCall], None] | None = None) -> Value:

@@ -1,6 +1,8 @@
 """The Svit process core: values, namespace, versions, hashes, transactions, snapshots.
 
-Pure Python, no I/O. See ``DESIGN.md`` §1. Public names, by importance:
+Pure Python, no I/O. See ``DESIGN.md`` §1. Values, paths and limits live in
+:mod:`svit_cluster.values` (re-exported here); running a script is
+:mod:`svit_cluster.activation`. Public names, by importance:
 
 * :class:`Process` -- one versioned, hashed state machine.
 * :class:`Limits` -- frozen bounds with hard maxima.
@@ -12,17 +14,24 @@ Pure Python, no I/O. See ``DESIGN.md`` §1. Public names, by importance:
   :func:`validate_address`, :func:`validate_script_name`.
 """
 
-from svit_cluster.process._limits import HARD_MAXIMA, Limits
-from svit_cluster.process._namespace import LANGUAGE, PROTOCOL, SNAPSHOT_FORMAT
-from svit_cluster.process._paths import (
-    ROOT_KEYS,
-    format_path,
-    parse_path,
-    validate_address,
-    validate_process_id,
-    validate_script_name,
+from svit_cluster.process._inbox import (
+    CLOSED_PATH,
+    DEDUP_WINDOW,
+    dedup_slot,
+    inbox_closed,
+    prepare_inbox_ack,
+    prepare_inbox_append,
+    prepare_inbox_close,
 )
-from svit_cluster.process._process import MAX_SNAPSHOT_BYTES, Committer, Process
+from svit_cluster.process._namespace import (
+    LANGUAGE,
+    PORT_DESCRIPTOR_FIELDS,
+    PROTOCOL,
+    SNAPSHOT_FORMAT,
+    check_script,
+)
+from svit_cluster.process._process import MAX_SNAPSHOT_BYTES, Process
+from svit_cluster.process._stat import stat_record
 from svit_cluster.process._transaction import (
     GENESIS_HASH,
     LEGACY_TRANSACTION_FORMAT,
@@ -30,52 +39,87 @@ from svit_cluster.process._transaction import (
     Mutation,
     Transaction,
 )
-from svit_cluster.process._tree import HASH_SCHEME
-from svit_cluster.process._values import (
+from svit_cluster.process._tree import (
+    HASH_SCHEME,
+    ArrayNode,
+    MapNode,
+    Node,
+    ScriptNode,
+    get_node,
+    lookup_node,
+    node_from_value,
+    value_from_node,
+)
+from svit_cluster.process._working import Change, Transition, WorkingCopy, script_from_value
+from svit_cluster.values import (
+    HARD_MAXIMA,
+    ROOT_KEYS,
+    Limits,
     Script,
     Value,
     canonical_json,
     decode_value,
     encode_value,
+    format_path,
     from_plain_json,
+    parse_path,
     strict_json_loads,
     to_plain_json,
+    validate_address,
+    validate_process_id,
+    validate_script_name,
     values_equal,
 )
-from svit_cluster.process._working import Change, Transition, WorkingCopy, script_from_value
 
 __all__ = [
+    "CLOSED_PATH",
+    "DEDUP_WINDOW",
     "GENESIS_HASH",
     "HARD_MAXIMA",
     "HASH_SCHEME",
     "LANGUAGE",
     "LEGACY_TRANSACTION_FORMAT",
     "MAX_SNAPSHOT_BYTES",
+    "PORT_DESCRIPTOR_FIELDS",
     "PROTOCOL",
     "ROOT_KEYS",
     "SNAPSHOT_FORMAT",
     "TRANSACTION_FORMAT",
+    "ArrayNode",
     "Change",
-    "Committer",
     "Limits",
+    "MapNode",
     "Mutation",
+    "Node",
     "Process",
     "Script",
+    "ScriptNode",
     "Transaction",
     "Transition",
     "Value",
     "WorkingCopy",
     "canonical_json",
+    "check_script",
     "decode_value",
+    "dedup_slot",
     "encode_value",
     "format_path",
     "from_plain_json",
+    "get_node",
+    "inbox_closed",
+    "lookup_node",
+    "node_from_value",
     "parse_path",
+    "prepare_inbox_ack",
+    "prepare_inbox_append",
+    "prepare_inbox_close",
     "script_from_value",
+    "stat_record",
     "strict_json_loads",
     "to_plain_json",
     "validate_address",
     "validate_process_id",
     "validate_script_name",
+    "value_from_node",
     "values_equal",
 ]

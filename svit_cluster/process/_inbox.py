@@ -15,8 +15,8 @@ from collections.abc import Callable
 from svit_cluster.errors import ConflictError, ErrorCode, InboxClosed
 from svit_cluster.process._process import Process
 from svit_cluster.process._tree import MapNode, ScalarNode, get_node
-from svit_cluster.process._values import Value
 from svit_cluster.process._working import Transition, WorkingCopy
+from svit_cluster.values import Value
 
 __all__ = [
     "CLOSED_PATH",

@@ -5,13 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from svit_cluster.errors import ErrorCode, InvalidInput, SvitError
-from svit_cluster.process._limits import Limits
-from svit_cluster.process._paths import (
-    ROOT_KEYS,
-    validate_address,
-    validate_process_id,
-    validate_script_name,
-)
+from svit_cluster.lisp import compile_script
 from svit_cluster.process._transaction import LEGACY_TRANSACTION_FORMAT, TRANSACTION_FORMAT
 from svit_cluster.process._tree import (
     EMPTY_MAP,
@@ -23,7 +17,17 @@ from svit_cluster.process._tree import (
     get_node,
     node_from_value,
 )
-from svit_cluster.process._values import Script, Value, decode_value, script_json
+from svit_cluster.values import (
+    ROOT_KEYS,
+    Limits,
+    Script,
+    Value,
+    decode_value,
+    script_json,
+    validate_address,
+    validate_process_id,
+    validate_script_name,
+)
 
 __all__ = [
     "INTENT_FIELDS",
@@ -154,8 +158,6 @@ def check_script(name: str, script: Script, limits: Limits) -> None:
         LimitExceeded: (``resource_limit_exceeded``) script bytes, syntax depth,
             integer bits.
     """
-    from svit_cluster.lisp import compile_script  # the interpreter depends on this package
-
     compile_script(script.source, name=name, limits=limits)
 
 

@@ -19,7 +19,6 @@ from svit_cluster.errors import (
     LimitExceeded,
     SvitError,
 )
-from svit_cluster.process._limits import Limits
 from svit_cluster.process._namespace import (
     MAX_VERSION,
     SNAPSHOT_FORMAT,
@@ -30,7 +29,6 @@ from svit_cluster.process._namespace import (
     validate_root,
     with_system,
 )
-from svit_cluster.process._paths import parse_path, validate_process_id
 from svit_cluster.process._stat import stat_record
 from svit_cluster.process._transaction import GENESIS_HASH, Transaction
 from svit_cluster.process._tree import (
@@ -43,13 +41,6 @@ from svit_cluster.process._tree import (
     remove_node,
     value_from_node,
 )
-from svit_cluster.process._values import (
-    Script,
-    Value,
-    canonical_json,
-    strict_json_loads,
-    values_equal,
-)
 from svit_cluster.process._working import (
     Change,
     Transition,
@@ -57,15 +48,21 @@ from svit_cluster.process._working import (
     apply_mutation,
     script_from_value,
 )
+from svit_cluster.values import (
+    Limits,
+    Script,
+    Value,
+    canonical_json,
+    parse_path,
+    strict_json_loads,
+    validate_process_id,
+    values_equal,
+)
 
-__all__ = ["MAX_SNAPSHOT_BYTES", "Committer", "Process"]
+__all__ = ["MAX_SNAPSHOT_BYTES", "Process"]
 
 #: Restore refuses snapshots larger than this (128 MiB).
 MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
-
-#: Called with each sealed transition *before* it is applied. Raising aborts the
-#: commit and leaves the process unchanged (the fenced store plugs in here).
-Committer = Callable[[Transition], None]
 
 _SNAPSHOT_FIELDS = frozenset({"format", "id", "version", "root", "root_hash", "limits"})
 
@@ -81,7 +78,7 @@ class Process:
         chain_head: ``event_hash`` of the last record (:data:`GENESIS_HASH` first).
     """
 
-    __slots__ = ("_chain_head", "_committer", "_id", "_limits", "_position", "_root", "_version")
+    __slots__ = ("_chain_head", "_id", "_limits", "_position", "_root", "_version")
 
     def __init__(
         self,
@@ -100,7 +97,6 @@ class Process:
         self._limits = (limits or Limits()).validate()
         self._position = position
         self._chain_head = chain_head
-        self._committer: Committer | None = None
 
     # -- construction -----------------------------------------------------------
 
@@ -220,10 +216,6 @@ class Process:
 
     # -- commits ------------------------------------------------------------------
 
-    def set_committer(self, committer: Committer | None) -> None:
-        """Install the durable commit hook (see :data:`Committer`)."""
-        self._committer = committer
-
     def working_copy(self) -> WorkingCopy:
         """A fresh working copy over the current root (for activations)."""
         return WorkingCopy(self._root, self._limits)
@@ -247,12 +239,16 @@ class Process:
         )
 
     def commit(self, transition: Transition) -> Change:
-        """Durably commit (via the committer) and apply a sealed transition.
+        """Apply a sealed transition in memory.
+
+        Durability is the caller's: the cluster commits through
+        ``svit_cluster.control.ProcessController``, which writes the transition
+        to its fenced ``CommitBackend`` first and applies it here only after
+        that succeeded.
 
         Raises:
             ConflictError: the transition was sealed against another version
                 or another process.
-            Any error the committer raises; the process is then unchanged.
         """
         rec = transition.record
         if (
@@ -265,8 +261,6 @@ class Process:
                 expected_version=rec.process_version_before,
                 actual_version=self._version,
             )
-        if self._committer is not None:
-            self._committer(transition)
         self._root = transition.root
         self._version = rec.process_version_after
         self._position = rec.position
@@ -305,7 +299,7 @@ class Process:
         return self.seal(wc, "ports.refresh")
 
     def grant_ports(self, catalog: dict[str, Value]) -> Change | None:
-        """Commit :meth:`ports_transition` (through the committer); None when unchanged."""
+        """Apply :meth:`ports_transition` in memory; None when unchanged."""
         transition = self.ports_transition(catalog)
         return None if transition is None else self.commit(transition)
 

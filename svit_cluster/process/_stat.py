@@ -21,7 +21,7 @@ it. The record has the reference's fields:
 from __future__ import annotations
 
 from svit_cluster.process._tree import ArrayNode, MapNode, Node, ScalarNode, ScriptNode
-from svit_cluster.process._values import Value
+from svit_cluster.values import Value
 
 __all__ = ["stat_record"]
 

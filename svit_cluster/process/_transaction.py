@@ -39,13 +39,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from svit_cluster.errors import ErrorCode, InvalidInput, SvitError
-from svit_cluster.process._paths import parse_path, validate_process_id
-from svit_cluster.process._values import (
+from svit_cluster.values import (
     Value,
     canonical_json,
     decode_value,
     encode_value,
+    parse_path,
     strict_json_loads,
+    validate_process_id,
 )
 
 __all__ = [

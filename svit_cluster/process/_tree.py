@@ -38,7 +38,7 @@ import struct
 from collections.abc import Iterator
 
 from svit_cluster.errors import ErrorCode, InvalidInput
-from svit_cluster.process._values import I64_MAX, I64_MIN, Script, Value, utf8_len
+from svit_cluster.values import I64_MAX, I64_MIN, Script, Value, utf8_len
 
 __all__ = [
     "HASH_SCHEME",
@@ -368,7 +368,7 @@ def node_from_value(
     """Validate a plain value and build its hashed node.
 
     Args:
-        value: a plain value (see :mod:`svit_cluster.process._values`).
+        value: a plain value (see :mod:`svit_cluster.values`).
         max_depth: deepest allowed node; ``value`` itself is at depth 0 and each
             container adds 1, so with ``max_depth`` 0 only a scalar or an empty
             container is accepted, and a negative bound rejects everything

@@ -14,14 +14,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded
-from svit_cluster.process._limits import Limits
-from svit_cluster.process._paths import (
-    Path,
-    format_path,
-    is_guest_writable,
-    parse_path,
-    validate_script_name,
-)
 from svit_cluster.process._transaction import Mutation, Transaction
 from svit_cluster.process._tree import (
     ArrayNode,
@@ -32,7 +24,17 @@ from svit_cluster.process._tree import (
     remove_node,
     set_node,
 )
-from svit_cluster.process._values import Script, Value, utf8_len
+from svit_cluster.values import (
+    Limits,
+    Path,
+    Script,
+    Value,
+    format_path,
+    is_guest_writable,
+    parse_path,
+    utf8_len,
+    validate_script_name,
+)
 
 __all__ = ["Change", "Transition", "WorkingCopy", "apply_mutation", "script_from_value"]
 

@@ -53,8 +53,7 @@ from svit_cluster.errors import (
     sanitize_message,
 )
 from svit_cluster.events import EVENT_FORMAT, EventRecord, project_message, session_for
-from svit_cluster.process import Transition, canonical_json, to_plain_json
-from svit_cluster.process._working import WorkingCopy
+from svit_cluster.process import Transition, WorkingCopy, canonical_json, to_plain_json
 from svit_cluster.reasoning._config import ReasonerConfig
 from svit_cluster.reasoning._model import (
     Reasoner,
@@ -249,7 +248,7 @@ class TurnLoop:
     # -- one turn ------------------------------------------------------------------
 
     def _closed(self) -> bool:
-        from svit_cluster.process._inbox import inbox_closed
+        from svit_cluster.process import inbox_closed
 
         with self.ctrl.locked():
             return inbox_closed(self.ctrl.process)

@@ -33,12 +33,12 @@ from svit_cluster.control import ProcessController, decode_request
 from svit_cluster.errors import FencedError, SvitError, UnavailableError
 from svit_cluster.process import (
     PROTOCOL,
+    WorkingCopy,
     canonical_json,
     encode_value,
     from_plain_json,
     to_plain_json,
 )
-from svit_cluster.process._working import WorkingCopy
 from svit_cluster.reasoning._model import ToolCall, TurnFailed
 
 __all__ = [

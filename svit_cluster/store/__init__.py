@@ -22,24 +22,53 @@ Durability under other Redis settings: see ``README.md`` in this package.
 
 from svit_cluster.store._fences import RedisFences
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
-from svit_cluster.store._log import RedisBackend, StoreConfig
+from svit_cluster.store._log import (
+    DEFAULT_SNAPSHOT_EVERY,
+    RedisBackend,
+    StoreConfig,
+    stale_writes_key,
+)
 from svit_cluster.store._records import Head, LogEntry, StoredSnapshot
 from svit_cluster.store._redis import ALLOW_UNVERIFIED_ENV as ALLOW_UNVERIFIED_EVICTION_ENV
-from svit_cluster.store._redis import DEFAULT_TIMEOUT_S, connect, verify_eviction_policy
+from svit_cluster.store._redis import (
+    CLUSTER_ENV,
+    DEFAULT_TIMEOUT_S,
+    AsyncRedisClient,
+    RedisClient,
+    allow_unverified_from_env,
+    async_connect,
+    cluster_from_env,
+    connect,
+    failure_reason,
+    redis_boundary,
+    verify_eviction_policy,
+)
+from svit_cluster.store._scripts import ADD_SIGNAL
 from svit_cluster.store._snapshots import RestoreStats
 
 __all__ = [
+    "ADD_SIGNAL",
     "ALLOW_UNVERIFIED_EVICTION_ENV",
+    "CLUSTER_ENV",
     "DEFAULT_PREFIX",
+    "DEFAULT_SNAPSHOT_EVERY",
     "DEFAULT_TIMEOUT_S",
+    "AsyncRedisClient",
     "Head",
     "LogEntry",
     "ProcessKeys",
     "RedisBackend",
+    "RedisClient",
     "RedisFences",
     "RestoreStats",
     "StoreConfig",
     "StoredSnapshot",
+    "allow_unverified_from_env",
+    "async_connect",
+    "cluster_from_env",
     "connect",
+    "failure_reason",
+    "redis_boundary",
+    "stale_writes_key",
     "verify_eviction_policy",
 ]

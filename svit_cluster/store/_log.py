@@ -32,7 +32,12 @@ from typing import Any
 import redis
 
 from svit_cluster import tracing
-from svit_cluster.control._backend import Receipt, RequestStatus, validate_receipt_limit
+from svit_cluster.control import (
+    DEFAULT_RECEIPTS,
+    Receipt,
+    RequestStatus,
+    validate_receipt_limit,
+)
 from svit_cluster.errors import (
     ConfigurationError,
     ConflictError,
@@ -70,6 +75,7 @@ from svit_cluster.store._snapshots import (
 )
 
 __all__ = [
+    "DEFAULT_SNAPSHOT_EVERY",
     "STALE_WRITES_RETAINED",
     "WAIT_REPLICAS_ENV",
     "WAIT_TIMEOUT_ENV",
@@ -116,6 +122,11 @@ def stale_writes_key(prefix: str) -> str:
 Guard = Callable[[], None]
 
 
+#: Commits between snapshots unless configured (StoreConfig, ClusterConfig,
+#: ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
+DEFAULT_SNAPSHOT_EVERY = 100
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     """Options of the commit log; validated on construction.
@@ -123,8 +134,9 @@ class StoreConfig:
     Attributes:
         prefix: key namespace (default ``"svit"``).
         max_receipts: receipts kept per process, FIFO-evicted, ``1..4096``
-            (default 256).
-        snapshot_every: store a snapshot after this many commits (default 64).
+            (``control.DEFAULT_RECEIPTS``, 256).
+        snapshot_every: store a snapshot after this many commits
+            (:data:`DEFAULT_SNAPSHOT_EVERY`, 100).
         snapshot_max_tail_bytes: ... or earlier once the records since the last
             snapshot reach this many bytes (default 4 MiB).
         trim_margin: stream entries kept *below* a new snapshot when trimming
@@ -146,8 +158,8 @@ class StoreConfig:
     """
 
     prefix: str = DEFAULT_PREFIX
-    max_receipts: int = 256
-    snapshot_every: int = 64
+    max_receipts: int = DEFAULT_RECEIPTS
+    snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
     snapshot_max_tail_bytes: int = 4 * 1024 * 1024
     trim_margin: int = 16
     signal_retention: int = 10_000
@@ -489,14 +501,6 @@ class RedisBackend:
         raise corrupt(self.process_id, f"stream refused version {rec.process_version_after}: "
                       f"{detail}", version=rec.process_version_after)
 
-    def committer(self) -> Callable[[Transition], None]:
-        """A :data:`~svit_cluster.process.Committer` for host operations (no receipt)."""
-
-        def commit(transition: Transition) -> None:
-            self.commit(transition)
-
-        return commit
-
     # -- create / snapshot -------------------------------------------------------------
 
     def create(self, process: Process) -> None:
@@ -796,7 +800,7 @@ class RedisBackend:
         :attr:`last_restore`. Safe to retry (read-only).
 
         Returns:
-            The process at the durable head (no committer installed), or None
+            The process at the durable head, or None
             if the process was never created.
 
         Raises:

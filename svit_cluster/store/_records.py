@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from svit_cluster.control._backend import Receipt
+from svit_cluster.control import Receipt
 from svit_cluster.errors import CorruptData, InvalidInput
 
 __all__ = [

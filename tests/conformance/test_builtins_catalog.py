@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from svit_cluster.activation import ActivationResult, activate
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, ScriptFailed, SvitError
 from svit_cluster.lisp._builtins import BUILTINS
 from svit_cluster.process import Limits, Process
-from svit_cluster.process._activation import ActivationResult, activate
 
 ADDED = (
     "runtime-builtins", "jq", "search", "port-call", "map?", "map-get-safe", "list-get",

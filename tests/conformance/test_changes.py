@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import ErrorCode, LimitExceeded
 from svit_cluster.process import Limits, Process
-from svit_cluster.process._activation import activate
 
 SAME = '(define (main input) (write "/memory/count" (read "/memory/count")))'
 

@@ -31,6 +31,7 @@ from svit_cluster.process import (
     Transaction,
 )
 from svit_cluster.process._tree import ScriptNode, node_from_value
+from tests._host import Host
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -163,9 +164,9 @@ def test_a_fresh_process_names_our_transaction_format() -> None:
     assert runtime["transaction_format"] == "svit-cluster-transaction@1"
     proc.write("/memory/x", 1)
     # every record this version writes carries the new name
-    written: list[Transaction] = []
-    proc.set_committer(lambda t: written.append(t.record))
-    proc.write("/memory/y", 2)
+    host = Host(proc)
+    host.write("/memory/y", 2)
+    written = host.records
     assert json.loads(written[0].encode())["format"] == "svit-cluster-transaction@1"
 
 
@@ -191,9 +192,9 @@ def test_a_log_written_by_the_old_code_replays_and_continues_with_the_new_format
     # the legacy outbox entry (``id``) is still there, untouched
     outbox = proc.read("/system/outbox")
     assert isinstance(outbox, list) and outbox[0]["id"] == "svit://golden/legacy:4:0"
-    written: list[Transaction] = []
-    proc.set_committer(lambda t: written.append(t.record))
-    proc.write("/memory/after", True)
+    host = Host(proc)
+    host.write("/memory/after", True)
+    written = host.records
     (new,) = written
     assert new.format == TRANSACTION_FORMAT
     assert new.previous_hash == doc["final_chain_head"]

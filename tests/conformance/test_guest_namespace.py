@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import ErrorCode, LimitExceeded
 from svit_cluster.lisp._builtins_catalog import CATALOG
 from svit_cluster.process import Limits, Process
-from svit_cluster.process._activation import activate
 
 #: ``*svit-version*``, ``input`` and the 45 catalog helpers.
 RUNTIME_NAMES = 47

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from svit_cluster.activation import ActivationResult, activate
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, ScriptFailed, SvitError
 from svit_cluster.process import Limits, Process
-from svit_cluster.process._activation import ActivationResult, activate
 
 
 def run(body: str, input: Any = None, *, limits: Limits | None = None) -> ActivationResult:

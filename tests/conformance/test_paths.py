@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import pytest
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import ErrorCode, InvalidInput, SvitError
 from svit_cluster.process import Process
-from svit_cluster.process._activation import activate
 
 MEMORY = {"n": 5, "arr": [10, 20], "m": {"k": 1}}
 

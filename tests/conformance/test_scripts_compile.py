@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import ErrorCode, SvitError
 from svit_cluster.process import Limits, Process, Script
-from svit_cluster.process._activation import activate
 from tests.conformance._support import tampered
 
 

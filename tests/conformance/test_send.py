@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import ErrorCode, ScriptFailed
 from svit_cluster.process import Process
-from svit_cluster.process._activation import activate
 
 
 @pytest.mark.parametrize("address", ["not-an-address", "svit://", "svit:// x", "svit:x",

@@ -19,10 +19,10 @@ import json
 
 import pytest
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import InvalidInput
 from svit_cluster.lisp._json import format_float
 from svit_cluster.process import Process, Script, decode_value, encode_value
-from svit_cluster.process._activation import activate
 
 PID = "svit://conformance/small"
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from svit_cluster.activation import activate
 from svit_cluster.control import ProcessController, decode_request
 from svit_cluster.errors import ErrorCode, SvitError
 from svit_cluster.process import Limits, Process
-from svit_cluster.process._activation import activate
 
 LIMITS = Limits(max_value_depth=4, max_value_entries=8, max_text_bytes=200)
 

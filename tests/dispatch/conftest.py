@@ -88,7 +88,7 @@ def make_worker(redis_target: RedisTarget, prefix: str, stub: WebhookStub
         base: dict[str, Any] = {
             "redis_url": redis_target.url, "prefix": prefix,
             "worker_id": f"w{next(_names)}", "scan_interval_s": 0.2,
-            "heartbeat_interval_s": 0.2, "worker_ttl_s": 1.0, "lease_ttl_s": 1.0,
+            "heartbeat_interval_s": 0.2, "worker_ttl_s": 1.0, "claim_ttl_s": 1.0,
             "claim_idle_s": 0.5, "poll_interval_s": 0.5, "max_attempts": 3,
             "retry_initial_s": 0.02, "retry_max_s": 0.1, "sink_timeout_s": 2.0,
             "webhook_hosts": (f"127.0.0.1:{stub.port}",),

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 import svit_cluster.dispatch as dispatch
 from svit_cluster.dispatch import DeadLetters, DispatchConfig, DispatchKeys, DispatchWorker
-from svit_cluster.dispatch._lease import owner_of
+from svit_cluster.dispatch._claim import shard_of
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
 from tests.conftest import RedisTarget
@@ -28,7 +28,7 @@ def test_exported_names_are_pinned() -> None:
         "RedriveResult",
         "RetryableDeliveryError", "Sink", "SinkRegistry", "SvitInboxSink", "WebhookSink",
         "default_sinks", "delivery_status", "destination_records", "outbox_summary",
-        "run_worker", "trim_acked",
+        "read_cluster_json", "run_worker", "trim_acked",
     ])
     for name in dispatch.__all__:
         assert getattr(dispatch, name) is not None
@@ -36,7 +36,7 @@ def test_exported_names_are_pinned() -> None:
 
 
 @pytest.mark.parametrize("bad", [
-    {"redis_url": "http://x"}, {"max_attempts": 0}, {"lease_ttl_s": 1.0},
+    {"redis_url": "http://x"}, {"max_attempts": 0}, {"claim_ttl_s": 1.0},
     {"claim_idle_s": -1}, {"webhook_hosts": ("a/b",)}, {"redis_stream_prefixes": ("svit:x",)},
     {"retry_initial_s": 2.0, "retry_max_s": 1.0}, {"batch_size": True}, {"nope": 1},
 ])
@@ -60,15 +60,15 @@ def test_keys_and_placement() -> None:
     assert stream == "svit:{svit://t/a}:outbox"
     assert keys.process_of(stream) == "svit://t/a"
     assert keys.process_of(keys.redrive) is None
-    assert keys.lease(stream) == "svit:{svit://t/a}:outbox:lease"
+    assert keys.claim(stream) == "svit:{svit://t/a}:outbox:lease"
     workers = ["w1", "w2", "w3"]
     streams = [keys.outbox(f"svit://t/{i}") for i in range(300)]
-    placed = {s: owner_of(s, workers) for s in streams}
+    placed = {s: shard_of(s, workers) for s in streams}
     assert set(placed.values()) == set(workers)
     # Adding a worker moves only streams the new worker wins.
-    after = {s: owner_of(s, [*workers, "w4"]) for s in streams}
+    after = {s: shard_of(s, [*workers, "w4"]) for s in streams}
     assert all(after[s] in (placed[s], "w4") for s in streams)
-    assert owner_of("x", []) is None
+    assert shard_of("x", []) is None
 
 
 @pytest.fixture
@@ -132,3 +132,12 @@ def test_admin_routes_without_redis_are_unavailable() -> None:
     client = TestClient(create_app(LocalRouter(), tokens))
     r = client.get("/v1/admin/dead-letters", headers={"Authorization": f"Bearer {ADMIN}"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
+
+
+def test_the_old_option_name_lease_ttl_s_still_configures_the_stream_claim() -> None:
+    """cluster.json files written before the rename record ``lease_ttl_s``."""
+    cfg = DispatchConfig.from_mapping({"redis_url": "redis://x:1/0", "lease_ttl_s": 7.0})
+    assert cfg.claim_ttl_s == 7.0
+    with pytest.raises(ConfigurationError):
+        DispatchConfig.from_mapping({"redis_url": "redis://x:1/0", "lease_ttl_s": 7.0,
+                                     "claim_ttl_s": 7.0})

@@ -51,7 +51,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, stub: WebhookStub
         dispatch_options={
             "webhook_hosts": [f"127.0.0.1:{stub.port}"], "max_attempts": 10,
             "retry_initial_s": 0.05, "retry_max_s": 2.0, "claim_idle_s": 2.0,
-            "lease_ttl_s": 2.5, "heartbeat_interval_s": 0.5, "worker_ttl_s": 2.0,
+            "claim_ttl_s": 2.5, "heartbeat_interval_s": 0.5, "worker_ttl_s": 2.0,
             "scan_interval_s": 0.5, "sink_timeout_s": 4.0,
         }))
     try:
@@ -141,7 +141,7 @@ def test_kill_a_worker_mid_batch_loses_nothing(cluster: LocalCluster, admin: Svi
     commit(admin, sender, {"a": dest, "b": f"http://localhost:{stub.port}/slow", "body": "x"})
     stream = DispatchKeys().outbox(sender)
     mine = {k for k in stub.keys_for("/slow") if k and k.startswith(sender)}
-    holder = wait_for(lambda: rc.get(DispatchKeys.lease(stream)), what="a lease holder")
+    holder = wait_for(lambda: rc.get(DispatchKeys.claim(stream)), what="a claim holder")
     wait_for(lambda: len({k for k in stub.keys_for("/slow")
                           if k and k.startswith(sender)} - mine) >= 5, what="5 deliveries")
     name = worker_name(cluster, holder.decode())

@@ -148,10 +148,10 @@ def test_crashed_consumer_entries_are_reclaimed_before_newer_ones(
     keys = DispatchKeys(prefix)
     stream = keys.outbox(sender.pid)
     ids = [sender.send(to="redis-stream://integrations:reclaim", body=n)[0] for n in range(10)]
-    # A worker that "crashed" after reading 4 entries, still holding the lease.
+    # A worker that "crashed" after reading 4 entries, still holding the claim.
     rclient.xgroup_create(stream, "svit-dispatch", id="0")
     rclient.xreadgroup("svit-dispatch", "crashed", {stream: ">"}, count=4)
-    rclient.set(keys.lease(stream), "crashed", px=800)
+    rclient.set(keys.claim(stream), "crashed", px=800)
     worker = make_worker(claim_idle_s=1.0)
     wait_for(all_settled(rclient, prefix, [sender.pid]), what="reclaim")
     got = [iid for iid, _ in stream_bodies(rclient, "integrations:reclaim")]
@@ -192,7 +192,7 @@ def test_workers_partition_streams_and_scale_out(rclient: redis.Redis, prefix: s
         return bool(a) and bool(b) and not a & b and len(a | b) == 9  # 8 + re-drive
     wait_for(balanced, what="rebalance")
     for s in senders:
-        holder = rclient.get(keys.lease(keys.outbox(s.pid)))
+        holder = rclient.get(keys.claim(keys.outbox(s.pid)))
         assert holder is not None
     for n in range(1, 4):
         for s in senders:
@@ -209,7 +209,7 @@ def test_old_consumer_names_are_pruned(rclient: redis.Redis, prefix: str, make_w
     from svit_cluster.dispatch import _worker
 
     monkeypatch.setattr(_worker, "_PRUNE_EVERY_SCANS", 1)
-    monkeypatch.setattr(_worker, "_PRUNE_IDLE_LEASES", 0.0)
+    monkeypatch.setattr(_worker, "_PRUNE_IDLE_CLAIMS", 0.0)
     sender = Sender(rclient, pid(), prefix)
     stream = DispatchKeys(prefix).outbox(sender.pid)
     sender.send(to="redis-stream://integrations:prune", body=1)

@@ -1,10 +1,10 @@
-"""A zombie dispatcher worker: paused (SIGSTOP) past its lease with a webhook call in flight.
+"""A zombie dispatcher worker: paused (SIGSTOP) past its claim with a webhook call in flight.
 
 W1 (its own OS process) sends an intent's webhook request; the test server holds
-that request. W1 is stopped with SIGSTOP past its lease TTL; W2 takes the lease,
+that request. W1 is stopped with SIGSTOP past its claim TTL; W2 takes the claim,
 reclaims the entry and delivers it (200). Then the held request is answered 422
 and W1 resumes: W1 would dead-letter the intent, but every write after a
-network call is fenced by the lease token, so the dead letter is refused and the
+network call is fenced by the claim token, so the dead letter is refused and the
 intent stays ``delivered``.
 """
 
@@ -99,7 +99,7 @@ def options(redis_target: RedisTarget, prefix: str, port: int, worker: str) -> d
     return {
         "redis_url": redis_target.url, "prefix": prefix, "worker_id": worker,
         "scan_interval_s": 0.2, "heartbeat_interval_s": 0.2, "worker_ttl_s": 1.0,
-        "lease_ttl_s": 1.0, "claim_idle_s": 0.5, "poll_interval_s": 0.5, "max_attempts": 1,
+        "claim_ttl_s": 1.0, "claim_idle_s": 0.5, "poll_interval_s": 0.5, "max_attempts": 1,
         # long enough that the held request is answered, not timed out, after the pause
         "sink_timeout_s": 60.0, "webhook_hosts": [f"127.0.0.1:{port}"],
     }
@@ -128,7 +128,7 @@ def test_a_paused_worker_cannot_dead_letter_what_its_successor_delivered(
         gate.release.set()  # the held request is answered 422 ...
         wait_for(lambda: gate.answers == [200, 422], what="the 422 answer")
         time.sleep(0.2)
-        os.kill(w1.pid, signal.SIGCONT)  # ... and W1 resumes past its lease
+        os.kill(w1.pid, signal.SIGCONT)  # ... and W1 resumes past its claim
 
         dead = DispatchKeys(prefix).dead
 
@@ -157,7 +157,7 @@ async def test_lease_tokens_fence_acks_and_dead_letters(redis_target: RedisTarge
     """The scripts alone: a new holder gets a higher token; the old token's ack and
     dead-letter settle are refused; a dead letter for an acknowledged entry is
     refused even with the current token; a renewal keeps the token."""
-    from svit_cluster.dispatch._lease import LeaseTable
+    from svit_cluster.dispatch._claim import StreamClaims
     from svit_cluster.dispatch._redisutil import async_client
 
     client = async_client(redis_target.url)
@@ -168,12 +168,12 @@ async def test_lease_tokens_fence_acks_and_dead_letters(redis_target: RedisTarge
         e2 = (await client.xadd(stream, {"intent": "{}"})).decode()
         await client.xgroup_create(stream, "g", id="0")
         await client.xreadgroup("g", "c", {stream: ">"})  # both pending
-        w1 = LeaseTable(client, keys, "w1", lease_ttl_s=0.2, worker_ttl_s=1)
-        w2 = LeaseTable(client, keys, "w2", lease_ttl_s=5, worker_ttl_s=1)
+        w1 = StreamClaims(client, keys, "w1", claim_ttl_s=0.2, worker_ttl_s=1)
+        w2 = StreamClaims(client, keys, "w2", claim_ttl_s=5, worker_ttl_s=1)
         (t1,) = (await w1.claim([stream])).values()
         assert t1 >= 1 and (await w1.claim([stream]))[stream] == t1  # renewal: same token
         assert (await w2.claim([stream]))[stream] == 0  # held by w1
-        await asyncio.sleep(0.3)  # w1's lease expires
+        await asyncio.sleep(0.3)  # w1's claim expires
         (t2,) = (await w2.claim([stream])).values()
         assert t2 == t1 + 1
         assert await w1.ack(stream, "g", e1, t1) == "fenced"

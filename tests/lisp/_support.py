@@ -8,8 +8,7 @@ from typing import Any
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, NotFound
 from svit_cluster.lisp import Meter, compile_script
-from svit_cluster.process._limits import Limits
-from svit_cluster.process._values import Script, kind_of
+from svit_cluster.values import Limits, Script, kind_of
 
 COUNTER = """(define (main input)
   (let ((count (+ (read "/memory/count") (value-get input "/by"))))

@@ -10,7 +10,7 @@ import svit_cluster.lisp as lisp
 from svit_cluster.errors import LimitExceeded, ScriptFailed
 from svit_cluster.lisp import Meter, Program, compile_script
 from svit_cluster.lisp._builtins import BUILTINS, CONSTANTS
-from svit_cluster.process._limits import Limits
+from svit_cluster.values import Limits
 from tests.lisp._support import COUNTER, FakeHost
 
 

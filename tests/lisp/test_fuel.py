@@ -9,7 +9,7 @@ import pytest
 
 from svit_cluster.errors import ErrorCode, LimitExceeded
 from svit_cluster.lisp import Meter, compile_script
-from svit_cluster.process._limits import Limits
+from svit_cluster.values import Limits
 from tests.lisp._support import COUNTER, FakeHost, run
 
 SLOW_CLOCK = dataclasses.replace(Limits(), max_execution_millis=60_000)

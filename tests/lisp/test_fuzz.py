@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from svit_cluster.errors import SvitError
 from svit_cluster.lisp import Meter, compile_script
-from svit_cluster.process._limits import Limits
-from svit_cluster.process._values import Script
+from svit_cluster.values import Limits, Script
 from tests.lisp._support import FakeHost
 
 LIMITS = dataclasses.replace(

@@ -15,7 +15,7 @@ from svit_cluster.errors import (
     ScriptFailed,
     SvitError,
 )
-from svit_cluster.process._limits import HARD_MAXIMA, Limits
+from svit_cluster.values import HARD_MAXIMA, Limits
 from tests.lisp._support import run
 
 EXEC = ErrorCode.EXECUTION_LIMIT_EXCEEDED

@@ -7,7 +7,7 @@ import pytest
 from svit_cluster.errors import ErrorCode, LimitExceeded, ScriptFailed
 from svit_cluster.lisp._reader import read_source
 from svit_cluster.lisp._types import Char, Keyword, Symbol, SynList
-from svit_cluster.process._limits import Limits
+from svit_cluster.values import Limits
 
 LIM = Limits()
 

@@ -8,7 +8,7 @@ import pytest
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, NotFound, ScriptFailed
 from svit_cluster.lisp import Meter, compile_script
-from svit_cluster.process._limits import Limits
+from svit_cluster.values import Limits
 from tests.lisp._support import COUNTER, FakeHost, run, value
 
 

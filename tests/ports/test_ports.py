@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from svit_cluster.activation import activate, prepare_activation
 from svit_cluster.control import ProcessController, decode_request
 from svit_cluster.errors import (
     ConfigurationError,
@@ -32,7 +33,6 @@ from svit_cluster.ports import (
     idempotency_key,
 )
 from svit_cluster.process import Process, encode_value
-from svit_cluster.process._activation import activate, prepare_activation
 from svit_cluster.store import RedisBackend, StoreConfig
 
 _ids = itertools.count(1)

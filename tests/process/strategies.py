@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from svit_cluster.process import Process, Value
 from svit_cluster.process._tree import ArrayNode, MapNode, Node
-from svit_cluster.process._values import I64_MAX, I64_MIN
+from svit_cluster.values import I64_MAX, I64_MIN
 
 #: Settings for every property test here: no deadline (CI machines are slow),
 #: enough examples to find shape bugs, and a suite that stays well under 60 s.

@@ -17,10 +17,9 @@ from svit_cluster.process import (
     Limits,
     Process,
     Script,
-    Transaction,
-    Transition,
     canonical_json,
 )
+from tests._host import Host
 
 from .strategies import PROPS, digests, dumps, flip_json, nested_json, state
 
@@ -234,11 +233,11 @@ def test_fork_shares_no_future_mutations_with_its_parent() -> None:
     parent = sample()
     before_parent = state(parent)
     child = parent.fork("svit://s/child")
-    child_records: list[Transition] = []
-    child.set_committer(child_records.append)
-    child.write("/memory/a/b/0", "child")
-    child.remove("/memory/c")
-    child.inbox_ack(child.inbox_head_hash())  # type: ignore[arg-type]
+    host = Host(child)
+    host.write("/memory/a/b/0", "child")
+    host.remove("/memory/c")
+    host.inbox_ack(child.inbox_head_hash())  # type: ignore[arg-type]
+    child_records = host.records
     assert state(parent) == before_parent
     assert parent.read("/memory/a/b/0") == 1 and parent.read("/memory/c") == {"d": -1}
     parent.write("/memory/c", "parent")
@@ -246,9 +245,9 @@ def test_fork_shares_no_future_mutations_with_its_parent() -> None:
     grandchild = child.fork("svit://s/child/grand")
     assert grandchild.read("/system/lineage/parent") == "svit://s/child"
     # the child's records chain from genesis and replay onto a restored fork point
-    assert [r.record.position for r in child_records] == [1, 2, 3]
+    assert [r.position for r in child_records] == [1, 2, 3]
     with pytest.raises(CorruptData):
-        parent.replay([child_records[0].record])
+        parent.replay([child_records[0]])
 
 
 # -- properties --------------------------------------------------------------------------------
@@ -258,10 +257,10 @@ def test_fork_shares_no_future_mutations_with_its_parent() -> None:
 @given(st.data())
 def test_any_single_flipped_field_of_a_snapshot_is_rejected(data: st.DataObject) -> None:
     p = sample()
-    log: list[Transaction] = []
-    p.set_committer(lambda t: log.append(t.record))
+    host = Host(p)
     snap = p.snapshot()
-    p.write("/memory/tail", 1)  # a tail after the snapshot
+    host.write("/memory/tail", 1)  # a tail after the snapshot
+    log = host.records
     doc = json.loads(snap)
     field = data.draw(st.sampled_from(sorted(doc)))
     rnd = data.draw(st.randoms(use_true_random=False))

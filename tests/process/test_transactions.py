@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import sys
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svit_cluster.errors import CorruptData, ErrorCode, InvalidInput, SvitError
+from svit_cluster.lisp import Program
 from svit_cluster.process import (
     GENESIS_HASH,
     TRANSACTION_FORMAT,
@@ -20,33 +20,22 @@ from svit_cluster.process import (
     Process,
     Script,
     Transaction,
-    Transition,
 )
+from tests._host import Host
 
 from .strategies import PROPS, dumps, flip_json, nested_json, state, values
-
-
-def recording(p: Process) -> list[Transaction]:
-    """Install a committer that keeps every record, round-tripped through bytes."""
-    log: list[Transaction] = []
-
-    def committer(t: Transition) -> None:
-        log.append(Transaction.decode(t.record.encode()))
-
-    p.set_committer(committer)
-    return log
 
 
 def sample_history() -> tuple[bytes, Process, list[Transaction]]:
     p = Process.create("svit://t", memory={"a": {"b": 1}})
     base = p.snapshot()
-    log = recording(p)
-    p.write("/memory/x", [1, 2.0, "three"])
-    p.write("/lib/tool", Script("(defn main (input) input)", "echo"))
-    p.remove("/memory/a/b")
-    p.inbox_append({"from": "svit://peer", "n": 1})
-    p.inbox_ack(p.inbox_head_hash())  # type: ignore[arg-type]
-    return base, p, log
+    host = Host(p)  # the records come from the real commit path
+    host.write("/memory/x", [1, 2.0, "three"])
+    host.write("/lib/tool", Script("(defn main (input) input)", "echo"))
+    host.remove("/memory/a/b")
+    host.inbox_append({"from": "svit://peer", "n": 1})
+    host.inbox_ack(p.inbox_head_hash())  # type: ignore[arg-type]
+    return base, p, host.records
 
 
 def test_every_commit_yields_one_record_with_the_design_fields() -> None:
@@ -85,21 +74,27 @@ def test_records_decode_to_equal_records_and_encode_canonically() -> None:
         assert Transaction.decode(raw.decode() + " \n") == r  # trailing whitespace is fine
 
 
-def test_replay_from_the_base_recreates_the_exact_state_without_guest_code() -> None:
+def test_replay_from_the_base_recreates_the_exact_state_without_guest_code(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     base, live, log = sample_history()
     # an activation record: the script source is not valid Lisp, and replay never runs it
     wc = live.working_copy()
     wc.write("/memory/out", {"by": "activation"})
     wc.append("/system/outbox", {"id": "svit://t:6:0", "to": "svit://peer", "body": 1})
-    live.commit(live.seal(wc, "activation"))  # the committer records it
+    sealed = live.seal(wc, "activation")
+    live.commit(sealed)
+    log = [*log, Transaction.decode(sealed.record.encode())]
     assert log[-1].source == "activation"
-    lisp_loaded = "svit_cluster.lisp" in sys.modules
+
+    def no_guest_code(*_: object) -> None:
+        raise AssertionError("replay ran guest code")
+
+    monkeypatch.setattr(Program, "run_main", no_guest_code)
     restored = Process.restore(base)
     assert restored.replay(log) == 6
     assert restored.root_hash == live.root_hash and restored.version == live.version == 6
     assert restored.chain_head == live.chain_head and restored.position == 6
     assert restored.snapshot() == live.snapshot()
-    assert ("svit_cluster.lisp" in sys.modules) == lisp_loaded
 
 
 def _forge(r: Transaction, **changes: Any) -> Transaction:
@@ -165,12 +160,13 @@ def test_replay_rejects_non_records() -> None:
 
 def test_replay_continues_from_a_later_snapshot() -> None:
     p = Process.create("svit://t")
-    log = recording(p)
-    p.write("/memory/a", 1)
-    p.write("/memory/b", 2)
+    host = Host(p)
+    host.write("/memory/a", 1)
+    host.write("/memory/b", 2)
     mid = p.snapshot()
-    p.write("/memory/c", 3)
-    p.remove("/memory/a")
+    host.write("/memory/c", 3)
+    host.remove("/memory/a")
+    log = host.records
     q = Process.restore(mid, position=2, chain_head=log[1].event_hash)
     assert q.replay(log[2:]) == 2 and q.root_hash == p.root_hash and q.version == 4
     r = Process.restore(mid, position=2, chain_head=log[1].event_hash)
@@ -302,25 +298,26 @@ def test_replaying_the_log_of_random_host_operations_reproduces_the_live_state(
 ) -> None:
     p = Process.create("svit://prop", memory={"arr": []})
     base = p.snapshot()
-    log = recording(p)
+    host = Host(p)
     for kind, arg, value in ops:
         version = p.version
         ok = True
         try:
             if kind in ("write", "write_float"):
-                p.write(f"/memory/{arg}", value)
+                host.write(f"/memory/{arg}", value)
             elif kind == "remove":
-                p.remove(f"/memory/{arg}")
+                host.remove(f"/memory/{arg}")
             elif kind == "append":
-                p.inbox_append(value)
+                host.inbox_append(value)
             elif kind == "ack":
-                p.inbox_ack(p.inbox_head_hash() if arg else "f" * 64)  # type: ignore[arg-type]
+                host.inbox_ack(p.inbox_head_hash() if arg else "f" * 64)  # type: ignore[arg-type]
             else:
-                p.write(arg, 1)
+                host.write(arg, 1)
         except SvitError:
             ok = False
         assert p.version == version + (1 if ok else 0)
-        assert len(log) == p.version  # failed operations produce no record
+        assert len(host.records) == p.version  # failed operations produce no record
+    log = host.records
     q = Process.restore(base)
     assert q.replay(Transaction.decode(r.encode()) for r in log) == len(log)
     assert (q.root_hash, q.version, q.chain_head, q.position) == (

@@ -25,7 +25,7 @@ from svit_cluster.process import (
     values_equal,
 )
 from svit_cluster.process._tree import MapNode, _Branch, _Leaf, node_from_value
-from svit_cluster.process._values import I64_MAX, I64_MIN
+from svit_cluster.values import I64_MAX, I64_MIN
 
 from .strategies import PROPS, big_maps, scalars, segments, shuffled, values
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
-from svit_cluster.errors import ConflictError, ErrorCode, InvalidInput
+from svit_cluster.control import Receipt
+from svit_cluster.errors import ConflictError, ErrorCode, FencedError, InvalidInput
 from svit_cluster.process import Change, Process, Transition
+from tests._host import Host, RecordingBackend
 
 from .strategies import state
 
@@ -88,25 +91,31 @@ def test_ack_on_an_empty_inbox_is_inbox_conflict() -> None:
     assert p.version == 0
 
 
-def test_committer_runs_before_apply_and_a_raising_committer_changes_nothing() -> None:
+def test_the_backend_commits_before_apply_and_a_refused_commit_changes_nothing() -> None:
+    """The real path (ProcessController): the durable commit runs first; when the
+    backend refuses it (a newer owner fenced us out) the process is unchanged."""
     p = Process.create("svit://v")
-    seen: list[Transition] = []
+    seen: list[int] = []
 
-    def committer(t: Transition) -> None:
-        assert p.version == t.record.process_version_before  # not yet applied
-        seen.append(t)
+    class Checking(RecordingBackend):
+        refuse = False
 
-    p.set_committer(committer)
-    p.write("/memory/a", 1)
-    assert len(seen) == 1 and p.version == 1
+        def commit(self, transition: Transition, receipt: Receipt | None = None,
+                   intents: Sequence[dict[str, Any]] = ()) -> None:
+            assert p.version == transition.record.process_version_before  # not yet applied
+            if self.refuse:
+                raise FencedError("fenced out")
+            seen.append(transition.record.process_version_after)
+            super().commit(transition, receipt, intents)
 
-    def refuse(t: Transition) -> None:
-        raise ConflictError("fenced out")
-
-    p.set_committer(refuse)
+    backend = Checking()
+    host = Host(p, backend)
+    host.write("/memory/a", 1)
+    assert seen == [1] and p.version == 1
+    backend.refuse = True
     before = state(p)
-    with pytest.raises(ConflictError):
-        p.write("/memory/a", 2)
+    with pytest.raises(FencedError):
+        host.write("/memory/a", 2)
     assert state(p) == before
 
 

@@ -65,7 +65,7 @@ async def test_killing_the_etcd_leader_under_load_keeps_leases_routing_and_commi
     own = await host.acquire(pid)
     rclient = connect(redis_server.url)
     backend = RedisBackend(rclient, pid, own.token, StoreConfig(prefix=cluster),
-                           guard=host.guard(own))
+                           guard=lease.ensure_held)
     backend.claim()
     proc = Process.create(pid, memory={"count": 0})
     backend.create(proc)

@@ -10,9 +10,13 @@ import svit_cluster.store.testing as store_testing
 
 def test_store_exports() -> None:
     assert sorted(store.__all__) == [
-        "ALLOW_UNVERIFIED_EVICTION_ENV", "DEFAULT_PREFIX", "DEFAULT_TIMEOUT_S", "Head",
-        "LogEntry", "ProcessKeys", "RedisBackend", "RedisFences", "RestoreStats",
-        "StoreConfig", "StoredSnapshot", "connect", "verify_eviction_policy",
+        "ADD_SIGNAL", "ALLOW_UNVERIFIED_EVICTION_ENV", "AsyncRedisClient", "CLUSTER_ENV",
+        "DEFAULT_PREFIX", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_TIMEOUT_S", "Head", "LogEntry",
+        "ProcessKeys",
+        "RedisBackend", "RedisClient", "RedisFences", "RestoreStats", "StoreConfig",
+        "StoredSnapshot", "allow_unverified_from_env", "async_connect", "cluster_from_env",
+        "connect", "failure_reason", "redis_boundary", "stale_writes_key",
+        "verify_eviction_policy",
     ]
     assert store_testing.__all__ == ["disable_fencing_for_negative_control"]
 
@@ -21,8 +25,9 @@ def test_ownership_exports() -> None:
     assert sorted(ownership.__all__) == [
         "DEFAULT_REQUEST_TIMEOUT_S", "DEFAULT_TTL_S", "EPOCH_SHIFT", "Fences", "HostLease",
         "LeaseMetrics", "LeaseState", "MAX_EPOCH", "MAX_REVISION", "OwnerRecord", "Owners",
-        "Ownership", "OwnershipWatch", "RestoreReport", "epoch_key", "fencing_token", "open_client",
-        "owner_key", "read_epoch", "record_token", "recover_after_restore", "split_token",
+        "Ownership", "RestoreReport", "cluster_prefix", "epoch_key", "etcd_call", "fencing_token",
+        "host_key", "hosts_prefix", "open_client", "owner_key", "owners_prefix", "parse_endpoints",
+        "parse_key", "read_epoch", "record_token", "recover_after_restore", "split_token",
     ]
     assert [s.value for s in ownership.LeaseState] == ["held", "suspended", "lost"]
 

@@ -82,7 +82,7 @@ async def _paused_owner(make_lease: Callable[..., Any], rclient: redis.Redis, pi
     lease_a.stop_keepalive()
     host_b = Owners(await make_lease(), cluster=cluster, host="b")
     own_b = await _acquire_when_free(host_b, pid, timeout_s=8)
-    log_b = RedisBackend(rclient, pid, own_b.token, config, guard=host_b.guard(own_b))
+    log_b = RedisBackend(rclient, pid, own_b.token, config, guard=host_b.lease.ensure_held)
     log_b.claim()
     proc_b = log_b.restore()
     assert proc_b is not None and proc_b.version == 1
@@ -91,7 +91,7 @@ async def _paused_owner(make_lease: Callable[..., Any], rclient: redis.Redis, pi
     b_result = _try(lambda: commit_write(log_b, proc_b, "b-2", request_id="b-req"))
     [entry] = [e for e in log_b.entries() if e.version == 2]
     return Outcome(own_a.token, own_b.token, a_result, b_result, entry, log_b.fence(),
-                   host_a.guard(own_a))
+                   lease_a.ensure_held)
 
 
 async def test_paused_owner_is_fenced_out(make_lease: Callable[..., Any],

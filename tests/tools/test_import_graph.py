@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -52,3 +54,28 @@ def test_layered_tree_has_no_cycle_nor_reach_in(tmp_path: Path) -> None:
     assert edges["a"] == {"b": 1} and dict(edges["b"]) == {}
     assert tool.cycles(edges) == []
     assert reach == []
+
+
+def test_the_checkout_has_no_cycle_nor_private_reach_in() -> None:
+    """Packages import each other only through their ``__init__`` (issue 17 item 2)."""
+    tool = _tool()
+    edges, reach = tool.graph(TOOL.parents[1] / "svit_cluster")
+    assert tool.cycles(edges) == []
+    assert reach == []
+
+
+def test_check_flag_fails_on_a_reach_in(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "a/__init__.py": "",
+        "a/_x.py": "f = 1\n",
+        "b/__init__.py": "from svit_cluster.a._x import f\n",
+    })
+    bad = subprocess.run([sys.executable, str(TOOL), "--root", str(root), "--check"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "svit_cluster.a._x" in bad.stdout
+    (root / "b" / "__init__.py").write_text("from svit_cluster.a import f\n")
+    (root / "a" / "__init__.py").write_text("from svit_cluster.a._x import f\n")
+    good = subprocess.run([sys.executable, str(TOOL), "--root", str(root), "--check"],
+                          capture_output=True, text=True)
+    assert good.returncode == 0, good.stdout

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import SvitError
 from svit_cluster.process import Process, Script, from_plain_json, to_plain_json
-from svit_cluster.process._activation import activate
 
 
 def test_lisp_activation_commits_memory_and_returns_a_map() -> None:

@@ -21,8 +21,8 @@ import redis
 
 from svit_cluster.errors import ConflictError, FencedError
 from svit_cluster.process import Process, Transaction
-from svit_cluster.process._activation import activate
 from svit_cluster.store import RedisBackend, StoreConfig, connect
+from tests._host import Host
 
 pytestmark = pytest.mark.servers
 
@@ -50,21 +50,20 @@ class Store:
         self.config = _config()
         self._tokens = itertools.count(1)
 
-    def create(self, proc: Process) -> tuple[RedisBackend, Process]:
+    def create(self, proc: Process) -> tuple[RedisBackend, Host]:
+        """Claim and create; every later change commits through the controller."""
         backend = RedisBackend(self.client, proc.id, next(self._tokens), self.config)
         backend.claim()
         backend.create(proc)
-        proc.set_committer(backend.committer())
-        return backend, proc
+        return backend, Host(proc, backend)
 
-    def resume(self, pid: str, *, claim: bool = True) -> tuple[RedisBackend, Process]:
+    def resume(self, pid: str, *, claim: bool = True) -> tuple[RedisBackend, Host]:
         backend = RedisBackend(self.client, pid, next(self._tokens), self.config)
         if claim:
             backend.claim()
         proc = backend.restore()
         assert proc is not None, f"{pid} was never created"
-        proc.set_committer(backend.committer())
-        return backend, proc
+        return backend, Host(proc, backend)
 
     @staticmethod
     def transactions(backend: RedisBackend) -> list[Transaction]:
@@ -77,8 +76,7 @@ def test_committed_transactions_resume_without_reexecuting_guest_code(
     pid = "svit://local/persistence/resume"
     _, proc = store.create(Process.create(pid, memory={"count": 0},
                                           scripts={"counter": SUM_AND_LAST}))
-    result = activate(proc, "counter", {"by": 2})
-    assert result.output == 2 and proc.version == 1
+    assert proc.activate("counter", {"by": 2}) == 2 and proc.version == 1
 
     backend, resumed = store.resume(pid)
     assert resumed.version == 1
@@ -161,7 +159,7 @@ def test_every_process_transition_has_a_replayable_uniform_transaction(
     backend, proc = store.create(Process.create(pid, scripts={
         "noop": "(define (main input) input)"}))
     proc.write("/lib/echo", {"source": "(define (main input) input)"})
-    activate(proc, "noop", None)
+    proc.activate("noop", None)
     proc.inbox_append({"message": "one"})
     head = proc.inbox_head_hash()
     assert head is not None
@@ -180,4 +178,4 @@ def test_every_process_transition_has_a_replayable_uniform_transaction(
     _, resumed = store.resume(pid)
     assert resumed.version == version and resumed.root_hash == root_hash
     assert resumed.read("/inbox") == []
-    assert activate(resumed, "echo", "ready").output == "ready"
+    assert resumed.activate("echo", "ready") == "ready"

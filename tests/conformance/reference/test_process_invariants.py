@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from svit_cluster.activation import activate
 from svit_cluster.errors import (
     ErrorCode,
     InvalidInput,
@@ -21,7 +22,6 @@ from svit_cluster.errors import (
     SvitError,
 )
 from svit_cluster.process import Limits, Process, Script
-from svit_cluster.process._activation import activate
 
 
 def store_script(proc: Process, name: str, source: str) -> None:

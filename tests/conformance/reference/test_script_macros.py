@@ -8,8 +8,8 @@ for this port) loaded from disk.
 
 from __future__ import annotations
 
+from svit_cluster.activation import activate
 from svit_cluster.process import Process, Script
-from svit_cluster.process._activation import activate
 from tests.conformance.reference._support import SCRIPTS
 
 

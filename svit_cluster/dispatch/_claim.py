@@ -1,4 +1,11 @@
-"""Who reads which source stream: a hash ring of live workers plus per-stream leases.
+"""Who reads which source stream: a hash ring of live workers plus per-stream claims.
+
+A *stream claim* is the dispatcher's own mutual exclusion over one outbox stream
+(a Redis key with a TTL and a fencing counter). It is not the etcd host lease of
+:mod:`svit_cluster.ownership`, and not Redis's ``XCLAIM``/``XAUTOCLAIM`` of pending
+entries (``claim_idle_s``). Its Redis keys keep their names from before the
+rename (``<stream>:lease``, ``<stream>:lease-token``; see ``_keys``), so workers of
+the old and the new version exclude each other during a rolling upgrade.
 
 * **Membership.** Each worker heartbeats into the sorted set
   ``<prefix>:{dispatch}:workers`` (score = expiry in ms on the Redis clock, so
@@ -6,12 +13,12 @@
 * **Placement.** Rendezvous (highest-random-weight) hashing maps each stream to
   one live worker. Adding a worker moves only the streams it now wins.
 * **Mutual exclusion.** A worker reads a stream only while it holds the
-  stream's lease ``<stream>:lease`` (``SET NX PX`` with its name). It renews its
-  leases every heartbeat and treats a lease as lost locally once
-  ``0.8 x lease_ttl_s`` have passed since the last successful renewal was sent,
-  before Redis can expire it. The hash ring only says which leases a worker
-  *tries* to take; the lease is what is checked before every delivery attempt.
-* **Fencing.** Every acquire of a lease increments the stream's counter
+  stream's claim ``<stream>:lease`` (``SET NX PX`` with its name). It renews its
+  claims every heartbeat and treats a claim as lost locally once
+  ``0.8 x claim_ttl_s`` have passed since the last successful renewal was sent,
+  before Redis can expire it. The hash ring only says which claims a worker
+  *tries* to take; the claim is what is checked before every delivery attempt.
+* **Fencing.** Every acquire of a claim increments the stream's counter
   ``<stream>:lease-token`` and hands the new value to the holder: its fencing
   token. Every write a worker makes after a network call (the ``XACK`` of a
   delivered entry; the settle of a dead letter) runs in one Lua script that
@@ -20,7 +27,7 @@
   is settled only while its entry is still pending, so an entry another
   worker already acknowledged (delivered) is never turned into a dead letter.
 
-States of a lease, seen by its worker:
+States of a claim, seen by its worker:
     HELD -- renewed within ``0.8 x ttl``: may read, deliver and ack.
     LOST -- renewal failed or too old: must stop reading and delivering.
 
@@ -43,15 +50,15 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from svit_cluster.dispatch._keys import DispatchKeys
 from svit_cluster.dispatch._redisutil import text
-from svit_cluster.store._redis import AsyncRedisClient
+from svit_cluster.store import AsyncRedisClient
 
-__all__ = ["FenceResult", "LeaseTable", "owner_of"]
+__all__ = ["FenceResult", "StreamClaims", "shard_of"]
 
-#: Outcome of a fenced write: ``ok``; ``fenced`` (a newer lease holder exists,
+#: Outcome of a fenced write: ``ok``; ``fenced`` (a newer claim holder exists,
 #: nothing written); ``settled`` (the entry is no longer pending, nothing written).
 FenceResult = str
 
-# KEYS: lease, lease token.  ARGV: worker, ttl ms.  Take a free lease (a new
+# KEYS: claim, claim token.  ARGV: worker, ttl ms.  Take a free claim (a new
 # fencing token) or renew our own (the same token); returns the token, 0 if not held.
 _CLAIM = """
 local v = redis.call('GET', KEYS[1])
@@ -70,7 +77,7 @@ end
 return 0
 """
 
-# The fence of every write after a network call. KEYS[2]: lease token; ARGV[1]: token.
+# The fence of every write after a network call. KEYS[2]: claim token; ARGV[1]: token.
 _FENCE = """
 local current = redis.call('GET', KEYS[2]) or '0'
 if tonumber(current) ~= tonumber(ARGV[1]) then
@@ -78,12 +85,12 @@ if tonumber(current) ~= tonumber(ARGV[1]) then
 end
 """
 
-# KEYS: stream, lease token.  ARGV: token, group, entry id.
+# KEYS: stream, claim token.  ARGV: token, group, entry id.
 _ACK = _FENCE + """
 return {'ok', redis.call('XACK', KEYS[1], ARGV[2], ARGV[3])}
 """
 
-# KEYS: stream, lease token, dead-settled.  ARGV: token, group, entry id, dead-letter id.
+# KEYS: stream, claim token, dead-settled.  ARGV: token, group, entry id, dead-letter id.
 # Refuses ('settled') an entry that is no longer pending: it was acknowledged
 # (delivered, or dead-lettered) already, and that outcome stands.
 _SETTLE_DEAD = _FENCE + """
@@ -96,7 +103,7 @@ redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
 return {'ok'}
 """
 
-# KEYS: lease.  ARGV: worker.
+# KEYS: claim.  ARGV: worker.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -118,7 +125,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
 """
 
 
-def owner_of(stream: str, workers: Iterable[str]) -> str | None:
+def shard_of(stream: str, workers: Iterable[str]) -> str | None:
     """The worker that should read ``stream`` (rendezvous hashing); None if no worker."""
     best: tuple[bytes, str] | None = None
     for worker in workers:
@@ -128,23 +135,23 @@ def owner_of(stream: str, workers: Iterable[str]) -> str | None:
     return best[1] if best else None
 
 
-class LeaseTable:
-    """Lease and membership operations of one worker (all async, all one round trip).
+class StreamClaims:
+    """Claim and membership operations of one worker (all async, all one round trip).
 
     Args:
         client: the worker's async Redis client.
         keys: the dispatcher's key names.
         worker: this worker's name (its consumer name too).
-        lease_ttl_s: lease TTL in seconds.
+        claim_ttl_s: claim TTL in seconds.
         worker_ttl_s: membership TTL in seconds.
     """
 
     def __init__(self, client: AsyncRedisClient, keys: DispatchKeys, worker: str, *,
-                 lease_ttl_s: float, worker_ttl_s: float) -> None:
+                 claim_ttl_s: float, worker_ttl_s: float) -> None:
         self._client = client
         self._keys = keys
         self.worker = worker
-        self._lease_ms = int(lease_ttl_s * 1000)
+        self._claim_ms = int(claim_ttl_s * 1000)
         self._worker_ms = int(worker_ttl_s * 1000)
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
@@ -163,11 +170,11 @@ class LeaseTable:
         await self._heartbeat(keys=[self._keys.workers], args=[self.worker, ""])
 
     async def claim(self, streams: list[str]) -> dict[str, int]:
-        """Take or renew the leases of ``streams`` (one pipeline).
+        """Take or renew the claims of ``streams`` (one pipeline).
 
         Returns:
-            stream -> fencing token of the lease held now (>= 1), or 0 where
-            another worker holds it. A renewal returns the same token; a lease
+            stream -> fencing token of the claim held now (>= 1), or 0 where
+            another worker holds it. A renewal returns the same token; a claim
             that expired and was taken again gets a new one (a newer holder may
             have been in between).
         """
@@ -178,15 +185,15 @@ class LeaseTable:
             # redis-py refuses scripts in a cluster pipeline (the streams are in
             # different slots anyway): one concurrent script call per stream.
             replies = list(await asyncio.gather(
-                *(self._claim(keys=[DispatchKeys.lease(s), DispatchKeys.lease_token(s)],
-                              args=[self.worker, self._lease_ms]) for s in streams),
+                *(self._claim(keys=[DispatchKeys.claim(s), DispatchKeys.claim_token(s)],
+                              args=[self.worker, self._claim_ms]) for s in streams),
                 return_exceptions=True))
         else:
             pipe = self._client.pipeline(transaction=False)
             for stream in streams:
                 await self._claim(
-                    keys=[DispatchKeys.lease(stream), DispatchKeys.lease_token(stream)],
-                    args=[self.worker, self._lease_ms], client=pipe)
+                    keys=[DispatchKeys.claim(stream), DispatchKeys.claim_token(stream)],
+                    args=[self.worker, self._claim_ms], client=pipe)
             replies = await pipe.execute(raise_on_error=False)
         return {s: r if type(r) is int and r > 0 else 0
                 for s, r in zip(streams, replies, strict=True)}
@@ -195,13 +202,13 @@ class LeaseTable:
         """``XACK`` one entry, fenced by ``token`` (one script).
 
         Returns:
-            ``ok`` (acknowledged) or ``fenced`` (a newer lease holder exists;
+            ``ok`` (acknowledged) or ``fenced`` (a newer claim holder exists;
             nothing written).
 
         Raises:
             redis.exceptions.RedisError: Redis failed (outcome unknown).
         """
-        reply = await self._ack(keys=[stream, DispatchKeys.lease_token(stream)],
+        reply = await self._ack(keys=[stream, DispatchKeys.claim_token(stream)],
                                 args=[token, group, entry_id])
         return text(reply[0])
 
@@ -212,22 +219,22 @@ class LeaseTable:
         and only while the entry is pending (one script).
 
         Returns:
-            ``ok``; ``fenced`` (a newer lease holder exists) or ``settled`` (the
+            ``ok``; ``fenced`` (a newer claim holder exists) or ``settled`` (the
             entry was acknowledged already, e.g. delivered): nothing written.
 
         Raises:
             redis.exceptions.RedisError: Redis failed (outcome unknown).
         """
         reply = await self._settle_dead(
-            keys=[stream, DispatchKeys.lease_token(stream), DispatchKeys.dead_settled(stream)],
+            keys=[stream, DispatchKeys.claim_token(stream), DispatchKeys.dead_settled(stream)],
             args=[token, group, entry_id, dead_id])
         return text(reply[0])
 
     async def release(self, stream: str) -> bool:
-        """Give up ``stream``'s lease if this worker still holds it."""
-        return bool(await self._release(keys=[DispatchKeys.lease(stream)], args=[self.worker]))
+        """Give up ``stream``'s claim if this worker still holds it."""
+        return bool(await self._release(keys=[DispatchKeys.claim(stream)], args=[self.worker]))
 
     async def holder(self, stream: str) -> str | None:
-        """The worker holding ``stream``'s lease, or None."""
-        raw = await self._client.get(DispatchKeys.lease(stream))
+        """The worker holding ``stream``'s claim, or None."""
+        raw = await self._client.get(DispatchKeys.claim(stream))
         return text(raw) if raw is not None else None

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from svit_cluster.activation._ports import PortContext, PortHost, idempotency_key
 from svit_cluster.errors import (
     ErrorCode,
     InvalidInput,
@@ -29,22 +30,30 @@ from svit_cluster.errors import (
     ScriptFailed,
     SvitError,
 )
-from svit_cluster.process._limits import Limits
-from svit_cluster.process._paths import parse_path, validate_address, validate_script_name
-from svit_cluster.process._process import Process
-from svit_cluster.process._stat import stat_record
-from svit_cluster.process._tree import (
+from svit_cluster.lisp import Meter, Program, compile_script
+from svit_cluster.process import (
     ArrayNode,
     MapNode,
     Node,
+    Process,
     ScriptNode,
+    Transition,
+    WorkingCopy,
     get_node,
     lookup_node,
     node_from_value,
+    stat_record,
     value_from_node,
 )
-from svit_cluster.process._values import Value, canonical_json, to_plain_json
-from svit_cluster.process._working import Transition, WorkingCopy
+from svit_cluster.values import (
+    Limits,
+    Value,
+    canonical_json,
+    parse_path,
+    to_plain_json,
+    validate_address,
+    validate_script_name,
+)
 
 __all__ = ["ActivationResult", "activate", "prepare_activation"]
 
@@ -87,7 +96,8 @@ def _value_or_none(node: Node | None) -> Value:
 class _Session:
     """The :class:`svit_cluster.lisp.GuestHost` of one activation (shared by nested exec)."""
 
-    def __init__(self, process: Process, wc: WorkingCopy, meter: Any, ports: Any = None,
+    def __init__(self, process: Process, wc: WorkingCopy, meter: Meter,
+                 ports: PortHost | None = None,
                  token: int = 0) -> None:
         self.process = process
         self.ports = ports
@@ -208,25 +218,21 @@ class _Session:
             LimitExceeded: more than ``max_calls`` calls in this activation,
                 or the input or result above its byte bound.
         """
-        from svit_cluster.ports import PortContext, idempotency_key
-
-        if self.ports is None or name not in self.ports.ports:
+        if self.ports is None or not self.ports.grants(name):
             raise ScriptFailed(f"no port named {name[:200]} is granted to this process")
         index = len(self.port_calls)
-        if index >= self.ports.config.max_calls:
-            raise LimitExceeded(f"too many port calls (max_calls={self.ports.config.max_calls})",
+        if index >= self.ports.max_calls:
+            raise LimitExceeded(f"too many port calls (max_calls={self.ports.max_calls})",
                                 limit="port calls")
         self._check_input(input)
         key = idempotency_key(self.process.id, self.new_version, index)
         ctx = PortContext(self.process.id, self.new_version, index, self.token, self.process,
                           key)
-        return self.ports.call(name, input, ctx,  # type: ignore[no-any-return]
+        return self.ports.call(name, input, ctx,
                                record=self.port_calls.append)
 
     # -- helpers --------------------------------------------------------------
-    def _program(self, name: str) -> Any:
-        from svit_cluster.lisp import compile_script
-
+    def _program(self, name: str) -> Program:
         validate_script_name(name)
         node = get_node(self.wc.root, ("lib", name))
         if not isinstance(node, ScriptNode):
@@ -248,7 +254,7 @@ def prepare_activation(
     input: Value,
     *,
     clock: Callable[[], float] = time.monotonic,
-    ports: Any = None,
+    ports: PortHost | None = None,
     token: int = 0,
 ) -> ActivationResult:
     """Run one activation against a working copy and seal it, without committing.
@@ -273,8 +279,6 @@ def prepare_activation(
         ScriptFailed: ``script_failed`` (panic, type/arity error, missing main,
             a staged script that does not compile).
     """
-    from svit_cluster.lisp import Meter, compile_script
-
     wc = process.working_copy()
     meter = Meter(process.limits, clock=clock)
     session = _Session(process, wc, meter, ports, token)
@@ -307,7 +311,7 @@ def prepare_activation(
         version=transition.record.process_version_after,
         root_hash=transition.record.resulting_root_hash,
         changed=transition.change.paths,
-        fuel_used=int(getattr(meter, "fuel_used", 0)),
+        fuel_used=meter.fuel_used,
         transition=transition,
         port_calls=tuple(session.port_calls),
     )
@@ -315,7 +319,7 @@ def prepare_activation(
 
 def activate(
     process: Process, script: str, input: Value, *, clock: Callable[[], float] = time.monotonic,
-    ports: Any = None, token: int = 0,
+    ports: PortHost | None = None, token: int = 0,
 ) -> ActivationResult:
     """Prepare and commit one activation (see :func:`prepare_activation`).
 

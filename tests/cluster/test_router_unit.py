@@ -1,0 +1,268 @@
+"""The router's pure logic over fake actor handles and a fake agent (no Ray cluster).
+
+``RayRouter`` reaches actors through handles whose methods have ``.remote(*args)``
+returning an awaitable (Ray's ``ObjectRef``). Here each handle wraps a plain
+Python object (:class:`FakeAgent`, :class:`FakeActor`) whose async methods answer
+the same dicts the real agent and actor answer, so the router's own code runs
+unchanged: the route cache, placement by load, single-flight placement,
+reconcile after a dead actor, the call timeout. Issue 17 item 7.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from svit_cluster.cluster import (
+    Activated,
+    ClusterConfig,
+    Route,
+    RouteCache,
+    ServeStatus,
+    agent_name,
+)
+from svit_cluster.cluster._router import RayRouter
+from svit_cluster.errors import ConflictError, InternalError, SvitError, UnavailableError
+from svit_cluster.ownership import epoch_key, host_key, owner_key, record_token
+
+CLUSTER = "unit"
+
+
+class FakeHandle:
+    """A Ray actor handle over ``target``: ``handle.m.remote(*a)`` awaits ``target.m(*a)``."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, method: str) -> Any:
+        fn = getattr(self._target, method)
+        return SimpleNamespace(remote=lambda *args: fn(*args))
+
+
+class FakeActor:
+    """A process actor: ``inbox`` answers, or fails as a dead actor would."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.dead = False
+        self.delay_s = 0.0
+        self.calls: list[tuple[str, Any]] = []
+
+    async def inbox(self, message: Any, dedup_key: str | None) -> dict[str, Any]:
+        self.calls.append(("inbox", message))
+        await asyncio.sleep(self.delay_s)
+        if self.dead:
+            raise UnavailableError(f"actor {self.name} died")
+        return {"appended": True, "version": 1}
+
+
+class FakeAgent:
+    """A host agent: ``activate`` places on this host (optionally gated), ``reconcile``."""
+
+    def __init__(self, host: str, router: RayRouter) -> None:
+        self.host = host
+        self.router = router
+        self.activations: list[str] = []
+        self.reconciled: list[str] = []
+        self.gate: asyncio.Event | None = None
+        self.answer: dict[str, Any] | None = None
+        self.actors: dict[str, FakeActor] = {}
+
+    async def activate(self, process_id: str, create: Any) -> dict[str, Any]:
+        self.activations.append(process_id)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.answer is not None:
+            return self.answer
+        name = f"svit:{self.host}:{process_id}"
+        actor = self.actors[process_id] = FakeActor(name)
+        self.router._handles[name] = FakeHandle(actor)
+        return {"status": "serving", "host": self.host, "token": 7, "actor": name}
+
+    async def reconcile(self, process_id: str) -> bool:
+        self.reconciled.append(process_id)
+        return True
+
+
+def routes_cache(hosts: list[str]) -> RouteCache:
+    cache = RouteCache(None, CLUSTER)  # never started: filled through _apply, as a watch does
+    for h in hosts:
+        cache._apply(host_key(CLUSTER, h), json.dumps({"host": h}).encode(), 1)
+    cache.ready.set()
+    return cache
+
+
+def fake_cluster(hosts: list[str], *, call_timeout_s: float = 5.0
+                 ) -> tuple[RayRouter, dict[str, FakeAgent]]:
+    router = RayRouter(ClusterConfig(cluster=CLUSTER, call_timeout_s=call_timeout_s),
+                       routes_cache(hosts))
+    agents = {h: FakeAgent(h, router) for h in hosts}
+    for h, agent in agents.items():
+        router._handles[agent_name(h)] = FakeHandle(agent)
+    return router, agents
+
+
+# -- the route cache ---------------------------------------------------------------------
+
+
+def test_route_cache_applies_owner_and_host_records_and_deletes() -> None:
+    cache = routes_cache(["a", "b"])
+    value = json.dumps({"host": "a", "address": "svit:a:1"}).encode()
+    cache._apply(owner_key(CLUSTER, "svit://t/p"), value, 42)
+    assert cache.routes["svit://t/p"] == Route("svit://t/p", "a", record_token(value, 42),
+                                               "svit:a:1")
+    assert cache.load() == {"a": 1, "b": 0}
+    cache._apply(owner_key(CLUSTER, "svit://t/p"), None, 0)  # the record went
+    assert cache.routes == {} and cache.load() == {"a": 0, "b": 0}
+    cache._apply(host_key(CLUSTER, "b"), None, 0)  # host b's lease ran out
+    assert sorted(cache.hosts) == ["a"]
+
+
+def test_route_cache_ignores_malformed_and_foreign_keys() -> None:
+    cache = routes_cache(["a"])
+    cache._apply(owner_key(CLUSTER, "svit://t/bad"), b"not json", 5)
+    cache._apply(owner_key(CLUSTER, "svit://t/nohost"), b'{"address": "x"}', 5)
+    cache._apply(epoch_key(CLUSTER), b"3", 5)
+    cache._apply(owner_key("other", "svit://t/p"), b'{"host": "a", "address": "x"}', 5)
+    assert cache.routes == {}
+    cache._apply(host_key(CLUSTER, "c"), b"garbage", 5)  # a host is live even unreadable
+    assert cache.hosts["c"] == {"host": "c"}
+
+
+def test_load_counts_only_routes_on_live_hosts() -> None:
+    cache = routes_cache(["a"])
+    for pid, host in (("svit://t/1", "a"), ("svit://t/2", "gone")):
+        cache._apply(owner_key(CLUSTER, pid),
+                     json.dumps({"host": host, "address": f"svit:{host}:1"}).encode(), 3)
+    assert cache.load() == {"a": 1}
+
+
+# -- placement and single flight ---------------------------------------------------------
+
+
+async def test_placement_goes_to_the_least_loaded_host() -> None:
+    router, agents = fake_cluster(["a", "b"])
+    router.cache._apply(owner_key(CLUSTER, "svit://t/x"),
+                        json.dumps({"host": "a", "address": "svit:a:x"}).encode(), 3)
+    route = await router._route("svit://t/new")
+    assert route.host == "b" and agents["b"].activations == ["svit://t/new"]
+    assert agents["a"].activations == []
+    assert router.cache.routes["svit://t/new"] == route  # cached until etcd says more
+
+
+async def test_concurrent_requests_for_an_unplaced_process_activate_it_once() -> None:
+    router, agents = fake_cluster(["a"])
+    gate = agents["a"].gate = asyncio.Event()
+    first = asyncio.create_task(router._route("svit://t/p"))
+    second = asyncio.create_task(router._route("svit://t/p"))
+    await asyncio.sleep(0.05)
+    assert agents["a"].activations == ["svit://t/p"]  # the second waits on the first
+    gate.set()
+    r1, r2 = await asyncio.gather(first, second)
+    assert r1 == r2 and agents["a"].activations == ["svit://t/p"]
+    assert router._placing == {}
+
+
+async def test_a_failed_placement_is_not_remembered() -> None:
+    router, agents = fake_cluster(["a"])
+    agents["a"].answer = {"error": {"code": "unavailable", "message": "lease suspended"}}
+    with pytest.raises(UnavailableError):
+        await router._route("svit://t/p")
+    assert router._placing == {}
+    agents["a"].answer = None  # the agent can serve again
+    route = await router._route("svit://t/p")
+    assert route.host == "a" and agents["a"].activations == ["svit://t/p"] * 2
+
+
+async def test_a_process_owned_elsewhere_routes_to_its_owner_and_is_not_created() -> None:
+    router, agents = fake_cluster(["a", "b"])
+    agents["a"].answer = {"status": "owned", "host": "b", "token": 9, "actor": "svit:b:1"}
+    route = await router._place("svit://t/p", None)
+    assert route == Route("svit://t/p", "b", 9, "svit:b:1")
+    with pytest.raises(ConflictError):
+        await router._place("svit://t/q", {"memory": {}, "scripts": {}})
+
+
+async def test_create_of_a_known_process_conflicts_without_asking_an_agent() -> None:
+    router, agents = fake_cluster(["a"])
+    await router._route("svit://t/p")
+    with pytest.raises(ConflictError):
+        await router.create("svit://t/p", {}, {})
+    assert agents["a"].activations == ["svit://t/p"]
+
+
+# -- reconcile and the call timeout ------------------------------------------------------
+
+
+async def test_a_dead_actor_makes_the_router_ask_its_agent_to_reconcile() -> None:
+    router, agents = fake_cluster(["a"])
+    await router._route("svit://t/p")
+    agents["a"].actors["svit://t/p"].dead = True
+    with pytest.raises(UnavailableError):
+        await router.inbox("svit://t/p", {"m": 1}, None)
+    assert agents["a"].reconciled == ["svit://t/p"]
+
+
+async def test_no_reconcile_when_the_owner_host_is_gone() -> None:
+    router, agents = fake_cluster(["a"])
+    await router._route("svit://t/p")
+    agents["a"].actors["svit://t/p"].dead = True
+    router.cache._apply(host_key(CLUSTER, "a"), None, 0)  # its lease expires on its own
+    with pytest.raises(UnavailableError):
+        await router.inbox("svit://t/p", {"m": 1}, None)
+    assert agents["a"].reconciled == []
+
+
+async def test_a_call_past_its_timeout_is_unavailable_and_drops_the_handle() -> None:
+    router, agents = fake_cluster(["a"], call_timeout_s=0.05)
+    route = await router._route("svit://t/p")
+    agents["a"].actors["svit://t/p"].delay_s = 1.0
+    with pytest.raises(UnavailableError) as info:
+        await router.inbox("svit://t/p", {"m": 1}, None)
+    assert "did not answer" in info.value.message
+    assert route.actor not in router._handles  # looked up again on the next call
+
+
+async def test_an_answered_error_is_raised_with_its_code() -> None:
+    router, agents = fake_cluster(["a"])
+    await router._route("svit://t/p")
+    actor = agents["a"].actors["svit://t/p"]
+
+    async def refused(message: Any, dedup_key: str | None) -> dict[str, Any]:
+        return {"error": {"code": "inbox_closed", "message": "closed", "fields": {}}}
+
+    actor.inbox = refused  # type: ignore[method-assign]
+    with pytest.raises(SvitError) as info:
+        await router.inbox("svit://t/p", {"m": 1}, None)
+    assert info.value.code == "inbox_closed"
+
+
+async def test_health_reports_the_cache() -> None:
+    router, _ = fake_cluster(["a", "b"])
+    await router._route("svit://t/p")
+    assert await router.health() == {"ok": True, "hosts_live": 2, "hosts": ["a", "b"],
+                                      "routes": 1, "revision": 0}
+
+
+def test_an_activation_answer_round_trips_and_a_malformed_one_is_internal() -> None:
+    sent = Activated(ServeStatus.SERVING, "a", 7, "svit:a:1", {"version": 3}).to_answer()
+    assert sent == {"status": "serving", "host": "a", "token": 7, "actor": "svit:a:1",
+                    "version": 3}
+    assert Activated.from_answer(sent) == Activated(ServeStatus.SERVING, "a", 7, "svit:a:1",
+                                                    {"version": 3})
+    for bad in ({"status": "maybe"}, {"host": "a"}, {"status": "owned", "token": "7"}):
+        with pytest.raises(InternalError):
+            Activated.from_answer(bad)
+
+
+async def test_an_agent_answer_of_an_unknown_status_is_internal_not_retried() -> None:
+    router, agents = fake_cluster(["a", "b"])
+    agents["a"].answer = {"status": "adopted", "host": "a", "token": 1, "actor": "x"}
+    agents["b"].answer = agents["a"].answer
+    with pytest.raises(InternalError):
+        await router._place_once("svit://t/p", None)
+    assert agents["a"].activations + agents["b"].activations == ["svit://t/p"]
