@@ -49,6 +49,8 @@ from svit_cluster.errors import ConfigurationError
 __all__ = [
     "DEFAULT_CLUSTER_JSON",
     "DEFAULT_HEARTBEAT_FILE",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "DEFAULT_SNAPSHOT_EVERY",
     "ENV_PREFIX",
     "SETTINGS_CLASSES",
     "AgentSettings",
@@ -66,6 +68,11 @@ __all__ = [
 
 #: Prefix of every variable read here.
 ENV_PREFIX = "SVIT_"
+#: Commits between snapshots (``SVIT_SNAPSHOT_EVERY``); re-exported by ``store``.
+DEFAULT_SNAPSHOT_EVERY = 100
+#: Gateway request body cap in bytes (``SVIT_MAX_REQUEST_BYTES``, 1 MiB); re-exported
+#: by ``gateway``.
+DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 #: Where ``svit-cluster host-agent`` writes its heartbeat (``SVIT_AGENT_HEARTBEAT_FILE``).
 DEFAULT_HEARTBEAT_FILE = "/tmp/svit-agent-heartbeat.json"
 
@@ -156,7 +163,7 @@ class ClusterSettings(StoreSettings):
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", min_length=1)
     ray_address: str = ""
     lease_ttl_s: int = Field(default=5, ge=1)
-    snapshot_every: int = Field(default=100, ge=1)
+    snapshot_every: int = Field(default=DEFAULT_SNAPSHOT_EVERY, ge=1)
     passivate_after_s: float = Field(default=300.0, gt=0)
     signal_retention: int = Field(default=10_000, ge=16, le=10_000_000)
     ports_json: str = ""
@@ -210,7 +217,7 @@ class GatewaySettings(ClusterSettings):
     """
 
     tokens_file: str | None = None
-    max_request_bytes: int = Field(default=1024 * 1024, ge=1)
+    max_request_bytes: int = Field(default=DEFAULT_MAX_REQUEST_BYTES, ge=1)
     cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
 
     @field_validator("cors_origins", mode="before")

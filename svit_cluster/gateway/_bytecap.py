@@ -11,6 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from svit_cluster.errors import ErrorCode
 from svit_cluster.gateway._errors import error_response
+from svit_cluster.settings import DEFAULT_MAX_REQUEST_BYTES  # 1 MiB, one place
 
 __all__ = [
     "DEFAULT_DRAIN_BYTES",
@@ -21,8 +22,6 @@ __all__ = [
     "payload_too_large_handler",
 ]
 
-#: Default request body cap: 1 MiB.
-DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 #: Body bytes read and discarded at most before a 413 is sent (4 MiB).
 DEFAULT_DRAIN_BYTES = 4 * 1024 * 1024
 #: Seconds spent at most reading and discarding a refused body (5 s).

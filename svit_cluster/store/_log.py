@@ -49,6 +49,10 @@ from svit_cluster.errors import (
     UnavailableError,
 )
 from svit_cluster.process import Limits, Process, Transaction, Transition, canonical_json
+
+# Commits between snapshots unless configured (StoreConfig, ClusterConfig,
+# ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
+from svit_cluster.settings import DEFAULT_SNAPSHOT_EVERY
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys, receipt_field
 from svit_cluster.store._records import (
     Head,
@@ -120,11 +124,6 @@ def stale_writes_key(prefix: str) -> str:
 
 #: A callable run before every commit; it raises to refuse (self-fencing).
 Guard = Callable[[], None]
-
-
-#: Commits between snapshots unless configured (StoreConfig, ClusterConfig,
-#: ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
-DEFAULT_SNAPSHOT_EVERY = 100
 
 
 @dataclass(frozen=True, slots=True)
