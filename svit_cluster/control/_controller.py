@@ -27,6 +27,7 @@ acknowledged, and a retry of the lost request replays its stored receipt.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -72,6 +73,8 @@ from svit_cluster.process._tree import node_from_value
 from svit_cluster.process._working import WorkingCopy
 
 __all__ = ["ProcessController", "request_fingerprint"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -328,7 +331,18 @@ class ProcessController:
             Committed(status="committed", previous_version=previous, activation=activation),
         )
         receipt = self._receipt(tenant, request, fingerprint, response)
-        self._durable_commit(result.transition, receipt, result.messages)
+        try:
+            self._durable_commit(result.transition, receipt, result.messages)
+        except (FencedError, UnavailableError) as exc:
+            if result.port_calls:
+                # The port effects already happened outside the commit: make a
+                # superseded (or cut-off) owner's calls visible, with its token.
+                log.warning(
+                    "port calls not committed (%s): process=%s version=%d token=%d keys=%s",
+                    "fenced" if isinstance(exc, FencedError) else "outcome unknown",
+                    proc.id, result.version, self._token,
+                    ",".join(c.idempotency_key for c in result.port_calls))
+            raise
         return response
 
     def request_status(self, client_id: str, request_id: str, *, tenant: str = ""
