@@ -266,6 +266,60 @@ def chat(process_id: str, message: str | None, state_dir: Path | None, url: str 
     raise SystemExit(0 if ok else 1)
 
 
+@cli.group()
+def inbox() -> None:
+    """Operate on a process's inbox."""
+
+
+@inbox.command(name="drop")
+@click.argument("process_id")
+@click.option("--message-id", default=None, help="The head's message id ({content, id}).")
+@click.option("--hash", "head_hash", default=None, help="The head's content hash.")
+@click.option("--reason", required=True, help="Why it is dropped (kept in the dead letter).")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Use the local cluster in STATE_DIR (its gateway and admin token); "
+                   "default ./.svit unless --url is given.")
+@click.option("--url", default=None,
+              help="Gateway base URL (instead of --state-dir) [default: SVIT_URL].")
+@click.option("--token", envvar="SVIT_TOKEN", default=None,
+              help="Bearer token (SVIT_TOKEN); with --state-dir the local admin's.")
+@output_option
+def inbox_drop(process_id: str, message_id: str | None, head_hash: str | None, reason: str,
+               state_dir: Path | None, url: str | None, token: str | None,
+               output: str) -> None:
+    """Dead-letter the head of PROCESS_ID's inbox (a message whose turn never succeeds).
+
+    The head must be the message named by --message-id and/or --hash (exit 1
+    with inbox_conflict otherwise, nothing changed). It moves to
+    /thread/dead_letters (with the reason and the version) in one fenced
+    commit, and the agent goes on with the next message.
+    """
+    from svit_cluster.client import SvitClient
+
+    if message_id is None and head_hash is None:
+        raise click.UsageError("give --message-id or --hash (the head to drop)")
+    if state_dir is None and url is None:
+        url = os.environ.get("SVIT_URL") or None
+        if url is None:
+            state_dir = DEFAULT_STATE_DIR
+    if state_dir is not None:
+        doc = _cluster_doc(state_dir)
+        url = url or doc["gateway"]["url"]
+        token = token or doc["tokens"]["admin"]
+    if not url or not token:
+        raise click.UsageError("give --state-dir, or --url and --token (SVIT_TOKEN)")
+    try:
+        with SvitClient(url, token) as client:
+            result = client.inbox_drop(process_id, reason=reason, message_id=message_id,
+                                       head_hash=head_hash)
+    except SvitError as exc:
+        fail(exc)
+    letter = result["dropped"]
+    emit(output, result, lambda: click.echo(
+        f"dropped {letter.get('message_id') or letter['inbox_hash']} from {process_id} "
+        f"at version {result['version']} (kept in /thread/dead_letters)"))
+
+
 def _cluster_doc(state_dir: Path) -> dict[str, Any]:
     path = state_dir.resolve() / "cluster.json"
     if not path.exists():

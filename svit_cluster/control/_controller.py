@@ -61,6 +61,7 @@ from svit_cluster.process import (
     Process,
     Transition,
     canonical_json,
+    to_plain_json,
     validate_script_name,
 )
 from svit_cluster.process._activation import prepare_activation
@@ -68,6 +69,7 @@ from svit_cluster.process._inbox import (
     prepare_inbox_ack,
     prepare_inbox_append,
     prepare_inbox_close,
+    prepare_inbox_drop,
 )
 from svit_cluster.process._tree import node_from_value
 from svit_cluster.process._working import WorkingCopy
@@ -491,6 +493,32 @@ class ProcessController:
                 return False, self._process.version
             self._durable_commit(transition, None, ())
             return True, self._process.version
+
+        with self._lock:
+            return self._at_durable_head(step)
+
+    def drop_inbox_head(self, *, reason: str, message_id: str | None = None,
+                        head_hash: str | None = None) -> tuple[int, dict[str, Any]]:
+        """Dead-letter the inbox head: move it to ``/thread/dead_letters`` in one fenced commit.
+
+        The operator's way out of a head whose turn never succeeds (it blocks
+        every later message). See :func:`svit_cluster.process._inbox.prepare_inbox_drop`
+        for how the head is named and what the dead letter holds.
+
+        Returns:
+            ``(version, dead_letter)`` (plain JSON).
+
+        Raises:
+            InvalidInput: no message id or hash given, or a bad reason.
+            ConflictError: (``inbox_conflict``) empty inbox or another head.
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        def step() -> tuple[int, dict[str, Any]]:
+            transition, letter = prepare_inbox_drop(self._process, reason=reason,
+                                                    message_id=message_id,
+                                                    head_hash=head_hash)
+            self._durable_commit(transition, None, ())
+            return self._process.version, to_plain_json(letter)
 
         with self._lock:
             return self._at_durable_head(step)
