@@ -150,6 +150,11 @@ class ProcessController:
         return self._backend
 
     @property
+    def token(self) -> int:
+        """The owner's fencing token (0 outside the cluster), recorded with port calls."""
+        return self._token
+
+    @property
     def ports(self) -> Any:
         """The host's :class:`~svit_cluster.ports.PortRegistry`, or None (no port granted)."""
         return self._ports
