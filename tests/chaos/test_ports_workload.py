@@ -1,9 +1,9 @@
 """The port-calling workload end to end on the Ray-free mini cluster (real Redis and etcd).
 
 Every activation calls the ``http`` port against the harness's recording test
-server; a host pause longer than the lease TTL and a host kill make owners
-fail over, and the paused owner's blocked requests run (and call the port)
-after it resumed, with its old token, before its commit is fenced. With a
+server; paused owners and a host kill make owners fail over, and an owner
+paused between a port call and its commit (see :func:`pausing_launcher`)
+commits after it resumed, with its old token, and is fenced. With a
 deduplicating server the run passes and every repetition is harmless; with
 deduplication off (the negative control) the ``ports`` invariant reports the
 double effects.
@@ -11,26 +11,28 @@ double effects.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from svit_chaos.checker import build_context
+from svit_chaos.cluster import LaunchSpec
 from svit_chaos.nemesis import NemesisSpec, Schedule, Window
 from svit_chaos.ports import PortServer, check_ports, owner_log_lines, ports_figures
 from svit_chaos.run import RunConfig, run
 
 from svit_cluster.ports import idempotency_key
-from tests.chaos._mini import mini_launcher
+from tests.chaos._mini import MiniCluster, mini_launcher
 
 pytestmark = pytest.mark.servers
 
 SCHEDULE = Schedule("ports", 0, (
-    # pause a process's owner until a newer owner committed (longer than the 1 s TTL)
-    Window(0.5, 3.0, NemesisSpec("pause-owner")),
     Window(4.0, 2.0, NemesisSpec("kill-host", host="h2")),
-    Window(6.5, 3.0, NemesisSpec("pause-owner")),
+    Window(7.0, 2.0, NemesisSpec("pause-host", host="h3")),  # longer than the 1 s TTL
 ), 10.0)
 
 
@@ -41,6 +43,34 @@ def _config(tmp_path: Path, *, dedup: bool) -> RunConfig:
                      request_timeout_s=1.0, op_deadline_s=6.0, drain_s=3.0,
                      final_timeout_s=15.0, heal_timeout_s=20.0, schedule=SCHEDULE,
                      workload="ports", port_dedup=dedup)
+
+
+#: The port calls (counted across hosts) after which the calling host is paused.
+PAUSE_AT_CALLS = (10, 25)
+
+
+def pausing_launcher(spec: LaunchSpec) -> MiniCluster:
+    """The mini cluster, plus a fault placed exactly between a port call and its commit.
+
+    A real SIGSTOP lands there by chance; here the calling host is paused right
+    after its 10th and 25th port call returned (for 2.5 s, longer than the 1 s
+    TTL), so every run has an owner whose call reached the server, whose
+    client retries on a new owner, and whose own commit is then fenced.
+    """
+    cluster = mini_launcher(spec)
+    calls = itertools.count(1)
+
+    def on_call(call: Any, host: str) -> None:
+        if next(calls) in PAUSE_AT_CALLS and call.ok:
+            cluster.target.pause_host(host)
+            timer = threading.Timer(2.5, cluster.target.resume_host, (host,))
+            timer.daemon = True
+            timer.start()
+        cluster.hosts[host].running.wait()  # a paused host stops here, before the commit
+
+    for name, registry in cluster.router.ports.items():
+        registry.on_call = functools.partial(on_call, host=name)
+    return cluster
 
 
 def _consistent(ports: dict[str, Any], requests: list[dict[str, Any]]) -> None:
@@ -55,7 +85,7 @@ def _consistent(ports: dict[str, Any], requests: list[dict[str, Any]]) -> None:
 
 
 async def test_ports_workload_under_failover(tmp_path: Path) -> None:
-    good = await run(_config(tmp_path, dedup=True), launcher=mini_launcher)
+    good = await run(_config(tmp_path, dedup=True), launcher=pausing_launcher)
     leg = good.legs["main"]
     assert leg.result.verdict == "pass", json.dumps(leg.result.to_json())[:3000]
     ports = good.report["ports"]
@@ -75,7 +105,7 @@ async def test_ports_workload_under_failover(tmp_path: Path) -> None:
     assert ports["owner_log_lines"].get("fenced", 0) >= 1
     assert "Port calls" in (good.directory / "report.md").read_text()
 
-    bad = await run(_config(tmp_path, dedup=False), launcher=mini_launcher)
+    bad = await run(_config(tmp_path, dedup=False), launcher=pausing_launcher)
     result = bad.legs["main"].result
     ports_bad = bad.report["ports"]
     _consistent(ports_bad, next(e for e in bad.legs["main"].history
