@@ -13,6 +13,8 @@ Public names, by importance:
   :class:`NemesisRunner`, :class:`FaultTarget` -- faults.
 * :class:`ProxyHub`, :class:`TcpProxy`, :class:`LinkMode` -- per-host TCP proxies.
 * :class:`Workload`, :class:`WorkloadConfig` -- the clients.
+* :mod:`svit_chaos.ports` -- the port-calling workload (``--workload ports``):
+  the recording test server, the ``ports`` invariant and the report's figures.
 * :class:`StoreObserver`, :class:`StaleWriter` -- fence watcher and stale owner.
 * :class:`ManualClock`, :class:`MonotonicClock` -- injectable clocks.
 * :class:`HarnessError` -- the harness failed (the run is inconclusive).

@@ -29,6 +29,9 @@ registered under a name. The defaults follow DESIGN.md §4 and issue 7:
    intents, intents missing from the outbox, and intents not recorded exactly
    once (``DestinationRecord.recorded_once``) are anomalies. A history without
    an ``outbox`` event and without a ``sink`` in its ``meta`` event is skipped.
+8. ``ports`` -- in a port-calling run, every committed port result equals the
+   test server's first answer for that version's idempotency key, and no key
+   applied its effect twice (:mod:`svit_chaos.ports`).
 
 Two more default checks close the loop: ``refused`` (an operation reported as
 definitely failed never commits) and ``phantom`` (no committed request id was
@@ -70,6 +73,7 @@ __all__ = [
     "check_memory",
     "check_outbox",
     "check_phantom",
+    "check_ports",
     "check_refused",
     "check_restore",
     "check_tokens",
@@ -928,6 +932,14 @@ def check_outbox(ctx: Context) -> Iterator[Anomaly]:
                           versions=versions, lines=(line,))
 
 
+def check_ports(ctx: Context) -> Iterator[Anomaly]:
+    """(8) Port calls: see :func:`svit_chaos.ports.check_ports` (skipped without a
+    ``ports`` history event)."""
+    from .ports import check_ports as run
+
+    yield from run(ctx)
+
+
 def _base(log: ProcessLog) -> int:
     snap = log.final_snapshot
     return snap.version if snap is not None else 0
@@ -959,6 +971,7 @@ DEFAULT_INVARIANTS: tuple[tuple[str, Invariant], ...] = (
     ("restore", check_restore),
     ("memory", check_memory),
     ("outbox", check_outbox),
+    ("ports", check_ports),
 )
 
 

@@ -26,7 +26,8 @@ from .errors import HistoryError
 from .history import read_history
 from .logs import read_logs
 from .nemesis import SCENARIOS
-from .run import EXIT_CODES, RunConfig, run, validate
+from .report import ports_markdown
+from .run import EXIT_CODES, WORKLOADS, RunConfig, run, validate
 from .workload import WorkloadStats
 
 __all__ = ["main"]
@@ -91,15 +92,24 @@ def main() -> None:
 @click.option("--loss-control/--no-loss-control", default=None,
               help="Delete an acknowledged entry afterwards; the checker must fail it "
                    "(default: smoke only).")
+@click.option("--workload", type=click.Choice(list(WORKLOADS)), default="counter",
+              show_default=True,
+              help="'ports': every activation also calls the http port against a recording "
+                   "test server on loopback (repeats counted, results checked).")
+@click.option("--port-dedup/--no-port-dedup", default=True, show_default=True,
+              help="With --workload ports: the test server dedups by idempotency key "
+                   "(--no-port-dedup is a negative control: the checker must fail).")
 def run_command(scenario: str, duration_s: float, seed: int, hosts: int, clients: int,
                 processes: int, out_dir: Path, lease_ttl_s: int, snapshot_every: int,
-                negative_control: bool | None, loss_control: bool | None) -> None:
+                negative_control: bool | None, loss_control: bool | None,
+                workload: str, port_dedup: bool) -> None:
     """Start a local cluster behind proxies, inject faults under load, check, report."""
     console = Console(stderr=True)
     config = RunConfig(scenario=scenario, duration_s=duration_s, seed=seed, hosts=hosts,
                        clients=clients, processes=processes, out_dir=out_dir,
                        lease_ttl_s=lease_ttl_s, snapshot_every=snapshot_every,
-                       negative_control=negative_control, loss_control=loss_control)
+                       negative_control=negative_control, loss_control=loss_control,
+                       workload=workload, port_dedup=port_dedup)
     try:
         validate(config)
     except ConfigurationError as exc:
@@ -123,6 +133,9 @@ def run_command(scenario: str, duration_s: float, seed: int, hosts: int, clients
     for anomaly in report.get("anomalies", [])[:20]:
         console.print(f"  [red]{anomaly['invariant']}[/] {anomaly['process']}: "
                       f"{anomaly['message']} (lines {anomaly['lines']})")
+    if report.get("ports"):
+        console.print(ports_markdown(report["ports"]), markup=False, highlight=False,
+                      soft_wrap=True)
     if report.get("availability"):
         # plain text: the markdown tables are meant to be pasted as they are
         console.print(markdown_tables(report["availability"], max_processes=10),

@@ -82,6 +82,8 @@ class LaunchSpec:
         negative_control: start with fencing switched off in the process actors.
         hub: the proxy hub (one etcd and one Redis proxy per host).
         progress: status messages while starting.
+        ports: the deployment's ports (``svit_cluster.ports.PortsConfig``
+            fields; default none granted).
     """
 
     state_dir: Path
@@ -91,6 +93,7 @@ class LaunchSpec:
     negative_control: bool
     hub: ProxyHub
     progress: Callable[[str], None] = field(default=lambda _m: None)
+    ports: dict[str, Any] = field(default_factory=dict)
 
 
 class ChaosCluster(Protocol):
@@ -318,7 +321,8 @@ def local_launcher(spec: LaunchSpec) -> ChaosCluster:
                            "chaos harness needs them", stage="start")
     cluster_spec = ClusterSpec(state_dir=spec.state_dir, hosts=spec.hosts,
                                lease_ttl_s=spec.lease_ttl_s, snapshot_every=spec.snapshot_every,
-                               dispatchers=1, dispatch_options=dict(DISPATCH_OPTIONS))
+                               dispatchers=1, dispatch_options=dict(DISPATCH_OPTIONS),
+                               ports=dict(spec.ports))
     up: Any = LocalCluster.up
     try:
         cluster = up(cluster_spec, progress=spec.progress,

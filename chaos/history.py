@@ -29,6 +29,9 @@ Kinds and their fields:
   ``reason``, ``error``) and ``destination`` (the sink's record: ``appends``,
   ``log_complete``, ``inbox_copies``, ``delivered_slots``); see
   ``checker.outbox_event``.
+* ``ports`` -- in a ``--workload ports`` run, after healing: the test server's
+  ``url``, ``dedup``, ``requests`` (key, token, body, applied, answer) and the
+  owners' ``owner_logs`` (see ``svit_chaos.ports``).
 * ``meta`` / ``note`` -- run parameters and free-form remarks.
 
 ``t`` is seconds since the writer started, from an injectable monotonic clock
@@ -56,7 +59,7 @@ Event = dict[str, Any]
 OP_KINDS = frozenset({"invoke", "ok", "fail", "info"})
 #: Every kind a history may hold.
 KINDS = OP_KINDS | frozenset({"nemesis", "fence", "owner", "final", "meta", "note",
-                                    "outbox"})
+                                    "outbox", "ports"})
 
 
 class HistoryWriter:

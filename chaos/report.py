@@ -28,8 +28,8 @@ from .history import Event
 from .logs import StoredLogs
 from .nemesis import FAILOVER_KINDS
 
-__all__ = ["build_report", "failover_times", "render_timeline", "timeline_figure", "write_html",
-           "write_json", "write_markdown"]
+__all__ = ["build_report", "failover_times", "ports_markdown", "render_timeline",
+           "timeline_figure", "write_html", "write_json", "write_markdown"]
 
 _COLORS = {
     "kill-host": "#d62728", "pause-host": "#9467bd", "cut-etcd": "#ff7f0e",
@@ -204,7 +204,26 @@ def build_report(
         "availability": availability_report(history, logs, threshold_s=threshold_s),
         "check": {"verdict": result.verdict, "stats": result.stats},
         "controls": controls or {},
+        "ports": _ports(history, logs),
     }
+
+
+def _ports(history: Sequence[Event], logs: StoredLogs) -> dict[str, Any] | None:
+    """The port-call figures of a ``--workload ports`` run (None for other workloads)."""
+    if not any(ev.get("kind") == "ports" for ev in history):
+        return None
+    from .checker import build_context
+    from .ports import ports_figures
+
+    return ports_figures(build_context(history, logs))
+
+
+def ports_markdown(ports: dict[str, Any] | None) -> str:
+    """The port-call figures as a markdown table ("" when there are none)."""
+    if not ports:
+        return ""
+    rows = "".join(f"| {k} | {_cell(v)} |\n" for k, v in ports.items())
+    return "## Port calls\n\n| figure | value |\n|---|---|\n" + rows + "\n"
 
 
 def timeline_figure(history: Sequence[Event], *, title: str = "",
@@ -318,7 +337,7 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
             f"faults {report.get('faults_total', 0)}, acked commits "
             f"{report.get('acked_commits', 0)}, anomalies {report.get('anomaly_count', 0)}\n\n")
     body = markdown_tables(report["availability"]) if report.get("availability") else ""
-    path.write_text(head + body, encoding="utf-8")
+    path.write_text(head + ports_markdown(report.get("ports")) + body, encoding="utf-8")
 
 
 def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -392,6 +411,8 @@ def write_html(path: Path, report: dict[str, Any], png: bytes | None) -> None:
                              ["kind", "host", "process", "t_loss", "t_new", "token_before",
                               "token_after", "seconds"])),
         ("Controls", _table(controls, ["control", "verdict", "expected", "detail"])),
+        ("Port calls", _table([{"figure": k, "value": v} for k, v in
+                               (report.get("ports") or {}).items()], ["figure", "value"])),
         ("Harness errors", _table([{"error": e} for e in report.get("harness_errors", [])],
                                   ["error"])),
     ))

@@ -58,6 +58,7 @@ from .nemesis import (
     smoke_duration_s,
 )
 from .observer import StoreObserver
+from .ports import PortServer, owner_log_lines
 from .proxy import ProxyHub
 from .report import build_report, render_timeline, write_html, write_json, write_markdown
 from .stale import StaleWriter
@@ -65,6 +66,7 @@ from .workload import Workload, WorkloadConfig, WorkloadStats
 
 __all__ = [
     "EXIT_CODES",
+    "WORKLOADS",
     "LegResult",
     "NullProgress",
     "ProgressSink",
@@ -77,6 +79,8 @@ __all__ = [
 
 #: Process exit code per verdict.
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}
+#: The workloads ``svit-chaos run --workload`` accepts.
+WORKLOADS = ("counter", "ports")
 #: Anomalies that show a stale owner committed (what the negative control must produce).
 STALE_INVARIANTS = frozenset({"tokens", "chain", "acked", "unique", "refused"})
 
@@ -136,6 +140,15 @@ class RunConfig:
             sink's dedup window (``DEDUP_WINDOW`` keys) keeps every delivered id.
         outbox_timeout_s: after healing, how long to wait for the dispatcher
             to deliver every committed intent (default 120 s).
+        workload: ``counter`` (the counting script) or ``ports`` (every
+            activation also calls the ``http`` port against a recording test
+            server on loopback; see :mod:`svit_chaos.ports`; no intents).
+        port_dedup: in a ``ports`` run, whether the test server dedups by
+            idempotency key (False: the negative control -- repeated calls
+            apply twice and the ``ports`` invariant must report it).
+        port_delay_s: in a ``ports`` run, seconds the test server waits before
+            answering (default 0.05): owners spend more time between a port
+            call and its commit, where a pause or kill makes a retry repeat it.
     """
 
     scenario: str = "smoke"
@@ -159,6 +172,9 @@ class RunConfig:
     schedule: Schedule | None = None
     send_every: int = 3
     outbox_timeout_s: float = 120.0
+    workload: str = "counter"
+    port_dedup: bool = True
+    port_delay_s: float = 0.05
 
     def duration_for(self, scenario: str) -> float:
         if scenario == self.scenario and self.schedule is not None:
@@ -243,6 +259,8 @@ async def run_leg(
     # Ray's AF_UNIX socket paths must stay under 107 bytes: keep cluster state short
     state_dir = Path(tempfile.mkdtemp(prefix="svit-chaos-"))
     hub = ProxyHub().start()
+    port_server = PortServer(dedup=config.port_dedup, delay_s=config.port_delay_s).start() \
+        if config.workload == "ports" else None
     history = HistoryWriter(directory / "history.jsonl", clock=clock)
     cluster: ChaosCluster | None = None
     observer: StoreObserver | None = None
@@ -254,7 +272,8 @@ async def run_leg(
         spec = LaunchSpec(state_dir=state_dir, hosts=config.hosts,
                           lease_ttl_s=config.lease_ttl_s, snapshot_every=config.snapshot_every,
                           negative_control=negative, hub=hub,
-                          progress=lambda m: progress.message(f"[{name}] {m}"))
+                          progress=lambda m: progress.message(f"[{name}] {m}"),
+                          ports=_port_grants(port_server))
         cluster = await asyncio.to_thread(launcher, spec)
         if config.schedule is not None and not negative:
             schedule = config.schedule
@@ -269,10 +288,12 @@ async def run_leg(
                                    request_timeout_s=config.request_timeout_s,
                                    op_deadline_s=config.op_deadline_s, drain_s=config.drain_s,
                                    send_every=_send_every(config.send_every, duration)
-                                   if not negative and getattr(cluster, "dispatchers", 0) > 0
-                                   else 0)
+                                   if not negative and port_server is None
+                                   and getattr(cluster, "dispatchers", 0) > 0 else 0,
+                                   port_url=port_server.url if port_server else "")
         history.record("meta", leg=name, scenario=scenario, seed=config.seed,
                        sink=wl_config.sink, send_every=wl_config.send_every,
+                       workload=config.workload, port_url=wl_config.port_url,
                        negative_control=negative, duration_s=duration,
                        processes=wl_config.process_ids(), hosts=cluster.host_names(),
                        lease_ttl_s=config.lease_ttl_s, schedule=schedule.to_json(),
@@ -307,6 +328,8 @@ async def run_leg(
         await workload.read_final(timeout_s=5.0 if negative else config.final_timeout_s)
         if workload.sink is not None:
             await _record_outbox(direct, workload, history, config, progress, clock, name)
+        if port_server is not None:
+            await _record_ports(port_server, state_dir, history, progress, clock, name)
         observer.stop()
         progress.message(f"[{name}] dumping logs and checking")
         collected = observer.snapshot()
@@ -336,6 +359,8 @@ async def run_leg(
         raise HarnessError(f"[{name}] {type(exc).__name__}: {exc}", stage="run") from exc
     finally:
         _teardown(runner, observer, cluster, hub, history, direct, progress, name)
+        if port_server is not None:
+            port_server.close()
         _archive(state_dir, directory / "cluster-logs")
 
 
@@ -394,6 +419,29 @@ async def _record_outbox(client: Any, workload: Workload, history: HistoryWriter
                      f"{'drained' if drained else 'NOT drained'}, {dead} dead-lettered")
     history.record("outbox", **outbox_event(sink, statuses, record, drained=drained,
                                             error=error, summaries=summaries))
+
+
+def _port_grants(server: PortServer | None) -> dict[str, Any]:
+    """The cluster's ports for a run: ``http`` to the test server only (or nothing)."""
+    if server is None:
+        return {}
+    return {"http": {"enabled": True, "allow_hosts": [server.allow_host], "timeout_s": 5.0}}
+
+
+async def _record_ports(server: PortServer, state_dir: Path, history: HistoryWriter,
+                        progress: ProgressSink, clock: Clock, name: str) -> None:
+    """Record the test server's requests and the owners' not-committed warnings.
+
+    Waits a little first: a resumed stale owner's last port call and its
+    warning may still be on their way.
+    """
+    await clock.sleep(1.0)
+    owner_logs = await asyncio.to_thread(owner_log_lines, state_dir)
+    event = server.event()
+    repeated = len(event["requests"]) - len({r["key"] for r in event["requests"]})
+    progress.message(f"[{name}] port server: {len(event['requests'])} calls, {repeated} "
+                     f"repeated, {len(owner_logs)} not-committed warnings in owner logs")
+    history.record("ports", **event, owner_logs=owner_logs)
 
 
 def _archive(state_dir: Path, target: Path) -> None:
@@ -535,6 +583,9 @@ def validate(config: RunConfig) -> None:
     """
     if config.clients < 1 or config.processes < 1 or config.hosts < 1:
         raise ConfigurationError("hosts, clients and processes must be >= 1")
+    if config.workload not in WORKLOADS:
+        raise ConfigurationError(f"unknown workload {config.workload!r} (one of "
+                                 f"{', '.join(WORKLOADS)})")
     hosts = [f"h{i + 1}" for i in range(config.hosts)]
     legs = [config.scenario]
     negative = config.negative_control if config.negative_control is not None else (

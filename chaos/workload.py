@@ -56,8 +56,8 @@ from svit_cluster.process import to_plain_json
 from .clock import Clock, MonotonicClock
 from .history import HistoryWriter
 
-__all__ = ["SCRIPT", "SCRIPT_NAME", "SENT_PATH", "Workload", "WorkloadConfig", "WorkloadStats",
-           "initial_memory"]
+__all__ = ["PORT_SCRIPT", "SCRIPT", "SCRIPT_NAME", "SENT_PATH", "Workload", "WorkloadConfig",
+           "WorkloadStats", "initial_memory"]
 
 #: Name of the script in ``/lib``.
 SCRIPT_NAME = "op"
@@ -77,6 +77,23 @@ SCRIPT = f"""(define (keep ops)
         (write "/memory/count" count)
         (if (and (/= sink "") (> every 0) (= (rem count every) 0))
             (write "/memory/sent" (send! sink (value-map "rid" rid "count" count))))
+        (value-map "count" count))))"""
+
+#: The ports workload's script: the same counting, plus one ``http`` port call
+#: (a POST of the request id to ``/memory/port_url``) whose answer's body is
+#: written to ``/memory/port`` (see :mod:`svit_chaos.ports`).
+PORT_SCRIPT = f"""(define (keep ops)
+  (if (> (len ops) {KEEP_OPS}) (slice ops (- (len ops) {KEEP_OPS})) ops))
+(define (main input)
+  (let ((rid (value-get input "/rid"))
+        (count (+ (read "/memory/count") 1))
+        (ops (keep (concat (read "/memory/ops") (value-array rid))))
+        (answer (port-call "http" (value-map "url" (read "/memory/port_url")
+                                             "method" "POST" "body" rid))))
+    (do (write "/memory/ops" ops)
+        (write "/memory/last" rid)
+        (write "/memory/count" count)
+        (write "/memory/port" (value-get answer "/body"))
         (value-map "count" count))))"""
 
 #: Where the script writes the id of the intent an activation staged.
@@ -113,6 +130,9 @@ class WorkloadConfig:
         think_s: pause between a client's operations (default 0).
         send_every: every this many commits per process, the script ``send!``s
             an intent to the run's sink process (0: no intents, no sink).
+        port_url: when set, the processes run :data:`PORT_SCRIPT` (one ``http``
+            port call per activation to this URL) instead of :data:`SCRIPT`;
+            ``send_every`` must then be 0.
     """
 
     run_id: str
@@ -126,10 +146,13 @@ class WorkloadConfig:
     backoff_s: tuple[float, float] = (0.05, 1.0)
     think_s: float = 0.0
     send_every: int = 0
+    port_url: str = ""
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.processes < 1:
             raise ValueError("clients and processes must be >= 1")
+        if self.port_url and self.send_every:
+            raise ValueError("the ports workload sends no intents (send_every must be 0)")
         if not self.run_id or len(self.run_id) > 40 or not all(
             c.isalnum() or c in "._-" for c in self.run_id
         ):
@@ -216,9 +239,13 @@ class Workload:
                 await self._retry(functools.partial(self._create, client, self.sink, {}, {}),
                                   timeout_s)
             memory = initial_memory(self.sink, self.config.send_every)
+            script = SCRIPT
+            if self.config.port_url:
+                memory = {**memory, "port_url": self.config.port_url, "port": ""}
+                script = PORT_SCRIPT
             for pid in self.processes:
                 await self._retry(functools.partial(self._create, client, pid, memory,
-                                                    {SCRIPT_NAME: SCRIPT}), timeout_s)
+                                                    {SCRIPT_NAME: script}), timeout_s)
         finally:
             await client.aclose()
 

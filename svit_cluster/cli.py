@@ -293,6 +293,50 @@ def _json_line(doc: dict[str, Any]) -> None:
     click.echo(json.dumps(doc, sort_keys=True, default=str))
 
 
+@cli.group()
+def inbox() -> None:
+    """Operate on a process's inbox."""
+
+
+@inbox.command(name="drop")
+@click.argument("process_id")
+@click.option("--message-id", default=None, help="The head's message id ({content, id}).")
+@click.option("--hash", "head_hash", default=None, help="The head's content hash.")
+@click.option("--reason", required=True, help="Why it is dropped (kept in the dead letter).")
+@click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
+              "./.svit/cluster.json].")
+@click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN].")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Take URL and admin token from STATE_DIR/cluster.json.")
+@output_option
+def inbox_drop(process_id: str, message_id: str | None, head_hash: str | None, reason: str,
+               state_dir: Path | None, url: str | None, token: str | None,
+               output: str) -> None:
+    """Dead-letter the head of PROCESS_ID's inbox (a message whose turn never succeeds).
+
+    The head must be the message named by --message-id and/or --hash (exit 1
+    with inbox_conflict otherwise, nothing changed). It moves to
+    /thread/dead_letters (with the reason and the version) in one fenced
+    commit, and the agent goes on with the next message.
+    """
+    from svit_cluster.client import SvitClient
+    from svit_cluster.settings import resolve_gateway
+
+    if message_id is None and head_hash is None:
+        raise click.UsageError("give --message-id or --hash (the head to drop)")
+    url, token = resolve_gateway(url, token, state_dir=state_dir)
+    try:
+        with SvitClient(url, token) as client:
+            result = client.inbox_drop(process_id, reason=reason, message_id=message_id,
+                                       head_hash=head_hash)
+    except SvitError as exc:
+        fail(exc)
+    letter = result["dropped"]
+    emit(output, result, lambda: click.echo(
+        f"dropped {letter.get('message_id') or letter['inbox_hash']} from {process_id} "
+        f"at version {result['version']} (kept in /thread/dead_letters)"))
+
+
 def _cluster_doc(state_dir: Path) -> dict[str, Any]:
     path = state_dir.resolve() / "cluster.json"
     if not path.exists():

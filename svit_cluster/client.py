@@ -171,6 +171,16 @@ def _transport_unavailable(url: str, attempts: int, exc: httpx.TransportError
 _RETRYABLE = (httpx.TransportError, UnavailableError)
 
 
+def _drop_body(process_id: str, reason: str, message_id: str | None,
+               head_hash: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"process_id": process_id, "reason": reason}
+    if message_id is not None:
+        body["message_id"] = message_id
+    if head_hash is not None:
+        body["head_hash"] = head_hash
+    return body
+
+
 @dataclass(frozen=True, slots=True)
 class RecoveredCommit:
     """``activate_until_committed``'s result when a lost reply's request did commit.
@@ -477,6 +487,23 @@ class SvitClient(_Base):
             body["dedup_key"] = dedup_key
         result: dict[str, Any] = self._call("POST", "/v1/processes/inbox", json=body,
                                             timeout_s=timeout_s)
+        return result
+
+    def inbox_drop(self, process_id: str, *, reason: str, message_id: str | None = None,
+                   head_hash: str | None = None, timeout_s: float | None = None
+                   ) -> dict[str, Any]:
+        """Dead-letter the inbox head named by ``message_id`` and/or ``head_hash``:
+        ``{process_id, dropped: {inbox_hash, message_id, message, reason, version},
+        version}``.
+
+        Raises:
+            ConflictError: (``inbox_conflict``) the head is another message or
+                the inbox is empty (nothing committed).
+            InvalidInput: neither name given, or an empty reason.
+        """
+        result: dict[str, Any] = self._call("POST", "/v1/processes/inbox/drop",
+                                            json=_drop_body(process_id, reason, message_id,
+                                                            head_hash), timeout_s=timeout_s)
         return result
 
     def recent_events(self, process_id: str, limit: int = 64, *, session: str | None = None,
@@ -827,6 +854,15 @@ class AsyncSvitClient(_Base):
             body["dedup_key"] = dedup_key
         result: dict[str, Any] = await self._call("POST", "/v1/processes/inbox", json=body,
                                                   timeout_s=timeout_s)
+        return result
+
+    async def inbox_drop(self, process_id: str, *, reason: str, message_id: str | None = None,
+                         head_hash: str | None = None, timeout_s: float | None = None
+                         ) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.inbox_drop`."""
+        result: dict[str, Any] = await self._call(
+            "POST", "/v1/processes/inbox/drop",
+            json=_drop_body(process_id, reason, message_id, head_hash), timeout_s=timeout_s)
         return result
 
     async def recent_events(self, process_id: str, limit: int = 64, *,

@@ -299,6 +299,21 @@ class ProcessActor:
             self._loop.wake()
         return result
 
+    async def inbox_drop(self, message_id: str | None, head_hash: str | None,
+                         reason: str) -> dict[str, Any]:
+        """Dead-letter the inbox head (:meth:`ProcessController.drop_inbox_head`);
+        ``{"dropped": dead_letter, "version"}``. The loop then serves the next item."""
+        def run() -> dict[str, Any]:
+            assert self._ctrl is not None
+            version, letter = self._ctrl.drop_inbox_head(reason=reason, message_id=message_id,
+                                                         head_hash=head_hash)
+            return {"dropped": letter, "version": version}
+
+        result = await self._run(run)
+        if "dropped" in result and self._loop is not None:
+            self._loop.wake()
+        return result
+
     async def state(self, path: str) -> dict[str, Any]:
         """``{"value": tagged, "version"}`` from one observation."""
         def run() -> dict[str, Any]:

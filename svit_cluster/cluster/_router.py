@@ -319,6 +319,12 @@ class RayRouter:
         return raise_error_dict(await self._call_route(route, "inbox", message, dedup_key,
                                                        tracing.current_traceparent()))
 
+    async def inbox_drop(self, process_id: str, *, reason: str, message_id: str | None = None,
+                         head_hash: str | None = None) -> dict[str, Any]:
+        route = await self._route(process_id)
+        return raise_error_dict(await self._call_route(route, "inbox_drop", message_id,
+                                                       head_hash, reason))
+
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         route = await self._route(process_id)
         result = raise_error_dict(await self._call_route(route, "state", path))

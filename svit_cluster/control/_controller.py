@@ -27,6 +27,7 @@ acknowledged, and a retry of the lost request replays its stored receipt.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -67,10 +68,14 @@ from svit_cluster.process import (
     prepare_inbox_ack,
     prepare_inbox_append,
     prepare_inbox_close,
+    prepare_inbox_drop,
+    to_plain_json,
     validate_script_name,
 )
 
 __all__ = ["ProcessController", "request_fingerprint"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -142,6 +147,11 @@ class ProcessController:
     @property
     def backend(self) -> CommitBackend:
         return self._backend
+
+    @property
+    def token(self) -> int:
+        """The owner's fencing token (0 outside the cluster), recorded with port calls."""
+        return self._token
 
     @property
     def ports(self) -> Any:
@@ -336,7 +346,18 @@ class ProcessController:
             Committed(status="committed", previous_version=previous, activation=activation),
         )
         receipt = self._receipt(tenant, request, fingerprint, response)
-        self._durable_commit(result.transition, receipt, result.messages)
+        try:
+            self._durable_commit(result.transition, receipt, result.messages)
+        except (FencedError, UnavailableError) as exc:
+            if result.port_calls:
+                # The port effects already happened outside the commit: make a
+                # superseded (or cut-off) owner's calls visible, with its token.
+                log.warning(
+                    "port calls not committed (%s): process=%s version=%d token=%d keys=%s",
+                    "fenced" if isinstance(exc, FencedError) else "outcome unknown",
+                    proc.id, result.version, self._token,
+                    ",".join(c.idempotency_key for c in result.port_calls))
+            raise
         return response
 
     def request_status(self, client_id: str, request_id: str, *, tenant: str = ""
@@ -489,6 +510,32 @@ class ProcessController:
                 return False, self._process.version
             self._durable_commit(transition, None, ())
             return True, self._process.version
+
+        with self._lock:
+            return self._at_durable_head(step)
+
+    def drop_inbox_head(self, *, reason: str, message_id: str | None = None,
+                        head_hash: str | None = None) -> tuple[int, dict[str, Any]]:
+        """Dead-letter the inbox head: move it to ``/thread/dead_letters`` in one fenced commit.
+
+        The operator's way out of a head whose turn never succeeds (it blocks
+        every later message). See :func:`svit_cluster.process._inbox.prepare_inbox_drop`
+        for how the head is named and what the dead letter holds.
+
+        Returns:
+            ``(version, dead_letter)`` (plain JSON).
+
+        Raises:
+            InvalidInput: no message id or hash given, or a bad reason.
+            ConflictError: (``inbox_conflict``) empty inbox or another head.
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        def step() -> tuple[int, dict[str, Any]]:
+            transition, letter = prepare_inbox_drop(self._process, reason=reason,
+                                                    message_id=message_id,
+                                                    head_hash=head_hash)
+            self._durable_commit(transition, None, ())
+            return self._process.version, to_plain_json(letter)
 
         with self._lock:
             return self._at_durable_head(step)

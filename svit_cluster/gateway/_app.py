@@ -88,6 +88,18 @@ class InboxMessage(BaseModel):
     )
 
 
+class InboxDrop(BaseModel):
+    """``POST /v1/processes/inbox/drop`` body: name the head (id and/or hash) and say why."""
+
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    message_id: str | None = Field(default=None, max_length=512,
+                                   description="the head's message id ({content, id})")
+    head_hash: str | None = Field(default=None, max_length=128,
+                                  description="the head's content hash")
+    reason: str = Field(min_length=1, max_length=512, description="why it is dropped")
+
+
 class ProcessRef(BaseModel):
     model_config = ConfigDict(extra="ignore")
     process_id: str
@@ -357,6 +369,20 @@ def create_app(
             else from_plain_json(body.message)
         )
         result = await router.inbox(pid, message, body.dedup_key)
+        return JSONResponse({"process_id": pid, **result})
+
+    @api.post("/v1/processes/inbox/drop")
+    async def inbox_drop(request: Request, body: InboxDrop) -> JSONResponse:
+        """Dead-letter the inbox head (a message whose turn never succeeds blocks the
+        agent): it moves to ``/thread/dead_letters`` in one fenced commit. The head
+        must match ``message_id``/``head_hash`` (else 409 ``inbox_conflict``)."""
+        pid = validate_process_id(body.process_id)
+        if not authorize(_principal(request), pid):
+            return _forbidden(pid)
+        if body.message_id is None and body.head_hash is None:
+            raise InvalidInput("name the inbox head to drop: message_id or head_hash")
+        result = await router.inbox_drop(pid, reason=body.reason, message_id=body.message_id,
+                                         head_hash=body.head_hash)
         return JSONResponse({"process_id": pid, **result})
 
     @api.post("/v1/processes/snapshot")

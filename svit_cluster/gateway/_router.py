@@ -100,6 +100,14 @@ class Router(Protocol):
         returns ``{"appended": bool, "version": int}``."""
         ...
 
+    async def inbox_drop(self, process_id: str, *, reason: str, message_id: str | None = None,
+                         head_hash: str | None = None) -> dict[str, Any]:
+        """Dead-letter the inbox head named by ``message_id`` and/or ``head_hash``
+        (see :meth:`ProcessController.drop_inbox_head`); returns
+        ``{"dropped": dead_letter, "version": int}``. Not safe to retry blindly:
+        a retry after success finds another head and answers ``inbox_conflict``."""
+        ...
+
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         """``(value, version)`` from one observation."""
         ...
@@ -215,6 +223,16 @@ class LocalRouter:
         if appended and loop is not None:
             loop.wake()
         return {"appended": appended, "version": version}
+
+    async def inbox_drop(self, process_id: str, *, reason: str, message_id: str | None = None,
+                         head_hash: str | None = None) -> dict[str, Any]:
+        ctrl = self._get(process_id)
+        version, letter = await asyncio.to_thread(ctrl.drop_inbox_head, reason=reason,
+                                                  message_id=message_id, head_hash=head_hash)
+        loop = self.loops.get(process_id)
+        if loop is not None:
+            loop.wake()
+        return {"dropped": letter, "version": version}
 
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         return self._get(process_id).read_versioned(path)

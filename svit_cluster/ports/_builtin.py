@@ -2,7 +2,9 @@
 
 * ``http`` -- one request to an allowlisted host; redirects are returned, never
   followed; the body is read up to ``max_response_bytes``; every request carries
-  ``Idempotency-Key`` (see :func:`~svit_cluster.ports.idempotency_key`).
+  ``Idempotency-Key`` (see :func:`~svit_cluster.ports.idempotency_key`) and
+  ``Svit-Fencing-Token`` (the calling owner's token, so a server can tell a
+  superseded owner's call apart).
 * ``llm`` -- one step of the deployment's configured reasoner (simulated or
   OpenAI-compatible), outside the process transaction.
 * ``spawn`` -- fork the last committed state into a child process and run one
@@ -68,7 +70,7 @@ class HttpPort:
             "name": self.name,
             "version": CONTRACT_VERSION,
             "description": "One HTTP request to an allowlisted host; redirects are not "
-                           "followed; sends Idempotency-Key.",
+                           "followed; sends Idempotency-Key and Svit-Fencing-Token.",
             "input_schema": {
                 "type": "object", "required": ["url"], "additionalProperties": False,
                 "properties": {"url": {"type": "string"},
@@ -112,10 +114,11 @@ class HttpPort:
             host = urlsplit(url).netloc[:200]
             raise _fail(self.name, f"HTTP URL is not allowed: host {host!r} is not on the "
                                     "allowlist")
-        # The host's key always wins: a guest cannot replace or duplicate it.
+        # The host's headers always win: a guest cannot replace or duplicate them.
         sent = {str(k): str(v) for k, v in headers.items()
-                if str(k).lower() != "idempotency-key"}
+                if str(k).lower() not in ("idempotency-key", "svit-fencing-token")}
         sent["Idempotency-Key"] = ctx.idempotency_key
+        sent["Svit-Fencing-Token"] = str(ctx.token)
         limit = self.config.max_response_bytes
         try:
             with httpx.Client(follow_redirects=False, timeout=self.config.timeout_s,

@@ -22,6 +22,7 @@ from svit_cluster.process._inbox import (
     prepare_inbox_ack,
     prepare_inbox_append,
     prepare_inbox_close,
+    prepare_inbox_drop,
 )
 from svit_cluster.process._namespace import (
     LANGUAGE,
@@ -113,6 +114,7 @@ __all__ = [
     "prepare_inbox_ack",
     "prepare_inbox_append",
     "prepare_inbox_close",
+    "prepare_inbox_drop",
     "script_from_value",
     "stat_record",
     "strict_json_loads",

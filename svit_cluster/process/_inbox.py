@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from svit_cluster.errors import ConflictError, ErrorCode, InboxClosed
+from svit_cluster.errors import ConflictError, ErrorCode, InboxClosed, InvalidInput
 from svit_cluster.process._process import Process
 from svit_cluster.process._tree import MapNode, ScalarNode, get_node
 from svit_cluster.process._working import Transition, WorkingCopy
@@ -20,16 +20,26 @@ from svit_cluster.values import Value
 
 __all__ = [
     "CLOSED_PATH",
+    "DEAD_LETTERS_PATH",
+    "DEAD_LETTER_KEEP",
     "DEDUP_WINDOW",
     "dedup_slot",
     "inbox_closed",
     "prepare_inbox_ack",
     "prepare_inbox_append",
     "prepare_inbox_close",
+    "prepare_inbox_drop",
 ]
 
 #: Host mark of a closed inbox (``true``); absent while the inbox is open.
 CLOSED_PATH = "/thread/inbox_closed"
+
+#: Where dropped inbox heads are kept (a list, newest last).
+DEAD_LETTERS_PATH = "/thread/dead_letters"
+#: Dead letters kept per process (older ones are discarded).
+DEAD_LETTER_KEEP = 16
+#: Bytes of a drop reason, at most (UTF-8).
+MAX_REASON_BYTES = 512
 
 #: Delivered keys remembered per process.
 DEDUP_WINDOW = 4096
@@ -118,3 +128,60 @@ def prepare_inbox_close(process: Process) -> Transition | None:
     wc = process.working_copy()
     wc.host_set(CLOSED_PATH, True)
     return process.seal(wc, "inbox.close")
+
+
+def _message_id(message: Value) -> str | None:
+    if isinstance(message, dict):
+        mid = message.get("id")
+        return mid if isinstance(mid, str) else None
+    return None
+
+
+def prepare_inbox_drop(process: Process, *, reason: str, message_id: str | None = None,
+                       head_hash: str | None = None) -> tuple[Transition, dict[str, Value]]:
+    """Seal the move of the inbox head to ``/thread/dead_letters`` (dead-lettering).
+
+    The head is named by ``message_id`` (the ``id`` of a ``{content, id}``
+    message) and/or ``head_hash`` (:meth:`Process.inbox_head_hash`); every
+    given one must match, so an operator drops exactly the message they looked
+    at. The dead letter ``{inbox_hash, message_id, message, reason, version}``
+    is appended to ``/thread/dead_letters`` (the newest
+    :data:`DEAD_LETTER_KEEP` are kept) in the same transition that removes the
+    head (source ``inbox.drop``); the next item becomes the head.
+
+    Returns:
+        ``(transition, dead_letter)``.
+
+    Raises:
+        InvalidInput: neither ``message_id`` nor ``head_hash`` given, or
+            ``reason`` empty or longer than :data:`MAX_REASON_BYTES`.
+        ConflictError: (``inbox_conflict``) the inbox is empty or its head is
+            not the named message; nothing is committed.
+    """
+    if message_id is None and head_hash is None:
+        raise InvalidInput("name the inbox head to drop: its message id or its hash")
+    if not reason.strip() or len(reason.encode("utf-8")) > MAX_REASON_BYTES:
+        raise InvalidInput(f"a drop needs a reason of 1..{MAX_REASON_BYTES} bytes")
+    head = process.inbox_head_hash()
+    if head is None:
+        raise ConflictError("the inbox is empty", code=ErrorCode.INBOX_CONFLICT)
+    message = process.read("/inbox/0")
+    found_id = _message_id(message)
+    if (head_hash is not None and head_hash != head) or (
+            message_id is not None and message_id != found_id):
+        raise ConflictError("the inbox head is not the named message",
+                            code=ErrorCode.INBOX_CONFLICT, inbox_hash=head,
+                            message_id=found_id)
+    letter: dict[str, Value] = {"inbox_hash": head, "message_id": found_id,
+                                "message": message, "reason": reason,
+                                "version": process.version + 1}
+    existing = get_node(process.root, ("thread", "dead_letters"))
+    kept: list[Value] = []
+    if existing is not None:
+        old = process.read(DEAD_LETTERS_PATH)
+        if isinstance(old, list):
+            kept = list(old)[-(DEAD_LETTER_KEEP - 1):]
+    wc = process.working_copy()
+    wc.remove_front("/inbox")
+    wc.host_set(DEAD_LETTERS_PATH, [*kept, letter])
+    return process.seal(wc, "inbox.drop"), letter

@@ -139,8 +139,10 @@ class TurnLoop:
         on_fenced: called once when a newer owner fenced this one out.
         attempt_tag: distinguishes this loop's attempts in canonical events
             (the owner's fencing token).
-        port_runner: the host's port-call hook for the model's ``port`` tool
-            (offered only when the process's ``/ports`` catalog lists ports).
+        port_runner: replaces the controller's port registry
+            (:attr:`ProcessController.ports`) for the model's ``port`` tool
+            (offered only when the process's ``/ports`` catalog lists ports);
+            None (default): the registry runs the calls.
     """
 
     def __init__(self, ctrl: ProcessController, events: EventLog, reasoner: Reasoner, *,

@@ -7,6 +7,9 @@ language (the same input always gives the same steps):
   the result;
 * ``/exec SCRIPT [JSON]`` -- activate ``/lib/SCRIPT`` with the JSON input
   (default null), then a reply quoting the result;
+* ``/port NAME [JSON]`` -- call the host port ``NAME`` with the JSON input
+  (the ``port`` tool, offered when ``/ports`` grants any), then a reply
+  quoting the result;
 * ``/sleep SECONDS REST`` -- wait (first step of a turn only), then handle
   ``REST``;
 * ``/fail`` -- raise an exception whose text holds a fake secret (it must
@@ -84,17 +87,18 @@ class SimulatedReasoner:
         if text.startswith("/malformed"):
             return ReasonReply(None, [{"id": "call-1", "name": "rm -rf /", "arguments": "{"}])
         command, _, arg = text.partition(" ")
-        if command in ("/read", "/discover", "/exec"):
+        if command in ("/read", "/discover", "/exec", "/port"):
             if results:
                 return ReasonReply(f"{command[1:]} {arg.split(' ')[0]}: "
                                    f"{results[-1].get('content', '')}")
-            if command == "/exec":
-                script, _, raw = arg.partition(" ")
+            if command in ("/exec", "/port"):
+                target, _, raw = arg.partition(" ")
                 try:
                     value = json.loads(raw) if raw.strip() else None
                 except ValueError:
                     value = raw
-                args: dict[str, Any] = {"script": script, "input": value}
+                args: dict[str, Any] = {"script" if command == "/exec" else "name": target,
+                                        "input": value}
             else:
                 args = {"path": arg.strip() or "/"}
             return ReasonReply(None, [{"id": "call-1", "name": command[1:], "arguments": args}])

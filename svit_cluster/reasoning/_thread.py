@@ -50,7 +50,7 @@ THREAD_FORMAT = "svit-thread@8"
 #: The reference's bounded metadata keys, sorted.
 METADATA_KEYS = ("format", "instructions", "process_id", "session_id", "system_prompt")
 #: Cluster bookkeeping kept next to the metadata.
-HOST_KEYS = ("delivered", "inbox_closed", "session")
+HOST_KEYS = ("dead_letters", "delivered", "inbox_closed", "session")
 _MATERIALISED = ("events", "messages")
 #: Instructions longer than this (UTF-8 bytes) are refused.
 MAX_INSTRUCTIONS_BYTES = 16 * 1024

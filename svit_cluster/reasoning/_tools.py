@@ -14,9 +14,14 @@ failover replays the stored receipt instead of committing the same call twice;
 removing a missing key, which reports ``invalid_path`` and commits nothing).
 
 Port calls: when the process carries a ``/ports`` catalog (host-granted
-descriptors, see :func:`port_tool_specs`), one ``port`` tool is offered whose
-calls are handed to the ``port_runner`` hook given to :class:`ProcessTools`
-(none by default: the call reports ``port_unavailable``).
+descriptors, see :func:`port_tool_specs`), one ``port`` tool is offered. Its
+calls run on the controller's port registry (:attr:`ProcessController.ports`,
+the deployment's grants; the same registry ``port-call`` uses), each once, with
+the owner's fencing token and an idempotency key derived from the process, the
+call's place in the turn (session, turn, step, call index) and its content --
+so a turn re-run after a failover that makes the same call sends the same key.
+A ``port_runner`` hook given to :class:`ProcessTools` replaces the registry;
+with neither, the call reports ``port_unavailable``.
 
 Every result is bounded: a result larger than :data:`MAX_RESULT_BYTES` of
 canonical JSON is replaced by a notice.
@@ -239,7 +244,7 @@ class ProcessTools:
         if call.name in ("write", "remove"):
             return self._change(call)
         if call.name == "port":
-            return self._port(call)
+            return self._port(call, ref)
         return self._exec(call, ref)
 
     def _change(self, call: ToolCall) -> dict[str, Any]:
@@ -256,18 +261,40 @@ class ProcessTools:
         change = self.ctrl.commit_host(f"reasoning.{call.name}", stage)
         return {"status": "committed", "path": path, "version": change.version}
 
-    def _port(self, call: ToolCall) -> dict[str, Any]:
+    def _port(self, call: ToolCall, ref: str) -> dict[str, Any]:
         name = call.arguments["name"]
         with self.ctrl.locked():
             granted = self.ctrl.process.node(f"/ports/{name}") is not None if name else False
         if not granted:
             return {"error": {"code": "port_unavailable",
                               "message": "no such port is granted to this process"}}
-        if self.port_runner is None:
+        if self.port_runner is not None:
+            result = self.port_runner(name, call.arguments.get("input"))
+        elif self.ctrl.ports is not None:
+            result = self._registry_call(name, call, ref)
+        else:
             return {"error": {"code": "port_unavailable",
                               "message": "this host runs no port calls for the model"}}
-        result = self.port_runner(name, call.arguments.get("input"))
         return {"port": name, "result": to_plain_json(result)}
+
+    def _registry_call(self, name: str, call: ToolCall, ref: str) -> Any:
+        """Run one port call on the controller's registry (see the module docstring).
+
+        Raises:
+            ScriptFailed, LimitExceeded: from the registry (shown to the model
+                as ``{"error": ...}`` by :meth:`run`).
+        """
+        from svit_cluster.activation import PortContext
+
+        with self.ctrl.locked():
+            proc = self.ctrl.process
+            version = proc.version
+        digest = hashlib.sha256(canonical_json(call.to_json())).hexdigest()
+        key = "svit-" + hashlib.sha256(f"{proc.id}\n{ref}\n{digest}".encode()).hexdigest()
+        index = ref.rpartition(".c")[2]
+        ctx = PortContext(proc.id, version + 1, int(index) if index.isdigit() else 0,
+                          self.ctrl.token, proc, key)
+        return self.ctrl.ports.call(name, from_plain_json(call.arguments.get("input")), ctx)
 
     def _exec(self, call: ToolCall, ref: str) -> dict[str, Any]:
         named = call.arguments.get("path") or call.arguments.get("script") or ""

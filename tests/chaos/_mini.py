@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -72,8 +73,15 @@ class StoreRouter:
     """The gateway Router over the fenced store, with emulated ownership."""
 
     def __init__(self, hosts: dict[str, MiniHost], ttl_s: float, *, negative: bool,
-                 snapshot_every: int) -> None:
+                 snapshot_every: int, ports: dict[str, Any] | None = None) -> None:
+        from svit_cluster.ports import PortsConfig, build_registry
+
         self.hosts = hosts
+        grants = PortsConfig.parse(ports or {})
+        # One registry per host; a paused host stops right after a port call
+        # returned (as SIGSTOP would), so the call's commit comes after resume.
+        self.ports = {name: build_registry(grants, on_call=lambda _c, h=h: h.running.wait())
+                      for name, h in hosts.items()}
         self.ttl_s = ttl_s
         self.negative = negative
         self.snapshot_every = snapshot_every
@@ -99,7 +107,9 @@ class StoreRouter:
             if restored is None:
                 raise NotFound(f"unknown process {pid}")
             proc = restored
-        return Owner(host.name, token, ProcessController(proc, backend))
+        ctrl = ProcessController(proc, backend, ports=self.ports[host.name], token=token)
+        ctrl.grant_ports()
+        return Owner(host.name, token, ctrl)
 
     async def _owner(self, pid: str,
                      create: tuple[Value, dict[str, Script]] | None = None) -> Owner:
@@ -276,6 +286,12 @@ class MiniCluster:
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.hosts: dict[str, MiniHost] = {}
+        # the owners' warnings go to a file under the state dir, as a real host's
+        # actor stderr does (the ports workload scans them)
+        (spec.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self._log = logging.FileHandler(spec.state_dir / "logs" / "owners.log")
+        self._log.setLevel(logging.WARNING)
+        logging.getLogger("svit_cluster").addHandler(self._log)
         try:
             self.redis_server.start()
             self.etcd_server.start()
@@ -285,7 +301,8 @@ class MiniCluster:
                 _, url = make(name, self.etcd_server.endpoint, self.redis_server.url)
                 self.hosts[name] = MiniHost(name, url, connect(url, timeout_s=1.0))
             self.router = StoreRouter(self.hosts, spec.lease_ttl_s, negative=spec.negative_control,
-                                      snapshot_every=spec.snapshot_every)
+                                      snapshot_every=spec.snapshot_every,
+                                      ports=getattr(spec, "ports", None))
             self.target = MiniTarget(self.hosts, spec.hub, self.redis_server, self.etcd_server,
                                      spec.lease_ttl_s, self.router)
             self._serve()
@@ -326,6 +343,8 @@ class MiniCluster:
             h.client.close()
         self.redis_server.stop()
         self.etcd_server.stop()
+        logging.getLogger("svit_cluster").removeHandler(self._log)
+        self._log.close()
 
 
 def mini_launcher(spec: LaunchSpec) -> MiniCluster:

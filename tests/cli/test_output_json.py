@@ -68,7 +68,7 @@ def test_every_result_command_has_output_and_json_alias() -> None:
 
 COVERED = {"status", "env", "down", "kill-host", "pause-host", "resume-host", "healthcheck",
            "smoke", "delete", "etcd-restored", "dispatcher status", "dead-letters list",
-           "dead-letters redrive", "chat"}
+           "dead-letters redrive", "chat", "inbox drop"}
 
 
 def test_status_env_and_health(fake_cluster: FakeCluster) -> None:
@@ -186,3 +186,34 @@ def test_chat_output_json_lines() -> None:
     assert first[-1] == turns[0]  # the summary closes the turn's events
     assert any(d["event"] == "message" and d["message"].get("role") == "assistant"
                for d in first)
+
+
+def test_inbox_drop(fake_cluster: FakeCluster) -> None:
+    """``inbox drop`` dead-letters exactly the named head; another id changes nothing."""
+    from svit_cluster.client import SvitClient
+
+    sd = str(fake_cluster.state_dir)
+    pid = f"svit://acme/drop-{fake_cluster.doc['cluster']}"
+    with SvitClient(fake_cluster.url, ADMIN) as client:
+        client.create_process(pid, memory={})
+        client.inbox(pid, {"content": "/fail", "id": "m-bad"})
+        client.inbox(pid, {"content": "next", "id": "m-next"})
+        _, version = client.state(pid, "/inbox")
+    wrong = CliRunner().invoke(cli, ["inbox", "drop", pid, "--state-dir", sd, "--message-id",
+                                     "m-next", "--reason", "stuck", "-o", "json"])
+    assert wrong.exit_code == 1 and "inbox_conflict" in wrong.stderr
+    usage = CliRunner().invoke(cli, ["inbox", "drop", pid, "--state-dir", sd, "--reason", "x"])
+    assert usage.exit_code == 2
+    doc = run_json(["inbox", "drop", pid, "--state-dir", sd, "--message-id", "m-bad",
+                    "--reason", "the model fails on it", "--output", "json"])
+    assert doc["process_id"] == pid and doc["version"] == version + 1
+    letter = doc["dropped"]
+    assert letter["message_id"] == "m-bad" and letter["reason"] == "the model fails on it"
+    assert letter["message"] == {"content": "/fail", "id": "m-bad"}
+    with SvitClient(fake_cluster.url, ADMIN) as client:
+        inbox, _ = client.state(pid, "/inbox")
+        dead, _ = client.state(pid, "/thread/dead_letters")
+    assert inbox == [{"content": "next", "id": "m-next"}] and dead == [letter]
+    text = CliRunner().invoke(cli, ["inbox", "drop", pid, "--state-dir", sd, "--hash",
+                                    letter["inbox_hash"], "--reason", "again"])
+    assert text.exit_code == 1  # that head is gone: the next one has another hash
