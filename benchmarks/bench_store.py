@@ -70,7 +70,7 @@ def _receipt(i: int) -> Receipt:
     return Receipt("tenant", "client", f"req-{i}", _FINGERPRINT, body)
 
 
-def _new_log(client: redis.Redis, pid: str) -> RedisBackend:
+def _new_log(client: RedisClient, pid: str) -> RedisBackend:
     config = StoreConfig(prefix="bench", snapshot_every=10**9, max_receipts=4096)
     backend = RedisBackend(client, pid, 1, config)
     backend.claim()
@@ -78,7 +78,7 @@ def _new_log(client: redis.Redis, pid: str) -> RedisBackend:
     return backend
 
 
-def _commit_round_trips(client: redis.Redis, n: int, batch: int) -> dict[str, Any]:
+def _commit_round_trips(client: RedisClient, n: int, batch: int) -> dict[str, Any]:
     stamp = time.monotonic_ns()
     backend = _new_log(client, f"svit://bench/commit-{stamp}")
     raw = _new_log(client, f"svit://bench/raw-{stamp}")
@@ -252,7 +252,7 @@ def _round_trips_per_activation(client: RedisClient, n: int) -> float:
     return sends[0] / n
 
 
-def _restore_time(client: redis.Redis, n: int, repeats: int) -> dict[str, Any]:
+def _restore_time(client: RedisClient, n: int, repeats: int) -> dict[str, Any]:
     pid = f"svit://bench/restore-{n}-{time.monotonic_ns()}"
     config = StoreConfig(prefix="bench")  # snapshots every 64 commits, margin 16
     backend = RedisBackend(client, pid, 1, config)
