@@ -365,14 +365,16 @@ class RedisBackend:
         ``store_receipt`` would).
         """
         keys = self.keys
-        with redis_boundary("claim", self.process_id):
-            reply = self._run("claim", self._scripts.claim_load,
+        # A reload only rewrites the fence with its own value: no outcome to doubt.
+        op, outcome = ("claim", "unknown") if claim else ("get_receipt", "none")
+        with redis_boundary(op, self.process_id):
+            reply = self._run(op, self._scripts.claim_load,
                               [keys.fence, keys.receipts, keys.receipts_order],
                               [self.token, "1" if claim else "0",
-                               "1" if self.config.wait_replicas else "0"])
+                               "1" if self.config.wait_replicas else "0"], outcome=outcome)
         status, rest = _status(reply)
         if status == "fenced":
-            raise self._fenced(rest[0], "claim")
+            raise self._fenced(rest[0], op)
         order_raw: list[bytes] = list(reply[2])
         flat: list[bytes] = list(reply[3])
         stored = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
