@@ -13,6 +13,15 @@ object. Starts its own redis-server with the launcher (AOF on) and stops it.
   client-side work of ``RedisBackend.commit`` (encoding the record: ~10 us).
   Measured with ``appendfsync always`` (the durable default; the fsync
   dominates) and ``appendfsync no`` (isolates the script's own cost).
+* **commit_16_clients**: the same comparison with 16 threads, each on its
+  own process log and connection (one connection pool), the fenced phase and
+  the bare ``XADD`` phase alternated in batches; ``ratio`` = fenced / bare
+  wall time for the same number of round trips.
+* **controller**: activations per second of a ``ProcessController`` over a
+  ``RedisBackend`` (counter script, fresh request ids, ``appendfsync
+  always``), sequentially and with 16 threads over 16 processes, and the
+  Redis round trips one activation makes (``redis_round_trips_per_activation``,
+  counted on the client: issue 18 wants 1).
 * **restore**: best-of-N time of ``RedisBackend.restore`` after 1 000 and after
   100 000 committed transactions with snapshots on (target ratio <= 2). The
   histories are built with ``appendfsync no`` to save time; restore reads do
@@ -26,15 +35,18 @@ import json
 import platform
 import statistics
 import tempfile
+import threading
 import time
 from typing import Any
 
 import redis
+import redis.connection
 
-from svit_cluster.control import Receipt
+from svit_cluster.control import ProcessController, Receipt, decode_request
 from svit_cluster.local import RedisServer
 from svit_cluster.process import Process, Transition
 from svit_cluster.store import RedisBackend, StoreConfig, connect
+from svit_cluster.store._redis import RedisClient
 
 _FINGERPRINT = "ab" * 32
 
@@ -57,7 +69,7 @@ def _receipt(i: int) -> Receipt:
     return Receipt("tenant", "client", f"req-{i}", _FINGERPRINT, body)
 
 
-def _new_log(client: redis.Redis, pid: str) -> RedisBackend:
+def _new_log(client: RedisClient, pid: str) -> RedisBackend:
     config = StoreConfig(prefix="bench", snapshot_every=10**9, max_receipts=4096)
     backend = RedisBackend(client, pid, 1, config)
     backend.claim()
@@ -65,7 +77,7 @@ def _new_log(client: redis.Redis, pid: str) -> RedisBackend:
     return backend
 
 
-def _commit_round_trips(client: redis.Redis, n: int, batch: int) -> dict[str, Any]:
+def _commit_round_trips(client: RedisClient, n: int, batch: int) -> dict[str, Any]:
     stamp = time.monotonic_ns()
     backend = _new_log(client, f"svit://bench/commit-{stamp}")
     raw = _new_log(client, f"svit://bench/raw-{stamp}")
@@ -114,7 +126,132 @@ def _commit_round_trips(client: redis.Redis, n: int, batch: int) -> dict[str, An
     }
 
 
-def _restore_time(client: redis.Redis, n: int, repeats: int) -> dict[str, Any]:
+def _commit_concurrent(client: RedisClient, clients: int, n: int, batch: int
+                       ) -> dict[str, Any]:
+    """Fenced script vs bare ``XADD`` with ``clients`` threads (``n`` round trips each)."""
+    stamp = time.monotonic_ns()
+    work = []
+    for c in range(clients):
+        log = _new_log(client, f"svit://bench/c{c}-{stamp}")
+        chain = _chain(log.process_id, n)
+        receipts = [_receipt(i) for i in range(n)]
+        args = [log._commit_args(t, r, (), None) for t, r in zip(chain, receipts, strict=True)]
+        payloads = [t.record.encode() + b"\n" + r.response + _FINGERPRINT.encode()
+                    for t, r in zip(chain, receipts, strict=True)]
+        work.append((log, args, payloads, f"bench:{{{log.process_id}}}:bare"))
+
+    def phase(fenced: bool, start: int, stop: int) -> float:
+        def one(log: RedisBackend, args: list[Any], payloads: list[bytes], key: str) -> None:
+            for i in range(start, stop):
+                if fenced:
+                    log._scripts.commit(keys=log._commit_keys, args=args[i])
+                else:
+                    client.xadd(key, {"record": payloads[i], "token": b"1",
+                                      "version": str(i + 1).encode()})
+        threads = [threading.Thread(target=one, args=w) for w in work]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - t0
+
+    fenced_s = bare_s = 0.0
+    for start in range(0, n, batch):
+        stop = min(n, start + batch)
+        fenced_s += phase(True, start, stop)
+        bare_s += phase(False, start, stop)
+    for log, _, _, key in work:
+        client.delete(key, *log.keys.all())
+    total = clients * n
+    return {"clients": clients, "n": total,
+            "fenced_round_trips_per_s": round(total / fenced_s),
+            "bare_xadd_round_trips_per_s": round(total / bare_s),
+            "ratio": round(fenced_s / bare_s, 3)}
+
+
+_COUNTER = """(define (main input)
+  (let ((count (+ (read "/memory/count") (value-get input "/by"))))
+    (do
+      (write "/memory/count" count)
+      (value-map "count" count))))
+"""
+
+
+def _controller(client: RedisClient, pid: str) -> ProcessController:
+    config = StoreConfig(prefix="bench", snapshot_every=64)
+    backend = RedisBackend(client, pid, 1, config)
+    backend.claim()
+    proc = Process.create(pid, memory={"count": 0}, scripts={"counter": _COUNTER})
+    backend.create(proc)
+    return ProcessController(proc, backend, token=1)
+
+
+def _activate(ctrl: ProcessController, pid: str, rid: str) -> None:
+    version = ctrl.process.version
+    req = decode_request(json.dumps({
+        "protocol": "svit-control@1", "client_id": "bench", "request_id": rid,
+        "process_id": pid, "expected_version": version,
+        "command": {"operation": "activate", "script": "counter",
+                    "input": {"type": "map", "value": {"by": {"type": "integer", "value": 1}}}},
+    }).encode())
+    out = ctrl.execute(req, tenant="t")
+    assert out.outcome.status == "committed", out.outcome
+
+
+def _controller_rate(client: RedisClient, clients: int, seconds: float) -> dict[str, Any]:
+    """Controller activations/s over ``RedisBackend`` with ``clients`` threads."""
+    stamp = time.monotonic_ns()
+    pids = [f"svit://bench/ctrl{c}-{stamp}" for c in range(clients)]
+    ctrls = [_controller(client, pid) for pid in pids]
+    for ctrl, pid in zip(ctrls, pids, strict=True):
+        _activate(ctrl, pid, "warm")  # loads the scripts
+    counts = [0] * clients
+    deadline = time.perf_counter() + seconds
+
+    def loop(c: int) -> None:
+        while time.perf_counter() < deadline:
+            _activate(ctrls[c], pids[c], f"r{counts[c]}")
+            counts[c] += 1
+    threads = [threading.Thread(target=loop, args=(c,)) for c in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    for ctrl in ctrls:
+        backend = ctrl.backend
+        assert isinstance(backend, RedisBackend)
+        client.delete(*backend.keys.all())
+    return {"clients": clients, "activations": sum(counts),
+            "activations_per_s": round(sum(counts) / elapsed)}
+
+
+def _round_trips_per_activation(client: RedisClient, n: int) -> float:
+    """Client-side count of packed sends (one per round trip) per activation."""
+    pid = f"svit://bench/rt-{time.monotonic_ns()}"
+    ctrl = _controller(client, pid)
+    _activate(ctrl, pid, "warm")
+    sends = [0]
+    original: Any = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        sends[0] += 1
+        original(self, command, check_health)
+    redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+    try:
+        for i in range(n):
+            _activate(ctrl, pid, f"rt{i}")
+    finally:
+        redis.connection.AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
+    backend = ctrl.backend
+    assert isinstance(backend, RedisBackend)
+    client.delete(*backend.keys.all())
+    return sends[0] / n
+
+
+def _restore_time(client: RedisClient, n: int, repeats: int) -> dict[str, Any]:
     pid = f"svit://bench/restore-{n}-{time.monotonic_ns()}"
     config = StoreConfig(prefix="bench")  # snapshots every 64 commits, margin 16
     backend = RedisBackend(client, pid, 1, config)
@@ -151,7 +288,7 @@ def _restore_time(client: redis.Redis, n: int, repeats: int) -> dict[str, Any]:
     return result
 
 
-def run(*, quick: bool) -> dict[str, Any]:
+def run(*, quick: bool, restore: bool = True) -> dict[str, Any]:
     """Start redis-server, measure, stop it; return the JSON-ready result."""
     n_commit = 2000 if quick else 10000
     big = 10_000 if quick else 100_000
@@ -165,14 +302,25 @@ def run(*, quick: bool) -> dict[str, Any]:
                 client.config_set("appendfsync", mode)
                 _commit_round_trips(client, 300, 100)  # warm-up (scripts, allocator)
                 commit[f"appendfsync_{mode}"] = _commit_round_trips(client, n_commit, 200)
+            client.config_set("appendfsync", "always")
+            _commit_concurrent(client, 16, 20, 10)  # warm-up
+            concurrent = _commit_concurrent(client, 16, 100 if quick else 500, 50)
+            seconds = 1.0 if quick else 4.0
+            _controller_rate(client, 1, 0.3)  # warm-up
+            controller = {
+                "redis_round_trips_per_activation": _round_trips_per_activation(client, 50),
+                "sequential": _controller_rate(client, 1, seconds),
+                "clients_16": _controller_rate(client, 16, seconds),
+            }
             client.config_set("appendfsync", "no")
-            small = _restore_time(client, 1000, 20)
-            large = _restore_time(client, big, 20)
+            if restore:
+                small = _restore_time(client, 1000, 20)
+                large = _restore_time(client, big, 20)
             client.config_set("appendfsync", "always")
             client.close()
         finally:
             server.stop()
-    return {
+    result: dict[str, Any] = {
         "benchmark": "bench_store",
         "python": platform.python_version(),
         "redis_server": "launcher (appendonly yes)",
@@ -180,17 +328,26 @@ def run(*, quick: bool) -> dict[str, Any]:
         "commit_ratio_durable": commit["appendfsync_always"]["ratio"],
         "commit_ratio_no_fsync": commit["appendfsync_no"]["ratio"],
         "commit_ratio_target": 1.3,
-        "restore": {"small": small, "large": large},
-        "restore_ratio": round(large["restore_ms_best"] / small["restore_ms_best"], 3),
-        "restore_ratio_target": 2.0,
+        "commit_16_clients": concurrent,
+        "commit_ratio_16_clients": concurrent["ratio"],
+        "controller": controller,
     }
+    if restore:
+        result.update({
+            "restore": {"small": small, "large": large},
+            "restore_ratio": round(large["restore_ms_best"] / small["restore_ms_best"], 3),
+            "restore_ratio_target": 2.0,
+        })
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (CI smoke run)")
+    parser.add_argument("--no-restore", action="store_true",
+                        help="skip the restore measurement (commit and controller only)")
     args = parser.parse_args()
-    print(json.dumps(run(quick=args.quick), indent=2))
+    print(json.dumps(run(quick=args.quick, restore=not args.no_restore), indent=2))
 
 
 if __name__ == "__main__":

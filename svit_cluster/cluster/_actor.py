@@ -142,6 +142,9 @@ class ProcessActor:
             from svit_cluster.store.testing import disable_fencing_for_negative_control
 
             disable_fencing_for_negative_control(backend)
+        # The agent already claimed this token (Owners.claim, for ownership);
+        # this claim is kept because it is also the receipts load (one script),
+        # which lets every activation make a single round trip (the commit).
         backend.claim()
         restore: dict[str, Any] = {}
         if create is None:

@@ -104,7 +104,12 @@ class CommitBackend(Protocol):
     def get_receipt(self, tenant: str, client_id: str, request_id: str) -> Receipt | None:
         """The stored receipt for the key, or None (never stored or evicted).
 
+        A durable backend may answer from the owner's memory (``RedisBackend``
+        loads the receipts on claim: one round trip per activation).
+
         Raises:
+            FencedError: (durable backends) this owner was fenced out; it
+                answers nothing, not even from memory.
             UnavailableError: the store cannot be reached.
         """
         ...

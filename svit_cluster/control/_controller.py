@@ -2,7 +2,9 @@
 
 Order of checks (DESIGN.md §2; control protocol: retry safety):
 
-1. receipt lookup on ``(tenant, client_id, request_id)``: an identical request
+1. receipt lookup on ``(tenant, client_id, request_id)`` (the Redis backend
+   answers it from the owner's memory, loaded on claim: the activation's only
+   round trip is the commit script): an identical request
    replays the stored response with ``replayed: true``; different content gets
    ``request_id_reused`` (not stored);
 2. ``process_mismatch``, then command validation (neither stored);
@@ -385,6 +387,7 @@ class ProcessController:
         Raises:
             UnavailableError: the backend failed (safe to retry; read-only).
             CorruptData: a stored entry or receipt is malformed.
+            FencedError: the durable backend knows this owner was fenced out.
         """
         with self._lock:
             status = self._backend.find_request(tenant, client_id, request_id,

@@ -45,7 +45,8 @@ class RedisFences:
             UnavailableError: Redis failed (retrying is safe).
             InvalidInput: bad process id or token.
         """
-        return RedisBackend(self.client, process_id, token, self.config).claim()
+        return RedisBackend(self.client, process_id, token, self.config).claim(
+            load_receipts=False)
 
     def fence_sync(self, process_id: str) -> int:
         """The fence of ``process_id`` (0 when never claimed). Raises UnavailableError."""

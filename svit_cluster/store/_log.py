@@ -16,7 +16,19 @@ Guarantees, per call:
   commit may or may not have happened: retrying the *same request id* is safe
   (the receipt replays); re-sealing and committing anew is not (it conflicts
   or, if the first attempt failed, commits once).
-* **claim** -- raises the fence to this token (atomic max); safe to retry.
+* **claim** -- raises the fence to this token (atomic max) and loads the
+  process's receipts (at most ``max_receipts``) into memory, in the same
+  script; safe to retry.
+* **get_receipt** -- after a claim, answered from memory, without a round trip:
+  while this token is the fence this owner is the only writer of the receipts
+  (every receipt write is the fenced commit or put_receipt script of a token
+  >= the fence), so the copy loaded at the claim plus every receipt this owner
+  stored since is exactly what Redis holds, with the same FIFO eviction. The
+  copy is discarded when a write's outcome is unknown (``UnavailableError``) or
+  the durable head moved unexpectedly (reloaded, fenced, before the next
+  answer), and for good once a script reports the fence above this token
+  (every later call raises ``FencedError``; a stale owner never answers from
+  it).
 * **restore** / **catch_up** -- read-only; safe to retry.
 """
 
@@ -25,6 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,12 +243,24 @@ class RedisBackend:
         self._limits: Limits | None = None
         self._since_snapshot = 0
         self._tail_bytes = 0
+        # The receipts in memory (see the module docstring): field -> stored
+        # value, and the eviction order (mirrors ``receipts:order``). None
+        # until a claim loaded them, and again after an unknown outcome.
+        self._receipts: dict[bytes, bytes] | None = None
+        self._receipt_order: deque[bytes] = deque()
+        self._claimed = False
+        #: The fence a script reported above this token (then sticky: fences only rise).
+        self._fenced_by: int | None = None
         #: Statistics of the last :meth:`restore` (None before one).
         self.last_restore: RestoreStats | None = None
 
     # -- helpers ----------------------------------------------------------------
 
     def _fenced(self, fence: bytes, op: str) -> FencedError:
+        with self._lock:
+            self._fenced_by = int(fence)
+            self._receipts = None
+            self._receipt_order.clear()
         self._record_refusal(op, "fence", fence=int(fence))
         return FencedError(
             f"{op} refused for {self.process_id}: token {self.token} is below the fence "
@@ -298,8 +323,15 @@ class RedisBackend:
 
     # -- ownership -----------------------------------------------------------------
 
-    def claim(self) -> int:
+    def claim(self, *, load_receipts: bool = True) -> int:
         """Raise the stored fence to this token (atomic max). Safe to retry.
+
+        With ``load_receipts`` (the owner's claim) the same script returns the
+        process's receipts (at most ``max_receipts``, FIFO order), which
+        :meth:`get_receipt` then answers from memory; with ``wait_replicas``
+        the fence is written even when unchanged, so the ``WAIT`` confirms that
+        the replicas hold every loaded receipt. ``load_receipts=False`` is the
+        bare claim (``RedisFences``: the host agent's claim for ownership).
 
         Returns:
             The fence after the claim (this token).
@@ -311,12 +343,70 @@ class RedisBackend:
                 fewer than ``wait_replicas`` replicas acknowledged the raise
                 within ``wait_timeout_ms`` (retrying is safe).
         """
+        if load_receipts:
+            rest = self._claim_load(claim=True)
+            with self._lock:
+                self._claimed = True
+            return int(rest[0])
         with redis_boundary("claim", self.process_id):
             reply = self._run("claim", self._scripts.claim, [self.keys.fence], [self.token])
         status, rest = _status(reply)
         if status == "fenced":
             raise self._fenced(rest[0], "claim")
         return int(rest[0])
+
+    def _claim_load(self, *, claim: bool) -> list[Any]:
+        """Run ``CLAIM_LOAD`` (``claim``: raise the fence; else only check it) and
+        install the returned receipts in memory. Returns the reply after the status.
+
+        Raises:
+            FencedError: the fence is above this token (memory discarded for good).
+            UnavailableError: Redis failed (or too few replicas acknowledged); the
+                receipts stay unloaded.
+
+        The hash and the order list are mirrored as they are (the scripts keep
+        them consistent; should they not be, memory still evicts exactly what
+        ``store_receipt`` would).
+        """
+        keys = self.keys
+        # A reload only rewrites the fence with its own value: no outcome to doubt.
+        op, outcome = ("claim", "unknown") if claim else ("get_receipt", "none")
+        with redis_boundary(op, self.process_id):
+            reply = self._run(op, self._scripts.claim_load,
+                              [keys.fence, keys.receipts, keys.receipts_order],
+                              [self.token, "1" if claim else "0",
+                               "1" if self.config.wait_replicas else "0"], outcome=outcome)
+        status, rest = _status(reply)
+        if status == "fenced":
+            raise self._fenced(rest[0], op)
+        order_raw: list[bytes] = list(reply[2])
+        flat: list[bytes] = list(reply[3])
+        stored = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        order = deque(order_raw)
+        with self._lock:
+            if self._fenced_by is None:
+                self._receipts = stored
+                self._receipt_order = order
+        return rest
+
+    def _remember_receipt(self, field: bytes, value: bytes) -> None:
+        """Apply one stored receipt to memory exactly as ``store_receipt`` did in Redis."""
+        with self._lock:
+            receipts = self._receipts
+            if receipts is None:
+                return
+            if field not in receipts:
+                self._receipt_order.append(field)
+                while len(self._receipt_order) > self.config.max_receipts:
+                    receipts.pop(self._receipt_order.popleft(), None)
+            receipts[field] = value
+
+    def _forget_receipts(self) -> None:
+        """Discard the receipts in memory (a write's outcome is unknown); the next
+        :meth:`get_receipt` reloads them (fenced) before it answers."""
+        with self._lock:
+            self._receipts = None
+            self._receipt_order.clear()
 
     def fence(self) -> int:
         """The stored fence (0 when nobody has claimed). Raises UnavailableError."""
@@ -329,16 +419,38 @@ class RedisBackend:
     def get_receipt(self, tenant: str, client_id: str, request_id: str) -> Receipt | None:
         """The stored receipt for the key, or None (never stored or evicted).
 
-        With ``wait_replicas`` the read is confirmed by ``WAIT`` (see the code):
-        a receipt is returned only once ``wait_replicas`` replicas have the
-        commit that stored it.
+        After :meth:`claim` the answer comes from memory (no round trip; see
+        the module docstring); if the memory was discarded after an unknown
+        outcome, it is first reloaded with the fence checked. Without a claim
+        (read-only tools) it is one ``HGET``. With ``wait_replicas`` every
+        receipt answered was confirmed by ``WAIT``: those loaded by the claim
+        or reload (which writes the fence), and those this owner stored (a
+        commit that too few replicas acknowledged discards the memory); an
+        ``HGET`` is then replaced by a replicated read (see the code).
 
         Raises:
+            FencedError: a script of this backend already found the fence above
+                this token, or the reload finds it: a stale owner answers nothing.
             UnavailableError: Redis failed; or (``reason`` ``replication``)
                 fewer replicas than ``wait_replicas`` acknowledged in time.
             CorruptData: the stored value is malformed.
         """
         field = receipt_field(tenant, client_id, request_id)
+        if self._fenced_by is not None:
+            raise FencedError(
+                f"get_receipt refused for {self.process_id}: token {self.token} is below the "
+                f"fence {self._fenced_by}", token=self.token, fence=self._fenced_by,
+                process_id=self.process_id)
+        if self._claimed:
+            with self._lock:
+                loaded = self._receipts is not None
+            if not loaded:
+                self._claim_load(claim=False)
+            with self._lock:
+                held = None if self._receipts is None else self._receipts.get(field)
+            if held is None:
+                return None
+            return decode_receipt(self.process_id, tenant, client_id, request_id, held)
         with redis_boundary("get_receipt", self.process_id):
             if self.config.wait_replicas:
                 # A receipt on the master whose commit no replica has yet (the
@@ -366,15 +478,21 @@ class RedisBackend:
         """
         self._check_guard()
         field = receipt_field(receipt.tenant, receipt.client_id, receipt.request_id)
-        with redis_boundary("put_receipt", self.process_id, outcome="unknown"):
-            reply = self._run(
-                "put_receipt", self._scripts.put_receipt,
-                [self.keys.fence, self.keys.receipts, self.keys.receipts_order],
-                [self.token, field, encode_receipt(receipt), self.config.max_receipts],
-            )
+        value = encode_receipt(receipt)
+        try:
+            with redis_boundary("put_receipt", self.process_id, outcome="unknown"):
+                reply = self._run(
+                    "put_receipt", self._scripts.put_receipt,
+                    [self.keys.fence, self.keys.receipts, self.keys.receipts_order],
+                    [self.token, field, value, self.config.max_receipts],
+                )
+        except UnavailableError:
+            self._forget_receipts()
+            raise
         status, rest = _status(reply)
         if status == "fenced":
             raise self._fenced(rest[0], "put_receipt")
+        self._remember_receipt(field, value)
 
     # -- commit (CommitBackend) -------------------------------------------------------
 
@@ -468,15 +586,24 @@ class RedisBackend:
         self._check_guard()
         rec = transition.record
         args = self._commit_args(transition, receipt, intents, completion)
-        with redis_boundary("commit", self.process_id, outcome="unknown"):
-            reply = self._run("commit", self._scripts.commit, self._commit_keys, args)
+        try:
+            with redis_boundary("commit", self.process_id, outcome="unknown"):
+                reply = self._run("commit", self._scripts.commit, self._commit_keys, args)
+        except UnavailableError:
+            self._forget_receipts()  # the receipt may or may not be stored
+            raise
         status, rest = _status(reply)
         if status == "ok":
+            if args[7]:
+                self._remember_receipt(args[7], args[8])
             self._after_commit(transition, len(args[3]))
             return
         if status == "fenced":
             raise self._fenced(rest[0], "commit")
         if status == "conflict":
+            # The head moved without this owner knowing (its own write whose
+            # reply was lost): its receipt may be stored too, so reload them.
+            self._forget_receipts()
             raise ConflictError(
                 f"commit refused for {self.process_id}: head is at version {int(rest[0])}, "
                 f"not {rec.process_version_before}",

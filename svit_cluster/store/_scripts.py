@@ -21,7 +21,7 @@ from redis.commands.core import Script
 
 from svit_cluster.store._redis import RedisClient
 
-__all__ = ["ADD_SIGNAL", "CLAIM", "COMMIT", "CREATE", "DELETE", "GET_RECEIPT_SYNCED",
+__all__ = ["ADD_SIGNAL", "CLAIM", "CLAIM_LOAD", "COMMIT", "CREATE", "DELETE", "GET_RECEIPT_SYNCED",
            "PUT_RECEIPT", "SNAPSHOT", "Scripts", "commit_source"]
 
 # Shared helpers, prepended to the scripts that need them.
@@ -181,6 +181,31 @@ end
 return {'ok', ARGV[1]}
 """
 
+# The owner's claim that also loads its receipts, so that it can answer
+# duplicates from memory afterwards (it is their only writer while its token is
+# the fence; ``RedisBackend``). With ``claim`` = '1' the fence is raised to the
+# token (atomic max, as ``CLAIM``); with '0' it is only checked (a reload after
+# an unknown commit outcome). With ``sync`` = '1' the fence is always written
+# (to its own value when unchanged): a replicated write, so that the ``WAIT``
+# after the script counts replicas that have every write before it, every
+# loaded receipt's commit included (as ``GET_RECEIPT_SYNCED``).
+# KEYS: fence, receipts, receipts_order
+# ARGV: token, claim ('1'/'0'), sync ('1'/'0')
+# Reply: {'ok', fence, order (list of fields), receipts (flat field/value list)}
+CLAIM_LOAD = """
+local raw = redis.call('GET', KEYS[1]) or '0'
+if tonumber(raw) > tonumber(ARGV[1]) then
+  return {'fenced', raw}
+end
+if ARGV[2] == '1' and tonumber(raw) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  raw = ARGV[1]
+elseif ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('SET', KEYS[1], raw)
+end
+return {'ok', raw, redis.call('LRANGE', KEYS[3], 0, -1), redis.call('HGETALL', KEYS[2])}
+"""
+
 # KEYS: fence, head, snapshot
 # ARGV: token, version, position, chain_head, root_hash, data
 CREATE = _FENCE + """
@@ -270,6 +295,7 @@ class Scripts:
     put_receipt: Script
     get_receipt_synced: Script
     claim: Script
+    claim_load: Script
     create: Script
     snapshot: Script
     delete: Script
@@ -282,6 +308,7 @@ class Scripts:
             put_receipt=client.register_script(PUT_RECEIPT),
             get_receipt_synced=client.register_script(GET_RECEIPT_SYNCED),
             claim=client.register_script(CLAIM),
+            claim_load=client.register_script(CLAIM_LOAD),
             create=client.register_script(CREATE),
             snapshot=client.register_script(SNAPSHOT),
             delete=client.register_script(DELETE),
