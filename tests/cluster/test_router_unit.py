@@ -51,9 +51,12 @@ class FakeActor:
         self.dead = False
         self.delay_s = 0.0
         self.calls: list[tuple[str, Any]] = []
+        self.traces: list[str | None] = []  # the traceparent the router passed
 
-    async def inbox(self, message: Any, dedup_key: str | None) -> dict[str, Any]:
+    async def inbox(self, message: Any, dedup_key: str | None,
+                    trace: str | None = None) -> dict[str, Any]:
         self.calls.append(("inbox", message))
+        self.traces.append(trace)
         await asyncio.sleep(self.delay_s)
         if self.dead:
             raise UnavailableError(f"actor {self.name} died")
@@ -207,6 +210,21 @@ async def test_a_dead_actor_makes_the_router_ask_its_agent_to_reconcile() -> Non
     assert agents["a"].reconciled == ["svit://t/p"]
 
 
+async def test_the_callers_trace_reaches_the_actor() -> None:
+    """The router passes the current W3C ``traceparent`` to the actor's call."""
+    from svit_cluster import tracing
+
+    router, agents = fake_cluster(["a"])
+    await router._route("svit://t/p")
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with tracing.use_traceparent(parent):
+        await router.inbox("svit://t/p", {"m": 1}, None)
+    await router.inbox("svit://t/p", {"m": 2}, None)
+    sent = agents["a"].actors["svit://t/p"].traces
+    assert sent[0] is not None and sent[0].split("-")[1] == parent.split("-")[1]
+    assert sent[1] is None
+
+
 async def test_no_reconcile_when_the_owner_host_is_gone() -> None:
     router, agents = fake_cluster(["a"])
     await router._route("svit://t/p")
@@ -232,7 +250,8 @@ async def test_an_answered_error_is_raised_with_its_code() -> None:
     await router._route("svit://t/p")
     actor = agents["a"].actors["svit://t/p"]
 
-    async def refused(message: Any, dedup_key: str | None) -> dict[str, Any]:
+    async def refused(message: Any, dedup_key: str | None,
+                      trace: str | None = None) -> dict[str, Any]:
         return {"error": {"code": "inbox_closed", "message": "closed", "fields": {}}}
 
     actor.inbox = refused  # type: ignore[method-assign]
