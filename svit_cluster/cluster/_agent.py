@@ -224,11 +224,23 @@ class HostAgent:
         log.info("host %s joined with lease %s", self.host, lease.lease_id)
 
     def _on_lease(self, state: Any) -> None:
+        """SUSPENDED pauses every actor of the host, HELD resumes them, LOST ends them.
+
+        SUSPENDED is temporary (a keepalive failed, e.g. on an etcd member that
+        just died, but the lease cannot have expired yet): closing the actors
+        then made the loss of one etcd member an outage of the host (issue 20).
+        """
         from svit_cluster.ownership import LeaseState
 
-        if state in (LeaseState.SUSPENDED, LeaseState.LOST):
-            for _, handle, _ in list(self.actors.values()):
+        self._lease_seq = getattr(self, "_lease_seq", 0) + 1
+        seq = self._lease_seq
+        for _, handle, _ in list(self.actors.values()):
+            if state is LeaseState.LOST:
                 handle.fence_out.remote(f"host lease {state}")
+            elif state is LeaseState.SUSPENDED:
+                handle.suspend.remote(f"host lease {state}", seq)
+            else:
+                handle.resume.remote(seq)
 
     async def _rejoin_loop(self) -> None:
         """Never dies: after LOST, kill every actor and join again with a new lease."""
