@@ -22,6 +22,7 @@ from svit_cluster.errors import ConfigurationError
 
 from .availability import availability_report, markdown_tables
 from .checker import check
+from .cluster import TOPOLOGIES
 from .errors import HistoryError
 from .history import read_history
 from .logs import read_logs
@@ -73,8 +74,17 @@ def main() -> None:
 
 
 @main.command("run")
-@click.option("--scenario", default="smoke", show_default=True,
-              type=click.Choice(list(SCENARIOS)), help="Fault scenario (or 'random').")
+@click.option("--scenario", default=None,
+              type=click.Choice(list(SCENARIOS)),
+              help="Fault scenario (or 'random'); default smoke, or scaled with "
+                   "--topology scaled.")
+@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="single",
+              show_default=True,
+              help="single: one redis-server and one etcd, hosts behind proxies; scaled: "
+                   "a Redis Cluster of 3 masters x 1 replica and 3 etcd members.")
+@click.option("--wait-replicas", type=click.IntRange(0, 16), default=None,
+              help="WAIT for this many replicas after every write (SVIT_REDIS_WAIT_REPLICAS "
+                   "of the cluster; default: the environment's, 0 = off).")
 @click.option("--duration", "duration_s", type=float, default=0.0,
               help="Workload seconds (0: the scenario's default).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -99,17 +109,21 @@ def main() -> None:
 @click.option("--port-dedup/--no-port-dedup", default=True, show_default=True,
               help="With --workload ports: the test server dedups by idempotency key "
                    "(--no-port-dedup is a negative control: the checker must fail).")
-def run_command(scenario: str, duration_s: float, seed: int, hosts: int, clients: int,
+def run_command(scenario: str | None, topology: str, wait_replicas: int | None,
+                duration_s: float, seed: int, hosts: int, clients: int,
                 processes: int, out_dir: Path, lease_ttl_s: int, snapshot_every: int,
                 negative_control: bool | None, loss_control: bool | None,
                 workload: str, port_dedup: bool) -> None:
     """Start a local cluster behind proxies, inject faults under load, check, report."""
     console = Console(stderr=True)
+    if scenario is None:
+        scenario = "scaled" if topology == "scaled" else "smoke"
     config = RunConfig(scenario=scenario, duration_s=duration_s, seed=seed, hosts=hosts,
                        clients=clients, processes=processes, out_dir=out_dir,
                        lease_ttl_s=lease_ttl_s, snapshot_every=snapshot_every,
                        negative_control=negative_control, loss_control=loss_control,
-                       workload=workload, port_dedup=port_dedup)
+                       workload=workload, port_dedup=port_dedup,
+                       topology=topology, wait_replicas=wait_replicas)
     try:
         validate(config)
     except ConfigurationError as exc:

@@ -39,10 +39,13 @@ from .nemesis import FaultTarget, Link
 from .proxy import ProxyHub
 
 __all__ = [
+    "SCALED_TOPOLOGY",
+    "TOPOLOGIES",
     "ChaosCluster",
     "LaunchSpec",
     "Launcher",
     "LocalClusterTarget",
+    "ScaledStores",
     "etcd_ready",
     "local_launcher",
     "redis_ready",
@@ -84,6 +87,14 @@ class LaunchSpec:
         progress: status messages while starting.
         ports: the deployment's ports (``svit_cluster.ports.PortsConfig``
             fields; default none granted).
+        topology: ``"single"`` (one redis-server, one etcd, each host behind
+            its own proxies) or ``"scaled"`` (:data:`SCALED_TOPOLOGY`: a Redis
+            Cluster of 3 masters x 1 replica and a 3-member etcd; no per-host
+            proxies, since a Redis Cluster client follows ``MOVED`` to node
+            addresses that a per-host TCP proxy cannot rewrite).
+        wait_replicas: ``SVIT_REDIS_WAIT_REPLICAS`` for every process of the
+            cluster (``WAIT`` after each write script; None: leave the
+            environment as it is, which means 0 = off unless set).
     """
 
     state_dir: Path
@@ -94,6 +105,14 @@ class LaunchSpec:
     hub: ProxyHub
     progress: Callable[[str], None] = field(default=lambda _m: None)
     ports: dict[str, Any] = field(default_factory=dict)
+    topology: str = "single"
+    wait_replicas: int | None = None
+
+
+#: Topologies ``svit-chaos run --topology`` starts.
+TOPOLOGIES = ("single", "scaled")
+#: The scaled topology's shape (issue 20 item 4).
+SCALED_TOPOLOGY = {"redis_masters": 3, "redis_replicas": 1, "etcd_members": 3}
 
 
 class ChaosCluster(Protocol):
@@ -118,6 +137,123 @@ class ChaosCluster(Protocol):
 
 
 Launcher = Callable[[LaunchSpec], ChaosCluster]
+
+
+class ScaledStores:
+    """Fault actions on a Redis Cluster and a multi-member etcd (the scaled topology).
+
+    Args:
+        redis_cluster: a ``svit_cluster.local.RedisClusterServer`` (or None).
+        etcd_cluster: a ``svit_cluster.local.EtcdClusterServer`` (or None).
+        on_restart: called ``(service, node port or member name, new pid)``
+            after a node or member was started again.
+
+    Every method blocks until done and raises :class:`HarnessError` when the
+    topology lacks the store it acts on.
+    """
+
+    def __init__(self, redis_cluster: Any, etcd_cluster: Any, *,
+                 on_restart: Callable[[str, str, int | None], None] = lambda *_: None) -> None:
+        self.redis_cluster = redis_cluster
+        self.etcd_cluster = etcd_cluster
+        self._on_restart = on_restart
+
+    def _rc(self) -> Any:
+        if self.redis_cluster is None:
+            raise HarnessError("this cluster has no Redis Cluster (run with --topology "
+                               "scaled)", stage="inject")
+        return self.redis_cluster
+
+    def _ec(self) -> Any:
+        if self.etcd_cluster is None:
+            raise HarnessError("this cluster has no multi-member etcd (run with --topology "
+                               "scaled)", stage="inject")
+        return self.etcd_cluster
+
+    def redis_ready(self) -> bool:
+        """Every node runs, sees ``cluster_state:ok``, every replica is in sync, and
+        as many masters serve as the cluster was created with."""
+        from svit_cluster.local._servers import ServerError
+
+        rc = self._rc()
+        if len(rc.live_nodes()) != len(rc.nodes):
+            return False
+        try:
+            rc.wait_healthy(timeout_s=0.3)
+        except ServerError:
+            return False
+        return True
+
+    def etcd_ready(self) -> bool:
+        """Every member answers ``/health`` and all agree on one leader."""
+        ec = self._ec()
+        return all(etcd_ready(m.endpoint) for m in ec.members) and ec.leader() is not None
+
+    def kill_redis_master(self, key: str) -> int:
+        """SIGKILL the master of ``key``'s hash slot; returns its port.
+
+        Its replica is promoted after ``cluster-node-timeout`` (1 s locally).
+        """
+        return int(self._rc().kill_master_of(key).port)
+
+    def start_redis_node(self, port: int) -> None:
+        """Start the node on ``port`` again: it rejoins as a replica of the promoted one."""
+        for node in self._rc().nodes:
+            if node.port == port:
+                if not node.running:
+                    node.start()
+                self._on_restart("redis", str(port), node.pid)
+                return
+        raise HarnessError(f"no Redis Cluster node on port {port}", stage="heal")
+
+    def _member(self, name: str) -> Any:
+        for member in self._ec().members:
+            if member.name == name:
+                return member
+        raise HarnessError(f"no etcd member {name!r}", stage="heal")
+
+    def etcd_member(self, role: str) -> str:
+        """The name of a running member that is ``role`` (``leader`` or ``follower``).
+
+        Raises:
+            HarnessError: the members agree on no leader right now.
+        """
+        ec = self._ec()
+        leader = ec.leader()
+        if leader is None:
+            raise HarnessError("the etcd members agree on no leader", stage="inject")
+        if role == "leader":
+            return str(leader.name)
+        followers = [m for m in ec.members if m is not leader and m.running]
+        if not followers:
+            raise HarnessError("no running etcd follower", stage="inject")
+        return str(followers[0].name)
+
+    def kill_etcd_member(self, name: str) -> None:
+        """SIGKILL etcd member ``name``."""
+        self._member(name).kill9()
+
+    def start_etcd_member(self, name: str) -> None:
+        """Start etcd member ``name`` again on its data directory and ports."""
+        member = self._member(name)
+        if not member.running:
+            member.start()
+        self._on_restart("etcd", name, member.pid)
+
+    def isolate_etcd_member(self, name: str) -> None:
+        """Cut etcd member ``name`` off from its peers and every client.
+
+        Done by SIGSTOP: its TCP connections stay open and nothing is answered,
+        as in a partition that drops packets. Unlike a real partition the member
+        does not run meanwhile, so it cannot campaign and raise its term (which
+        etcd 3.4 without pre-vote would do, disturbing the leader when it
+        rejoins): this nemesis does not cover that.
+        """
+        self._member(name).pause()
+
+    def rejoin_etcd_member(self, name: str) -> None:
+        """End :meth:`isolate_etcd_member` (SIGCONT)."""
+        self._member(name).resume()
 
 
 class LocalClusterTarget:
@@ -180,9 +316,49 @@ class LocalClusterTarget:
 
     def service_ready(self, service: str) -> bool:
         doc = self.cluster.doc
+        stores = self._stores()
+        if service == "redis" and stores.redis_cluster is not None:
+            return stores.redis_ready()
+        if service == "etcd" and stores.etcd_cluster is not None:
+            return stores.etcd_ready()
         if service == "redis":
             return redis_ready(doc["redis"]["url"])
         return etcd_ready(doc["etcd"]["endpoint"])
+
+    # -- the scaled topology: a Redis Cluster and a multi-member etcd ---------------------
+
+    def _stores(self) -> ScaledStores:
+        return ScaledStores(getattr(self.cluster, "redis_cluster", None),
+                            getattr(self.cluster, "etcd_cluster", None),
+                            on_restart=self._record_store_pid)
+
+    def _record_store_pid(self, svc: str, name: str, pid: int | None) -> None:
+        """Keep cluster.json's PID of a restarted node or member current."""
+        key, many = ("port", "nodes") if svc == "redis" else ("name", "members")
+        for entry in (self.cluster.doc.get(svc) or {}).get(many, []):
+            if str(entry.get(key)) == name:
+                entry["pid"] = pid
+
+    def kill_redis_master(self, key: str) -> int:
+        return self._stores().kill_redis_master(key)
+
+    def start_redis_node(self, port: int) -> None:
+        self._stores().start_redis_node(port)
+
+    def etcd_member(self, role: str) -> str:
+        return self._stores().etcd_member(role)
+
+    def kill_etcd_member(self, name: str) -> None:
+        self._stores().kill_etcd_member(name)
+
+    def start_etcd_member(self, name: str) -> None:
+        self._stores().start_etcd_member(name)
+
+    def isolate_etcd_member(self, name: str) -> None:
+        self._stores().isolate_etcd_member(name)
+
+    def rejoin_etcd_member(self, name: str) -> None:
+        self._stores().rejoin_etcd_member(name)
 
     def link(self, host: str, service: str) -> Link:
         return self.hub.link(host, service)
@@ -277,8 +453,11 @@ class _LocalChaosCluster:
         self.cluster_name: str | None = str(doc.get("cluster", "local"))
         self.target: FaultTarget = LocalClusterTarget(cluster, hub, lease_ttl_s)
         self.host_restart = hasattr(cluster, "restart_host")
+        #: Redis is a Redis Cluster: connect with ``cluster=True``.
+        self.redis_cluster = bool(doc["redis"].get("cluster"))
         self.dispatchers: int = int(getattr(getattr(cluster, "spec", None), "dispatchers", 0))
         self._closed = False
+        self._env: dict[str, str | None] | None = None
 
     def host_names(self) -> list[str]:
         return sorted(self.cluster.doc.get("hosts", {}))
@@ -290,12 +469,15 @@ class _LocalChaosCluster:
         try:
             self.cluster.down()
         finally:
-            for name in ("redis", "etcd"):
+            for name in ("redis", "etcd", "redis_cluster", "etcd_cluster"):
                 # a server restarted by a nemesis runs under a new PID: stop it by its handle
                 server = getattr(self.cluster, name, None)
                 if server is not None:
                     with contextlib.suppress(Exception):
                         server.stop()
+            if self._env is not None:
+                restore_env(self._env)
+                self._env = None
 
 
 #: The run's dispatcher outlasts every fault window: many attempts, short pauses.
@@ -319,15 +501,53 @@ def local_launcher(spec: LaunchSpec) -> ChaosCluster:
     if missing:
         raise HarnessError(f"LocalCluster.up does not accept {', '.join(missing)} yet; the "
                            "chaos harness needs them", stage="start")
+    if spec.topology not in TOPOLOGIES:
+        raise HarnessError(f"unknown topology {spec.topology!r}; topologies: "
+                           f"{', '.join(TOPOLOGIES)}", stage="start")
+    scaled = spec.topology == "scaled"
     cluster_spec = ClusterSpec(state_dir=spec.state_dir, hosts=spec.hosts,
                                lease_ttl_s=spec.lease_ttl_s, snapshot_every=spec.snapshot_every,
                                dispatchers=1, dispatch_options=dict(DISPATCH_OPTIONS),
-                               ports=dict(spec.ports))
+                               ports=dict(spec.ports),
+                               redis_masters=SCALED_TOPOLOGY["redis_masters"] if scaled else 0,
+                               redis_replicas=SCALED_TOPOLOGY["redis_replicas"] if scaled else 0,
+                               etcd_members=SCALED_TOPOLOGY["etcd_members"] if scaled else 1)
+    # Ray nodes, their workers, the gateway and the dispatchers inherit the
+    # environment at start: WAIT reaches every writer that way.
+    env = set_env({WAIT_ENV: None if spec.wait_replicas is None else str(spec.wait_replicas)})
+    # LocalCluster.up sets SVIT_REDIS_CLUSTER for a Redis Cluster; undone at close
+    env.setdefault("SVIT_REDIS_CLUSTER", os.environ.get("SVIT_REDIS_CLUSTER"))
     up: Any = LocalCluster.up
     try:
         cluster = up(cluster_spec, progress=spec.progress,
-                                  proxy_factory=spec.hub.factory(),
-                                  unsafe_disable_fencing=spec.negative_control)
+                     proxy_factory=None if scaled else spec.hub.factory(),
+                     unsafe_disable_fencing=spec.negative_control)
     except Exception as exc:
+        restore_env(env)
         raise HarnessError(f"the local cluster did not start: {exc}", stage="start") from exc
-    return _LocalChaosCluster(cluster, spec.hub, spec.lease_ttl_s)
+    out = _LocalChaosCluster(cluster, spec.hub, spec.lease_ttl_s)
+    out._env = env
+    return out
+
+
+#: ``SVIT_REDIS_WAIT_REPLICAS`` (svit_cluster.store.StoreConfig.wait_replicas).
+WAIT_ENV = "SVIT_REDIS_WAIT_REPLICAS"
+
+
+def set_env(values: dict[str, str | None]) -> dict[str, str | None]:
+    """Set the variables whose value is not None; return the old values of those set."""
+    old: dict[str, str | None] = {}
+    for key, value in values.items():
+        if value is not None:
+            old[key] = os.environ.get(key)
+            os.environ[key] = value
+    return old
+
+
+def restore_env(old: dict[str, str | None]) -> None:
+    """Undo :func:`set_env`."""
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

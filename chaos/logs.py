@@ -149,10 +149,29 @@ def _int(raw: object) -> int | None:
     return int(text) if text.isdigit() and len(text) <= 19 else None
 
 
+def as_mapping(raw: Any) -> Mapping[Any, Any]:
+    """A field/value reply as a mapping: a dict as it is, a flat ``[f1, v1, f2, v2...]``
+    list as a dict (None as empty).
+
+    A Redis Cluster client's ``MULTI`` pipeline (redis-py ``ClusterPipeline``
+    with ``transaction=True``) returns ``HGETALL`` and the fields of ``XRANGE``
+    entries unparsed, as flat lists; a single-node pipeline parses them.
+    """
+    if raw is None:
+        return {}
+    if isinstance(raw, Mapping):
+        return raw
+    items = list(raw)
+    return dict(zip(items[0::2], items[1::2], strict=False))
+
+
 def parse_stream_entry(
-    process: str, entry_id: object, fields: Mapping[Any, Any], *, source: str = "final"
+    process: str, entry_id: object, fields: Mapping[Any, Any] | list[Any], *,
+    source: str = "final",
 ) -> StoredEntry | str:
-    """Parse one ``XRANGE`` item into a :class:`StoredEntry`, or a problem message."""
+    """Parse one ``XRANGE`` item into a :class:`StoredEntry`, or a problem message
+    (``fields`` a mapping, or the flat list a cluster pipeline returns)."""
+    fields = as_mapping(fields)
     eid = _text(entry_id)
     match = _ENTRY_ID.fullmatch(eid)
     if match is None:
@@ -170,9 +189,10 @@ def parse_stream_entry(
 
 
 def parse_snapshot_hash(
-    process: str, raw: Mapping[Any, Any], *, source: str = "final"
+    process: str, raw: Mapping[Any, Any] | list[Any], *, source: str = "final"
 ) -> SnapshotRecord | str | None:
     """Parse ``HGETALL snapshot``; None when empty, a message when malformed."""
+    raw = as_mapping(raw)
     if not raw:
         return None
 
@@ -195,7 +215,8 @@ def parse_snapshot_hash(
     )
 
 
-def _parse_head(raw: Mapping[Any, Any]) -> HeadRecord | str | None:
+def _parse_head(raw: Mapping[Any, Any] | list[Any]) -> HeadRecord | str | None:
+    raw = as_mapping(raw)
     if not raw:
         return None
 

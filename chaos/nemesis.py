@@ -33,7 +33,17 @@ pause-gcs      SIGSTOP the GCS (head node)        SIGCONT
 etcd-restart-  SIGKILL the host, wait 0.8 TTL,    restart the host if supported
 dead-host      ``kill -9`` etcd and start it      (the inject event's ``detail.lead_s`` says
                again, wait until it answers       how long before it the host was killed)
+kill-redis-    SIGKILL the Redis Cluster master   start the node again (it rejoins as a
+master         of a workload process's slot (its  replica); healed when every node is in
+               replica is promoted)               sync and 3 masters serve
+kill-etcd-     SIGKILL the etcd leader (the two   start the member again on its data
+leader         others elect a new one)
+partition-     isolate one etcd member (leader    rejoin it (SIGCONT)
+etcd-member    or follower) by SIGSTOP
 ============== ================================== ===========================================
+
+The last three need ``--topology scaled`` (:data:`SCALED_KINDS`); the proxy and
+single-server kinds (:data:`SINGLE_ONLY_KINDS`) need the single topology.
 
 ``stale-owner`` writes only if a failover happened to occur inside its window;
 ``pause-owner`` makes one happen, so the negative control (fencing off) always
@@ -77,7 +87,9 @@ __all__ = [
     "KINDS",
     "OWNER_KINDS",
     "RESTART_KINDS",
+    "SCALED_KINDS",
     "SCENARIOS",
+    "SINGLE_ONLY_KINDS",
     "SMOKE_KINDS",
     "FaultTarget",
     "Link",
@@ -93,10 +105,19 @@ __all__ = [
     "restart_if_died",
 ]
 
+#: Kinds of the scaled topology (a Redis Cluster with replicas, a 3-member etcd).
+SCALED_KINDS = ("kill-redis-master", "kill-etcd-leader", "partition-etcd-member")
 #: Every nemesis kind (``stale-owner`` last: it is no scenario of its own).
 KINDS = ("kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link", "kill-redis",
          "kill-etcd", "pause-owner", "stop-raylet", "kill-agent", "term-host", "pause-gcs",
-         "etcd-restart-dead-host", "stale-owner")
+         "etcd-restart-dead-host", *SCALED_KINDS, "stale-owner")
+#: Kinds that need the single topology: per-host proxies, or the one redis-server / etcd.
+SINGLE_ONLY_KINDS = frozenset({"cut-etcd", "cut-redis", "slow-link", "kill-redis",
+                               "kill-etcd", "etcd-restart-dead-host"})
+#: The kinds the ``scaled`` scenario cycles through (with stale-owner windows
+#: around the host kill and the owner pause).
+SCALED_SCENARIO_KINDS = ("kill-redis-master", "kill-etcd-leader", "partition-etcd-member",
+                         "pause-owner", "kill-host")
 #: The kinds the ``smoke`` scenario runs once each (CI budget: under 120 s of workload).
 SMOKE_KINDS = ("pause-owner", "kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link",
                "kill-redis", "kill-etcd")
@@ -168,6 +189,22 @@ class FaultTarget(Protocol):
 
     def signal_gcs(self, sig: int) -> list[int]: ...
 
+    # the scaled topology (kill-redis-master, kill-etcd-leader, partition-etcd-member)
+
+    def kill_redis_master(self, key: str) -> int: ...
+
+    def start_redis_node(self, port: int) -> None: ...
+
+    def etcd_member(self, role: str) -> str: ...
+
+    def kill_etcd_member(self, name: str) -> None: ...
+
+    def start_etcd_member(self, name: str) -> None: ...
+
+    def isolate_etcd_member(self, name: str) -> None: ...
+
+    def rejoin_etcd_member(self, name: str) -> None: ...
+
 
 @dataclass(frozen=True)
 class NemesisSpec:
@@ -179,6 +216,9 @@ class NemesisSpec:
         service: ``"etcd"`` or ``"redis"`` (``slow-link``).
         mode: ``"drop"`` or ``"stall"`` (``cut-*``).
         delay_ms: one-way delay (``slow-link``).
+        target: ``kill-redis-master``: the index of the workload process whose
+            slot's master is killed; ``partition-etcd-member``: ``leader`` or
+            ``follower``.
     """
 
     kind: str
@@ -186,6 +226,7 @@ class NemesisSpec:
     service: str | None = None
     mode: str | None = None
     delay_ms: int = 0
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -205,6 +246,8 @@ class NemesisSpec:
             parts.append(self.mode)
         if self.service and self.kind == "slow-link":
             parts.append(f"{self.service}+{self.delay_ms}ms")
+        if self.target and self.kind == "partition-etcd-member":
+            parts.append(self.target)
         return " ".join(parts)
 
 
@@ -305,6 +348,13 @@ class _Planner:
             "pause-gcs": 2.0 + self.rng.uniform(0, ttl),
             # after the inject, which itself lasts 0.8 TTL (the host dead, etcd restarting)
             "etcd-restart-dead-host": ttl + 3.0,
+            # a replica is promoted after cluster-node-timeout (1 s); the heal
+            # restarts the node and waits until it is a replica in sync
+            "kill-redis-master": 3.0 + self.rng.uniform(0, 2.0),
+            # a new leader within 1-2 s (election timeout 1 s)
+            "kill-etcd-leader": 2.0 + self.rng.uniform(0, 2.0),
+            # longer than a TTL: a host stuck on that member must move to another
+            "partition-etcd-member": ttl + 2.0 + self.rng.uniform(0, ttl),
         }[kind]
 
     def spec(self, kind: str, host: str | None) -> NemesisSpec:
@@ -313,6 +363,10 @@ class _Planner:
         if kind == "slow-link":
             return NemesisSpec(kind, host=host, service=self.rng.choice(("etcd", "redis")),
                                delay_ms=self.rng.choice((50, 200, 500)))
+        if kind == "kill-redis-master":
+            return NemesisSpec(kind, target=str(self.rng.randrange(1000)))
+        if kind == "partition-etcd-member":
+            return NemesisSpec(kind, target=self.rng.choice(("leader", "follower")))
         return NemesisSpec(kind, host=host)
 
     def add(self, start: float, kind: str, *, stale: bool = False) -> float | None:
@@ -344,8 +398,24 @@ def _check_fits(name: str, end: float, duration_s: float) -> None:
             f"(got {duration_s:.0f} s); pass a longer --duration or a shorter lease TTL")
 
 
-#: Named scenarios (``random`` takes its kinds from the seed).
-SCENARIOS = ("smoke", "random", "negative", "none", *KINDS[:-1])
+#: Named scenarios (``random`` takes its kinds from the seed; ``scaled`` needs
+#: ``--topology scaled``).
+SCENARIOS = ("smoke", "random", "negative", "none", "scaled", *KINDS[:-1])
+
+
+def check_topology(schedule: Schedule, topology: str) -> None:
+    """Refuse a schedule whose faults the topology cannot carry out.
+
+    Raises:
+        ConfigurationError: a scaled kind on the single topology, or a proxy or
+            single-server kind on the scaled one.
+    """
+    kinds = set(schedule.kinds())
+    wrong = (kinds & set(SCALED_KINDS) if topology == "single"
+             else kinds & SINGLE_ONLY_KINDS)
+    if wrong:
+        need = "--topology scaled" if topology == "single" else "the single topology"
+        raise ConfigurationError(f"nemeses {', '.join(sorted(wrong))} need {need}")
 
 
 def build_schedule(
@@ -358,6 +428,7 @@ def build_schedule(
     host_restart: bool = False,
     warmup_s: float = 3.0,
     cooldown_s: float | None = None,
+    topology: str = "single",
 ) -> Schedule:
     """The schedule of scenario ``name``.
 
@@ -370,6 +441,9 @@ def build_schedule(
     * ``random`` -- :func:`random_schedule` from ``seed``.
     * a kind name (``kill-host``, ``cut-redis``, ...) -- that fault, repeated.
     * ``none`` -- no faults (a baseline).
+    * ``scaled`` -- (``--topology scaled``) :data:`SCALED_SCENARIO_KINDS` in turn:
+      kill a Redis master, kill the etcd leader, isolate an etcd member, pause
+      an owner, kill a host; repeated until the duration is used.
 
     Args:
         hosts: host names (at least 2 for host faults: one must stay healthy).
@@ -379,18 +453,23 @@ def build_schedule(
         host_restart: the cluster restarts killed hosts (else they stay dead).
         warmup_s: fault-free seconds at the start (default 3).
         cooldown_s: fault-free seconds at the end (default TTL + 3).
+        topology: ``"single"`` or ``"scaled"`` (see :func:`check_topology`);
+            ``random`` draws only kinds the topology can carry out.
 
     Raises:
-        ConfigurationError: unknown scenario, or it does not fit ``duration_s``.
+        ConfigurationError: unknown scenario, it does not fit ``duration_s``, or
+            the topology cannot carry out its faults.
     """
     rng = random.Random(seed)
     plan = _Planner(list(hosts), lease_ttl_s, rng, host_restart)
     gap = lease_ttl_s + 2.0
     cool = lease_ttl_s + 3.0 if cooldown_s is None else cooldown_s
     if name == "random":
+        kinds = [k for k in KINDS if (k not in SINGLE_ONLY_KINDS if topology == "scaled"
+                                      else k not in SCALED_KINDS)]
         return random_schedule(seed, hosts=hosts, duration_s=duration_s,
                                lease_ttl_s=lease_ttl_s, host_restart=host_restart,
-                               warmup_s=warmup_s, cooldown_s=cool)
+                               warmup_s=warmup_s, cooldown_s=cool, kinds=kinds)
     if name == "none":
         return Schedule(name, seed, (), duration_s)
     if name in ("smoke", "negative"):
@@ -406,6 +485,23 @@ def build_schedule(
                     "while another is faulted, and killed hosts are not restarted)")
             t = end + gap
         _check_fits(name, t - gap + cool, duration_s)
+    elif name == "scaled":
+        t = warmup_s
+        i = 0
+        while True:
+            kind = SCALED_SCENARIO_KINDS[i % len(SCALED_SCENARIO_KINDS)]
+            if t + plan.duration(kind) + cool > duration_s:
+                break
+            end = plan.add(t, kind, stale=kind in FAILOVER_KINDS)
+            i += 1
+            if end is None:
+                t += 1.0
+                continue
+            t = end + gap
+        if i < len(SCALED_KINDS):
+            raise ConfigurationError(
+                f"scenario scaled does not fit: each of {', '.join(SCALED_KINDS)} needs "
+                f"a window; give a duration of at least {3 * (3 * lease_ttl_s + 8):.0f} s")
     elif name in KINDS and name != "stale-owner":
         t = warmup_s
         while True:
@@ -425,7 +521,9 @@ def build_schedule(
         raise ConfigurationError(f"unknown scenario {name!r}; scenarios: "
                                  f"{', '.join(SCENARIOS)}")
     windows = tuple(sorted(plan.windows, key=lambda w: (w.start_s, w.spec.kind)))
-    return Schedule(name, seed, windows, duration_s)
+    schedule = Schedule(name, seed, windows, duration_s)
+    check_topology(schedule, topology)
+    return schedule
 
 
 def smoke_duration_s(lease_ttl_s: float) -> float:
@@ -847,6 +945,78 @@ class EtcdRestartDeadHost(_RestartHost):
         return ctx.target.service_ready("etcd")
 
 
+class KillRedisMaster(Nemesis):
+    """``kill-redis-master``: SIGKILL the master of a workload process's slot.
+
+    Its replica is promoted after ``cluster-node-timeout``; with asynchronous
+    replication (``WAIT`` off) the promoted replica may lack the newest
+    acknowledged entries or fence raises, which the checker then reports.
+    """
+
+    def __init__(self, spec: NemesisSpec) -> None:
+        super().__init__(spec)
+        self._port: int | None = None
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        if not ctx.processes:
+            raise HarnessError("kill-redis-master needs a workload process", stage="inject")
+        process = ctx.processes[int(self.spec.target or 0) % len(ctx.processes)]
+        # the slot depends on the hash tag only: ``{<process>}`` of every key
+        self._port = ctx.target.kill_redis_master(f"{{{process}}}")
+        return {"process": process, "port": self._port}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        if self._port is not None:
+            ctx.target.start_redis_node(self._port)
+        return {"port": self._port}
+
+    def healed(self, ctx: NemesisContext) -> bool:
+        return ctx.target.service_ready("redis")
+
+
+class KillEtcdLeader(Nemesis):
+    """``kill-etcd-leader``: SIGKILL the member the others follow; start it again at heal."""
+
+    def __init__(self, spec: NemesisSpec) -> None:
+        super().__init__(spec)
+        self._member: str | None = None
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        self._member = ctx.target.etcd_member("leader")
+        ctx.target.kill_etcd_member(self._member)
+        return {"member": self._member}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        if self._member is not None:
+            ctx.target.start_etcd_member(self._member)
+        return {"member": self._member}
+
+    def healed(self, ctx: NemesisContext) -> bool:
+        return ctx.target.service_ready("etcd")
+
+
+class PartitionEtcdMember(Nemesis):
+    """``partition-etcd-member``: isolate the leader or a follower; rejoin it at heal."""
+
+    def __init__(self, spec: NemesisSpec) -> None:
+        super().__init__(spec)
+        self._member: str | None = None
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        role = self.spec.target or "follower"
+        self._member = ctx.target.etcd_member(role)
+        ctx.target.isolate_etcd_member(self._member)
+        return {"member": self._member, "role": role}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        if self._member is not None:
+            ctx.target.rejoin_etcd_member(self._member)
+        return {"member": self._member}
+
+    def healed(self, ctx: NemesisContext) -> bool:
+        return ctx.target.service_ready("etcd")
+
+
 _CLASSES: dict[str, type[Nemesis]] = {
     "kill-host": KillHost,
     "pause-host": PauseHost,
@@ -862,6 +1032,9 @@ _CLASSES: dict[str, type[Nemesis]] = {
     "term-host": TermHost,
     "pause-gcs": PauseGcs,
     "etcd-restart-dead-host": EtcdRestartDeadHost,
+    "kill-redis-master": KillRedisMaster,
+    "kill-etcd-leader": KillEtcdLeader,
+    "partition-etcd-member": PartitionEtcdMember,
 }
 
 

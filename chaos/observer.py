@@ -50,10 +50,26 @@ def etcd_owners(
     """``{process: (host, token)}`` of every ownership record, via etcd's JSON gateway
     (the token is the record's fencing token: its epoch and create revision).
 
+    ``endpoint`` may list several members (``"h:p0,h:p1,h:p2"``): each is asked
+    in turn until one answers (a linearizable read: only a member that reaches
+    the leader answers).
+
     Raises:
-        OSError: etcd is unreachable or answered with an error.
+        OSError: no member answered, or each answered with an error.
         ValueError: the answer is not the expected JSON.
     """
+    members = [e.strip() for e in endpoint.split(",") if e.strip()]
+    last: OSError | None = None
+    for member in members:
+        try:
+            return _etcd_owners(member, cluster, timeout_s=timeout_s)
+        except OSError as exc:
+            last = exc
+    raise last if last is not None else OSError(f"no etcd endpoint in {endpoint!r}")
+
+
+def _etcd_owners(endpoint: str, cluster: str, *, timeout_s: float
+                 ) -> dict[str, tuple[str, int]]:
     prefix = owners_prefix(cluster)
     end = prefix[:-1] + bytes([prefix[-1] + 1])
     body = json.dumps({"key": base64.b64encode(prefix).decode(),

@@ -45,7 +45,7 @@ from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys, connect
 
 from .checker import CheckResult, check, outbox_event
 from .clock import Clock, MonotonicClock, wait_until
-from .cluster import ChaosCluster, Launcher, LaunchSpec, local_launcher
+from .cluster import TOPOLOGIES, ChaosCluster, Launcher, LaunchSpec, local_launcher
 from .errors import HarnessError
 from .history import HistoryWriter
 from .logs import StoredLogs, dump_processes, write_logs
@@ -54,6 +54,7 @@ from .nemesis import (
     NemesisRunner,
     Schedule,
     build_schedule,
+    check_topology,
     in_daemon_thread,
     smoke_duration_s,
 )
@@ -149,6 +150,11 @@ class RunConfig:
         port_delay_s: in a ``ports`` run, seconds the test server waits before
             answering (default 0.05): owners spend more time between a port
             call and its commit, where a pause or kill makes a retry repeat it.
+        topology: ``"single"`` (default) or ``"scaled"`` (3 Redis masters x 1
+            replica and 3 etcd members; see :mod:`svit_chaos.cluster`).
+        wait_replicas: ``WAIT`` replicas after every write script, for every
+            process of the cluster (``SVIT_REDIS_WAIT_REPLICAS``); None leaves
+            the environment's setting (0 = off unless set).
     """
 
     scenario: str = "smoke"
@@ -175,6 +181,8 @@ class RunConfig:
     workload: str = "counter"
     port_dedup: bool = True
     port_delay_s: float = 0.05
+    topology: str = "single"
+    wait_replicas: int | None = None
 
     def duration_for(self, scenario: str) -> float:
         if scenario == self.scenario and self.schedule is not None:
@@ -189,6 +197,8 @@ class RunConfig:
         if scenario == "negative":
             return (3.0 + (2 * ttl + 1) + (ttl + 2) + (3 * ttl + 1) + (ttl + 2) + (ttl + 3)
                     + (ttl + 3) + 1)
+        if scenario == "scaled":
+            return 180.0
         return 60.0
 
 
@@ -273,7 +283,8 @@ async def run_leg(
                           lease_ttl_s=config.lease_ttl_s, snapshot_every=config.snapshot_every,
                           negative_control=negative, hub=hub,
                           progress=lambda m: progress.message(f"[{name}] {m}"),
-                          ports=_port_grants(port_server))
+                          ports=_port_grants(port_server),
+                          topology=config.topology, wait_replicas=config.wait_replicas)
         cluster = await asyncio.to_thread(launcher, spec)
         if config.schedule is not None and not negative:
             schedule = config.schedule
@@ -281,7 +292,8 @@ async def run_leg(
         else:
             schedule = build_schedule(scenario, hosts=cluster.host_names(),
                                       duration_s=duration, lease_ttl_s=config.lease_ttl_s,
-                                      seed=config.seed, host_restart=cluster.host_restart)
+                                      seed=config.seed, host_restart=cluster.host_restart,
+                                      topology=config.topology)
         (directory / "schedule.json").write_text(json.dumps(schedule.to_json(), indent=2))
         wl_config = WorkloadConfig(run_id=run_id, clients=config.clients,
                                    processes=config.processes, seed=config.seed,
@@ -297,13 +309,15 @@ async def run_leg(
                        negative_control=negative, duration_s=duration,
                        processes=wl_config.process_ids(), hosts=cluster.host_names(),
                        lease_ttl_s=config.lease_ttl_s, schedule=schedule.to_json(),
+                       topology=config.topology, wait_replicas=config.wait_replicas,
                        config={k: str(v) for k, v in asdict(config).items()
                                if k != "schedule"})
         workload = Workload(cluster.gateway_url, cluster.admin_token, history, wl_config,
                             clock=clock)
         progress.message(f"[{name}] creating {config.processes} processes")
         await workload.setup()
-        direct = connect(cluster.redis_url, timeout_s=1.0)
+        direct = connect(cluster.redis_url, timeout_s=1.0,
+                         cluster=bool(getattr(cluster, "redis_cluster", False)))
         observer = StoreObserver(direct, workload.processes, history, prefix=config.prefix,
                                  etcd_endpoint=cluster.etcd_endpoint if cluster.cluster_name
                                  else None, cluster=cluster.cluster_name)
@@ -586,6 +600,13 @@ def validate(config: RunConfig) -> None:
     if config.workload not in WORKLOADS:
         raise ConfigurationError(f"unknown workload {config.workload!r} (one of "
                                  f"{', '.join(WORKLOADS)})")
+    if config.topology not in TOPOLOGIES:
+        raise ConfigurationError(f"unknown topology {config.topology!r}; topologies: "
+                                 f"{', '.join(TOPOLOGIES)}")
+    if config.scenario == "scaled" and config.topology != "scaled":
+        raise ConfigurationError("scenario scaled needs --topology scaled")
+    if config.wait_replicas is not None and not 0 <= config.wait_replicas <= 16:
+        raise ConfigurationError("wait_replicas must be in 0..16")
     hosts = [f"h{i + 1}" for i in range(config.hosts)]
     legs = [config.scenario]
     negative = config.negative_control if config.negative_control is not None else (
@@ -594,9 +615,11 @@ def validate(config: RunConfig) -> None:
         legs.append("negative")
     for scenario in legs:
         if scenario == config.scenario and config.schedule is not None:
+            check_topology(config.schedule, config.topology)
             continue
         build_schedule(scenario, hosts=hosts, duration_s=config.duration_for(scenario),
-                       lease_ttl_s=config.lease_ttl_s, seed=config.seed)
+                       lease_ttl_s=config.lease_ttl_s, seed=config.seed,
+                       topology=config.topology)
 
 
 async def run(

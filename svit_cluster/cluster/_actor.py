@@ -66,6 +66,10 @@ class ProcessActor:
         self.agent_name = agent_name
         self._ctrl: ProcessController | None = None
         self._closed: str | None = None
+        #: Why the host lease is SUSPENDED (refusing work until it is HELD again),
+        #: and the sequence number of the last lease notice (older ones are ignored).
+        self._suspended: str | None = None
+        self._lease_seq = 0
         self._last_used = time.monotonic()
         self._inflight = 0
         self._watchdog: asyncio.Task[None] | None = None
@@ -100,6 +104,9 @@ class ProcessActor:
     def _guard(self) -> None:
         if self._closed is not None:
             raise UnavailableError(f"{self.process_id} is not served here: {self._closed}")
+        if self._suspended is not None:
+            raise UnavailableError(f"{self.process_id} is not served now: {self._suspended}; "
+                                   "retry", lease_state="suspended")
 
     async def start(self, create: dict[str, Any] | None = None) -> dict[str, Any]:
         """Claim the fence, then create or restore the process.
@@ -194,7 +201,8 @@ class ProcessActor:
         agent after ``start``). The loop resumes pending inbox items at once."""
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().create_task(self._idle_loop())
-        if self._loop is None and self._ctrl is not None and self._closed is None:
+        if (self._loop is None and self._ctrl is not None and self._closed is None
+                and self._suspended is None):
             from svit_cluster.reasoning import ReasonerConfig, TurnLoop, build_reasoner
 
             rcfg = ReasonerConfig.from_dict(self.cfg.reasoner)
@@ -237,8 +245,30 @@ class ProcessActor:
             log.warning("could not reach agent %s to release %s", self.agent_name,
                         self.process_id)
 
+    async def suspend(self, reason: str, seq: int) -> None:
+        """Refuse work while the host lease is SUSPENDED (its keepalives fail but it
+        cannot have expired yet, e.g. while etcd elects a new leader); the
+        reasoning loop stops. :meth:`resume` undoes it when the lease is HELD
+        again; LOST is :meth:`fence_out`. ``seq`` orders the agent's notices:
+        an older one than the last seen is ignored (issue 20: closing every
+        actor at each SUSPENDED made one etcd member's loss an outage)."""
+        if seq < self._lease_seq:
+            return
+        self._lease_seq = seq
+        self._suspended = reason
+        await self._stop_loop()
+
+    async def resume(self, seq: int) -> None:
+        """Serve again after :meth:`suspend` (the lease is HELD again)."""
+        if seq < self._lease_seq:
+            return
+        self._lease_seq = seq
+        self._suspended = None
+        if self._closed is None and self._ctrl is not None:
+            await self.serve()
+
     async def fence_out(self, reason: str) -> None:
-        """Stop serving at once (lease SUSPENDED/LOST or ownership lost)."""
+        """Stop serving for good (lease LOST or ownership lost)."""
         if self._closed is None:
             self._closed = reason
         await self._stop_loop()
@@ -251,6 +281,10 @@ class ProcessActor:
         if self._closed is not None or self._ctrl is None:
             return error_dict(UnavailableError(f"{self.process_id} is not served here: "
                                                f"{self._closed or 'starting'}"))
+        if self._suspended is not None:
+            return error_dict(UnavailableError(f"{self.process_id} is not served now: "
+                                               f"{self._suspended}; retry",
+                                               lease_state="suspended"))
         self._inflight += 1
         self._last_used = time.monotonic()
         try:

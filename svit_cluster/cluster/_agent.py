@@ -73,6 +73,8 @@ class HostAgent:
         self.lease: Any = None
         self.incarnation = 0
         self.actors: dict[str, ServedActor] = {}
+        #: Orders suspend/resume notices to actors (an actor drops an older one).
+        self._lease_seq = 0
         self._locks: dict[str, asyncio.Lock] = {}
         self._rejoin: asyncio.Task[None] | None = None
         self.activations = 0
@@ -220,11 +222,23 @@ class HostAgent:
         log.info("host %s joined with lease %s", self.host, lease.lease_id)
 
     def _on_lease(self, state: Any) -> None:
+        """SUSPENDED pauses every actor of the host, HELD resumes them, LOST ends them.
+
+        SUSPENDED is temporary (a keepalive failed, e.g. on an etcd member that
+        just died, but the lease cannot have expired yet): closing the actors
+        then made the loss of one etcd member an outage of the host (issue 20).
+        """
         from svit_cluster.ownership import LeaseState
 
-        if state in (LeaseState.SUSPENDED, LeaseState.LOST):
-            for served in list(self.actors.values()):
+        self._lease_seq += 1
+        seq = self._lease_seq
+        for served in list(self.actors.values()):
+            if state is LeaseState.LOST:
                 served.handle.fence_out.remote(f"host lease {state}")
+            elif state is LeaseState.SUSPENDED:
+                served.handle.suspend.remote(f"host lease {state}", seq)
+            else:
+                served.handle.resume.remote(seq)
 
     async def _rejoin_loop(self) -> None:
         """Never dies: after LOST, kill every actor and join again with a new lease."""

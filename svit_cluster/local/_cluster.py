@@ -136,12 +136,16 @@ class LocalCluster:
         redis, etcd: the server handles when this process started the cluster
             (``kill9``/``restart``/``stop`` for fault injection); None after
             :meth:`load`.
+        redis_cluster, etcd_cluster: the same for a Redis Cluster
+            (``--redis-cluster``) and a multi-member etcd (``--etcd-members``).
     """
 
     spec: ClusterSpec
     doc: dict[str, Any] = field(default_factory=dict)
     redis: RedisServer | None = None
     etcd: EtcdServer | None = None
+    redis_cluster: RedisClusterServer | None = None
+    etcd_cluster: EtcdClusterServer | None = None
     _proxy_factory: ProxyFactory | None = field(default=None, repr=False)
     _unsafe_disable_fencing: bool = field(default=False, repr=False)
 
@@ -267,6 +271,7 @@ class LocalCluster:
             progress(f"starting etcd cluster ({spec.etcd_members} members)")
             members = EtcdClusterServer(state / "etcd-cluster", members=spec.etcd_members)
             members.start()
+            self.etcd_cluster = members
             self.doc["etcd"] = {"endpoint": members.endpoints, "members": [
                 {"name": m.name, "pid": m.pid, "endpoint": m.endpoint, "port": m.port,
                  "peer_port": m.peer_port} for m in members.members]}
@@ -282,6 +287,7 @@ class LocalCluster:
             rc = RedisClusterServer(state / "redis-cluster", masters=spec.redis_masters,
                                     replicas=spec.redis_replicas)
             rc.start()
+            self.redis_cluster = rc
             # Every process this one starts (Ray nodes and their workers, the
             # driver, the gateway, dispatchers) inherits it, so each of their
             # clients is a cluster client (store.connect / async_connect).

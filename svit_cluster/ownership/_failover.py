@@ -11,6 +11,11 @@ or are cancelled after running (almost) as long as the request deadline, move th
 the next endpoint in the list (round robin): the old gRPC channel and its
 watches are closed, and the next request connects to the new member.
 
+A request in flight on the old channel when another request moves the client
+is cancelled by gRPC (which raises ``asyncio.CancelledError`` although no one
+cancelled the caller); it fails with ``aetcd.ConnectionFailedError`` instead,
+so that callers' error handling (and not their cancellation path) sees it.
+
 The failed request itself is NOT retried here: a write may have been applied
 (outcome unknown) and only the caller knows whether it is safe to repeat. Every
 caller already treats an etcd error as "unavailable, try again" (lease
@@ -33,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import aetcd
+from aetcd import rpc as _rpc
 
 from svit_cluster.settings import parse_endpoints
 
@@ -60,8 +66,8 @@ _REQUEST_METHODS = (
 )
 
 
-def _failing_over(name: str) -> Callable[..., Any]:
-    method = getattr(aetcd.Client, name)
+def _failing_over(name: str, method: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    method = method if method is not None else getattr(aetcd.Client, name)
 
     @functools.wraps(method)
     async def call(self: FailoverClient, *args: Any, **kwargs: Any) -> Any:
@@ -73,6 +79,15 @@ def _failing_over(name: str) -> Callable[..., Any]:
             self._fail_over(generation, f"{name}: {type(exc).__name__}: {exc}")
             raise
         except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling() == 0 and generation != self._generation:
+                # Nobody cancelled this task: gRPC cancelled the call because a
+                # failover (of a concurrent request) closed its channel. That is
+                # a failed request, not a cancellation: letting CancelledError
+                # escape silently ended the lease keepalive loop (issue 20).
+                raise aetcd.ConnectionFailedError(
+                    f"{name}: the channel to the failed member was closed by a failover"
+                ) from None
             # A caller's own deadline (asyncio.wait_for) fired while the member
             # did not answer within the request deadline: a hung member.
             if time.monotonic() - started >= _HUNG_FRACTION * self.request_timeout_s:
@@ -80,6 +95,46 @@ def _failing_over(name: str) -> Callable[..., Any]:
             raise
 
     return call
+
+
+async def _refresh_lease(self: FailoverClient, lease_id: int, *,
+                         timeout_s: float | None = None) -> Any:
+    """One LeaseKeepAlive request and its reply, under a gRPC deadline of
+    ``timeout_s`` seconds (default: the client's request deadline).
+
+    ``aetcd.Client.refresh_lease`` always uses the client-wide deadline; a lease
+    keepalive needs a shorter one while it hunts for a member that answers
+    (a member of a cluster without a leader holds a keepalive until it learns
+    the new leader, in steps of one election timeout). The deadline, not a
+    local cancellation, ends the call, so a member that does not answer in time
+    is failed over like any other (``aetcd.ConnectionTimeoutError``).
+
+    Returns:
+        The ``LeaseKeepAliveResponse`` (its ``TTL`` is 0 when etcd no longer
+        knows the lease), or None if the stream closed without a reply.
+
+    Raises:
+        aetcd.ConnectionTimeoutError: no reply within the deadline.
+        aetcd.ConnectionFailedError: the member is unreachable or refused
+            (gRPC ``UNAVAILABLE``).
+        aetcd.ClientError: any other gRPC error.
+    """
+    await self.connect()
+    try:
+        async for reply in self.leasestub.LeaseKeepAlive(
+            [_rpc.LeaseKeepAliveRequest(ID=lease_id)],
+            timeout=self.request_timeout_s if timeout_s is None else timeout_s,
+            metadata=self.metadata,
+        ):
+            return reply
+    except _rpc.AioRpcError as exc:
+        code = exc.code()
+        if code == _rpc.StatusCode.DEADLINE_EXCEEDED:
+            raise aetcd.ConnectionTimeoutError(exc.details()) from exc
+        if code == _rpc.StatusCode.UNAVAILABLE:
+            raise aetcd.ConnectionFailedError(exc.details()) from exc
+        raise aetcd.ClientError(f"{code.name}: {exc.details()}") from exc
+    return None
 
 
 class FailoverClient(aetcd.Client):  # type: ignore[misc]
@@ -156,3 +211,5 @@ class FailoverClient(aetcd.Client):  # type: ignore[misc]
 for _name in _REQUEST_METHODS:
     setattr(FailoverClient, _name, _failing_over(_name))
 del _name
+# refresh_lease(lease_id, *, timeout_s=None): a per-call deadline (see _refresh_lease)
+FailoverClient.refresh_lease = _failing_over("refresh_lease", _refresh_lease)

@@ -37,6 +37,7 @@ from tenacity import (
 
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call
+from svit_cluster.ownership._failover import FailoverClient
 
 __all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState"]
 
@@ -114,10 +115,23 @@ class HostLease:
             its minimum is about 2 s).
         safety_margin_s: subtracted from the local deadline (default 1 s);
             must be below ``ttl_s``.
-        keepalive_interval_s: time between keepalives (default ``ttl_s / 3``).
+        keepalive_interval_s: time between keepalives (default
+            ``(ttl_s - safety_margin_s) / 4``: 1 s at TTL 5 s and a 1 s margin).
+            What makes a lease survive the loss of the etcd leader: the lease
+            is LOST locally at ``last success + TTL - margin``, the last success
+            can be one interval before the leader dies, and a 3-member etcd
+            with the default 1 s election timeout needs 1-2 s to elect a new
+            leader (more after a split vote). ``ttl_s / 3`` (etcd's own client
+            cadence) left under 0.1 s of slack at TTL 5 s (issue 20).
         request_timeout_s: deadline of one etcd request (default 2 s).
+        retry_timeout_s: deadline of a keepalive attempt once keepalives fail
+            (default ``min(request_timeout_s, max(0.25, interval / 2))``): the
+            first attempt of a round gets ``request_timeout_s``, retries move to
+            the next member after this long (with a multi-member client).
         retry_attempts: attempts per grant or keepalive round (default 3),
-            with exponential backoff; a round never outlasts the interval.
+            with exponential backoff; a round starts no attempt after one
+            interval, and after a failed round the next starts after
+            :attr:`retry_pause_s` (not a whole interval), until the deadline.
         clock: monotonic clock in seconds (injectable for tests).
         keepalive_client: factory of a second ``aetcd.Client``. When given, the
             keepalive loop runs in its own daemon thread with its own event loop
@@ -143,6 +157,7 @@ class HostLease:
         safety_margin_s: float = 1.0,
         keepalive_interval_s: float | None = None,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        retry_timeout_s: float | None = None,
         retry_attempts: int = 3,
         clock: Clock = time.monotonic,
         keepalive_client: Callable[[], Any] | None = None,
@@ -153,11 +168,17 @@ class HostLease:
             raise ConfigurationError(f"ttl_s must be a positive integer, got {ttl_s!r}")
         if not 0 <= safety_margin_s < ttl_s:
             raise ConfigurationError("safety_margin_s must be in [0, ttl_s)")
-        interval = ttl_s / 3 if keepalive_interval_s is None else keepalive_interval_s
+        interval = ((ttl_s - safety_margin_s) / 4 if keepalive_interval_s is None
+                    else keepalive_interval_s)
         if not 0 < interval < ttl_s - safety_margin_s:
             raise ConfigurationError("keepalive_interval_s must be in (0, ttl_s - margin)")
         if request_timeout_s <= 0 or retry_attempts < 1:
             raise ConfigurationError("request_timeout_s and retry_attempts must be positive")
+        if retry_timeout_s is None:
+            retry_timeout_s = min(request_timeout_s, max(0.25, interval / 2))
+        if retry_timeout_s <= 0:
+            raise ConfigurationError("retry_timeout_s must be positive")
+        self.retry_timeout_s = retry_timeout_s
         self.client = client
         self.ttl_s = ttl_s
         self.safety_margin_s = safety_margin_s
@@ -171,8 +192,11 @@ class HostLease:
         self._deadline = 0.0
         self._last_ok = 0.0
         self._failing = False
+        self._retry_soon = False
         self._lost = False
         self._paused = False
+        #: Pause (s) before the next round after a failed one (``min(0.2, interval / 4)``).
+        self.retry_pause_s = min(0.2, interval / 4)
         self._task: asyncio.Task[None] | None = None
         self._listeners: list[Listener] = []
         self._reported: LeaseState | None = None
@@ -351,17 +375,31 @@ class HostLease:
         with contextlib.suppress(RuntimeError):  # the owner loop is closed
             loop.call_soon_threadsafe(schedule)
 
-    async def _refresh_once(self) -> tuple[float, int]:
+    async def _refresh_once(self, *, short: bool) -> tuple[float, int]:
         sent = self._clock()
         client = self._ka_client if self._ka_client is not None else self.client
-        reply = await etcd_call("lease_keepalive", client.refresh_lease(self.lease_id),
-                                timeout_s=self.request_timeout_s)
+        # The first attempt after a success gets the full request deadline; once
+        # keepalives fail, each attempt gets a short one, so that a member that
+        # holds the request (no leader yet) or does not answer is left quickly
+        # for the next. No attempt outlives the local deadline (a later reply
+        # is void anyway).
+        timeout_s = self.retry_timeout_s if short else self.request_timeout_s
+        timeout_s = min(timeout_s, max(0.05, self._deadline - sent))
+        if isinstance(client, FailoverClient):
+            # the gRPC deadline ends the call, so the client fails over; the
+            # local one is a guard against a hung channel
+            call = client.refresh_lease(self.lease_id, timeout_s=timeout_s)
+            guard_s = timeout_s + 0.5
+        else:
+            call, guard_s = client.refresh_lease(self.lease_id), timeout_s
+        reply = await etcd_call("lease_keepalive", call, timeout_s=guard_s)
         return sent, int(reply.TTL) if reply is not None else 0
 
     async def _keepalive_round(self) -> None:
         async for attempt in self._retrying():
             with attempt:
-                sent, ttl = await self._refresh_once()
+                short = self._failing or attempt.retry_state.attempt_number > 1
+                sent, ttl = await self._refresh_once(short=short)
         if ttl <= 0 or self.state is LeaseState.LOST:
             # etcd forgot the lease, or our deadline passed before this reply:
             # someone may already own our processes, even if etcd (restarted,
@@ -373,9 +411,17 @@ class HostLease:
         self._failing = False
 
     async def _keepalive_loop(self) -> None:
-        """Refresh every interval until LOST; never dies on an error."""
+        """Refresh every interval until LOST; never dies on an error.
+
+        After a failed round the next one starts after :attr:`retry_pause_s`,
+        not a whole interval: while an etcd member fails or a new leader is
+        being elected, every moment until the local deadline counts (issue 20:
+        with TTL 5 s the old loop waited 1.7 s between failed rounds and lost
+        the lease during a 1-2 s leader election).
+        """
         while self.state is not LeaseState.LOST and not self._closing:
-            delay = min(self.keepalive_interval_s, max(0.0, self._deadline - self._clock()))
+            wait = self.retry_pause_s if self._retry_soon else self.keepalive_interval_s
+            delay = min(wait, max(0.0, self._deadline - self._clock()))
             due = self._clock() + delay
             await asyncio.sleep(delay)
             if self._closing:
@@ -393,13 +439,22 @@ class HostLease:
                 self._failing = True
                 await self._signal()
                 continue
+            self._retry_soon = False
             try:
                 await self._keepalive_round()
             except UnavailableError as exc:
-                self._failing = True
+                self._failing = self._retry_soon = True
                 log.warning("lease %s keepalive failed: %s", self.lease_id, exc)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # close() or the owner cancelled the loop
+                # A cancellation nobody asked for (gRPC cancels calls on a closed
+                # channel): a failed round, and the loop goes on.
+                self._failing = self._retry_soon = True
+                log.warning("lease %s keepalive call was cancelled under it", self.lease_id)
             except Exception:
-                self._failing = True
+                self._failing = self._retry_soon = True
                 log.exception("lease %s keepalive round crashed", self.lease_id)
             await self._signal()
         if self._closing:

@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 import uvicorn
-from svit_chaos.cluster import LaunchSpec, etcd_ready, redis_ready
+from svit_chaos.cluster import LaunchSpec, ScaledStores, etcd_ready, redis_ready
 from svit_chaos.proxy import LinkMode, ProxyHub, TcpProxy
 
 from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
@@ -37,7 +37,13 @@ from svit_cluster.errors import (
     UnavailableError,
 )
 from svit_cluster.gateway import create_app
-from svit_cluster.local import EtcdServer, RedisServer, free_port
+from svit_cluster.local import (
+    EtcdClusterServer,
+    EtcdServer,
+    RedisClusterServer,
+    RedisServer,
+    free_port,
+)
 from svit_cluster.process import Process, Script, Value
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 from tests.chaos._gateway import ADMIN, tokens
@@ -200,8 +206,9 @@ class _EtcdLink:
 
 
 class MiniTarget:
-    def __init__(self, hosts: dict[str, MiniHost], hub: ProxyHub, redis_server: RedisServer,
-                 etcd_server: EtcdServer, ttl_s: float, router: StoreRouter) -> None:
+    def __init__(self, hosts: dict[str, MiniHost], hub: ProxyHub, redis_server: Any,
+                 etcd_server: Any, ttl_s: float, router: StoreRouter,
+                 scaled: ScaledStores | None = None) -> None:
         self.router = router
         self.hosts_ = hosts
         self.hub = hub
@@ -209,6 +216,37 @@ class MiniTarget:
         self.etcd = etcd_server
         self._ttl = ttl_s
         self.calls: list[str] = []
+        self.scaled = scaled
+
+    # the scaled topology: the harness's own actions on the Redis Cluster and etcd members
+
+    def _scaled(self) -> ScaledStores:
+        assert self.scaled is not None, "not a scaled mini cluster"
+        return self.scaled
+
+    def kill_redis_master(self, key: str) -> int:
+        self.calls.append(f"kill redis master of {key}")
+        return self._scaled().kill_redis_master(key)
+
+    def start_redis_node(self, port: int) -> None:
+        self._scaled().start_redis_node(port)
+
+    def etcd_member(self, role: str) -> str:
+        return self._scaled().etcd_member(role)
+
+    def kill_etcd_member(self, name: str) -> None:
+        self.calls.append(f"kill etcd {name}")
+        self._scaled().kill_etcd_member(name)
+
+    def start_etcd_member(self, name: str) -> None:
+        self._scaled().start_etcd_member(name)
+
+    def isolate_etcd_member(self, name: str) -> None:
+        self.calls.append(f"isolate etcd {name}")
+        self._scaled().isolate_etcd_member(name)
+
+    def rejoin_etcd_member(self, name: str) -> None:
+        self._scaled().rejoin_etcd_member(name)
 
     @property
     def lease_ttl_s(self) -> float:
@@ -258,6 +296,9 @@ class MiniTarget:
         self.etcd.start()
 
     def service_ready(self, service: str) -> bool:
+        if self.scaled is not None:
+            return (self.scaled.redis_ready() if service == "redis"
+                    else self.scaled.etcd_ready())
         if service == "redis":
             return redis_ready(self.redis.url)
         return etcd_ready(self.etcd.endpoint)
@@ -281,8 +322,20 @@ class MiniCluster:
     cluster_name: str | None = None
 
     def __init__(self, spec: LaunchSpec) -> None:
-        self.redis_server = RedisServer(spec.state_dir / "servers", die_with_parent=True)
-        self.etcd_server = EtcdServer(spec.state_dir / "servers", die_with_parent=True)
+        # ``--topology scaled``: a Redis Cluster of 3 masters x 1 replica and a
+        # 3-member etcd, hosts connected straight to the cluster (no proxies)
+        self.scaled = spec.topology == "scaled"
+        self.redis_server: Any
+        self.etcd_server: Any
+        if self.scaled:
+            self.redis_server = RedisClusterServer(spec.state_dir / "rc", masters=3, replicas=1,
+                                                   die_with_parent=True)
+            self.etcd_server = EtcdClusterServer(spec.state_dir / "ec", members=3,
+                                                 die_with_parent=True)
+        else:
+            self.redis_server = RedisServer(spec.state_dir / "servers", die_with_parent=True)
+            self.etcd_server = EtcdServer(spec.state_dir / "servers", die_with_parent=True)
+        self.redis_cluster = self.scaled
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.hosts: dict[str, MiniHost] = {}
@@ -298,20 +351,28 @@ class MiniCluster:
             make = spec.hub.factory()
             for i in range(spec.hosts):
                 name = f"h{i + 1}"
-                _, url = make(name, self.etcd_server.endpoint, self.redis_server.url)
-                self.hosts[name] = MiniHost(name, url, connect(url, timeout_s=1.0))
+                if self.scaled:
+                    url = self.redis_server.urls
+                    client = connect(url, timeout_s=1.0, cluster=True)
+                else:
+                    _, url = make(name, self.etcd_server.endpoint, self.redis_server.url)
+                    client = connect(url, timeout_s=1.0)
+                self.hosts[name] = MiniHost(name, url, client)
             self.router = StoreRouter(self.hosts, spec.lease_ttl_s, negative=spec.negative_control,
                                       snapshot_every=spec.snapshot_every,
                                       ports=getattr(spec, "ports", None))
+            stores = (ScaledStores(self.redis_server, self.etcd_server) if self.scaled
+                      else None)
             self.target = MiniTarget(self.hosts, spec.hub, self.redis_server, self.etcd_server,
-                                     spec.lease_ttl_s, self.router)
+                                     spec.lease_ttl_s, self.router, stores)
             self._serve()
         except BaseException:
             self.close()
             raise
         self.admin_token = ADMIN
-        self.redis_url = self.redis_server.url
-        self.etcd_endpoint = self.etcd_server.endpoint
+        self.redis_url = self.redis_server.urls if self.scaled else self.redis_server.url
+        self.etcd_endpoint = (self.etcd_server.endpoints if self.scaled
+                              else self.etcd_server.endpoint)
 
     def _serve(self) -> None:
         port = free_port()

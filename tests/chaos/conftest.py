@@ -1,15 +1,10 @@
-"""The chaos harness reads stored logs with single-node replies (issue 20 item 4,
-chaos on a Redis Cluster, is not done yet), so its tests use the single shared
-redis-server: ``rclient`` here overrides the suite-wide fixture that is
-parametrised over {single, cluster}.
+"""Redis fixtures of the chaos harness's tests.
+
+The harness's log reader, observer and stale writer use only per-process keys
+(one hash slot each) and one-slot ``MULTI`` pipelines, so they work on a Redis
+Cluster as on one server (issue 20 item 4). ``rclient`` here is the suite-wide
+fixture, parametrised over {single, cluster}; ``single_rclient`` stays for tests
+that need the one shared redis-server (a ``kill -9`` of it, say).
 """
 
 from __future__ import annotations
-
-import pytest
-import redis
-
-
-@pytest.fixture
-def rclient(single_rclient: redis.Redis) -> redis.Redis:
-    return single_rclient

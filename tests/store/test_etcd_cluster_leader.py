@@ -1,14 +1,22 @@
-"""A 3-member etcd loses its leader under load: leases, routing and commits go on (issue 20).
+"""A 3-member etcd loses a member under load: leases, routing and commits go on (issue 20).
 
 A real local etcd cluster (:class:`svit_cluster.local.EtcdClusterServer`, election
-timeout 1 s) and the shared redis-server. One host holds a lease (TTL 3 s) through a
-client that lists every member with the leader first, owns a process, and commits
-to it while it reads the owner record (routing) and watches its lease state. The
-leader is SIGKILLed: the remaining two members elect a new one, the client moves
-to the next member. The host may see its lease SUSPENDED for a moment (a
-keepalive failed on the dead member, so its guard refuses new commits: the
-designed self-fencing), but never LOST: it is HELD again well within the TTL,
-its owner record never changes, and commits go on.
+timeout 1 s) and the shared redis-server. One host holds a lease (TTL 5 s, the
+default) through a client that lists every member with the victim first, owns a
+process, and commits to it while it reads the owner record (routing) and watches
+its lease state. The victim -- the etcd LEADER, or a follower -- is SIGKILLed:
+for a leader the remaining two members elect a new one; the client moves to the
+next member. The host may see its lease SUSPENDED for a moment (a keepalive
+failed on the dead member, so its guard refuses new commits: the designed
+self-fencing), but never LOST: it is HELD again well within the TTL, its owner
+record never changes, and commits go on.
+
+Two keepalive set-ups: on the caller's event loop sharing the client with the
+routing reads (``shared``: a routing read's failover closed the channel under an
+in-flight keepalive, gRPC raised CancelledError and the keepalive loop ended
+silently), and in its own thread with its own client and the host agent's
+margin (``threaded``, as ``HostAgent`` runs it). Before the fix the leader
+kill lost the lease in about 2 of 3 runs (7 of 10 in one loop).
 """
 
 from __future__ import annotations
@@ -43,21 +51,25 @@ def etcd3(tmp_path: Path) -> Iterator[EtcdClusterServer]:
         server.stop()
 
 
-@pytest.mark.known_issue
-@pytest.mark.xfail(strict=False, reason=(
-    "known, intermittent (about 2 of 3 runs on a loaded 2-core machine): after the "
-    "etcd leader is SIGKILLed the host lease goes LOST by its local deadline (no "
-    "keepalive is acknowledged for TTL - margin) although etcd keeps the lease; "
-    "the failover client moves between members on every failed request; issue 20"))
-async def test_killing_the_etcd_leader_under_load_keeps_leases_routing_and_commits(
-    etcd3: EtcdClusterServer, redis_server: RedisServer,
+@pytest.mark.parametrize(("victim", "keepalive"), [
+    ("leader", "shared"), ("leader", "threaded"), ("follower", "threaded"),
+])
+async def test_killing_an_etcd_member_under_load_keeps_leases_routing_and_commits(
+    etcd3: EtcdClusterServer, redis_server: RedisServer, victim: str, keepalive: str,
 ) -> None:
     leader = etcd3.leader()
     assert leader is not None
-    # The client asks the leader first, so killing it also takes the client's member.
-    order = [leader, *[m for m in etcd3.members if m is not leader]]
-    client: Any = open_client(",".join(m.endpoint for m in order), request_timeout_s=1.0)
-    lease = HostLease(client, ttl_s=TTL_S, safety_margin_s=0.5)
+    followers = [m for m in etcd3.members if m is not leader]
+    # The client asks the victim first, so killing it also takes the client's member.
+    order = [leader, *followers] if victim == "leader" else [followers[0], leader, followers[1]]
+    killed = order[0]
+    endpoints = ",".join(m.endpoint for m in order)
+    client: Any = open_client(endpoints, request_timeout_s=1.0)
+    if keepalive == "shared":
+        lease = HostLease(client, ttl_s=TTL_S, safety_margin_s=0.5)
+    else:  # as HostAgent.join builds it
+        lease = HostLease(client, ttl_s=TTL_S, safety_margin_s=min(1.0, TTL_S / 4),
+                          keepalive_client=lambda: open_client(endpoints))
     await lease.grant()
     cluster = unique("e3")
     host = Owners(lease, cluster=cluster, host="a", address="a:1")
@@ -99,9 +111,9 @@ async def test_killing_the_etcd_leader_under_load_keeps_leases_routing_and_commi
         start = time.monotonic()
         task = asyncio.create_task(load(start + 1.0 + 3 * TTL_S))
         await asyncio.sleep(1.0)
-        leader.kill9()
+        killed.kill9()
         killed_at = time.monotonic()
-        new_leader = await asyncio.to_thread(etcd3.wait_for_leader, 15.0, not_=leader)
+        new_leader = await asyncio.to_thread(etcd3.wait_for_leader, 15.0, not_=killed)
         await task
         # a new acquisition goes through the new leader
         other = f"svit://test/{unique('after')}"
@@ -114,14 +126,16 @@ async def test_killing_the_etcd_leader_under_load_keeps_leases_routing_and_commi
                 errors.append(exc)
                 await asyncio.sleep(0.2)
         else:
-            pytest.fail(f"no acquisition after the leader was killed: {errors[-3:]!r}")
+            pytest.fail(f"no acquisition after the {victim} was killed: {errors[-3:]!r}")
         assert got.token > 0
     finally:
         await lease.close()
         await client.close()
         rclient.close()
 
-    assert new_leader is not leader
+    assert new_leader is not killed
+    if victim == "follower":
+        assert new_leader is leader
     assert LeaseState.LOST not in states
     assert states[-1] is LeaseState.HELD
     assert all(state == "suspended" for _, state in refused), refused
@@ -129,11 +143,16 @@ async def test_killing_the_etcd_leader_under_load_keeps_leases_routing_and_commi
         assert refused[-1][0] - refused[0][0] < TTL_S, refused
         assert refused[0][0] >= killed_at
     after = [t for t in commits if t > killed_at]
-    assert len(after) > 20, "commits did not go on after the leader was killed"
+    assert len(after) > 20, f"commits did not go on after the {victim} was killed"
     assert commits[-1] - killed_at > 2 * TTL_S  # ...for longer than the lease TTL
-    # Routing: after at most a transient error, every read names host a, same token.
-    later = [r for t, r in routes if t > killed_at + 2.0]
+    # Routing: after at most transient errors while a new leader is elected (1-2 s
+    # with the 1 s election timeout, longer on a loaded machine; well within the
+    # TTL), every read names host a, same token.
+    errors_at = [t - killed_at for t, r in routes if isinstance(r, Exception)]
+    assert all(0 <= dt < TTL_S for dt in errors_at), errors_at
+    later = [r for t, r in routes if t > killed_at + TTL_S]
     assert later, "no routing read late after the kill"
     assert all(not isinstance(r, Exception) and r.host == "a" and r.token == own.token
                for r in later), later
-    assert backend.head() is not None and backend.head().version == len(commits)  # type: ignore[union-attr]
+    head = backend.head()
+    assert head is not None and head.version == len(commits)

@@ -140,3 +140,69 @@ def test_one_endpoint_is_a_plain_client_and_bad_lists_are_rejected() -> None:
     for bad in ("", " , ", "a:1,b", "a:99999"):
         with pytest.raises(ValueError):
             open_client(bad)
+
+
+async def test_a_request_in_flight_when_another_fails_over_fails_instead_of_being_cancelled(
+    fresh_etcd: EtcdServer, second_etcd: EtcdServer,
+) -> None:
+    """A failover closes the old channel; gRPC then cancels the calls still on it and
+    raises ``asyncio.CancelledError`` in tasks nobody cancelled. A lease keepalive
+    loop sharing the client ended silently on it (issue 20). The call must fail
+    with a connection error (retryable), and the caller's task must go on."""
+    import asyncio
+
+    import aetcd
+
+    await _label(fresh_etcd, second_etcd)
+    client: Any = open_client(f"{fresh_etcd.endpoint},{second_etcd.endpoint}",
+                              request_timeout_s=10.0)
+    try:
+        assert await _who(client) == b"a"  # connected to A
+        fresh_etcd.pause()  # A holds every request on the open connection
+        try:
+            call = asyncio.ensure_future(client.get(KEY))
+            await asyncio.sleep(0.5)
+            assert not call.done()
+            # what a concurrent request's failure does: move to the next member
+            client._fail_over(client._generation, "test: another request failed")
+            with pytest.raises(aetcd.ConnectionFailedError, match="closed by a failover"):
+                await asyncio.wait_for(call, 5)
+            assert not call.cancelled()
+            # ...and the next request goes to the next member, which answers
+            assert await _who(client) == b"b"
+        finally:
+            fresh_etcd.resume()
+    finally:
+        await client.close()
+
+
+async def test_the_keepalive_loop_survives_a_cancellation_nobody_asked_for() -> None:
+    """Pure logic (a fake client): a keepalive whose call raises CancelledError
+    although the loop's task was not cancelled is a failed round, not the end of
+    the loop; the lease stays HELD (issue 20)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def lease(self, ttl: int) -> Any:
+            return SimpleNamespace(id=7, ttl=ttl)
+
+        async def refresh_lease(self, lease_id: int) -> Any:
+            self.calls += 1
+            if self.calls == 1:
+                raise asyncio.CancelledError  # as gRPC does on a closed channel
+            return SimpleNamespace(TTL=3)
+
+    client = Flaky()
+    lease = HostLease(client, ttl_s=3, safety_margin_s=0.5, keepalive_interval_s=0.3)
+    await lease.grant()
+    try:
+        await asyncio.sleep(3.5)  # past the first local deadline (2.5 s)
+        assert client.calls >= 3
+        assert lease.state is LeaseState.HELD
+        assert lease._task is not None and not lease._task.done()
+    finally:
+        await lease.close()
