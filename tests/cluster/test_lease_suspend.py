@@ -14,6 +14,7 @@ from typing import Any
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._types import ServedActor
 from svit_cluster.errors import UnavailableError
 from svit_cluster.ownership import LeaseState
 
@@ -40,7 +41,7 @@ class RecordingHandle:
 def test_the_agent_suspends_resumes_and_fences_out_on_lease_states() -> None:
     agent = HostAgent(ClusterConfig().to_dict(), "h1")
     handle = RecordingHandle()
-    agent.actors["svit://t/p"] = (1, handle, None)  # type: ignore[assignment]
+    agent.actors["svit://t/p"] = ServedActor(1, handle, None, None)  # type: ignore[arg-type]
     agent._on_lease(LeaseState.SUSPENDED)
     agent._on_lease(LeaseState.HELD)
     agent._on_lease(LeaseState.SUSPENDED)

@@ -46,6 +46,7 @@ EXPECTED = [
     "prepare_inbox_ack",
     "prepare_inbox_append",
     "prepare_inbox_close",
+    "prepare_inbox_drop",
     "script_from_value",
     "stat_record",
     "strict_json_loads",
