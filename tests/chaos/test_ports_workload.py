@@ -99,10 +99,13 @@ async def test_ports_workload_under_failover(tmp_path: Path) -> None:
     # each committed answer was made for its own request (the key covers the input)
     assert ports["committed_other_request_answer"] == 0
     assert ports["committed_without_request"] == 0
-    # the paused owners ran their blocked calls after failover: repeated keys,
-    # made with a superseded token, harmless at the deduplicating server
-    assert ports["repeated_keys"] >= 1, ports
+    # the paused owners ran their blocked calls after failover. A retry of the same
+    # request at the same version repeats the key (harmless at the deduplicating
+    # server); whether the retry lands at that version depends on timing (another
+    # client may commit it first), so the count is not fixed. A repeated key is
+    # always the same request's call again: the key covers the call's input.
     assert ports["repeats_harmful"] == 0 and ports["repeats_harmless"] == ports["repeated_keys"]
+    assert ports["repeats_other_body"] == 0, ports
     assert ports["effects_applied"] == ports["keys"]
     assert ports["calls_by_superseded_owner"] >= 1
     # ... and each such owner logged its uncommitted calls with its token
