@@ -30,8 +30,10 @@ registered under a name. The defaults follow DESIGN.md §4 and issue 7:
    once (``DestinationRecord.recorded_once``) are anomalies. A history without
    an ``outbox`` event and without a ``sink`` in its ``meta`` event is skipped.
 8. ``ports`` -- in a port-calling run, every committed port result equals the
-   test server's first answer for that version's idempotency key, and no key
-   applied its effect twice (:mod:`svit_chaos.ports`).
+   test server's first answer for the key of the committed call (found by the
+   ``Svit-Process`` / ``Svit-Version`` / ``Svit-Call-Index`` headers and the
+   request id), that answer was made for the committing request itself, and no
+   key applied its effect twice (:mod:`svit_chaos.ports`).
 
 Two more default checks close the loop: ``refused`` (an operation reported as
 definitely failed never commits) and ``phantom`` (no committed request id was

@@ -225,7 +225,7 @@ class _Session:
             raise LimitExceeded(f"too many port calls (max_calls={self.ports.max_calls})",
                                 limit="port calls")
         self._check_input(input)
-        key = idempotency_key(self.process.id, self.new_version, index)
+        key = idempotency_key(self.process.id, self.new_version, index, name, input)
         ctx = PortContext(self.process.id, self.new_version, index, self.token, self.process,
                           key)
         return self.ports.call(name, input, ctx,

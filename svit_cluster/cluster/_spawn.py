@@ -5,9 +5,10 @@ and creates the child through the normal create path (the host agent's
 ``activate`` with a fork snapshot: etcd ownership, a Redis fence, the child's
 own commit log), exactly like ``POST /processes/{id}/fork``. It then runs one
 child activation through the child's owner as an svit-control@1 request whose
-``request_id`` comes from the parent call's idempotency key, so a retried
-parent activation finds the same child (``conflict`` on create: it already
-exists) and gets the same receipt instead of a second child activation.
+``request_id`` comes from the parent call's idempotency key (which covers the
+spawn input), so a retried parent activation of the same request finds the
+same child (``conflict`` on create: it already exists) and gets the same
+receipt instead of a second child activation.
 
 Since the child has its own ownership record and log, any host can serve it
 later (after its owner dies, the next request places it elsewhere).

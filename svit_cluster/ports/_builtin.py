@@ -2,9 +2,12 @@
 
 * ``http`` -- one request to an allowlisted host; redirects are returned, never
   followed; the body is read up to ``max_response_bytes``; every request carries
-  ``Idempotency-Key`` (see :func:`~svit_cluster.ports.idempotency_key`) and
+  ``Idempotency-Key`` (see :func:`~svit_cluster.ports.idempotency_key`: it
+  covers the process, version, call index, port name and the call's input),
   ``Svit-Fencing-Token`` (the calling owner's token, so a server can tell a
-  superseded owner's call apart).
+  superseded owner's call apart) and ``Svit-Process`` / ``Svit-Version`` /
+  ``Svit-Call-Index`` (where the call was made, so a server can attribute a key
+  without recomputing it).
 * ``llm`` -- one step of the deployment's configured reasoner (simulated or
   OpenAI-compatible), outside the process transaction.
 * ``spawn`` -- fork the last committed state into a child process and run one
@@ -19,7 +22,7 @@ import asyncio
 import json
 import threading
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -34,6 +37,12 @@ __all__ = ["HttpPort", "LlmPort", "LocalSpawner", "SpawnPort", "Spawner", "build
 
 _METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
 _MAX_HEADERS = 32
+#: Headers the host sets on every ``http`` request (lower case); a guest's are dropped.
+_HOST_HEADERS = frozenset({"idempotency-key", "svit-fencing-token", "svit-process",
+                           "svit-version", "svit-call-index"})
+#: Characters of a process id sent unescaped in ``Svit-Process`` (RFC 3986
+#: unreserved, sub-delims, ``:``, ``@`` and ``/``; ``%`` is always escaped).
+_ID_SAFE = "/:@!$&'()*+,;=-._~"
 
 
 def _fail(port: str, message: str) -> ScriptFailed:
@@ -53,6 +62,19 @@ class HttpPort:
     (the body decoded as UTF-8 with replacement). A 3xx answer is returned as
     is (``location`` among the headers), never followed.
 
+    Headers the host sets on every request (a guest's headers of the same
+    names, in any case, are dropped):
+
+    * ``Idempotency-Key``: :func:`~svit_cluster.ports.idempotency_key` of the
+      call -- the same for a retried activation of the same request, different
+      for a call with another input at the same version (byte-identical calls
+      of two requests at the same version still share it);
+    * ``Svit-Fencing-Token``: the calling owner's fencing token (decimal);
+    * ``Svit-Process``: the calling process id, percent-encoded (RFC 3986;
+      an ASCII id without ``%`` is sent unchanged);
+    * ``Svit-Version``: the version being computed (decimal);
+    * ``Svit-Call-Index``: the call's 0-based index in the activation (decimal).
+
     Raises (from :meth:`call`):
         ScriptFailed: a malformed input, a URL whose scheme is not http(s) or
             whose host is not allowlisted, a transport error or timeout.
@@ -70,7 +92,8 @@ class HttpPort:
             "name": self.name,
             "version": CONTRACT_VERSION,
             "description": "One HTTP request to an allowlisted host; redirects are not "
-                           "followed; sends Idempotency-Key and Svit-Fencing-Token.",
+                           "followed; sends Idempotency-Key, Svit-Fencing-Token, "
+                           "Svit-Process, Svit-Version and Svit-Call-Index.",
             "input_schema": {
                 "type": "object", "required": ["url"], "additionalProperties": False,
                 "properties": {"url": {"type": "string"},
@@ -116,9 +139,12 @@ class HttpPort:
                                     "allowlist")
         # The host's headers always win: a guest cannot replace or duplicate them.
         sent = {str(k): str(v) for k, v in headers.items()
-                if str(k).lower() not in ("idempotency-key", "svit-fencing-token")}
+                if str(k).lower() not in _HOST_HEADERS}
         sent["Idempotency-Key"] = ctx.idempotency_key
         sent["Svit-Fencing-Token"] = str(ctx.token)
+        sent["Svit-Process"] = quote(ctx.process_id, safe=_ID_SAFE)
+        sent["Svit-Version"] = str(ctx.version)
+        sent["Svit-Call-Index"] = str(ctx.call_index)
         limit = self.config.max_response_bytes
         try:
             with httpx.Client(follow_redirects=False, timeout=self.config.timeout_s,
@@ -252,8 +278,13 @@ class LlmPort:
 def child_id(parent_id: str, key: str) -> str:
     """The child process id of one spawn: ``<parent>/spawn-<first 16 hex of the key>``.
 
-    Deterministic in the idempotency key, so a retried activation names the
-    same child (and a spawner finds it instead of forking twice).
+    Deterministic in the idempotency key (which covers the parent, the version
+    being computed, the call index and the spawn input), so a retried
+    activation of the same request names the same child (and a spawner finds
+    it instead of forking twice), while another request spawning with another
+    input at the same version names another child. Two requests spawning with
+    byte-identical inputs at the same version name the same child (see
+    :func:`~svit_cluster.ports.idempotency_key`).
     """
     return f"{parent_id}/spawn-{key.removeprefix('svit-')[:16]}"
 

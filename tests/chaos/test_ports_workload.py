@@ -17,6 +17,7 @@ import json
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from svit_chaos.checker import build_context
@@ -95,10 +96,16 @@ async def test_ports_workload_under_failover(tmp_path: Path) -> None:
     # every committed activation's port result is the server's first answer
     assert ports["committed"] >= good.report["acked_commits"] > 10
     assert ports["committed_matching"] == ports["committed"]
-    # the paused owners ran their blocked calls after failover: repeated keys,
-    # made with a superseded token, harmless at the deduplicating server
-    assert ports["repeated_keys"] >= 1, ports
+    # each committed answer was made for its own request (the key covers the input)
+    assert ports["committed_other_request_answer"] == 0
+    assert ports["committed_without_request"] == 0
+    # the paused owners ran their blocked calls after failover. A retry of the same
+    # request at the same version repeats the key (harmless at the deduplicating
+    # server); whether the retry lands at that version depends on timing (another
+    # client may commit it first), so the count is not fixed. A repeated key is
+    # always the same request's call again: the key covers the call's input.
     assert ports["repeats_harmful"] == 0 and ports["repeats_harmless"] == ports["repeated_keys"]
+    assert ports["repeats_other_body"] == 0, ports
     assert ports["effects_applied"] == ports["keys"]
     assert ports["calls_by_superseded_owner"] >= 1
     # ... and each such owner logged its uncommitted calls with its token
@@ -117,23 +124,38 @@ async def test_ports_workload_under_failover(tmp_path: Path) -> None:
     assert {a.invariant for a in result.anomalies} == {"ports"}  # nothing else broke
 
 
-def test_check_ports_compares_with_the_first_answer() -> None:
-    """Pure check: a committed result that is not the first answer, and a double effect."""
+def _logs_with(proc: Any, port: str, rid: str | None) -> Any:
+    """Stored logs holding one entry (version 1, token 2) that committed ``port``."""
     from svit_chaos.logs import ProcessLog, StoredEntry, StoredLogs
 
+    wc = proc.working_copy()
+    wc.write("/memory/port", port)
+    if rid is not None:
+        wc.write("/memory/last", rid)
+    record = proc.seal(wc, "activation").record.encode()
+    return StoredLogs({proc.id: ProcessLog(proc.id, entries={1: StoredEntry(
+        proc.id, 1, 2, record)})})
+
+
+def _key(proc_id: str, rid: str) -> str:
+    """The key the workload's call at version 1 sends for request ``rid``."""
+    return idempotency_key(proc_id, 1, 0, "http", {"url": "http://127.0.0.1/effect",
+                                                   "method": "POST", "body": rid})
+
+
+def test_check_ports_compares_with_the_first_answer() -> None:
+    """Pure check: a committed result that is not the first answer, and a double effect."""
     from svit_cluster.process import Process
 
     server = PortServer(dedup=False)
-    proc = Process.create("svit://chaos/t-p0", memory={"port": ""})
-    key = idempotency_key(proc.id, 1, 0)
-    first = server.handle(key, "1", "rid-a")
-    second = server.handle(key, "2", "rid-a")
+    proc = Process.create("svit://chaos/t-p0", memory={"port": "", "last": ""})
+    key = _key(proc.id, "rid-a")
+    at = {"process": quote(proc.id, safe="/:"), "version": "1", "call_index": "0"}
+    first = server.handle(key, "1", "rid-a", **at)
+    second = server.handle(key, "2", "rid-a", **at)
     assert first != second
-    wc = proc.working_copy()
-    wc.write("/memory/port", second)
-    transition = proc.seal(wc, "activation")
-    logs = StoredLogs({proc.id: ProcessLog(proc.id, entries={1: StoredEntry(
-        proc.id, 1, 2, transition.record.encode())})})
+    assert server.requests[0]["process"] == proc.id and server.requests[0]["version"] == 1
+    logs = _logs_with(proc, second, "rid-a")
     history = [{"line": 1, "t": 0.0, "kind": "ports", **server.event()}]
     found = list(check_ports(build_context(history, logs)))
     assert [a.invariant for a in found] == ["ports", "ports"]
@@ -142,16 +164,62 @@ def test_check_ports_compares_with_the_first_answer() -> None:
     figures = ports_figures(build_context(history, logs))
     assert figures is not None and figures["repeats_harmful"] == 1
     assert figures["calls_by_superseded_owner"] == 1  # the token-1 call did not commit
+    assert (figures["committed"], figures["committed_matching"]) == (1, 0)
     # a deduplicating server answers the repetition with the first answer: nothing to report
     server = PortServer(dedup=True)
-    first = server.handle(key, "1", "rid-a")
-    assert server.handle(key, "2", "rid-a") == first
-    wc = proc.working_copy()
-    wc.write("/memory/port", first)
-    logs = StoredLogs({proc.id: ProcessLog(proc.id, entries={1: StoredEntry(
-        proc.id, 1, 2, proc.seal(wc, "activation").record.encode())})})
+    first = server.handle(key, "1", "rid-a", **at)
+    assert server.handle(key, "2", "rid-a", **at) == first
+    logs = _logs_with(proc, first, "rid-a")
     history = [{"line": 1, "t": 0.0, "kind": "ports", **server.event()}]
     assert list(check_ports(build_context(history, logs))) == []
+    figures = ports_figures(build_context(history, logs))
+    assert figures is not None
+    assert (figures["committed"], figures["committed_matching"],
+            figures["committed_other_request_answer"], figures["repeats_harmless"]) == (
+        1, 1, 0, 1)
+    # a committed result whose request never reached the server at that version
+    logs = _logs_with(proc, first, "rid-z")
+    history = [{"line": 1, "t": 0.0, "kind": "ports", **server.event()}]
+    found = list(check_ports(build_context(history, logs)))
+    assert len(found) == 1 and "never answered for its request (rid-z)" in found[0].message
+
+
+def test_check_ports_finds_a_commit_holding_another_requests_answer() -> None:
+    """Pure check (the defect chaos found): request rid-a's attempt at version 1
+    called the port and was fenced; request rid-b then computed version 1. With a
+    key naming only (process, version, call index) both send ONE key, the
+    deduplicating server answers rid-b with rid-a's answer, and rid-b commits it
+    -- its own effect never applied. The checker reports it; with the key
+    covering the input (as the http port now sends) each gets its own answer."""
+    from svit_cluster.process import Process
+
+    proc = Process.create("svit://chaos/t-p1", memory={"port": "", "last": ""})
+    at = {"process": proc.id, "version": "1", "call_index": "0"}
+    shared = "svit-" + "0" * 64  # the old key: one per (process, version, call index)
+    server = PortServer(dedup=True)
+    answer_a = server.handle(shared, "1", "rid-a", **at)
+    answer_b = server.handle(shared, "2", "rid-b", **at)
+    assert answer_b == answer_a
+    logs = _logs_with(proc, answer_b, "rid-b")
+    history = [{"line": 1, "t": 0.0, "kind": "ports", **server.event()}]
+    found = list(check_ports(build_context(history, logs)))
+    assert len(found) == 1 and "made for another request (rid-a)" in found[0].message
+    figures = ports_figures(build_context(history, logs))
+    assert figures is not None
+    assert (figures["committed_other_request_answer"], figures["repeats_other_body"]) == (1, 1)
+    # the key as the http port computes it now: rid-b gets (and commits) its own answer
+    assert _key(proc.id, "rid-a") != _key(proc.id, "rid-b")
+    server = PortServer(dedup=True)
+    server.handle(_key(proc.id, "rid-a"), "1", "rid-a", **at)
+    answer_b = server.handle(_key(proc.id, "rid-b"), "2", "rid-b", **at)
+    assert answer_b.endswith(":rid-b")
+    logs = _logs_with(proc, answer_b, "rid-b")
+    history = [{"line": 1, "t": 0.0, "kind": "ports", **server.event()}]
+    assert list(check_ports(build_context(history, logs))) == []
+    figures = ports_figures(build_context(history, logs))
+    assert figures is not None
+    assert (figures["committed_matching"], figures["committed_other_request_answer"],
+            figures["repeated_keys"], figures["calls_by_superseded_owner"]) == (1, 0, 0, 1)
 
 
 def test_owner_log_lines_parses_the_warning(tmp_path: Path) -> None:

@@ -103,12 +103,14 @@ def test_http_llm_and_spawn_ports_on_the_cluster(ports_cluster: LocalCluster,
         assert sorted(catalog) == ["http", "llm", "spawn"] and version == 1
         assert catalog["http"]["limits"]["allow_hosts"] == [f"127.0.0.1:{on.port}"]
 
-        # http: allowlisted server, with the idempotency key of (pid, version, call 0).
-        out = _call(c, pid, "http", {"url": f"http://127.0.0.1:{on.port}/ping"})
+        # http: allowlisted server, with the idempotency key of (pid, version, call 0,
+        # port, input).
+        ping = {"url": f"http://127.0.0.1:{on.port}/ping"}
+        out = _call(c, pid, "http", ping)
         assert out.status == "committed", out
         assert out.activation.output["status"] == 200
         assert out.activation.output["body"] == "pong"
-        assert on.keys == [idempotency_key(pid, out.activation.version, 0)]
+        assert on.keys == [idempotency_key(pid, out.activation.version, 0, "http", ping)]
         # ... and refused off the allowlist: no request reaches that server.
         out = _call(c, pid, "http", {"url": f"http://127.0.0.1:{off.port}/ping"})
         assert out.status == "rejected" and out.failure.code == "script_failed"

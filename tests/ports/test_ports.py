@@ -51,10 +51,16 @@ def pid(name: str) -> str:
 
 
 class _Server:
-    """A loopback HTTP server recording every request (path, Idempotency-Key)."""
+    """A loopback HTTP server recording every request (path, Idempotency-Key, Svit-* headers).
+
+    With :attr:`dedup` set it answers a key it has answered before with that
+    first answer (a well-behaved deduplicating server).
+    """
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.dedup = False
+        self.answers: dict[str, bytes] = {}
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,9 +70,13 @@ class _Server:
             def _answer(self) -> None:
                 size = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(size).decode() if size else ""
+                key = self.headers.get("Idempotency-Key")
                 outer.requests.append({"method": self.command, "path": self.path,
-                                       "key": self.headers.get("Idempotency-Key"),
-                                       "body": body})
+                                       "key": key, "body": body,
+                                       "token": self.headers.get("Svit-Fencing-Token"),
+                                       "process": self.headers.get("Svit-Process"),
+                                       "version": self.headers.get("Svit-Version"),
+                                       "call_index": self.headers.get("Svit-Call-Index")})
                 if self.path == "/redirect":
                     self.send_response(302)
                     self.send_header("Location", "/hello")
@@ -74,6 +84,8 @@ class _Server:
                     self.end_headers()
                     return
                 payload = (b"x" * 5000) if self.path == "/big" else b"hello " + body.encode()
+                if outer.dedup and key:
+                    payload = outer.answers.setdefault(key, payload)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(payload)))
@@ -182,14 +194,18 @@ def test_http_port_reaches_an_allowlisted_server_and_sends_an_idempotency_key(
     reg = http_registry(server)
     proc = granted("http", reg)
     url = server.url("/hello")
-    result = activate(proc, "call", {"port": "http", "input": {
-        "url": url, "method": "POST", "body": "svit",
-        "headers": {"idempotency-key": "guest-chosen"}}}, ports=reg, token=11)
+    call_input = {"url": url, "method": "POST", "body": "svit",
+                  "headers": {"idempotency-key": "guest-chosen", "Svit-Version": "99",
+                              "svit-process": "svit://someone/else"}}
+    result = activate(proc, "call", {"port": "http", "input": call_input}, ports=reg, token=11)
     assert result.output == {"status": 200, "headers": {"content-type": "text/plain"},
                              "body": "hello svit"}
     assert len(server.requests) == 1
-    want = idempotency_key(proc.id, 2, 0)
-    assert server.requests[0]["key"] == want
+    want = idempotency_key(proc.id, 2, 0, "http", call_input)
+    # The host's headers win over the guest's: key, token and where the call was made.
+    assert {k: server.requests[0][k] for k in ("key", "token", "process", "version",
+                                               "call_index")} == {
+        "key": want, "token": "11", "process": proc.id, "version": "2", "call_index": "0"}
     (call,) = result.port_calls
     assert (call.port, call.token, call.version, call.call_index, call.ok) == ("http", 11, 2,
                                                                              0, True)
@@ -325,7 +341,8 @@ def test_spawn_forks_the_committed_state_and_runs_one_child_activation() -> None
     activate(proc, "child", 5)  # committed /memory/n = 5
     version = proc.version
     result = activate(proc, "spawn", {"script": "child", "input": 2}, ports=reg)
-    kid = child_id(proc.id, idempotency_key(proc.id, version + 1, 0))
+    kid = child_id(proc.id, idempotency_key(proc.id, version + 1, 0, "spawn",
+                                            {"script": "child", "input": 2}))
     # The child forked the LAST COMMITTED state (n = 5), not the parent's
     # uncommitted write of 100, and ran one activation there.
     assert result.output == {"child": kid, "output": 7, "version": version + 1}
@@ -377,10 +394,92 @@ def test_idempotency_key_is_stable_across_a_retried_activation_after_failover(
     assert proc_b.read("/memory/n") == 1
     # The effect was requested twice (once by the fenced owner), with ONE key.
     keys = [r["key"] for r in server.requests]
-    assert keys == [idempotency_key(name, version + 1, 0)] * 2
+    assert keys == [idempotency_key(name, version + 1, 0, "http",
+                                    {"url": server.url("/hello")})] * 2
     # The fenced owner's call is visible as such: recorded with its token.
     assert [(c.token, c.version, c.idempotency_key, c.ok) for c in calls] == [
         (1, version + 1, keys[0], True), (2, version + 1, keys[0], True)]
+
+
+def test_the_idempotency_key_covers_the_call_input(server: _Server) -> None:
+    """Regression (chaos ``--workload ports``): the key named only (process,
+    version, call index), so two different calls at the same place shared it.
+    Now a different input at the same (process, version, call index) gets a
+    different key, and the same input (a retried activation) the same key."""
+    reg = http_registry(server)
+    proc = granted("key-content", reg)
+    version = proc.version
+
+    def key_of(body: str) -> str:
+        result = prepare_activation(proc, "call", {"port": "http", "input": {
+            "url": server.url("/e"), "method": "POST", "body": body}}, ports=reg)
+        (call,) = result.port_calls
+        assert (call.process_id, call.version, call.call_index) == (proc.id, version + 1, 0)
+        return str(call.idempotency_key)
+
+    first, again, other = key_of("request-1"), key_of("request-1"), key_of("request-2")
+    assert first == again
+    assert first != other
+    assert [r["key"] for r in server.requests] == [first, first, other]
+    # The key is a function of the call's content, not only of its place.
+    at = (proc.id, version + 1, 0)
+    assert idempotency_key(*at, "http", {"body": "a"}) != idempotency_key(*at, "http",
+                                                                          {"body": "b"})
+    assert idempotency_key(*at, "http", {"n": 1}) != idempotency_key(*at, "http", {"n": 1.0})
+    assert idempotency_key(*at, "http", None) != idempotency_key(*at, "spawn", None)
+    assert idempotency_key(*at, "http", {"a": 1, "b": 2}) == idempotency_key(
+        *at, "http", {"b": 2, "a": 1})
+
+
+def test_another_request_at_a_fenced_attempts_version_gets_its_own_answer(
+        rclient: redis.Redis, server: _Server) -> None:
+    """Regression: request r1's attempt calls the port and is fenced; a different
+    request r2 then computes the SAME version. With a key of (process, version,
+    call index) only, a deduplicating server answered r2 with r1's answer and r2
+    committed it (its own effect never applied). The key now covers the input,
+    so r2 sends another key and commits its own answer."""
+    server.dedup = True
+    config = StoreConfig()
+    reg_a, reg_b = http_registry(server), http_registry(server)
+    name = pid("other-request")
+    a = RedisBackend(rclient, name, 1, config)
+    a.claim()
+    keep = ('(define (main input)'
+            ' (write "/memory/port" (map-get (port-call "http" input) "body")))')
+    proc_a = Process.create(name, memory={"port": ""}, scripts={"keep": keep})
+    a.create(proc_a)
+    ctrl_a = ProcessController(proc_a, a, ports=reg_a, token=1)
+    ctrl_a.grant_ports()
+    version = proc_a.version
+    b = RedisBackend(rclient, name, 2, config)
+    b.claim()
+
+    def req(request_id: str) -> Any:
+        return decode_request({
+            "protocol": "svit-control@1", "client_id": "c", "request_id": request_id,
+            "process_id": name, "expected_version": version,
+            "command": {"operation": "activate", "script": "keep",
+                        "input": encode_value({"url": server.url("/e"), "method": "POST",
+                                               "body": request_id})}})
+
+    with pytest.raises(FencedError):
+        ctrl_a.execute(req("r1"))
+    proc_b = b.restore()
+    assert proc_b is not None and proc_b.version == version
+    ctrl_b = ProcessController(proc_b, b, ports=reg_b, token=2)
+    ctrl_b.grant_ports()
+    response = ctrl_b.execute(req("r2"))
+    assert response.outcome.status == "committed"
+    assert proc_b.version == version + 1
+    # r2 committed the answer to r2, not the fenced r1's stored answer; the
+    # durable log agrees (a fresh restore reads the committed value).
+    assert proc_b.read("/memory/port") == "hello r2"
+    again = RedisBackend(rclient, name, 2, config).restore()
+    assert again is not None and again.read("/memory/port") == "hello r2"
+    r1, r2 = server.requests
+    assert (r1["body"], r1["token"], r2["body"], r2["token"]) == ("r1", "1", "r2", "2")
+    assert r1["key"] != r2["key"]
+    assert (r1["version"], r2["version"]) == (str(version + 1),) * 2
 
 
 def test_a_stale_grant_in_a_snapshot_is_not_restored(rclient: redis.Redis) -> None:
