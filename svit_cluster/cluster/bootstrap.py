@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m svit_cluster.cluster.bootstrap STATE_DIR/cluster.json agents [host=NAME ...] \
-        [backend-factory=MODULE:CALLABLE]
+    python -m svit_cluster.cluster.bootstrap STATE_DIR/cluster.json agents \\
+        [host=NAME ...] [backend-factory=MODULE:CALLABLE]
 
 Creates one detached ``HostAgent`` per host listed in ``cluster.json``, pinned
 to that host's Ray node, and waits until each holds its etcd lease. Prints one
