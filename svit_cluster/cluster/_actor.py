@@ -129,11 +129,13 @@ class ProcessActor:
 
     def _start_sync(self, create: dict[str, Any] | None) -> dict[str, Any]:
         from svit_cluster.events import RedisEventLog
-        from svit_cluster.store import RedisBackend, StoreConfig, connect
+        from svit_cluster.store import StoreConfig, connect, load_backend_factory
 
         client = connect(self.cfg.redis_for(self.host), allow_unverified_eviction_policy=(
             self.cfg.redis_allow_unverified_eviction_policy), cluster=self.cfg.redis_cluster)
-        backend = RedisBackend(
+        # The fenced RedisBackend unless the chaos negative control named its
+        # unfenced test factory (ClusterConfig.backend_factory).
+        backend = load_backend_factory(self.cfg.backend_factory)(
             client,
             self.process_id,
             self.token,
@@ -145,10 +147,6 @@ class ProcessActor:
         self._events = RedisEventLog(client, self.process_id, self.token,
                                      signal_retention=self.cfg.signal_retention,
                                      guard=self._guard)
-        if self.cfg.unsafe_disable_fencing:
-            from svit_cluster.store.testing import disable_fencing_for_negative_control
-
-            disable_fencing_for_negative_control(backend)
         # The agent already claimed this token (Owners.claim, for ownership);
         # this claim is kept because it is also the receipts load (one script),
         # which lets every activation make a single round trip (the commit).

@@ -44,10 +44,14 @@ class ClusterConfig:
         call_timeout_s: gateway -> actor call deadline in seconds (default 5).
         host_endpoints: per-host overrides ``{host: {"etcd": ..., "redis": ...}}``
             (the chaos harness routes a host through its own proxies).
-        unsafe_disable_fencing: TEST-ONLY negative control for the chaos
-            checker; process actors then commit without the fence check. It is
-            never read from cluster.json, the environment or a CLI flag: only
-            ``LocalCluster.up(unsafe_disable_fencing=True)`` sets it, in Python.
+        backend_factory: how process actors build their commit backend, as an
+            import path ``"module:callable"``
+            (``svit_cluster.store.load_backend_factory``); ``""`` (default): the
+            fenced ``RedisBackend``. Never read from cluster.json or the
+            environment: only the chaos negative control sets it
+            (``LocalCluster.up(unsafe_disable_fencing=True)`` passes the
+            unfenced test factory of ``svit_cluster.store.testing`` through the
+            bootstrap driver), so production code never imports that module.
         signal_retention: observer signals kept per process (default 10 000).
         redis_allow_unverified_eviction_policy: start against a Redis whose
             ``maxmemory-policy`` cannot be read (``CONFIG`` disabled, as on some
@@ -80,7 +84,7 @@ class ClusterConfig:
     max_receipts: int = DEFAULT_RECEIPTS
     call_timeout_s: float = 5.0
     host_endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
-    unsafe_disable_fencing: bool = False
+    backend_factory: str = ""
     signal_retention: int = 10_000
     redis_allow_unverified_eviction_policy: bool = False
     redis_cluster: bool = False

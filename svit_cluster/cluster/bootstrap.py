@@ -2,7 +2,8 @@
 
 Usage::
 
-    python -m svit_cluster.cluster.bootstrap STATE_DIR/cluster.json agents [host=NAME ...]
+    python -m svit_cluster.cluster.bootstrap STATE_DIR/cluster.json agents \\
+        [host=NAME ...] [backend-factory=MODULE:CALLABLE]
 
 Creates one detached ``HostAgent`` per host listed in ``cluster.json``, pinned
 to that host's Ray node, and waits until each holds its etcd lease. Prints one
@@ -81,7 +82,10 @@ def _drop_stale_agent(config: ClusterConfig, host: str, *, ping_s: float = 5.0) 
             time.sleep(0.2)
 
 
-_NEGATIVE = "unsafe-disable-fencing-for-negative-control"
+#: ``backend-factory=module:callable``: the commit-backend factory of the agents'
+#: process actors (``ClusterConfig.backend_factory``); only ``LocalCluster.up(
+#: unsafe_disable_fencing=True)`` passes it, naming the unfenced test factory.
+_FACTORY = "backend-factory="
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     extra = args[2:]
-    negative_control = _NEGATIVE in extra
+    factories = [a[len(_FACTORY):] for a in extra if a.startswith(_FACTORY)]
     only = [a[len("host="):] for a in extra if a.startswith("host=")]
-    if any(a != _NEGATIVE and not a.startswith("host=") for a in extra):
+    if len(factories) > 1 or any(
+            not a.startswith(("host=", _FACTORY)) for a in extra):
         print(__doc__, file=sys.stderr)
         return 2
     import dataclasses
@@ -102,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args[0])
     doc = json.loads(path.read_text())
     config = ClusterConfig.from_cluster_json(path)
-    if negative_control:  # only LocalCluster.up(unsafe_disable_fencing=True) passes this
-        config = dataclasses.replace(config, unsafe_disable_fencing=True)
+    if factories:  # only LocalCluster.up(unsafe_disable_fencing=True) passes this
+        config = dataclasses.replace(config, backend_factory=factories[0])
     ray.init(address=config.ray_address, namespace=config.namespace,
              logging_level=logging.ERROR, log_to_driver=False)
     try:

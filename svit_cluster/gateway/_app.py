@@ -6,7 +6,8 @@ Layers, outermost first (each its own module and tests):
    request's span (a bad header starts a new trace, never an error);
 1. :class:`ByteCapMiddleware` -- body byte cap, before any decoding (413);
 2. :class:`BearerAuthMiddleware` -- bearer token -> principal (401);
-3. the endpoint decodes the envelope, then :func:`authorize` checks the
+3. the :func:`~svit_cluster.gateway._access.process_access` dependency (or, for
+   ``/v1/control``, :func:`require_access` after decoding the envelope) checks the
    process tenant (403) **before** the router performs any receipt lookup;
    receipts are partitioned by the authenticated principal.
 """
@@ -15,9 +16,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import ClientDisconnect
@@ -26,7 +27,14 @@ from starlette.responses import JSONResponse, Response
 from svit_cluster import __version__
 from svit_cluster.control import ControlRequest, ControlResponse, decode_request
 from svit_cluster.errors import ErrorCode, FencedError, InvalidInput, SvitError, UnavailableError
-from svit_cluster.gateway._auth import BearerAuthMiddleware, Principal, TokenStore, authorize
+from svit_cluster.gateway._access import (
+    Forbidden,
+    forbidden_handler,
+    principal_of,
+    process_access,
+    require_access,
+)
+from svit_cluster.gateway._auth import BearerAuthMiddleware, Principal, TokenStore
 from svit_cluster.gateway._bytecap import (
     DEFAULT_MAX_REQUEST_BYTES,
     ByteCapMiddleware,
@@ -118,18 +126,6 @@ class Initialize(BaseModel):
     client: dict[str, Any] = Field(default_factory=dict)
 
 
-def _principal(request: Request) -> Principal:
-    principal = request.scope.get("svit.principal")
-    assert isinstance(principal, Principal)
-    return principal
-
-
-def _forbidden(process_id: str) -> JSONResponse:
-    return error_response(
-        403, str(ErrorCode.FORBIDDEN), f"token may not act on {process_id[:200]}"
-    )
-
-
 def create_app(
     router: Router,
     tokens: TokenStore,
@@ -181,6 +177,7 @@ def create_app(
 
     # The byte cap raises inside ``receive``, i.e. in whatever reads the body.
     api.add_exception_handler(PayloadTooLarge, payload_too_large_handler)
+    api.add_exception_handler(Forbidden, forbidden_handler)
 
     @api.exception_handler(ClientDisconnect)
     async def _disconnected(_: Request, __: ClientDisconnect) -> JSONResponse:
@@ -265,9 +262,8 @@ def create_app(
                                   "content type must be application/json")
         body = await request.body()
         decoded: ControlRequest = decode_request(body)
-        principal = _principal(request)
-        if not authorize(principal, decoded.process_id):
-            return _forbidden(decoded.process_id)
+        principal = principal_of(request)
+        require_access(principal, decoded.process_id)
         with capture_owner_token() as tokens:
             response = await router.control(decoded, principal.partition)
         outcome = response.outcome
@@ -279,12 +275,10 @@ def create_app(
         return Response(response.model_dump_json(), media_type="application/json",
                         headers=headers)
 
-    @api.post("/v1/processes", status_code=201)
-    async def create_process(request: Request, body: CreateProcess) -> JSONResponse:
+    @api.post("/v1/processes", status_code=201, dependencies=[Depends(process_access)])
+    async def create_process(body: CreateProcess) -> JSONResponse:
         """Create a process with initial memory and a script library."""
         pid = validate_process_id(body.process_id)
-        if not authorize(_principal(request), pid):
-            return _forbidden(pid)
         lim = _Limits()
         memory = (
             decode_value(body.memory) if body.memory_encoding == "tagged"
@@ -298,17 +292,14 @@ def create_app(
         info = await router.create(pid, memory, scripts)
         return JSONResponse(info, status_code=201)
 
-    @api.get("/v1/processes/state")
+    @api.get("/v1/processes/state", dependencies=[Depends(process_access)])
     async def state(
-        request: Request,
         process_id: str = Query(..., description="svit:// process id"),
         path: str = Query("/", description="absolute path, e.g. /memory/count"),
     ) -> JSONResponse:
         """Value and version of ``path`` from one observation."""
         pid = validate_process_id(process_id)
         parse_path(path)
-        if not authorize(_principal(request), pid):
-            return _forbidden(pid)
         value, version = await router.state(pid, path)
         return JSONResponse(
             {"process_id": pid, "path": path, "version": version, "value": encode_value(value)}
@@ -316,7 +307,7 @@ def create_app(
 
     @api.get("/v1/processes/requests")
     async def request_status(
-        request: Request,
+        principal: Annotated[Principal, Depends(process_access)],
         process_id: str = Query(..., description="svit:// process id"),
         client_id: str = Query(..., pattern=_ID_PATTERN, description="envelope client_id"),
         request_id: str = Query(..., pattern=_ID_PATTERN, description="envelope request_id"),
@@ -330,16 +321,12 @@ def create_app(
         authenticated principal, like receipts.
         """
         pid = validate_process_id(process_id)
-        principal = _principal(request)
-        if not authorize(principal, pid):
-            return _forbidden(pid)
         status = await router.request_status(pid, principal.partition, client_id, request_id)
         return JSONResponse({"process_id": pid, "client_id": client_id,
                              "request_id": request_id, **status})
 
-    @api.delete("/v1/processes")
+    @api.delete("/v1/processes", dependencies=[Depends(process_access)])
     async def delete_process(
-        request: Request,
         process_id: str = Query(..., description="svit:// process id"),
     ) -> JSONResponse:
         """Delete a process: its log, snapshot, receipts, outbox, signals and owner record.
@@ -352,18 +339,14 @@ def create_app(
         did happen); ``503`` when the outcome is unknown (retry).
         """
         pid = validate_process_id(process_id)
-        if not authorize(_principal(request), pid):
-            return _forbidden(pid)
         result = await router.delete(pid)
         return JSONResponse({"process_id": pid, "deleted": True,
                              "version": result.get("version")})
 
-    @api.post("/v1/processes/inbox")
-    async def inbox(request: Request, body: InboxMessage) -> JSONResponse:
+    @api.post("/v1/processes/inbox", dependencies=[Depends(process_access)])
+    async def inbox(body: InboxMessage) -> JSONResponse:
         """Commit one message to the process inbox, under the fence; size-checked first."""
         pid = validate_process_id(body.process_id)
-        if not authorize(_principal(request), pid):
-            return _forbidden(pid)
         message = (
             decode_value(body.message) if body.message_encoding == "tagged"
             else from_plain_json(body.message)
@@ -371,39 +354,31 @@ def create_app(
         result = await router.inbox(pid, message, body.dedup_key)
         return JSONResponse({"process_id": pid, **result})
 
-    @api.post("/v1/processes/inbox/drop")
-    async def inbox_drop(request: Request, body: InboxDrop) -> JSONResponse:
+    @api.post("/v1/processes/inbox/drop", dependencies=[Depends(process_access)])
+    async def inbox_drop(body: InboxDrop) -> JSONResponse:
         """Dead-letter the inbox head (a message whose turn never succeeds blocks the
         agent): it moves to ``/thread/dead_letters`` in one fenced commit. The head
         must match ``message_id``/``head_hash`` (else 409 ``inbox_conflict``)."""
         pid = validate_process_id(body.process_id)
-        if not authorize(_principal(request), pid):
-            return _forbidden(pid)
         if body.message_id is None and body.head_hash is None:
             raise InvalidInput("name the inbox head to drop: message_id or head_hash")
         result = await router.inbox_drop(pid, reason=body.reason, message_id=body.message_id,
                                          head_hash=body.head_hash)
         return JSONResponse({"process_id": pid, **result})
 
-    @api.post("/v1/processes/snapshot")
-    async def snapshot(request: Request, body: ProcessRef) -> JSONResponse:
+    @api.post("/v1/processes/snapshot", dependencies=[Depends(process_access)])
+    async def snapshot(body: ProcessRef) -> JSONResponse:
         """The process snapshot (strict JSON document)."""
         pid = validate_process_id(body.process_id)
-        if not authorize(_principal(request), pid):
-            return _forbidden(pid)
         data = await router.snapshot(pid)
         doc = strict_json_loads(data, what="snapshot")
         return JSONResponse({"process_id": pid, "version": doc["version"], "snapshot": doc})
 
-    @api.post("/v1/processes/fork", status_code=201)
-    async def fork(request: Request, body: ForkProcess) -> JSONResponse:
+    @api.post("/v1/processes/fork", status_code=201, dependencies=[Depends(process_access)])
+    async def fork(body: ForkProcess) -> JSONResponse:
         """Fork a process into a new id (same version, new identity, empty outbox)."""
         pid = validate_process_id(body.process_id)
         new_pid = validate_process_id(body.new_process_id)
-        principal = _principal(request)
-        for target in (pid, new_pid):
-            if not authorize(principal, target):
-                return _forbidden(target)
         info = await router.fork(pid, new_pid)
         return JSONResponse(info, status_code=201)
 

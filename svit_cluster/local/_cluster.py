@@ -347,7 +347,9 @@ class LocalCluster:
     def _agents_args(self, *hosts: str) -> list[str]:
         args = ["agents", *(f"host={h}" for h in hosts)]
         if self._unsafe_disable_fencing:
-            args.append("unsafe-disable-fencing-for-negative-control")
+            from svit_cluster.store.testing import UNFENCED_BACKEND_FACTORY
+
+            args.append(f"backend-factory={UNFENCED_BACKEND_FACTORY}")
         return args
 
     def _run_driver(self, args: list[str]) -> None:

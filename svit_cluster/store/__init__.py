@@ -16,10 +16,16 @@ Public names, by importance:
 * :class:`Head`, :class:`LogEntry`, :class:`StoredSnapshot`, :class:`RestoreStats`
   -- typed views of stored data.
 
-The test-only fencing-off switch lives in :mod:`svit_cluster.store.testing`.
+* :class:`BackendFactory`, :func:`load_backend_factory` -- how a process actor
+  builds its backend (``ClusterConfig.backend_factory``: an import path; the empty
+  default is the fenced :class:`RedisBackend`).
+
+The test-only fencing-off switch (and its unfenced backend factory) lives in
+:mod:`svit_cluster.store.testing`.
 Durability under other Redis settings: see ``README.md`` in this package.
 """
 
+from svit_cluster.store._factory import BackendFactory, load_backend_factory
 from svit_cluster.store._fences import RedisFences
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
 from svit_cluster.store._log import (
@@ -54,6 +60,7 @@ __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
     "DEFAULT_TIMEOUT_S",
     "AsyncRedisClient",
+    "BackendFactory",
     "Head",
     "LogEntry",
     "ProcessKeys",
@@ -68,6 +75,7 @@ __all__ = [
     "cluster_from_env",
     "connect",
     "failure_reason",
+    "load_backend_factory",
     "redis_boundary",
     "stale_writes_key",
     "verify_eviction_policy",

@@ -10,15 +10,19 @@ import svit_cluster.store.testing as store_testing
 
 def test_store_exports() -> None:
     assert sorted(store.__all__) == [
-        "ADD_SIGNAL", "ALLOW_UNVERIFIED_EVICTION_ENV", "AsyncRedisClient", "CLUSTER_ENV",
+        "ADD_SIGNAL", "ALLOW_UNVERIFIED_EVICTION_ENV", "AsyncRedisClient", "BackendFactory",
+        "CLUSTER_ENV",
         "DEFAULT_PREFIX", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_TIMEOUT_S", "Head", "LogEntry",
         "ProcessKeys",
         "RedisBackend", "RedisClient", "RedisFences", "RestoreStats", "StoreConfig",
         "StoredSnapshot", "allow_unverified_from_env", "async_connect", "cluster_from_env",
-        "connect", "failure_reason", "redis_boundary", "stale_writes_key",
+        "connect", "failure_reason", "load_backend_factory", "redis_boundary",
+        "stale_writes_key",
         "verify_eviction_policy",
     ]
-    assert store_testing.__all__ == ["disable_fencing_for_negative_control"]
+    assert store_testing.__all__ == [
+        "UNFENCED_BACKEND_FACTORY", "disable_fencing_for_negative_control", "unfenced_backend",
+    ]
 
 
 def test_ownership_exports() -> None:
