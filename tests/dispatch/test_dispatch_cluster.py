@@ -53,6 +53,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, stub: WebhookStub
             "retry_initial_s": 0.05, "retry_max_s": 2.0, "claim_idle_s": 2.0,
             "claim_ttl_s": 2.5, "heartbeat_interval_s": 0.5, "worker_ttl_s": 2.0,
             "scan_interval_s": 0.5, "sink_timeout_s": 4.0,
+            # These tests prove "nothing lost, each recorded once, in commit
+            # order" by listing every intent of the outbox streams
+            # (delivery_status), so acknowledged entries must stay listed.
+            # Trimming itself is proven by tests/dispatch/test_trim.py (the
+            # real worker on real Redis and Redis Cluster).
+            "trim_acked": False,
         }))
     try:
         yield lc
