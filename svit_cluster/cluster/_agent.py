@@ -83,7 +83,7 @@ class HostAgent:
         self.started_at = time.time()
         self._spares: list[tuple[str, Any]] = []  # warm, unbound process actors
         self._refilling: asyncio.Task[None] | None = None
-        self.spare_target = 1
+        self.spare_target = self.cfg.warm_spares
         self._reconcile_task: asyncio.Task[None] | None = None
         self._fence_store: Any = None
         self._health: Any = None  # HostHealth, made on the first join
@@ -149,18 +149,28 @@ class HostAgent:
             self._refilling = asyncio.get_running_loop().create_task(self._refill_loop())
 
     async def _refill_loop(self) -> None:
-        """Keep ``spare_target`` warm actors; a failure only costs a cold activation."""
-        while len(self._spares) < self.spare_target:
-            # Creating a named actor waits for the GCS: never on the event loop,
-            # which must keep the lease alive.
-            name, handle = await asyncio.to_thread(self._new_actor)
-            try:
-                await asyncio.wait_for(handle.warm.remote(), timeout=60)
-            except Exception:
+        """Keep ``spare_target`` warm actors; a failure only costs a cold activation.
+
+        The missing spares are started together (one failover can take
+        several at once), each in its own thread: creating a named actor waits
+        for the GCS, never on the event loop, which must keep serving.
+        """
+        while (missing := self.spare_target - len(self._spares)) > 0:
+            made = await asyncio.gather(*(asyncio.to_thread(self._new_actor)
+                                          for _ in range(missing)))
+            warmed = await asyncio.gather(
+                *(asyncio.wait_for(handle.warm.remote(), timeout=60) for _n, handle in made),
+                return_exceptions=True)
+            failed = False
+            for (name, handle), ok in zip(made, warmed, strict=True):
+                if isinstance(ok, BaseException):
+                    failed = True
+                    self._kill(handle)
+                else:
+                    self._spares.append((name, handle))
+            if failed:
                 log.warning("warming a spare actor on %s failed", self.host)
-                self._kill(handle)
                 return
-            self._spares.append((name, handle))
 
     async def _take_actor(self) -> tuple[str, Any]:
         if self._spares:
