@@ -117,6 +117,8 @@ def first_answer_after(url: str, token: str, pid: str, version: int, start: floa
             if accept():
                 answered.append(at)
                 stop.set()
+            elif failures is not None:
+                failures.append((at, "answered", "but not (yet) by another owner"))
 
     threads = []
     while not stop.is_set() and time.monotonic() - start < limit_s:
@@ -199,6 +201,35 @@ def processes_on_one_host(cluster: LocalCluster, url: str, token: str,
         if all(p in versions and owners.get(p, {}).get("host") == host for p in chosen):
             return host, {p: versions[p] for p in chosen}
     raise AssertionError(f"no host came to own {count} live processes at once")
+
+
+def wait_warm(cluster: LocalCluster, url: str, token: str, pids: dict[str, int],
+              *, spares: int = 2, timeout_s: float = 40.0) -> float:
+    """Wait (bounded) until every host's agent has ``spares`` warm process actors
+    (the setup above used some up), committing on ``pids`` every round so none
+    passivates meanwhile; returns the seconds waited. The bound under test
+    assumes warm survivors: beyond its spares, an activation first starts a
+    Ray worker (seconds on a busy machine); that is capacity, not failover."""
+    import ray
+
+    from svit_cluster.cluster._agent import agent_name
+
+    connect_ray(cluster)
+    namespace = f"svit-{cluster.doc['cluster']}"
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        counts = []
+        for host in sorted(cluster.doc["hosts"]):
+            try:
+                agent = ray.get_actor(agent_name(host), namespace=namespace)
+                counts.append(int(ray.get(agent.status.remote(), timeout=10)["spares"]))
+            except Exception:
+                counts.append(0)
+        _commit_all(url, token, pids, list(pids))
+        if min(counts) >= spares:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - started
 
 
 def measure_failover(cluster: LocalCluster, url: str, token: str, victim: str,
@@ -345,6 +376,7 @@ def test_failover_within_ttl_plus_1_5_s(
     url, token = gateway
     ttl = cluster.spec.lease_ttl_s
     victim, pids = processes_on_one_host(cluster, url, token)
+    wait_warm(cluster, url, token, pids)
     start = time.monotonic()
     FAULTS[kind](cluster, victim)
     try:
@@ -373,6 +405,7 @@ def test_failover_of_a_host_cut_off_from_etcd(
     url, token = gateway
     ttl = cluster.spec.lease_ttl_s
     victim, pids = processes_on_one_host(cluster, url, token)
+    wait_warm(cluster, url, token, pids)
     start = time.monotonic()
     etcd_links[victim].set_mode(LinkMode.DROP)
     try:
@@ -395,6 +428,7 @@ def test_failover_with_an_etcd_restart_while_the_host_is_dead(
     etcd = cluster.etcd
     assert etcd is not None, "the session cluster runs its own etcd"
     victim, pids = processes_on_one_host(cluster, url, token)
+    wait_warm(cluster, url, token, pids)
     start = time.monotonic()
     cluster.kill_host(victim)
     try:
@@ -410,7 +444,7 @@ def test_failover_with_an_etcd_restart_while_the_host_is_dead(
         line = report("etcd-restart-dead-host", victim, ttl, took)
         print(f"  etcd SIGKILLed at {restarted_at:.2f} s, answering again at {back_at:.2f} s")
         assert all(t is not None for t in took), line
-        assert max(t for t in took if t is not None) <= 2 * ttl + MARGIN_S, line
+        assert max(t for t in took if t is not None) <= back_at + 2 * ttl + MARGIN_S, line
     finally:
         restore(cluster, victim)
 
