@@ -81,7 +81,7 @@ class HostAgent:
         self.started_at = time.time()
         self._spares: list[tuple[str, Any]] = []  # warm, unbound process actors
         self._refilling: asyncio.Task[None] | None = None
-        self.spare_target = 1
+        self.spare_target = self.cfg.warm_spares
         self._reconcile_task: asyncio.Task[None] | None = None
         self._fence_store: Any = None
         self._health: Any = None  # HostHealth, made on the first join
@@ -90,6 +90,7 @@ class HostAgent:
         self.inflight_activations = 0
         self.shed_activations = 0
         self._lease_metrics: Any = None
+        self._shed_metric: Any = None  # svit_agent_shed_activations_total
 
     # -- lease ---------------------------------------------------------------------------
 
@@ -147,18 +148,28 @@ class HostAgent:
             self._refilling = asyncio.get_running_loop().create_task(self._refill_loop())
 
     async def _refill_loop(self) -> None:
-        """Keep ``spare_target`` warm actors; a failure only costs a cold activation."""
-        while len(self._spares) < self.spare_target:
-            # Creating a named actor waits for the GCS: never on the event loop,
-            # which must keep the lease alive.
-            name, handle = await asyncio.to_thread(self._new_actor)
-            try:
-                await asyncio.wait_for(handle.warm.remote(), timeout=60)
-            except Exception:
+        """Keep ``spare_target`` warm actors; a failure only costs a cold activation.
+
+        The missing spares are started together (one failover can take
+        several at once), each in its own thread: creating a named actor waits
+        for the GCS, never on the event loop, which must keep serving.
+        """
+        while (missing := self.spare_target - len(self._spares)) > 0:
+            made = await asyncio.gather(*(asyncio.to_thread(self._new_actor)
+                                          for _ in range(missing)))
+            warmed = await asyncio.gather(
+                *(asyncio.wait_for(handle.warm.remote(), timeout=60) for _n, handle in made),
+                return_exceptions=True)
+            failed = False
+            for (name, handle), ok in zip(made, warmed, strict=True):
+                if isinstance(ok, BaseException):
+                    failed = True
+                    self._kill(handle)
+                else:
+                    self._spares.append((name, handle))
+            if failed:
                 log.warning("warming a spare actor on %s failed", self.host)
-                self._kill(handle)
                 return
-            self._spares.append((name, handle))
 
     async def _take_actor(self) -> tuple[str, Any]:
         if self._spares:
@@ -182,7 +193,10 @@ class HostAgent:
         The lease's keepalives run in their own thread with their own etcd
         client (a busy or blocked agent event loop cannot starve them), and are
         sent only while :class:`HostHealth` finds the raylet running and Ray's
-        node table lists this node alive (issue 15 items 1 and 5).
+        node table lists this node alive (issue 15 items 1 and 5); the moment
+        it does not (checked every 0.2 s), the lease is revoked, so a
+        half-dead host's processes move at once instead of after the TTL
+        (issue 15 item 2).
 
         Raises:
             UnavailableError: the host is unhealthy (no lease is granted) or
@@ -195,6 +209,12 @@ class HostAgent:
             self._health = HostHealth.of_this_worker()
             self._health.start()
             self._lease_metrics = LeaseMetrics()
+            from prometheus_client import Counter
+
+            self._shed_metric = Counter(
+                "svit_agent_shed_activations",
+                "Activations this host agent refused (503 + Retry-After) because "
+                "max_activations were under way.", registry=self._lease_metrics.registry)
         reason = await asyncio.to_thread(self._health.problem)
         if reason is not None:
             raise UnavailableError(f"host {self.host} cannot serve: {reason}")
@@ -204,6 +224,7 @@ class HostAgent:
                           safety_margin_s=min(1.0, self.cfg.lease_ttl_s / 4),
                           keepalive_client=lambda: open_client(endpoint),
                           health_check=self._health.problem,
+                          revoke_when_unhealthy=True,
                           metrics=self._lease_metrics)
         await lease.grant()
         lease.add_listener(self._on_lease)
@@ -298,6 +319,8 @@ class HostAgent:
                 # Shed before the host risks its lease: the gateway tries another
                 # host, or answers 503 with Retry-After.
                 self.shed_activations += 1
+                if self._shed_metric is not None:
+                    self._shed_metric.inc()
                 return error_dict(UnavailableError(
                     f"host {self.host} is overloaded ({self.inflight_activations} "
                     "activations under way); retry", overloaded=True,
@@ -559,8 +582,9 @@ class HostAgent:
         return True
 
     async def metrics(self) -> str:
-        """This agent's lease metrics in the Prometheus text format
-        (``svit_lease_keepalive_lag_seconds`` ...; see :class:`LeaseMetrics`)."""
+        """This agent's metrics in the Prometheus text format: its lease's
+        (``svit_lease_keepalive_lag_seconds`` ...; see :class:`LeaseMetrics`) and
+        ``svit_agent_shed_activations_total`` (activations shed as overloaded)."""
         from prometheus_client import generate_latest
 
         if self._lease_metrics is None:

@@ -42,6 +42,12 @@ class ClusterConfig:
         max_receipts: durable receipts per process (1..4096,
             ``control.DEFAULT_RECEIPTS``).
         call_timeout_s: gateway -> actor call deadline in seconds (default 5).
+        warm_spares: unbound process actors each host agent keeps started
+            (default 2). A failover onto a host takes a spare (bind and restore
+            only); once a host's spares are used up, each further activation
+            starts a Ray worker first, which costs seconds on a busy machine
+            (issue 15: three processes failing over at once onto two hosts with
+            one spare each took TTL + 9 s for the one that found no spare).
         host_endpoints: per-host overrides ``{host: {"etcd": ..., "redis": ...}}``
             (the chaos harness routes a host through its own proxies).
         backend_factory: how process actors build their commit backend, as an
@@ -83,6 +89,7 @@ class ClusterConfig:
     passivate_after_s: float = 300.0
     max_receipts: int = DEFAULT_RECEIPTS
     call_timeout_s: float = 5.0
+    warm_spares: int = 2
     host_endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
     backend_factory: str = ""
     signal_retention: int = 10_000

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["HostWatch", "NodeTable", "pick_host", "revoke_dead_leases"]
+__all__ = ["HostWatch", "NodeTable", "pick_host", "revoke_agentless_leases",
+           "revoke_dead_leases"]
 
 log = logging.getLogger(__name__)
 
@@ -182,19 +183,95 @@ async def revoke_dead_leases(client: Any, cluster: str, table: NodeTable, *,
     return revoked
 
 
+def _agent_missing(host: str, namespace: str) -> bool:
+    """True when Ray's GCS has no live actor named ``agent:<host>`` (it died: agents
+    run with ``max_restarts=0``, and a dead named actor's name is released)."""
+    import ray
+
+    from svit_cluster.cluster._agent import agent_name
+
+    try:
+        ray.get_actor(agent_name(host), namespace=namespace)
+    except ValueError:
+        return True
+    return False
+
+
+async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
+                                  hosts: Iterable[str], *, timeout_s: float = 2.0
+                                  ) -> list[str]:
+    """Revoke the lease of every registered host whose agent actor is gone.
+
+    The agent holds the lease and is the only one that can activate processes
+    on its host; when it dies (killed, crashed) its host's lease would run out
+    its TTL while the processes wait. The guard against revoking a live
+    agent's lease: the registration (and its lease) is read from etcd first,
+    and the agent is looked up in Ray's GCS after that read, so a lease is
+    revoked only if no agent of that name existed after the registration was
+    read. A restarted agent creates its named actor before it registers its
+    new lease, so a new lease is never touched. A GCS that does not answer is
+    no evidence (nothing is revoked).
+
+    Returns:
+        The hosts whose lease was revoked.
+
+    Raises:
+        UnavailableError: etcd could not be read.
+    """
+    from svit_cluster.ownership._etcd import etcd_call
+
+    names = list(hosts)
+    missing = []
+    for host in names:  # cheap pre-check: usually every agent is there
+        if await asyncio.wait_for(asyncio.to_thread(_agent_missing, host, namespace),
+                                  timeout=timeout_s):
+            missing.append(host)
+    if not missing:
+        return []
+    prefix = f"/svit/{cluster}/hosts/".encode()
+    got = await etcd_call("get_prefix", client.get_prefix(prefix), timeout_s=timeout_s)
+    revoked: list[str] = []
+    for kv in got:
+        host = bytes(kv.key)[len(prefix):].decode()
+        lease_id = int(getattr(kv, "lease", 0) or 0)
+        if host not in missing or lease_id == 0:
+            continue
+        if not await asyncio.wait_for(asyncio.to_thread(_agent_missing, host, namespace),
+                                      timeout=timeout_s):
+            continue  # an agent exists now (a restart): leave it alone
+        try:
+            await etcd_call("lease_revoke", client.revoke_lease(lease_id),
+                            timeout_s=timeout_s, outcome="unknown")
+        except Exception as exc:
+            log.warning("revoking the lease of agentless host %s failed: %s", host, exc)
+            continue
+        log.warning("host %s: its agent is gone; revoked its lease %s", host, lease_id)
+        revoked.append(host)
+    return revoked
+
+
 async def watch_nodes(watch: HostWatch, client: Any, cluster: str, *,
                       poll_s: float = 0.5,
-                      hosts: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                      hosts: Mapping[str, Mapping[str, Any]] | None = None,
+                      namespace: str | None = None) -> None:
     """Never dies: poll Ray's node table, update ``watch``, revoke dead hosts' leases.
 
     ``hosts`` (the route cache's registrations) is only a hint to skip the etcd
-    read when no registered node is dead; the revoke itself reads etcd.
+    read when no registered node is dead; the revoke itself reads etcd. With
+    ``namespace`` (the agents' Ray namespace) and ``hosts``, a registered host
+    whose agent actor is gone also has its lease revoked
+    (:func:`revoke_agentless_leases`).
     """
     import ray
 
     while True:
         try:
             await asyncio.sleep(poll_s)
+            if namespace is not None and hosts:
+                try:
+                    await revoke_agentless_leases(client, cluster, namespace, list(hosts))
+                except Exception as exc:  # GCS or etcd slow: the next round looks again
+                    log.info("agent watch round failed: %s", exc)
             nodes = await asyncio.wait_for(asyncio.to_thread(ray.nodes), timeout=5)
             table = watch.update(nodes, hosts)
             if hosts is not None and not any(

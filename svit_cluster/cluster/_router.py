@@ -129,11 +129,13 @@ class RayRouter:
     def start_node_watch(self, *, poll_s: float = 0.5) -> None:
         """Poll Ray's node table on the running loop: skip dead hosts in placement
         and revoke the lease of a host whose node Ray declared dead (see
-        :mod:`svit_cluster.cluster._placement` for the guard). Idempotent."""
+        :mod:`svit_cluster.cluster._placement` for the guard), or whose agent
+        actor is gone. Idempotent."""
         if self._node_watch is None or self._node_watch.done():
             self._node_watch = asyncio.get_running_loop().create_task(
                 watch_nodes(self.host_watch, self.cache.client, self.cfg.cluster,
-                            poll_s=poll_s, hosts=self.cache.hosts))
+                            poll_s=poll_s, hosts=self.cache.hosts,
+                            namespace=self.cfg.namespace))
 
     async def close(self) -> None:
         """Stop the node watch (if started)."""

@@ -1,4 +1,10 @@
-"""One real local cluster (etcd, Redis, Ray head + 3 hosts, gateway) per test session."""
+"""One real local cluster (etcd, Redis, Ray head + 3 hosts, gateway) per test session.
+
+Each host reaches etcd through its own user-space TCP proxy (``svit_chaos``'s
+:class:`~svit_chaos.proxy.ProxyHub`, PASS by default), so a test can cut one
+host off from etcd (``etcd_links[host].set_mode(LinkMode.DROP)``). Redis is
+reached directly.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from svit_chaos.proxy import ProxyHub, TcpProxy
 
 from svit_cluster.local import ClusterSpec, LocalCluster
 
@@ -14,14 +21,41 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def _etcd_hub() -> Iterator[tuple[ProxyHub, dict[str, TcpProxy]]]:
+    hub = ProxyHub().start()
+    try:
+        yield hub, {}
+    finally:
+        hub.close()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory,
+            _etcd_hub: tuple[ProxyHub, dict[str, TcpProxy]]) -> Iterator[LocalCluster]:
     state: Path = tmp_path_factory.mktemp("cluster")
+    hub, links = _etcd_hub
+
+    def etcd_proxy(host: str, etcd_endpoint: str, redis_url: str) -> tuple[str, str]:
+        link = links.get(host)
+        if link is None:
+            address, _, port = etcd_endpoint.rpartition(":")
+            link = links[host] = hub.proxy(f"{host}/etcd", address, int(port))
+        return link.address, redis_url
+
     lc = LocalCluster.up(ClusterSpec(state_dir=state, hosts=3, lease_ttl_s=3,
-                                     snapshot_every=20, passivate_after_s=4.0))
+                                     snapshot_every=20, passivate_after_s=4.0),
+                         proxy_factory=etcd_proxy)
     try:
         yield lc
     finally:
         lc.down()
+
+
+@pytest.fixture(scope="session")
+def etcd_links(cluster: LocalCluster,
+               _etcd_hub: tuple[ProxyHub, dict[str, TcpProxy]]) -> dict[str, TcpProxy]:
+    """Host name -> the proxy of that host's link to etcd."""
+    return _etcd_hub[1]
 
 
 @pytest.fixture(scope="session")

@@ -1,39 +1,82 @@
-"""Failover bounds for faults where the host agent itself keeps running (issue 15
-items 1 and 2), on the session's real local cluster (lease TTL 3 s).
+"""Failover bounds per fault kind (issue 15, done-when 1), on the session's real
+local cluster (3 hosts, lease TTL 3 s; tests/cluster/conftest.py).
 
-* Raylet-only stop: SIGSTOP of the owner's raylet, its workers (the agent, the
-  process actor) untouched. The agent must stop renewing its lease (its health
-  check sees the stopped raylet) and the gateway must revoke it once Ray
-  declares the node dead, so the process serves again within TTL + 1.5 s of
-  the stop; and new processes created during the stop must not be placed on
-  the half-dead host (each commits within TTL + 1.5 s).
-* Ray node death: when Ray lists the owner's node as dead, the host's lease is
-  revoked by the gateway (not left to expire), i.e. gone well inside the TTL
-  counted from the moment Ray declared the node dead.
+Failover is measured the way a client sees it: from the fault (owner loss) to
+the first request answered by an owner on ANOTHER host (committed, or refused
+with a version conflict: either way a commit was possible there). Each fault
+hits a host that owns :data:`PER_FAULT` processes, probed in parallel (a fresh
+single-attempt request every 0.2 s each), so p100 is over several samples.
+After each fault the host is restored (``LocalCluster.restart_host``).
 
-Availability is probed the way a client sees it: a fresh request every 0.2 s,
-each with a single attempt; the figure is the time from the fault to the first
-request that an owner answered (committed, or refused with a version
-conflict: either way a commit was possible).
+Bounded, p100 <= TTL + 1.5 s:
+
+* host kill: SIGKILL of the raylet and every worker of the host (Ray declares
+  the node dead within ~1.5 s; the gateway's node watch revokes the lease);
+* SIGTERM of every process of the host (the raylet shuts down, Ray declares
+  the node dead at once; same revoke);
+* host pause: SIGSTOP of every process of the host, held past TTL + 1.5 s
+  (nothing on the host runs: Ray's verdict, then the gateway's revoke, or the
+  lease's own expiry, whichever comes first);
+* raylet-only stop: SIGSTOP of the raylet, its workers (agent, process actors)
+  untouched -- the agent's health check (every 0.2 s) sees the raylet stopped
+  and revokes its own lease; new processes created during the stop must not
+  be placed on the half-dead host;
+* agent-only kill: SIGKILL of the HostAgent worker (raylet and process actors
+  stay) -- the gateway's watch finds the agent actor gone from Ray's GCS and
+  revokes its host's lease.
+
+Before each fault the test waits until every host has its warm spare actors
+(``warm_spares``, 2): the bound assumes warm survivors; past its spares a host
+first starts a Ray worker per activation (seconds on this 2-core machine).
+
+Measured (printed), with a documented bound:
+
+* a host cut off from etcd (its etcd proxy DROPs): nobody can tell a host cut
+  off from etcd from a slow one (Ray still lists it alive, its agent answers
+  calls), so its lease must run out at etcd: up to one TTL after the last
+  keepalive that got through; then the gateway's etcd watch sees the records
+  go and places the processes elsewhere. It cannot be lower than
+  TTL - keepalive interval (2 s here) without shortening the TTL; bound
+  TTL + 1.5 s.
+* an etcd restart while a host is dead (kill at t = 0, etcd SIGKILLed at
+  0.8 TTL and started again): etcd renews every lease to a full TTL when it
+  restarts; the dead host's lease is normally revoked by the gateway once Ray
+  declares its node dead (~1.5 s, before the restart), but nobody can claim
+  anything while etcd is down, and the SURVIVORS' leases also miss keepalives
+  during the outage: with TTL 3 s an outage of ~1.5-2 s passes their local
+  deadline (TTL - safety margin), so they drop their actors and rejoin with a
+  new lease before they can take the processes over. Hence the bound: the
+  moment etcd answers again + 2 TTL + 1.5 s (one TTL for a lease renewed by
+  the restart, one for the survivors' rejoin). A longer TTL lets survivors
+  ride out the outage; a 3-member etcd (no full outage) avoids it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
+import psutil
 import pytest
+from svit_chaos.proxy import LinkMode, TcpProxy
 
 from svit_cluster.client import SvitClient
 from svit_cluster.errors import SvitError
 from svit_cluster.local import LocalCluster
-from svit_cluster.local._status import cluster_status
+from svit_cluster.local._status import _etcd_view
 
 pytestmark = pytest.mark.cluster
+
+#: Processes owned by the victim host per fault (p100 is over these samples).
+PER_FAULT = 3
+#: Margin over the lease TTL that failover must stay within (issue 15, done-when 1).
+MARGIN_S = 1.5
 
 COUNTER = """(define (main input)
   (let ((count (+ (read "/memory/count") (value-get input "/by"))))
@@ -46,9 +89,26 @@ def new_counter(client: SvitClient) -> str:
     return pid
 
 
+def etcd_view(cluster: LocalCluster) -> dict:
+    """``{"hosts": {host: registration}, "owners": {pid: record}}`` read from etcd now."""
+    return asyncio.run(_etcd_view(cluster.doc["etcd"]["endpoint"], cluster.doc["cluster"]))
+
+
+def owner_host(cluster: LocalCluster, pid: str) -> str | None:
+    """The host of ``pid``'s ownership record in etcd (None: not owned, or etcd down)."""
+    try:
+        record = etcd_view(cluster)["owners"].get(pid)
+    except Exception:
+        return None
+    return None if record is None else str(record["host"])
+
+
 def first_answer_after(url: str, token: str, pid: str, version: int, start: float,
-                       *, limit_s: float) -> float | None:
-    """Seconds from ``start`` to the first request an owner answered, or None."""
+                       *, limit_s: float,
+                       accept: Callable[[], bool] = lambda: True,
+                       failures: list[tuple[float, str, str]] | None = None) -> float | None:
+    """Seconds from ``start`` to the first request an owner answered and ``accept()``
+    held right after (e.g. "the owner is on another host"), or None past ``limit_s``."""
     answered: list[float] = []
     stop = threading.Event()
 
@@ -58,9 +118,19 @@ def first_answer_after(url: str, token: str, pid: str, version: int, start: floa
                 c.activate(pid, "counter", {"by": 1}, expected_version=version)
             except SvitError as exc:
                 if exc.code != "conflict":
+                    if failures is not None:
+                        failures.append((time.monotonic() - start, exc.code, exc.message[:70]))
                     return
-            answered.append(time.monotonic() - start)
-            stop.set()
+            except Exception as exc:  # a client timeout
+                if failures is not None:
+                    failures.append((time.monotonic() - start, type(exc).__name__, ""))
+                return
+            at = time.monotonic() - start
+            if accept():
+                answered.append(at)
+                stop.set()
+            elif failures is not None:
+                failures.append((at, "answered", "but not (yet) by another owner"))
 
     threads = []
     while not stop.is_set() and time.monotonic() - start < limit_s:
@@ -97,12 +167,298 @@ def create_and_commit(url: str, token: str, *, limit_s: float) -> float | None:
     return None
 
 
-def host_registration(cluster: LocalCluster, host: str) -> dict:
-    """``host``'s registration in etcd (``node_id``, ``lease``, ...)."""
-    from svit_cluster.local._status import _etcd_view
+def _commit_all(url: str, token: str, versions: dict[str, int], pids: list[str]) -> None:
+    """Create (if new) and commit once each of ``pids`` in parallel (``versions``
+    updated). A process whose create or commit failed (an overloaded machine:
+    the SDK's retries ran out) is left out of ``versions``."""
+    def one(pid: str) -> None:
+        with SvitClient(url, token, attempts=10, max_wait_s=0.5, timeout_s=20) as c:
+            try:
+                if pid not in versions:
+                    c.create_process(pid, memory={"count": 0}, scripts={"counter": COUNTER})
+                    versions[pid] = 0
+                out = c.activate(pid, "counter", {"by": 1}, expected_version=versions[pid])
+                assert out.outcome.status == "committed", out
+                versions[pid] += 1
+            except SvitError as exc:
+                print(f"  (setup: {pid} left out: {exc.code}: {exc.message[:80]})")
+                versions.pop(pid, None)
 
-    view = asyncio.run(_etcd_view(cluster.doc["etcd"]["endpoint"], cluster.doc["cluster"]))
-    return dict(view["hosts"][host])
+    with concurrent.futures.ThreadPoolExecutor(len(pids)) as pool:
+        list(pool.map(one, pids))
+
+
+def processes_on_one_host(cluster: LocalCluster, url: str, token: str,
+                          count: int = PER_FAULT) -> tuple[str, dict[str, int]]:
+    """Create counters (in parallel) until one host owns ``count`` of them at once;
+    returns that host and ``{process: version}`` for those processes, each
+    committed again right before returning (so none is idle long enough to
+    passivate, 4 s here, before the fault) and still owned by that host."""
+    versions: dict[str, int] = {}
+    for _ in range(4):
+        fresh = [f"svit://local/f-{uuid.uuid4().hex[:10]}" for _ in range(3 * count)]
+        _commit_all(url, token, versions, fresh)
+        by_host: dict[str, list[str]] = {}
+        for p, record in etcd_view(cluster)["owners"].items():
+            if p in fresh and p in versions:  # older ones may have passivated meanwhile
+                by_host.setdefault(str(record["host"]), []).append(p)
+        if not by_host:
+            continue
+        host, pids = max(by_host.items(), key=lambda kv: len(kv[1]))
+        if len(pids) < count:
+            continue
+        chosen = pids[:count]
+        _commit_all(url, token, versions, chosen)
+        owners = etcd_view(cluster)["owners"]
+        if all(p in versions and owners.get(p, {}).get("host") == host for p in chosen):
+            return host, {p: versions[p] for p in chosen}
+    raise AssertionError(f"no host came to own {count} live processes at once")
+
+
+def wait_warm(cluster: LocalCluster, url: str, token: str, pids: dict[str, int],
+              *, spares: int = 2, timeout_s: float = 40.0) -> float:
+    """Wait (bounded) until every host's agent has ``spares`` warm process actors
+    (the setup above used some up), committing on ``pids`` every round so none
+    passivates meanwhile; returns the seconds waited. The bound under test
+    assumes warm survivors: beyond its spares, an activation first starts a
+    Ray worker (seconds on a busy machine); that is capacity, not failover."""
+    import ray
+
+    from svit_cluster.cluster._agent import agent_name
+
+    connect_ray(cluster)
+    namespace = f"svit-{cluster.doc['cluster']}"
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        counts = []
+        for host in sorted(cluster.doc["hosts"]):
+            try:
+                agent = ray.get_actor(agent_name(host), namespace=namespace)
+                counts.append(int(ray.get(agent.status.remote(), timeout=10)["spares"]))
+            except Exception:
+                counts.append(0)
+        _commit_all(url, token, pids, list(pids))
+        if min(counts) >= spares:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def measure_failover(cluster: LocalCluster, url: str, token: str, victim: str,
+                     pids: dict[str, int], start: float, *, limit_s: float
+                     ) -> list[float | None]:
+    """Per process: seconds from ``start`` to the first answer by an owner on a host
+    other than ``victim`` (None: none within ``limit_s``). Also prints, per
+    process, when its record under ``victim`` went and when a new owner's
+    record appeared (etcd polled every 0.1 s): detection vs. activation."""
+    done = threading.Event()
+    gone: dict[str, float] = {}
+    moved: dict[str, float] = {}
+    failures: dict[str, list[tuple[float, str, str]]] = {}
+
+    def watch() -> None:
+        while not done.is_set() and time.monotonic() - start < limit_s:
+            try:
+                owners = etcd_view(cluster)["owners"]
+            except Exception:
+                time.sleep(0.1)
+                continue
+            now = time.monotonic() - start
+            for pid in pids:
+                host = owners.get(pid, {}).get("host")
+                if host != victim:
+                    gone.setdefault(pid, now)
+                if host not in (None, victim):
+                    moved.setdefault(pid, now)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(pids)) as pool:
+            futures = [pool.submit(
+                first_answer_after, url, token, pid, version, start, limit_s=limit_s,
+                accept=lambda pid=pid: owner_host(cluster, pid) not in (None, victim),
+                failures=failures.setdefault(pid, []))
+                for pid, version in pids.items()]
+            took = [f.result() for f in futures]
+    finally:
+        done.set()
+        watcher.join(5)
+    for pid in pids:
+        g, m = gone.get(pid), moved.get(pid)
+        print(f"  {pid}: record under {victim} gone at "
+              f"{None if g is None else round(g, 2)} s, new owner's record at "
+              f"{None if m is None else round(m, 2)} s")
+        last = sorted(failures.get(pid, []))[-3:]
+        if last:
+            print("    last failed probes: " + "; ".join(
+                f"{t:.2f} s {code} {msg}" for t, code, msg in last))
+    return took
+
+
+def report(kind: str, victim: str, ttl: float, took: list[float | None]) -> str:
+    shown = [None if t is None else round(t, 2) for t in took]
+    done = [t for t in took if t is not None]
+    p100 = max(done) if len(done) == len(took) else None
+    line = (f"FAILOVER {kind}: victim {victim}, TTL {ttl} s, per process {shown} s, "
+            f"p100 {None if p100 is None else round(p100, 2)} s "
+            f"(bound TTL + {MARGIN_S} = {ttl + MARGIN_S} s)")
+    print(line)
+    return line
+
+
+def node_procs(cluster: LocalCluster, host: str) -> list[psutil.Process]:
+    out = []
+    for pid in cluster.node(host).pids():
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def agent_pids(cluster: LocalCluster, host: str) -> list[int]:
+    """The worker process running ``host``'s HostAgent actor (``ray::HostAgent...``)."""
+    pids = []
+    for proc in node_procs(cluster, host):
+        try:
+            if " ".join(proc.cmdline()).startswith("ray::HostAgent"):
+                pids.append(proc.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def signal_pids(pids: list[int], sig: int) -> list[int]:
+    done = []
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            done.append(pid)
+        except ProcessLookupError:
+            continue
+    return done
+
+
+def _kill(cluster: LocalCluster, host: str) -> list[int]:
+    return cluster.kill_host(host)
+
+
+def _term(cluster: LocalCluster, host: str) -> list[int]:
+    return signal_pids(cluster.node(host).pids(), signal.SIGTERM)
+
+
+def _pause(cluster: LocalCluster, host: str) -> list[int]:
+    return cluster.pause_host(host)
+
+
+def _stop_raylet(cluster: LocalCluster, host: str) -> list[int]:
+    raylet = cluster.node(host).raylet_pid()
+    assert raylet is not None
+    return signal_pids([raylet], signal.SIGSTOP)  # the agent and actors keep running
+
+
+def _kill_agent(cluster: LocalCluster, host: str) -> list[int]:
+    pids = agent_pids(cluster, host)
+    assert pids, f"no HostAgent worker found on {host}"
+    return signal_pids(pids, signal.SIGKILL)
+
+
+FAULTS: dict[str, Callable[[LocalCluster, str], list[int]]] = {
+    "host-kill": _kill,
+    "sigterm": _term,
+    "host-pause": _pause,
+    "raylet-stop": _stop_raylet,
+    "agent-kill": _kill_agent,
+}
+
+
+def restore(cluster: LocalCluster, host: str) -> None:
+    """Bring ``host`` back (SIGCONT whatever was stopped, then a fresh node and agent)."""
+    signal_pids(cluster.node(host).pids(), signal.SIGCONT)
+    cluster.restart_host(host)
+    assert cluster.wait_healthy(timeout_s=90)["hosts_live"] == 3
+
+
+@pytest.mark.parametrize("kind", list(FAULTS))
+def test_failover_within_ttl_plus_1_5_s(
+    cluster: LocalCluster, gateway: tuple[str, str], kind: str
+) -> None:
+    url, token = gateway
+    ttl = cluster.spec.lease_ttl_s
+    victim, pids = processes_on_one_host(cluster, url, token)
+    wait_warm(cluster, url, token, pids)
+    start = time.monotonic()
+    FAULTS[kind](cluster, victim)
+    try:
+        took = measure_failover(cluster, url, token, victim, pids, start,
+                                limit_s=max(30.0, 4 * ttl))
+        line = report(kind, victim, ttl, took)
+        assert all(t is not None for t in took), line
+        assert max(t for t in took if t is not None) <= ttl + MARGIN_S, line
+        if kind == "raylet-stop":
+            # New processes placed while the raylet is stopped: placement must not
+            # pick the half-dead host (its agent still answers, but nothing can
+            # start there), so each is created and commits within TTL + 1.5 s.
+            for n in range(3):
+                t = create_and_commit(url, token, limit_s=ttl + MARGIN_S)
+                print(f"  new process {n} during the raylet stop: committed after "
+                      f"{t if t is None else round(t, 2)} s")
+                assert t is not None, f"new process {n} not committed within TTL + 1.5 s"
+    finally:
+        restore(cluster, victim)
+
+
+def test_failover_of_a_host_cut_off_from_etcd(
+    cluster: LocalCluster, gateway: tuple[str, str], etcd_links: dict[str, TcpProxy]
+) -> None:
+    """Measured; bound TTL + 1.5 s (see the module docstring for why not lower)."""
+    url, token = gateway
+    ttl = cluster.spec.lease_ttl_s
+    victim, pids = processes_on_one_host(cluster, url, token)
+    wait_warm(cluster, url, token, pids)
+    start = time.monotonic()
+    etcd_links[victim].set_mode(LinkMode.DROP)
+    try:
+        took = measure_failover(cluster, url, token, victim, pids, start,
+                                limit_s=max(30.0, 4 * ttl))
+        line = report("cut-etcd", victim, ttl, took)
+        assert all(t is not None for t in took), line
+        assert max(t for t in took if t is not None) <= ttl + MARGIN_S, line
+    finally:
+        etcd_links[victim].set_mode(LinkMode.PASS)
+        restore(cluster, victim)
+
+
+def test_failover_with_an_etcd_restart_while_the_host_is_dead(
+    cluster: LocalCluster, gateway: tuple[str, str]
+) -> None:
+    """Measured; bound 2 TTL + 1.5 s (see the module docstring for why not lower)."""
+    url, token = gateway
+    ttl = cluster.spec.lease_ttl_s
+    etcd = cluster.etcd
+    assert etcd is not None, "the session cluster runs its own etcd"
+    victim, pids = processes_on_one_host(cluster, url, token)
+    wait_warm(cluster, url, token, pids)
+    start = time.monotonic()
+    cluster.kill_host(victim)
+    try:
+        time.sleep(max(0.0, start + 0.8 * ttl - time.monotonic()))
+        restarted_at = time.monotonic() - start
+        etcd.kill9()
+        etcd.start()
+        cluster.doc["etcd"]["pid"] = etcd.pid  # so `down` signals the live PID
+        cluster._save()
+        back_at = time.monotonic() - start
+        took = measure_failover(cluster, url, token, victim, pids, start,
+                                limit_s=max(30.0, 6 * ttl))
+        line = report("etcd-restart-dead-host", victim, ttl, took)
+        print(f"  etcd SIGKILLed at {restarted_at:.2f} s, answering again at {back_at:.2f} s")
+        assert all(t is not None for t in took), line
+        assert max(t for t in took if t is not None) <= back_at + 2 * ttl + MARGIN_S, line
+    finally:
+        restore(cluster, victim)
 
 
 def connect_ray(cluster: LocalCluster) -> None:
@@ -126,41 +482,6 @@ def wait_ray_dead(cluster: LocalCluster, node_id: str, *, timeout_s: float) -> f
     return None
 
 
-def test_raylet_only_stop_fails_over_within_ttl_plus_1_5_s(
-    cluster: LocalCluster, gateway: tuple[str, str]
-) -> None:
-    url, token = gateway
-    ttl = cluster.spec.lease_ttl_s
-    with SvitClient(url, token, attempts=40, max_wait_s=0.5) as c:
-        pid = new_counter(c)
-        assert c.activate(pid, "counter", {"by": 1}, expected_version=0
-                          ).outcome.status == "committed"
-    victim = cluster_status(cluster)["owners"][pid]["host"]
-    raylet = cluster.node(victim).raylet_pid()
-    assert raylet is not None
-    stopped_at = time.monotonic()
-    os.kill(raylet, signal.SIGSTOP)  # the raylet only: agent and actor keep running
-    try:
-        took = first_answer_after(url, token, pid, 1, stopped_at, limit_s=30)
-        owner = cluster_status(cluster)["owners"].get(pid, {}).get("host")
-        print(f"raylet-only stop of {victim}: first answered request after "
-              f"{took if took is None else round(took, 2)} s (TTL {ttl} s); owner now {owner}")
-        assert took is not None, "no request answered within 30 s"
-        assert took <= ttl + 1.5
-        # New processes placed while the raylet is stopped: placement must not
-        # pick the half-dead host (its agent still answers, but nothing can
-        # start there), so each is created and commits within TTL + 1.5 s.
-        for n in range(3):
-            took = create_and_commit(url, token, limit_s=ttl + 1.5)
-            print(f"  new process {n} during the stop: committed after "
-                  f"{took if took is None else round(took, 2)} s")
-            assert took is not None, f"new process {n} not committed within TTL + 1.5 s"
-    finally:
-        os.kill(raylet, signal.SIGCONT)
-        cluster.restart_host(victim)
-    assert cluster.wait_healthy(timeout_s=90)["hosts_live"] == 3
-
-
 def test_ray_node_death_revokes_the_hosts_lease_at_once(
     cluster: LocalCluster, gateway: tuple[str, str]
 ) -> None:
@@ -168,7 +489,7 @@ def test_ray_node_death_revokes_the_hosts_lease_at_once(
 
     ttl = cluster.spec.lease_ttl_s
     victim = sorted(cluster.doc["hosts"])[-1]
-    registration = host_registration(cluster, victim)
+    registration = dict(etcd_view(cluster)["hosts"][victim])
     lease_id, node_id = registration["lease"], registration["node_id"]
     assert lease_id and node_id
     connect_ray(cluster)  # before the kill: ray.init takes seconds
@@ -198,7 +519,10 @@ def test_ray_node_death_revokes_the_hosts_lease_at_once(
         # the last keepalive was before the kill, which was before Ray's verdict,
         # so expiry alone could come up to a whole TTL later.
         log = (cluster.spec.state_dir / "logs" / "gateway.log").read_text(errors="replace")
-        assert f"host {victim}: Ray declared node" in log, "the gateway did not revoke it"
+        # (Its agent died with the node, so the agent watch may revoke it first.)
+        assert (f"host {victim}: Ray declared node" in log
+                or f"host {victim}: its agent is gone; revoked" in log), \
+            "the gateway did not revoke it"
     finally:
         cluster.restart_host(victim)
     assert cluster.wait_healthy(timeout_s=90)["hosts_live"] == 3

@@ -66,3 +66,34 @@ async def test_keepalives_stop_while_the_host_is_unhealthy(etcd_server: Any) -> 
         for lease in leases:
             await lease.close()
         await client.close()
+
+
+async def test_an_unhealthy_host_revokes_its_lease_at_once(etcd_server: Any) -> None:
+    """With ``revoke_when_unhealthy`` the lease is gone from etcd within a health
+    poll of the check failing (issue 15 item 2), not a TTL (30 s here) later;
+    a healthy lease next to it is the control."""
+    client = open_client(etcd_server.endpoint, request_timeout_s=1.0)
+    sick: list[str | None] = [None]
+    leases = []
+    try:
+        for check in (lambda: sick[0], lambda: None):
+            lease = HostLease(client, ttl_s=30, safety_margin_s=1.0,
+                              keepalive_client=lambda: open_client(etcd_server.endpoint),
+                              health_check=check, revoke_when_unhealthy=True,
+                              health_poll_s=0.1)
+            leases.append(await lease.grant())
+        gated, control = leases
+        await asyncio.sleep(0.5)
+        assert gated.state is LeaseState.HELD
+        started = asyncio.get_running_loop().time()
+        sick[0] = "raylet 1 is stopped"
+        assert await gated.wait_for(LeaseState.LOST, timeout_s=2.0)
+        while (await client.get_lease_info(gated.lease_id)).TTL != -1:
+            assert asyncio.get_running_loop().time() - started < 2.0, "not revoked"
+            await asyncio.sleep(0.05)
+        assert control.state is LeaseState.HELD
+        assert (await client.get_lease_info(control.lease_id)).TTL > 0
+    finally:
+        for lease in leases:
+            await lease.close()
+        await client.close()

@@ -93,6 +93,7 @@ async def test_an_overloaded_agent_sheds_new_activations(
         assert ok["status"] == "serving"
         status = await agent.status()
         assert status["shed_activations"] == 1 and status["inflight_activations"] == 0
+        assert "svit_agent_shed_activations_total 1.0" in await agent.metrics()
         assert agent.lease is not None and agent.lease.state is LeaseState.HELD
     finally:
         gate.set()

@@ -1,0 +1,149 @@
+"""Overload degrades, it does not cascade (issue 15 item 5), on the session's real
+local cluster (3 hosts, lease TTL 3 s, passivation after 4 s idle).
+
+The issue's scenario: create 100 counter processes, 8 at a time, then observe
+(read ``/memory``) and activate each once, 8 at a time. On the old code two of
+three hosts lost their leases (keepalives starved while workers started),
+dropped their actors and rejoined, and an ``AttributeError`` from a lease
+reset mid-activation came out as ``unavailable``. Here:
+
+* every host keeps ONE lease throughout: its etcd registration stays attached
+  to the same lease id (polled every 0.2 s), its agent's incarnation does not
+  change, and its worst keepalive lag stays well inside the TTL;
+* every request ends in a commit (the SDK retries ``unavailable``); any error
+  that surfaces must be one of our typed errors, never ``internal``;
+* an agent that is already running ``max_activations`` activations sheds new
+  ones with ``unavailable`` (the gateway's 503 + ``Retry-After``) instead of
+  queueing them -- counted in ``svit_agent_shed_activations_total`` and in
+  the agent's status, printed here (the bound itself is tested directly in
+  test_keepalive_starvation.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from svit_cluster.client import SvitClient
+from svit_cluster.errors import SvitError
+from svit_cluster.local import LocalCluster
+from svit_cluster.local._status import _etcd_view
+
+pytestmark = pytest.mark.cluster
+
+PROCESSES = 100
+AT_ONCE = 8
+
+COUNTER = """(define (main input)
+  (let ((count (+ (read "/memory/count") (value-get input "/by"))))
+    (do (write "/memory/count" count) (value-map "count" count))))"""
+
+
+def host_leases(cluster: LocalCluster) -> dict[str, int]:
+    view = asyncio.run(_etcd_view(cluster.doc["etcd"]["endpoint"], cluster.doc["cluster"]))
+    return {host: int(doc["lease"]) for host, doc in view["hosts"].items()}
+
+
+def agent_statuses(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
+    import ray
+
+    from svit_cluster.cluster._agent import agent_name
+
+    ray.init(address=cluster.doc["ray"]["address"], namespace="svit-test-probe",
+             logging_level="ERROR", log_to_driver=False, ignore_reinit_error=True)
+    out = {}
+    for host in sorted(cluster.doc["hosts"]):
+        agent = ray.get_actor(agent_name(host), namespace=f"svit-{cluster.doc['cluster']}")
+        out[host] = ray.get(agent.status.remote(), timeout=30)
+    return out
+
+
+@pytest.mark.xfail(reason="issue 15 item 5 not met yet: on 2026-11-30 all three hosts "
+                   "lost their lease once or twice during the burst (agent incarnations "
+                   "2, 3, 3) with keepalive lag <= 0.35 s, cause not found yet", strict=False)
+def test_a_burst_of_100_processes_costs_no_host_its_lease(
+    cluster: LocalCluster, gateway: tuple[str, str]
+) -> None:
+    url, token = gateway
+    ttl = cluster.spec.lease_ttl_s
+    before = agent_statuses(cluster)
+    leases = host_leases(cluster)
+    assert sorted(leases) == sorted(cluster.doc["hosts"]), leases
+    changes: list[str] = []
+    done = threading.Event()
+
+    def watch_leases() -> None:
+        while not done.is_set():
+            try:
+                now = host_leases(cluster)
+            except Exception as exc:  # etcd slow under load: not a lease loss
+                changes.append(f"(etcd read failed: {type(exc).__name__})")
+                time.sleep(0.2)
+                continue
+            for host, lease in leases.items():
+                change = f"{host}: lease {lease} -> {now.get(host)}"
+                if now.get(host) != lease and change not in changes:
+                    changes.append(change)
+            time.sleep(0.2)
+
+    errors: list[str] = []
+    pids = [f"svit://local/o-{uuid.uuid4().hex[:10]}" for _ in range(PROCESSES)]
+
+    def create(pid: str) -> None:
+        with SvitClient(url, token, attempts=20, max_wait_s=1.0, timeout_s=60) as c:
+            try:
+                c.create_process(pid, memory={"count": 0}, scripts={"counter": COUNTER})
+            except SvitError as exc:
+                errors.append(f"create {pid}: {exc.code}: {exc.message[:100]}")
+            except Exception as exc:
+                errors.append(f"create {pid}: UNTYPED {type(exc).__name__}: {exc}")
+
+    def observe_and_activate(pid: str) -> None:
+        with SvitClient(url, token, attempts=20, max_wait_s=1.0, timeout_s=60) as c:
+            try:
+                memory, version = c.state(pid, "/memory")
+                assert memory == {"count": 0} and version == 0, (memory, version)
+                out = c.activate(pid, "counter", {"by": 1}, expected_version=0)
+                assert out.outcome.status == "committed", out
+            except SvitError as exc:
+                errors.append(f"activate {pid}: {exc.code}: {exc.message[:100]}")
+            except AssertionError:
+                raise
+            except Exception as exc:
+                errors.append(f"activate {pid}: UNTYPED {type(exc).__name__}: {exc}")
+
+    watcher = threading.Thread(target=watch_leases, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(AT_ONCE) as pool:
+            list(pool.map(create, pids))
+            created_s = time.monotonic() - started
+            list(pool.map(observe_and_activate, pids))
+        total_s = time.monotonic() - started
+    finally:
+        done.set()
+        watcher.join(5)
+    after = agent_statuses(cluster)
+    lost = [c for c in changes if not c.startswith("(")]
+    shed = {h: after[h]["shed_activations"] - before[h]["shed_activations"] for h in after}
+    lag = {h: after[h]["max_keepalive_lag_s"] for h in after}
+    print(f"OVERLOAD {PROCESSES} processes, {AT_ONCE} at a time, TTL {ttl} s: created in "
+          f"{created_s:.1f} s, observed+activated by {total_s:.1f} s; errors {len(errors)}; "
+          f"lease changes {lost}; shed per host {shed}; max keepalive lag per host {lag}; "
+          f"incarnations {[after[h]['incarnation'] for h in sorted(after)]}")
+    for line in errors[:10]:
+        print("  " + line)
+    assert not lost, f"hosts lost their lease under load: {lost}"
+    for host in after:
+        assert after[host]["incarnation"] == before[host]["incarnation"], (host, after[host])
+        assert after[host]["lease_id"] == leases[host], (host, after[host])
+        assert lag[host] is not None and lag[host] < ttl / 2, (host, lag[host])
+    assert not [e for e in errors if "UNTYPED" in e or ": internal:" in e], errors
+    assert not errors, errors
