@@ -218,7 +218,7 @@ async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
     Raises:
         UnavailableError: etcd could not be read.
     """
-    from svit_cluster.ownership._etcd import etcd_call
+    from svit_cluster.ownership import etcd_call
 
     names = list(hosts)
     missing = []

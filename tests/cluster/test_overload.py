@@ -64,9 +64,11 @@ def agent_statuses(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
     return out
 
 
-@pytest.mark.xfail(reason="issue 15 item 5 not met yet: on 2026-11-30 all three hosts "
-                   "lost their lease once or twice during the burst (agent incarnations "
-                   "2, 3, 3) with keepalive lag <= 0.35 s, cause not found yet", strict=False)
+# Open bug (issue 15 item 5), so deselected by default (-m known_issue runs it and
+# it fails): on 2026-11-30 all three hosts lost their lease once or twice during
+# the burst (agent incarnations 2, 3, 3) with keepalive lag <= 0.35 s; cause not
+# found yet.
+@pytest.mark.known_issue
 def test_a_burst_of_100_processes_costs_no_host_its_lease(
     cluster: LocalCluster, gateway: tuple[str, str]
 ) -> None:
