@@ -47,6 +47,10 @@ __all__ = [
 DEFAULT_SIGNAL_RETENTION = 10_000
 #: Canonical events kept per session by default (``XADD MAXLEN ~``).
 DEFAULT_MAX_EVENTS = 100_000
+#: Seconds a previous session's event log is kept once a new session starts
+#: (``EXPIRE`` set by the first append of the new session; one day), so the
+#: events a process keeps in Redis stay bounded however many sessions it has.
+OLD_SESSION_TTL_S = 86_400
 #: Largest ``limit`` of ``recent_events`` / ``recent_messages``.
 MAX_RECENT = 4096
 #: Format tag of one canonical event document.

@@ -33,6 +33,7 @@ from svit_cluster.errors import (
 from svit_cluster.events._model import (
     DEFAULT_MAX_EVENTS,
     DEFAULT_SIGNAL_RETENTION,
+    OLD_SESSION_TTL_S,
     EventRecord,
     Signal,
     SignalKind,
@@ -86,9 +87,18 @@ for i = 5, #ARGV, 2 do
   add_signal(KEYS[3], ARGV[3], 'kind', 'message',
     'token', ARGV[1], 'session', ARGV[2], 'seq', seq, 'data', ARGV[i + 1])
 end
+-- A new session: the previous session's log expires (bounded history; the
+-- key is this process's, so it is in the same hash slot as KEYS). The
+-- current session's log never expires, even when a session comes back.
+local previous = redis.call('GET', KEYS[4])
+if previous and previous ~= ARGV[2] then
+  local base = string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[2])
+  redis.call('EXPIRE', base .. previous, OLD_SESSION_TTL_S)
+end
+redis.call('PERSIST', KEYS[2])
 redis.call('SET', KEYS[4], ARGV[2])
 return {'ok', string.format('%d', first), string.format('%d', seq)}
-"""
+""".replace("OLD_SESSION_TTL_S", str(OLD_SESSION_TTL_S))
 
 # KEYS: fence, signals
 # ARGV: token, signal_retention, data

@@ -97,6 +97,28 @@ def test_completion_follows_its_acknowledge_in_the_same_step(
     assert sigs[1].data["version"] == 2 and sigs[2].data["turn"] == 1
 
 
+def test_a_new_session_makes_the_previous_sessions_log_expire(
+    rclient: redis.Redis, pid: str, prefix: str
+) -> None:
+    """The event logs a process keeps stay bounded over many sessions: the first
+    append of a new session sets a TTL (one day) on the previous session's log;
+    the current session's log never expires, even when a session comes back."""
+    from svit_cluster.events._model import OLD_SESSION_TTL_S
+
+    new_log(rclient, pid, prefix)
+    log = RedisEventLog(rclient, pid, 1, prefix=prefix)
+    ev = {"kind": "user", "turn": 1, "session": "s-1", "data": {"content": "hi"}}
+    log.append("s-1", [(ev, project_message(ev))])
+    assert rclient.ttl(log.keys.events("s-1")) == -1  # the current session: no expiry
+    log.append("s-2", [(ev, project_message(ev))])
+    assert 0 < rclient.ttl(log.keys.events("s-1")) <= OLD_SESSION_TTL_S
+    assert rclient.ttl(log.keys.events("s-2")) == -1
+    log.append("s-1", [(ev, project_message(ev))])  # s-1 comes back: current again
+    assert rclient.ttl(log.keys.events("s-1")) == -1
+    assert 0 < rclient.ttl(log.keys.events("s-2")) <= OLD_SESSION_TTL_S
+    assert [r.seq for r in log.recent("s-1", 10)] == [1, 2]  # nothing lost meanwhile
+
+
 def test_canonical_events_are_fenced_numbered_and_followed_by_their_message(
     rclient: redis.Redis, pid: str, prefix: str
 ) -> None:
