@@ -47,12 +47,15 @@ class Agent:
 
     def __init__(self, process: Process | str, script: list[ReasonReply] | None = None, *,
                  memory: dict[str, Any] | None = None, scripts: dict[str, str] | None = None,
-                 limits: Limits | None = None, **config: Any) -> None:
+                 limits: Limits | None = None, ports: Any = None, **config: Any) -> None:
         if isinstance(process, str):
             process = Process.create(process, memory=memory, scripts=scripts, limits=limits)
         self.signals_store = MemorySignals()
         self.backend = SignalingMemoryBackend(self.signals_store, process.id)
-        self.ctrl = ProcessController(process, self.backend)
+        self.ctrl = ProcessController(process, self.backend, ports=ports)
+        # The host installs its /ports catalog, as every owner does after create,
+        # fork or restore (one ``ports.refresh`` commit when it differs).
+        self.ctrl.grant_ports()
         self.log = MemoryEventLog(self.signals_store, process.id)
         self.reasoner = SimulatedReasoner(script or [])
         self.loop = TurnLoop(self.ctrl, self.log, self.reasoner,

@@ -11,14 +11,87 @@ may deselect them with ``-m "not reference_absent"``). See docs/conformance.md,
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from svit_cluster.errors import ConflictError, ErrorCode
 from svit_cluster.events import SignalKind
+from svit_cluster.ports import (
+    HttpPortConfig,
+    LlmPortConfig,
+    PortContext,
+    PortRegistry,
+    PortsConfig,
+    SpawnPortConfig,
+    build_registry,
+)
 from svit_cluster.process import Limits, Process
 from svit_cluster.reasoning import DEFAULT_MAX_ITERATIONS, THREAD_FORMAT, LoopState
 from svit_cluster.reasoning._thread import HOST_KEYS, METADATA_KEYS
 from tests.conformance.reference._agent import Agent, call, text
+from tests.conformance.reference._http import fixture_server
+from tests.conformance.reference._support import activate_request
+
+
+class ReadValue:
+    """A host port reading one committed value (the reference's fixture port)."""
+
+    name = "read-value"
+
+    def descriptor(self) -> dict[str, Any]:
+        return {"name": self.name, "version": "v1",
+                "description": "Read one committed process value.",
+                "input_schema": {"type": "object", "required": ["path"],
+                                 "properties": {"path": {"type": "string"}}},
+                "output": "The committed JSON value at path.", "effect": "read",
+                "limits": {}}
+
+    def call(self, input: Any, ctx: PortContext) -> Any:
+        return ctx.committed.read(input["path"])
+
+
+class Oversized:
+    """A host port answering 2 MiB of text."""
+
+    name = "oversized"
+
+    def descriptor(self) -> dict[str, Any]:
+        return {"name": self.name, "version": "v1", "description": "Return an oversized text.",
+                "input_schema": {"type": "object"}, "output": {"type": "string"},
+                "effect": "read", "limits": {}}
+
+    def call(self, input: Any, ctx: PortContext) -> Any:
+        return "x" * (2 * 1024 * 1024)
+
+
+COUNT_BLOBS = """
+(define (main url)
+  (let ((response (port-call "http" (value-map "method" "GET" "url" url))))
+    (jq "[.tree[] | select(.type == \\"blob\\")] | length" response)))
+"""
+FETCH_AND_KEEP = """
+(define (main input)
+  (let ((response (port-call "http" input)))
+    (do (write "/memory/inline-http" response) response)))
+"""
+FETCH_THEN_FAIL = """
+(define (main input)
+  (do (write "/memory/uncommitted" true)
+      (port-call "http" input)
+      (panic "failed after HTTP")))
+"""
+
+
+def http_registry(host: str) -> PortRegistry:
+    """A registry granting only ``http`` to ``host`` (``127.0.0.1:<port>``)."""
+    return build_registry(PortsConfig(http=HttpPortConfig(enabled=True, allow_hosts=[host])))
+
+
+def tool_results(agent: Agent) -> list[str]:
+    """The content of every tool-result message of the current session, in order."""
+    return [m["content"] for m in agent.messages() if m["role"] == "tool"]
 
 
 @pytest.mark.reference_absent
@@ -125,18 +198,22 @@ def test_durable_fork_shares_an_immutable_event_prefix_and_diverges_afterward() 
     )
 
 
-@pytest.mark.reference_absent
 def test_svit_exposes_only_explicitly_registered_ports() -> None:
-    pytest.fail(
-        'feature absent: /ports lists exactly the registered ports'
-    )
+    # The operator enables http, llm and spawn: /ports lists exactly those three; a
+    # host that enables nothing lists none.
+    granted = Agent("svit://local/port-setup", ports=build_registry(PortsConfig(
+        http=HttpPortConfig(enabled=True), llm=LlmPortConfig(enabled=True),
+        spawn=SpawnPortConfig(enabled=True))))
+    assert sorted(granted.read("/ports")) == ["http", "llm", "spawn"]
+    bare = Agent("svit://local/port-setup-none", ports=build_registry(PortsConfig()))
+    assert bare.read("/ports") == {}
 
 
-@pytest.mark.reference_absent
 def test_explicit_http_registration_exposes_only_http() -> None:
-    pytest.fail(
-        'feature absent: registering only http exposes only http under /ports'
-    )
+    # Enabling only http (with an empty allowlist) exposes only http.
+    agent = Agent("svit://local/http-ports",
+                  ports=build_registry(PortsConfig(http=HttpPortConfig(enabled=True))))
+    assert sorted(agent.read("/ports")) == ["http"]
 
 
 @pytest.mark.reference_absent
@@ -381,18 +458,35 @@ def test_host_extension_registers_discoverable_process_builtin() -> None:
     )
 
 
-@pytest.mark.reference_absent
 def test_host_port_registration_exposes_its_own_descriptor() -> None:
-    pytest.fail(
-        "feature absent: /ports/<name> shows the port's own descriptor"
-    )
+    # A host-registered port's own description and effect appear under /ports/<name>.
+    agent = Agent("svit://local/port-override",
+                  ports=PortRegistry({"read-value": ReadValue()}))
+    descriptor = agent.read("/ports/read-value")
+    assert descriptor["description"] == "Read one committed process value."
+    assert descriptor["effect"] == "read"
+    assert descriptor["version"] == "v1"
 
 
-@pytest.mark.reference_absent
-def test_port_output_cannot_cross_the_persistent_value_boundary() -> None:
-    pytest.fail(
-        'feature absent: an oversized port result cannot be returned or stored'
-    )
+async def test_port_output_cannot_cross_the_persistent_value_boundary() -> None:
+    # A port answering 2 MiB of text fails the call at the port's output bound
+    # (difference A7: we bound the port result itself); the model sees the limit
+    # error, never the text, and nothing is committed.
+    agent = Agent("svit://local/port-output-limit",
+                  [call("exec", path="/lib/oversized", input={}), text("limit observed")],
+                  scripts={"oversized": '(define (main input) (port-call "oversized" input))'},
+                  ports=PortRegistry({"oversized": Oversized()}))
+    before = agent.read("/memory")
+    agent.start()
+    try:
+        agent.send("run oversized")
+        await agent.block()
+    finally:
+        await agent.stop()
+    (result,) = tool_results(agent)
+    assert "max_output_bytes" in result and "resource_limit_exceeded" in result
+    assert "x" * 1024 not in result
+    assert agent.read("/memory") == before
 
 
 @pytest.mark.reference_absent
@@ -402,11 +496,24 @@ def test_standard_library_processes_structured_data() -> None:
     )
 
 
-@pytest.mark.reference_absent
-def test_jq_standard_library_processes_json_returned_by_the_http_port() -> None:
-    pytest.fail(
-        "feature absent: jq over the http port's JSON response"
-    )
+async def test_jq_standard_library_processes_json_returned_by_the_http_port() -> None:
+    # A script fetches a JSON tree over the http port, parses the body and counts
+    # its blobs with jq.
+    with fixture_server() as server:
+        agent = Agent("svit://local/http-jq-pipeline",
+                      [call("exec", path="/lib/count-blobs", input=server.url("/tree")),
+                       text("counted blobs")],
+                      scripts={"count-blobs": COUNT_BLOBS},
+                      ports=http_registry(server.host))
+        agent.start()
+        try:
+            agent.send("count blobs")
+            await agent.block()
+        finally:
+            await agent.stop()
+    (result,) = tool_results(agent)
+    assert json.loads(result)["output"] == [2], result
+    assert server.paths == ["/tree"]
 
 
 @pytest.mark.reference_absent
@@ -417,19 +524,49 @@ def test_model_catalog_scenario_uses_a_saved_script_to_reduce_http_into_memory()
     )
 
 
-@pytest.mark.reference_absent
-def test_builtin_http_is_denied_without_an_explicit_url_grant() -> None:
-    pytest.fail(
-        'feature absent: port-call http refuses a URL not in the allowlist'
-    )
+async def test_builtin_http_is_denied_without_an_explicit_url_grant() -> None:
+    # With http granted but an empty allowlist, port-call http to a live loopback
+    # server is refused and no request reaches it.
+    with fixture_server() as server:
+        agent = Agent("svit://local/native-network-denied",
+                      [call("exec", path="/lib/fetch",
+                            input={"method": "GET", "url": server.url("/data")}),
+                       text("network denied")],
+                      scripts={"fetch": '(define (main input) (port-call "http" input))'},
+                      ports=build_registry(PortsConfig(http=HttpPortConfig(enabled=True))))
+        agent.start()
+        try:
+            agent.send("try the network")
+            await agent.block()
+        finally:
+            await agent.stop()
+    (result,) = tool_results(agent)
+    assert "HTTP URL is not allowed" in result
+    assert server.paths == []
 
 
-@pytest.mark.reference_absent
-def test_inline_exec_can_call_http_and_commit_memory() -> None:
-    pytest.fail(
-        'feature absent: inline exec of source calls http and commits memory without a '
-        '/lib entry'
-    )
+async def test_inline_exec_can_call_http_and_commit_memory() -> None:
+    # A script calls the allowlisted http port and commits the response to memory in
+    # the same activation; the model sees the response. Our exec tool runs a /lib
+    # script (difference A8), so the script is installed at creation.
+    with fixture_server() as server:
+        agent = Agent("svit://local/native-network-allowed",
+                      [call("exec", path="/lib/fetch-and-keep",
+                            input={"method": "GET", "url": server.url("/data")}),
+                       text("network allowed")],
+                      scripts={"fetch-and-keep": FETCH_AND_KEEP},
+                      ports=http_registry(server.host))
+        agent.start()
+        try:
+            agent.send("read the fixture")
+            await agent.block()
+        finally:
+            await agent.stop()
+    (result,) = tool_results(agent)
+    assert "fixture" in result, result
+    assert json.loads(agent.read("/memory/inline-http")["body"]) == {"source": "fixture"}
+    assert sorted(agent.read("/lib")) == ["fetch-and-keep"]
+    assert server.paths == ["/data"]
 
 
 @pytest.mark.reference_absent
@@ -439,12 +576,22 @@ def test_persisted_model_authored_script_invokes_host_http_builtin() -> None:
     )
 
 
-@pytest.mark.reference_absent
 def test_failed_script_does_not_repeat_builtin_or_commit_guest_state() -> None:
-    pytest.fail(
-        'feature absent: a script failing after an http call commits nothing and does '
-        'not repeat the call'
-    )
+    # A script that writes memory, calls http once and then panics fails the
+    # activation: one request was made, the version is unchanged, nothing committed.
+    with fixture_server() as server:
+        agent = Agent("svit://local/failed-scripted-http",
+                      scripts={"fetch-then-fail": FETCH_THEN_FAIL},
+                      ports=http_registry(server.host))
+        version = agent.process.version
+        response = agent.ctrl.execute(activate_request(
+            "host", "req-1", agent.process.id, version, "fetch-then-fail",
+            {"method": "GET", "url": server.url("/data")}))
+    assert response.outcome.status == "rejected"
+    assert "failed after HTTP" in response.outcome.failure.message
+    assert server.paths == ["/data"]
+    assert agent.process.version == version
+    assert agent.process.node("/memory/uncommitted") is None
 
 
 @pytest.mark.reference_absent
