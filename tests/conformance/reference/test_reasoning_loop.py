@@ -21,6 +21,7 @@ from svit_cluster.events import SignalKind
 from svit_cluster.ports import (
     HttpPortConfig,
     LlmPortConfig,
+    LocalSpawner,
     PortContext,
     PortRegistry,
     PortsConfig,
@@ -70,6 +71,10 @@ COUNT_BLOBS = """
 (define (main url)
   (let ((response (port-call "http" (value-map "method" "GET" "url" url))))
     (jq "[.tree[] | select(.type == \\"blob\\")] | length" response)))
+"""
+CLAIM = """
+(define (main input)
+  (do (write "/memory/owner" "child") (write "/memory/task" input) input))
 """
 FETCH_AND_KEEP = """
 (define (main input)
@@ -594,19 +599,60 @@ def test_failed_script_does_not_repeat_builtin_or_commit_guest_state() -> None:
     assert agent.process.node("/memory/uncommitted") is None
 
 
-@pytest.mark.reference_absent
-def test_builtin_llm_uses_only_the_host_selected_nested_model() -> None:
-    pytest.fail(
-        'feature absent: port-call llm uses only the host-selected nested reasoner'
-    )
+async def test_builtin_llm_uses_only_the_host_selected_nested_model() -> None:
+    # port-call llm runs one step of the host's configured reasoner (here the
+    # deterministic simulated one, which echoes), not the process's own scripted
+    # reasoner, and outside the transaction (nothing is committed by the call).
+    agent = Agent("svit://local/native-llm",
+                  [call("exec", path="/lib/ask", input={"prompt": "nested question"}),
+                   text("outer answer")],
+                  scripts={"ask": '(define (main input) (port-call "llm" input))'},
+                  ports=build_registry(PortsConfig(llm=LlmPortConfig(enabled=True))))
+    assert agent.read("/ports/llm/limits/reasoner") == "simulated"
+    agent.start()
+    try:
+        agent.send("delegate once")
+        await agent.block()
+    finally:
+        await agent.stop()
+    (result,) = tool_results(agent)
+    assert json.loads(result)["output"] == {"content": "echo: nested question",
+                                            "tool_calls": []}, result
+    assert agent.reasoner.steps == 2  # the outer script only: the nested step is not its
+    assert agent.completions()[0]["response"]["content"] == "outer answer"
 
 
-@pytest.mark.reference_absent
-def test_builtin_spawn_runs_and_retains_an_isolated_child_svit() -> None:
-    pytest.fail(
-        'feature absent: port-call spawn runs a child Svit and refuses a duplicate '
-        'child address'
-    )
+async def test_builtin_spawn_runs_and_retains_an_isolated_child_svit() -> None:
+    # port-call spawn forks the committed state into a child, runs one child
+    # activation there and the host keeps the child; the parent's memory is untouched.
+    # Our child address derives from the call's idempotency key (difference A9).
+    spawner = LocalSpawner()
+    agent = Agent("svit://local/native-parent",
+                  [call("exec", path="/lib/spawn-child", input={"script": "claim",
+                                                                "input": "analyze this"}),
+                   text("parent answer")],
+                  memory={"owner": "parent"},
+                  scripts={"spawn-child": '(define (main input) (port-call "spawn" input))',
+                           "claim": CLAIM},
+                  ports=build_registry(PortsConfig(spawn=SpawnPortConfig(enabled=True)),
+                                       spawner=spawner))
+    agent.start()
+    try:
+        agent.send("create a child")
+        await agent.block()
+    finally:
+        await agent.stop()
+    (result,) = tool_results(agent)
+    spawned = json.loads(result)["output"]
+    assert spawned["output"] == "analyze this"
+    (child_id,) = spawner.children
+    assert spawned["child"] == child_id and child_id.startswith("svit://local/native-parent/")
+    child = Process.restore(spawner.children[child_id].snapshot())
+    assert child.read("/system/lineage/parent") == "svit://local/native-parent"
+    assert child.read("/memory/owner") == "child"
+    assert child.read("/memory/task") == "analyze this"
+    assert agent.read("/memory/owner") == "parent"
+    assert agent.process.node("/memory/task") is None
 
 
 @pytest.mark.reference_absent
