@@ -32,7 +32,7 @@ from svit_cluster.reasoning import (
 )
 
 
-def call(name: str, **arguments: Any) -> ReasonReply:
+def call(name: str, /, **arguments: Any) -> ReasonReply:
     """A scripted step answering with one tool call."""
     return ReasonReply(None, [{"id": f"call-{name}", "name": name, "arguments": arguments}])
 

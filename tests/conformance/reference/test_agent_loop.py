@@ -10,11 +10,23 @@ docs/conformance.md, "Reference test port".
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from svit_cluster.errors import ConflictError, ErrorCode
-from svit_cluster.process import Limits
+from svit_cluster.ports import (
+    HttpPortConfig,
+    LlmPortConfig,
+    LocalSpawner,
+    PortsConfig,
+    SpawnPortConfig,
+    build_registry,
+)
+from svit_cluster.process import Limits, Process
 from tests.conformance.reference._agent import Agent, call, text
+from tests.conformance.reference._http import fixture_server
+from tests.conformance.reference.test_reasoning_loop import CLAIM, tool_results
 
 
 async def test_svit_builder_combines_process_definition_and_blocking_inbox_loop() -> None:
@@ -134,34 +146,94 @@ def test_native_search_and_jq_process_structured_data() -> None:
     )
 
 
-@pytest.mark.reference_absent
-def test_native_http_is_denied_without_an_explicit_url_grant() -> None:
-    pytest.fail(
-        'feature absent: native /bin/http refuses a URL not in the host allowlist'
-    )
+async def test_native_http_is_denied_without_an_explicit_url_grant() -> None:
+    # The model's port tool calls http (granted, empty allowlist) at a live loopback
+    # server: refused, and no request reaches the server. Our model reaches ports
+    # through its port tool, not an exec of /bin/http (difference A10).
+    with fixture_server() as server:
+        agent = Agent("svit://local/native-network-denied",
+                      [call("port", name="http",
+                            input={"method": "GET", "url": server.url("/data")}),
+                       text("network denied")],
+                      ports=build_registry(PortsConfig(http=HttpPortConfig(enabled=True))))
+        agent.start()
+        try:
+            agent.send("try the network")
+            await agent.block()
+        finally:
+            await agent.stop()
+    (result,) = tool_results(agent)
+    assert "HTTP URL is not allowed" in result
+    assert server.paths == []
 
 
-@pytest.mark.reference_absent
-def test_native_http_uses_the_host_allowlist_and_transport() -> None:
-    pytest.fail(
-        'feature absent: native /bin/http calls an allowed URL through the host '
-        'transport'
-    )
+async def test_native_http_uses_the_host_allowlist_and_transport() -> None:
+    # An allowlisted URL goes through the host's http transport and the response
+    # reaches the model (difference A10: the port tool).
+    with fixture_server() as server:
+        agent = Agent("svit://local/native-network-allowed",
+                      [call("port", name="http",
+                            input={"method": "GET", "url": server.url("/data")}),
+                       text("network allowed")],
+                      ports=build_registry(PortsConfig(http=HttpPortConfig(
+                          enabled=True, allow_hosts=[server.host]))))
+        agent.start()
+        try:
+            agent.send("read the fixture")
+            await agent.block()
+        finally:
+            await agent.stop()
+    (result,) = tool_results(agent)
+    answer = json.loads(result)["result"]
+    assert answer["status"] == 200 and json.loads(answer["body"]) == {"source": "fixture"}
+    assert server.paths == ["/data"]
 
 
-@pytest.mark.reference_absent
-def test_native_llm_uses_only_the_host_selected_nested_model() -> None:
-    pytest.fail(
-        'feature absent: native /bin/llm uses only the host-selected nested model'
-    )
+async def test_native_llm_uses_only_the_host_selected_nested_model() -> None:
+    # The port tool's llm call runs the host's configured reasoner (simulated, echoes),
+    # not the process's scripted one (difference A10: the port tool).
+    agent = Agent("svit://local/native-llm",
+                  [call("port", name="llm", input={"prompt": "nested question"}),
+                   text("outer answer")],
+                  ports=build_registry(PortsConfig(llm=LlmPortConfig(enabled=True))))
+    agent.start()
+    try:
+        agent.send("delegate once")
+        await agent.block()
+    finally:
+        await agent.stop()
+    (result,) = tool_results(agent)
+    assert json.loads(result)["result"]["content"] == "echo: nested question", result
+    assert agent.reasoner.steps == 2
+    assert agent.completions()[0]["response"]["content"] == "outer answer"
 
 
-@pytest.mark.reference_absent
-def test_native_spawn_runs_and_retains_an_isolated_child_svit() -> None:
-    pytest.fail(
-        'feature absent: native /bin/spawn forks and runs a child agent and keeps its '
-        'snapshot'
-    )
+async def test_native_spawn_runs_and_retains_an_isolated_child_svit() -> None:
+    # The port tool's spawn forks the committed state into a child the host keeps and
+    # runs one child activation; the parent is untouched (differences A9, A10).
+    spawner = LocalSpawner()
+    agent = Agent("svit://local/native-parent",
+                  [call("port", name="spawn", input={"script": "claim",
+                                                     "input": "analyze this"}),
+                   text("parent answer")],
+                  memory={"owner": "parent"}, scripts={"claim": CLAIM},
+                  ports=build_registry(PortsConfig(spawn=SpawnPortConfig(enabled=True)),
+                                       spawner=spawner))
+    agent.start()
+    try:
+        agent.send("create a child")
+        await agent.block()
+    finally:
+        await agent.stop()
+    (result,) = tool_results(agent)
+    spawned = json.loads(result)["result"]
+    (child_id,) = spawner.children
+    assert spawned["child"] == child_id and spawned["output"] == "analyze this"
+    child = Process.restore(spawner.children[child_id].snapshot())
+    assert child.read("/system/lineage/parent") == "svit://local/native-parent"
+    assert child.read("/memory/owner") == "child"
+    assert child.read("/memory/task") == "analyze this"
+    assert agent.read("/memory/owner") == "parent"
 
 
 @pytest.mark.reference_absent
