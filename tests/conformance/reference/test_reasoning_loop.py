@@ -3,8 +3,10 @@
 The reasoning loop runs as :class:`TurnLoop` over a real controller and a signalling
 backend (``tests/conformance/reference/_agent.py``). Ported for real (issue 16): the
 model's tools, ``/thread`` session metadata, the closable inbox, bounded answers, the
-step limit. The rest (ports, ``port-call``, ``jq``, ``search``, durable history
-queries) still fail with "feature absent: ..." (marker ``reference_absent``, so a run
+step limit; and, since ports exist, the port tests: the ``/ports`` catalog, ``port-call``
+of ``http`` (against a loopback fixture server), ``llm`` and ``spawn``, ``jq`` over an
+http response. The rest (host extensions, saved-script scenarios, jq/search bounds,
+durable history queries) still fail with "feature absent: ..." (marker ``reference_absent``, so a run
 may deselect them with ``-m "not reference_absent"``). See docs/conformance.md,
 "Reference test port".
 """
