@@ -4,8 +4,9 @@ The reference's older agent loop maps onto our reasoning loop (:class:`TurnLoop`
 ``tests/conformance/reference/_agent.py``). Ported for real (issue 16): the write tool
 with a closable inbox, the exec allowlist and the bounded model output; and the native
 http, llm and spawn executables as the model's ``port`` tool. The rest (``/agent`` and
-``/bin`` projections, native jq/search, forked subagents sharing history) still fail with "feature absent: ..." (marker ``reference_absent``). See
-docs/conformance.md, "Reference test port".
+``/bin`` projections, native jq/search, forked subagents sharing history) still fail
+with "feature absent: ..." (marker ``reference_absent``). See docs/conformance.md,
+"Reference test port".
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ model's tools, ``/thread`` session metadata, the closable inbox, bounded answers
 step limit; and, since ports exist, the port tests: the ``/ports`` catalog, ``port-call``
 of ``http`` (against a loopback fixture server), ``llm`` and ``spawn``, ``jq`` over an
 http response. The rest (host extensions, saved-script scenarios, jq/search bounds,
-durable history queries) still fail with "feature absent: ..." (marker ``reference_absent``, so a run
-may deselect them with ``-m "not reference_absent"``). See docs/conformance.md,
-"Reference test port".
+durable history queries) still fail with "feature absent: ..." (marker
+``reference_absent``, so a run may deselect them with ``-m "not reference_absent"``).
+See docs/conformance.md, "Reference test port".
 """
 
 from __future__ import annotations
