@@ -74,11 +74,18 @@ def test_agent_runtime_projects_prompt_messages_and_events() -> None:
     )
 
 
-@pytest.mark.reference_absent
 def test_resumed_agent_refreshes_tool_discovery_to_current_host_grants() -> None:
-    pytest.fail(
-        'feature absent: a resumed agent lists only the executables the new host grants'
-    )
+    # Where llm is granted the model is offered the port tool naming llm; restored on
+    # a host that grants nothing, /ports is replaced by an empty catalog and the model
+    # is offered no port tool (difference A10: /ports and the port tool, not /bin).
+    source = Agent("svit://local/tool-projection-source",
+                   ports=build_registry(PortsConfig(llm=LlmPortConfig(enabled=True))))
+    offered = {spec["function"]["name"]: spec for spec in source.loop.tools.specs()}
+    assert "llm" in offered["port"]["function"]["parameters"]["properties"]["name"]["enum"]
+    restored = Process.restore(source.process.snapshot())
+    resumed = Agent(restored)
+    assert resumed.read("/ports") == {}
+    assert "port" not in {spec["function"]["name"] for spec in resumed.loop.tools.specs()}
 
 
 @pytest.mark.reference_absent

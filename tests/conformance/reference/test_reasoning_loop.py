@@ -5,10 +5,10 @@ backend (``tests/conformance/reference/_agent.py``). Ported for real (issue 16):
 model's tools, ``/thread`` session metadata, the closable inbox, bounded answers, the
 step limit; and, since ports exist, the port tests: the ``/ports`` catalog, ``port-call``
 of ``http`` (against a loopback fixture server), ``llm`` and ``spawn``, ``jq`` over an
-http response. The rest (host extensions, saved-script scenarios, jq/search bounds,
-durable history queries) still fail with "feature absent: ..." (marker
-``reference_absent``, so a run may deselect them with ``-m "not reference_absent"``).
-See docs/conformance.md, "Reference test port".
+http response, host-registered ports and their refresh on restore. The rest
+(saved-script scenarios, jq/search bounds, durable history queries) still fail with
+"feature absent: ..." (marker ``reference_absent``, so a run may deselect them with
+``-m "not reference_absent"``). See docs/conformance.md, "Reference test port".
 """
 
 from __future__ import annotations
@@ -298,11 +298,16 @@ async def test_reasoning_loop_exposes_bounded_thread_metadata_and_host_history()
     assert '"entries":[]' in results[1]
 
 
-@pytest.mark.reference_absent
 def test_resumed_svit_refreshes_builtin_discovery_to_current_host_grants() -> None:
-    pytest.fail(
-        'feature absent: a resumed Svit lists only the ports the new host grants'
-    )
+    # A snapshot taken where llm was granted carries it under /ports; restored on a
+    # host that grants nothing, the catalog is replaced and lists no port.
+    source = Agent("svit://local/tool-projection-source",
+                   ports=build_registry(PortsConfig(llm=LlmPortConfig(enabled=True))))
+    assert "llm" in source.read("/ports")
+    restored = Process.restore(source.process.snapshot())
+    assert "llm" in restored.read("/ports")
+    resumed = Agent(restored, ports=None)
+    assert resumed.read("/ports") == {}
 
 
 async def test_reasoning_resume_rejects_materialized_thread_history() -> None:
@@ -457,12 +462,28 @@ async def test_reasoning_event_growth_fails_closed_at_the_process_limit() -> Non
     assert agent.completions() == []
 
 
-@pytest.mark.reference_absent
-def test_host_extension_registers_discoverable_process_builtin() -> None:
-    pytest.fail(
-        'feature absent: a host port extension is discoverable under /ports and '
-        'callable with port-call'
-    )
+async def test_host_extension_registers_discoverable_process_builtin() -> None:
+    # A host-registered port is discoverable under /ports with its own descriptor and
+    # a script reaches it with port-call; it reads the committed value it is asked for
+    # (difference A8: the script is a /lib script).
+    agent = Agent("svit://local/port-extension",
+                  [call("exec", path="/lib/read-it", input={"path": "/memory/color"}),
+                   text("read extension value")],
+                  memory={"color": "blue"},
+                  scripts={"read-it": '(define (main input) (port-call "read-value" input))'},
+                  ports=PortRegistry({"read-value": ReadValue()}))
+    assert "read-value" in agent.read("/ports")
+    descriptor = agent.read("/ports/read-value")
+    assert descriptor["version"] == "v1" and descriptor["effect"] == "read"
+    assert descriptor["output"] == "The committed JSON value at path."
+    agent.start()
+    try:
+        agent.send("read the color")
+        await agent.block()
+    finally:
+        await agent.stop()
+    (result,) = tool_results(agent)
+    assert json.loads(result)["output"] == "blue", result
 
 
 def test_host_port_registration_exposes_its_own_descriptor() -> None:
