@@ -218,7 +218,7 @@ async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
     Raises:
         UnavailableError: etcd could not be read.
     """
-    from svit_cluster.ownership import etcd_call
+    from svit_cluster.ownership import etcd_call, hosts_prefix
 
     names = list(hosts)
     missing = []
@@ -228,7 +228,7 @@ async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
             missing.append(host)
     if not missing:
         return []
-    prefix = f"/svit/{cluster}/hosts/".encode()
+    prefix = hosts_prefix(cluster)
     got = await etcd_call("get_prefix", client.get_prefix(prefix), timeout_s=timeout_s)
     revoked: list[str] = []
     for kv in got:
