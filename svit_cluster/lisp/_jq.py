@@ -504,7 +504,7 @@ class _Eval:
                 return default
             if type(b) not in (int, float) or type(b) is bool:
                 raise JqError(f"slice bounds must be numbers, not {_name(b)}")
-            i = math.floor(b)
+            i = int(math.floor(b))
             if i < 0:
                 i += n
             return min(max(i, 0), n)
@@ -562,7 +562,8 @@ class _Eval:
             self.r.alloc(16 + 8 * n)
 
             def order(p: tuple[list[Any], int, Any], q: tuple[list[Any], int, Any]) -> int:
-                return _cmp(p[0], q[0]) or (p[1] > q[1]) - (p[1] < q[1])
+                c = _cmp(p[0], q[0])
+                return c if c else (p[1] > q[1]) - (p[1] < q[1])
 
             yield [x for _, _, x in sorted(keyed, key=functools.cmp_to_key(order))]
 
