@@ -504,7 +504,7 @@ class _Eval:
                 return default
             if type(b) not in (int, float) or type(b) is bool:
                 raise JqError(f"slice bounds must be numbers, not {_name(b)}")
-            i = int(math.floor(b))
+            i: int = math.floor(b)
             if i < 0:
                 i += n
             return min(max(i, 0), n)
