@@ -17,6 +17,10 @@ names the construct):
 ``.["key"]``                object field
 ``.[]``                     every element of an array or value of an object
                             (objects iterate in sorted key order)
+``.[a:b]``                   slice of an array or string (either bound may be
+                            omitted; negative counts from the end; null on null)
+``{k: f, "k": f, (f): g}``  object construction, one object per combination of
+``{k}``                     outputs; ``{k}`` is ``{k: .k}``
 ``f?``                      suppress errors of ``f``
 ``f | g``  ``f, g``         pipe, and concatenation of outputs
 ``[f]``  ``(f)``            collect outputs into an array; grouping
@@ -28,6 +32,10 @@ literals                    numbers, strings (JSON escapes), ``true``,
 ``and  or``                 boolean logic (``false`` and ``null`` are falsy)
 ``select(f)``  ``map(f)``   keep the input when ``f`` is truthy; ``[.[] | f]``
 ``has(k)``                  object key or array index present
+``sort_by(f)``               stable sort by ``[f]`` (charged n*log2(n) steps)
+``startswith(s)``           string prefix test
+``to_entries``              ``[{key, value}]`` in sorted key order
+``reverse``                 reversed array or string (null gives ``[]``)
 ``length keys type not``    as in jq (``keys`` are sorted)
 ``empty``                   no output
 ==========================  ==================================================
