@@ -440,7 +440,9 @@ def b_search(r: Run, a: Args) -> Any:
     path = expect_str("search", a[0])
     needle = expect_str("search", a[1])
     if utf8len(needle) > MAX_SEARCH_PATTERN_BYTES:
-        raise script_failed(f"search text exceeds {MAX_SEARCH_PATTERN_BYTES} bytes")
+        raise script_failed(
+            f"search pattern limit exceeded: the text is over {MAX_SEARCH_PATTERN_BYTES} bytes"
+        )
     if not path.startswith("/"):
         raise invalid_path(f"search path must be absolute, not {path[:200]}")
     try:

@@ -17,6 +17,10 @@ names the construct):
 ``.["key"]``                object field
 ``.[]``                     every element of an array or value of an object
                             (objects iterate in sorted key order)
+``.[a:b]``                   slice of an array or string (either bound may be
+                            omitted; negative counts from the end; null on null)
+``{k: f, "k": f, (f): g}``  object construction, one object per combination of
+``{k}``                     outputs; ``{k}`` is ``{k: .k}``
 ``f?``                      suppress errors of ``f``
 ``f | g``  ``f, g``         pipe, and concatenation of outputs
 ``[f]``  ``(f)``            collect outputs into an array; grouping
@@ -28,6 +32,10 @@ literals                    numbers, strings (JSON escapes), ``true``,
 ``and  or``                 boolean logic (``false`` and ``null`` are falsy)
 ``select(f)``  ``map(f)``   keep the input when ``f`` is truthy; ``[.[] | f]``
 ``has(k)``                  object key or array index present
+``sort_by(f)``               stable sort by ``[f]`` (charged n*log2(n) steps)
+``startswith(s)``           string prefix test
+``to_entries``              ``[{key, value}]`` in sorted key order
+``reverse``                 reversed array or string (null gives ``[]``)
 ``length keys type not``    as in jq (``keys`` are sorted)
 ``empty``                   no output
 ==========================  ==================================================
@@ -40,6 +48,7 @@ that explodes over a large input stops at the fuel limit deterministically.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -62,7 +71,8 @@ _UNBOUNDED = frozenset(
     {"def", "recurse", "repeat", "while", "until", "range", "input", "inputs", "limit",
      "reduce", "foreach", "env", "getpath", "paths", "walk", "..", "$__loc__"}
 )
-_FUNCTIONS = ("select", "map", "has", "length", "keys", "type", "not", "empty")
+_FUNCTIONS = ("select", "map", "has", "sort_by", "startswith", "length", "keys", "type",
+              "not", "empty", "to_entries", "reverse")
 
 Filter = Callable[[Any], Iterator[Any]]
 
@@ -73,7 +83,8 @@ class JqError(Exception):
 
 # -- lexer -------------------------------------------------------------------------
 
-_PUNCT = ("==", "!=", "<=", ">=", "|", ",", "(", ")", "[", "]", "<", ">", "?", ".")
+_PUNCT = ("==", "!=", "<=", ">=", "|", ",", "(", ")", "[", "]", "{", "}", ":", ";", "<", ">",
+          "?", ".")
 
 
 def _tokens(text: str) -> list[tuple[str, Any]]:
@@ -229,9 +240,46 @@ class _Parser:
         if self.at("]"):
             self.take()
             return self.ev.iterate
-        key = self.pipe()
+        start: Filter | None = None
+        if not self.at(":"):
+            start = self.pipe()
+            if not self.at(":"):
+                self.expect("]")
+                return self.ev.index(start)
+        self.expect(":")
+        end = None if self.at("]") else self.pipe()
         self.expect("]")
-        return self.ev.index(key)
+        return self.ev.slice(start, end)
+
+    def object(self) -> Filter:
+        """``{...}`` after its ``{``: ``key: f``, ``"key": f``, ``(f): g`` or ``key``."""
+        self.nest()
+        entries: list[tuple[Filter, Filter]] = []
+        while not self.at("}"):
+            kind, val = self.take()
+            if kind in ("id", "str"):
+                key: Filter = self.ev.const(val)
+                value: Filter = self.ev.index_const(val)
+            elif kind == "op" and val == "(":
+                key = self.pipe()
+                self.expect(")")
+                value = self.ev.identity
+            else:
+                raise script_failed(f"jq: unexpected {val!r} in an object")
+            if self.at(":"):
+                self.take()
+                value = self.or_expr()
+                while self.at("|"):
+                    self.take()
+                    value = self.ev.pipe(value, self.or_expr())
+            elif kind == "op":
+                raise script_failed("jq: a computed object key needs a value")
+            entries.append((key, value))
+            if not self.at("}"):
+                self.expect(",")
+        self.take()
+        self.depth -= 1
+        return self.ev.build_object(entries)
 
     def primary(self) -> Filter:
         kind, val = self.take()
@@ -249,6 +297,8 @@ class _Parser:
             f = self.pipe()
             self.expect(")")
             return f
+        if kind == "op" and val == "{":
+            return self.object()
         if kind == "op" and val == "[":
             if self.at("]"):
                 self.take()
@@ -265,13 +315,13 @@ class _Parser:
             return self.ev.const({"true": True, "false": False, "null": None}[name])
         if name in _UNBOUNDED:
             raise script_failed("jq filter uses an unbounded construct")
-        if name in ("select", "map", "has"):
+        if name in ("select", "map", "has", "sort_by", "startswith"):
             self.expect("(")
             arg = self.pipe()
             self.expect(")")
             maker: Callable[[Filter], Filter] = getattr(self.ev, "f_" + name)
             return maker(arg)
-        if name in ("length", "keys", "type", "not", "empty"):
+        if name in ("length", "keys", "type", "not", "empty", "to_entries", "reverse"):
             builtin: Filter = getattr(self.ev, "f_" + name)
             return builtin
         raise script_failed(
@@ -453,6 +503,108 @@ class _Eval:
                     yield _truthy(y)
 
         return f
+
+    def slice(self, start: Filter | None, end: Filter | None) -> Filter:
+        """``.[start:end]`` of an array or string (null bounds: the ends; null on null)."""
+
+        def bound(b: Any, n: int, default: int) -> int:
+            if b is None:
+                return default
+            if type(b) not in (int, float) or type(b) is bool:
+                raise JqError(f"slice bounds must be numbers, not {_name(b)}")
+            i: int = math.floor(b)
+            if i < 0:
+                i += n
+            return min(max(i, 0), n)
+
+        def f(v: Any) -> Iterator[Any]:
+            for e in end(v) if end is not None else (None,):
+                for s in start(v) if start is not None else (None,):
+                    self.step()
+                    if v is None:
+                        yield None
+                        continue
+                    if type(v) not in (list, str):
+                        raise JqError(f"cannot slice {_name(v)}")
+                    n = len(v)
+                    lo, hi = bound(s, n, 0), bound(e, n, n)
+                    part = v[lo:hi] if lo < hi else v[:0]
+                    self.r.touch(len(part))
+                    self.r.alloc(16 + 8 * len(part))
+                    yield part
+
+        return f
+
+    def build_object(self, entries: list[tuple[Filter, Filter]]) -> Filter:
+        """``{k: v, ...}``: one object per combination of key and value outputs."""
+
+        def f(v: Any) -> Iterator[Any]:
+            def rest(i: int, acc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+                if i == len(entries):
+                    self.step()
+                    self.r.alloc(16 + 16 * len(acc))
+                    yield dict(acc)
+                    return
+                key, value = entries[i]
+                for k in key(v):
+                    if type(k) is not str:
+                        raise JqError(f"object keys must be strings, not {_name(k)}")
+                    for x in value(v):
+                        acc[k] = x
+                        yield from rest(i + 1, acc)
+                        del acc[k]
+
+            yield from rest(0, {})
+
+        return f
+
+    def f_sort_by(self, a: Filter) -> Filter:
+        def f(v: Any) -> Iterator[Any]:
+            if type(v) is not list:
+                raise JqError(f"cannot sort {_name(v)}, only an array")
+            keyed = [(list(a(x)), i, x) for i, x in enumerate(v)]
+            n = len(keyed)
+            # A comparison sort: charge n*log2(n) steps up front, so fuel bounds it.
+            for _ in range(n * max(1, n.bit_length())):
+                self.step()
+            self.r.alloc(16 + 8 * n)
+
+            def order(p: tuple[list[Any], int, Any], q: tuple[list[Any], int, Any]) -> int:
+                c = _cmp(p[0], q[0])
+                return c if c else (p[1] > q[1]) - (p[1] < q[1])
+
+            yield [x for _, _, x in sorted(keyed, key=functools.cmp_to_key(order))]
+
+        return f
+
+    def f_startswith(self, prefix: Filter) -> Filter:
+        def f(v: Any) -> Iterator[Any]:
+            for p in prefix(v):
+                self.step()
+                if type(v) is not str or type(p) is not str:
+                    raise JqError("startswith() requires string inputs")
+                yield v.startswith(p)
+
+        return f
+
+    def f_to_entries(self, v: Any) -> Iterator[Any]:
+        self.step()
+        if type(v) is not dict:
+            raise JqError(f"{_name(v)} has no keys to turn into entries")
+        self.r.touch(len(v))
+        self.r.alloc(16 + 48 * len(v))
+        yield [{"key": k, "value": v[k]} for k in sorted(v)]
+
+    def f_reverse(self, v: Any) -> Iterator[Any]:
+        self.step()
+        if v is None:
+            yield []
+        elif type(v) is list or type(v) is str:
+            self.r.touch(len(v))
+            self.r.alloc(16 + 8 * len(v))
+            yield v[::-1]
+        else:
+            raise JqError(f"cannot reverse {_name(v)}")
 
     def f_select(self, a: Filter) -> Filter:
         def f(v: Any) -> Iterator[Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 
 class Fixture:
-    """Answers ``GET /data`` and ``GET /tree`` with fixed JSON; records every request path."""
+    """Answers ``GET /data``, ``/tree``, ``/models.json`` with fixed JSON; records each path."""
 
     def __init__(self, server: ThreadingHTTPServer) -> None:
         self.server = server
@@ -31,6 +31,17 @@ BODIES: dict[str, Any] = {
     "/tree": {"tree": [{"path": "README.md", "type": "blob"},
                        {"path": "src", "type": "tree"},
                        {"path": "src/lib.rs", "type": "blob"}]},
+    "/models.json": {
+        "openai/gpt-4.1": {"id": "openai/gpt-4.1", "name": "GPT-4.1",
+                           "release_date": "2025-04-14"},
+        "openai/gpt-5.6": {"id": "openai/gpt-5.6", "name": "GPT-5.6",
+                           "release_date": "2026-08-01"},
+        "openai/gpt-5.4": {"id": "openai/gpt-5.4", "name": "GPT-5.4",
+                           "release_date": "2026-06-01"},
+        "anthropic/large-catalog-entry": {"id": "anthropic/large-catalog-entry",
+                                          "name": "Large catalog entry",
+                                          "description": "x" * 2048},
+    },
 }
 
 

@@ -147,11 +147,41 @@ async def test_agent_event_growth_fails_closed_at_the_process_limit() -> None:
     assert agent.process.discover("/inbox") == ["0"]
 
 
-@pytest.mark.reference_absent
-def test_native_search_and_jq_process_structured_data() -> None:
-    pytest.fail(
-        'feature absent: native /bin/search and /bin/jq executables'
-    )
+#: /lib stand-ins for the reference's /bin/search and /bin/jq executables (A10):
+#: same inputs ({path, pattern}; {filter, input}), calling the runtime functions.
+BIN_SCRIPTS = {
+    "search": '(define (main input) (search (value-get input "/path") '
+              '(value-get input "/pattern")))',
+    "jq": '(define (main input) (jq (value-get input "/filter") (value-get input "/input")))',
+}
+
+
+async def test_native_search_and_jq_process_structured_data() -> None:
+    # search finds the active record's name in memory and jq selects it. We have no
+    # /bin executables: the model execs /lib scripts with the same inputs that call
+    # the search and jq runtime functions (difference A10); our search pattern is a
+    # literal substring (difference B3), so "beta" stands for the reference's "^beta$".
+    records = {"items": [{"name": "alpha", "active": False},
+                         {"name": "beta", "active": True}]}
+    agent = Agent("svit://local/native-data-tools",
+                  [call("exec", path="/lib/search",
+                        input={"path": "/memory/records", "pattern": "beta"}),
+                   call("exec", path="/lib/jq",
+                        input={"filter": ".items[] | select(.active) | .name",
+                               "input": records}),
+                   text("found active record")],
+                  memory={"records": records}, scripts=BIN_SCRIPTS)
+    agent.start()
+    try:
+        agent.send("find the active record")
+        await agent.block()
+    finally:
+        await agent.stop()
+    found, selected = tool_results(agent)
+    assert "/memory/records/items/1/name" in found, found
+    assert [m["path"] for m in json.loads(found)["output"]["matches"]] == [
+        "/memory/records/items/1/name"]
+    assert json.loads(selected)["output"] == ["beta"], selected
 
 
 async def test_native_http_is_denied_without_an_explicit_url_grant() -> None:
@@ -244,9 +274,23 @@ async def test_native_spawn_runs_and_retains_an_isolated_child_svit() -> None:
     assert agent.read("/memory/owner") == "parent"
 
 
-@pytest.mark.reference_absent
-def test_native_data_tools_reject_unbounded_or_oversized_work() -> None:
-    pytest.fail(
-        'feature absent: jq refuses unbounded recursion; search refuses oversized '
-        'patterns'
-    )
+async def test_native_data_tools_reject_unbounded_or_oversized_work() -> None:
+    # jq refuses a recursive definition and search a 5 KiB pattern; the model sees
+    # both limit failures and memory is unchanged (/lib stand-ins, difference A10).
+    agent = Agent("svit://local/native-limits",
+                  [call("exec", path="/lib/jq", input={"filter": "def f: f; f", "input": None}),
+                   call("exec", path="/lib/search",
+                        input={"path": "/memory/text", "pattern": "x" * (5 * 1024)}),
+                   text("limit observed")],
+                  memory={"text": "bounded"}, scripts=BIN_SCRIPTS)
+    before = agent.read("/memory")
+    agent.start()
+    try:
+        agent.send("loop forever")
+        await agent.block()
+    finally:
+        await agent.stop()
+    jq_result, search_result = tool_results(agent)
+    assert "unbounded construct" in jq_result, jq_result
+    assert "pattern limit exceeded" in search_result, search_result
+    assert agent.read("/memory") == before

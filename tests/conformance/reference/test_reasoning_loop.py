@@ -517,11 +517,34 @@ async def test_port_output_cannot_cross_the_persistent_value_boundary() -> None:
     assert agent.read("/memory") == before
 
 
-@pytest.mark.reference_absent
-def test_standard_library_processes_structured_data() -> None:
-    pytest.fail(
-        'feature absent: the guest `search` and `jq` functions'
-    )
+RECORDS = {"items": [{"name": "alpha", "active": False}, {"name": "beta", "active": True}]}
+SEARCH_RECORDS = '(define (main input) (search "/memory/records" "beta"))'
+SELECT_ACTIVE = '(define (main input) (jq ".items[] | select(.active) | .name" input))'
+
+
+async def test_standard_library_processes_structured_data() -> None:
+    # search finds the record's name below /memory/records; jq selects the active
+    # record's name. Our search pattern is a literal substring, not a regular
+    # expression (difference B3), so the script searches "beta" where the reference
+    # searches "^beta$"; our exec tool runs /lib scripts (difference A8).
+    agent = Agent("svit://local/native-data-tools",
+                  [call("exec", path="/lib/search-records", input=None),
+                   call("exec", path="/lib/select-active", input=RECORDS),
+                   text("found active record")],
+                  memory={"records": RECORDS},
+                  scripts={"search-records": SEARCH_RECORDS, "select-active": SELECT_ACTIVE})
+    agent.start()
+    try:
+        agent.send("find the active record")
+        await agent.block()
+    finally:
+        await agent.stop()
+    found, selected = tool_results(agent)
+    assert "/memory/records/items/1/name" in found, found
+    assert json.loads(found)["output"] == {
+        "matches": [{"line": 1, "path": "/memory/records/items/1/name", "text": "beta"}],
+        "truncated": False}
+    assert json.loads(selected)["output"] == ["beta"], selected
 
 
 async def test_jq_standard_library_processes_json_returned_by_the_http_port() -> None:
@@ -544,12 +567,52 @@ async def test_jq_standard_library_processes_json_returned_by_the_http_port() ->
     assert server.paths == ["/tree"]
 
 
-@pytest.mark.reference_absent
-def test_model_catalog_scenario_uses_a_saved_script_to_reduce_http_into_memory() -> None:
-    pytest.fail(
-        'feature absent: a model-written script fetches over http, reduces with jq, '
-        'stores to memory'
-    )
+CATALOG_FILTER = (
+    'to_entries | map(.value) | {model_count: length, latest_gpt_models: '
+    '([.[] | select(.id | startswith(\\"openai/gpt\\"))] | sort_by(.release_date) '
+    '| reverse | .[:2] | map({id, name, release_date}))}'
+)
+SUMMARIZE_CATALOG = """
+(define (main url)
+  (let ((response (port-call "http" (value-map "method" "GET" "url" url))))
+    (let ((summary (jq "FILTER" response)))
+      (do (write "/memory/model_catalog" (value-get summary "/0"))
+          (value-get summary "/0")))))
+""".replace("FILTER", CATALOG_FILTER)
+
+
+async def test_model_catalog_scenario_uses_a_saved_script_to_reduce_http_into_memory() -> None:
+    # The model saves a script under /lib with the write tool, then execs it: the
+    # script fetches a model catalog over http, reduces it with jq (to_entries,
+    # object construction, startswith, sort_by, reverse, a slice) and commits the
+    # summary to memory. The fixture's large entry is 2 KiB here, not 2 MiB: our
+    # port results are bounded by max_output_bytes (difference A7).
+    with fixture_server() as server:
+        agent = Agent(
+            "svit://local/model-catalog-scenario",
+            [call("write", path="/lib/summarize-model-catalog",
+                  value={"source": SUMMARIZE_CATALOG,
+                         "documentation": "Fetch a model catalog, count its models, "
+                                          "and save the newest GPT models."}),
+             call("exec", path="/lib/summarize-model-catalog",
+                  input=server.url("/models.json")),
+             text("Saved the model count and latest GPT models to /memory/model_catalog.")],
+            ports=http_registry(server.host))
+        agent.start()
+        try:
+            agent.send("Count models.dev models and save the latest GPT models to memory.")
+            await agent.block()
+        finally:
+            await agent.stop()
+    assert agent.read("/memory/model_catalog") == {
+        "model_count": 4,
+        "latest_gpt_models": [
+            {"id": "openai/gpt-5.6", "name": "GPT-5.6", "release_date": "2026-08-01"},
+            {"id": "openai/gpt-5.4", "name": "GPT-5.4", "release_date": "2026-06-01"},
+        ],
+    }, tool_results(agent)
+    assert agent.read("/lib/summarize-model-catalog") is not None
+    assert server.paths == ["/models.json"]
 
 
 async def test_builtin_http_is_denied_without_an_explicit_url_grant() -> None:
@@ -678,9 +741,27 @@ async def test_builtin_spawn_runs_and_retains_an_isolated_child_svit() -> None:
     assert agent.process.node("/memory/task") is None
 
 
-@pytest.mark.reference_absent
-def test_bounded_data_operations_reject_unbounded_or_oversized_work() -> None:
-    pytest.fail(
-        'feature absent: jq refuses unbounded recursion; search refuses oversized '
-        'patterns'
-    )
+UNBOUNDED_JQ = '(define (main input) (jq "def f: f; f" input))'
+SEARCH_INPUT = '(define (main input) (search "/memory/text" input))'
+
+
+async def test_bounded_data_operations_reject_unbounded_or_oversized_work() -> None:
+    # jq refuses a recursive definition before evaluating it; search refuses a 5 KiB
+    # pattern (over its 4 KiB bound). Both are script failures the model sees.
+    agent = Agent("svit://local/native-limits",
+                  [call("exec", path="/lib/unbounded-jq", input=None),
+                   call("exec", path="/lib/search-input", input="x" * (5 * 1024)),
+                   text("limit observed")],
+                  memory={"text": "bounded"},
+                  scripts={"unbounded-jq": UNBOUNDED_JQ, "search-input": SEARCH_INPUT})
+    before = agent.read("/memory")
+    agent.start()
+    try:
+        agent.send("loop forever")
+        await agent.block()
+    finally:
+        await agent.stop()
+    jq_result, search_result = tool_results(agent)
+    assert "unbounded construct" in jq_result, jq_result
+    assert "pattern limit exceeded" in search_result, search_result
+    assert agent.read("/memory") == before
