@@ -37,8 +37,9 @@ SCHEDULE = Schedule("ports", 0, (
 ), 10.0)
 
 
-def _config(tmp_path: Path, *, dedup: bool) -> RunConfig:
-    return RunConfig(scenario="none", seed=5, hosts=3, clients=3, processes=2,
+def _config(tmp_path: Path, *, dedup: bool, clients: int = 3, processes: int = 2
+            ) -> RunConfig:
+    return RunConfig(scenario="none", seed=5, hosts=3, clients=clients, processes=processes,
                      out_dir=tmp_path / ("dedup" if dedup else "no-dedup"), lease_ttl_s=1,
                      snapshot_every=8, negative_control=False, loss_control=False,
                      request_timeout_s=1.0, op_deadline_s=6.0, drain_s=3.0,
@@ -112,7 +113,12 @@ async def test_ports_workload_under_failover(tmp_path: Path) -> None:
     assert ports["owner_log_lines"].get("fenced", 0) >= 1
     assert "Port calls" in (good.directory / "report.md").read_text()
 
-    bad = await run(_config(tmp_path, dedup=False), launcher=pausing_launcher)
+    # The negative control must not depend on a lucky interleaving: with one client
+    # on one process nobody else can commit the paused call's version, so the
+    # client's retry of that request recomputes the same version and makes the same
+    # call -- the same key -- and the server without dedup applies it twice.
+    bad = await run(_config(tmp_path, dedup=False, clients=1, processes=1),
+                    launcher=pausing_launcher)
     result = bad.legs["main"].result
     ports_bad = bad.report["ports"]
     _consistent(ports_bad, next(e for e in bad.legs["main"].history
