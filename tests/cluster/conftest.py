@@ -9,6 +9,8 @@ reached directly.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +34,10 @@ def _etcd_hub() -> Iterator[tuple[ProxyHub, dict[str, TcpProxy]]]:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory,
             _etcd_hub: tuple[ProxyHub, dict[str, TcpProxy]]) -> Iterator[LocalCluster]:
-    state: Path = tmp_path_factory.mktemp("cluster")
+    # A short state path: Ray's socket paths (``.../ray/session_<date>_<pid>/sockets/
+    # plasma_store.<n>``, n growing with every restart_host) must stay under the
+    # 107-byte AF_UNIX limit, which pytest's numbered basetemp can push past.
+    state = Path(tempfile.mkdtemp(prefix="svc-"))
     hub, links = _etcd_hub
 
     def etcd_proxy(host: str, etcd_endpoint: str, redis_url: str) -> tuple[str, str]:
@@ -49,6 +54,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory,
         yield lc
     finally:
         lc.down()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
