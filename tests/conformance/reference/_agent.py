@@ -92,6 +92,16 @@ class Agent:
         self.loop.wake()
         await self.wait(lambda: self.loop.state == LoopState.STOPPED)
 
+    async def one_turn(self, message: Any) -> None:
+        """Start the loop, send ``message``, close the inbox and wait until the loop
+        drained it and stopped (the reference's ``send`` then ``block``)."""
+        self.start()
+        try:
+            self.send(message)
+            await self.block()
+        finally:
+            await self.stop()
+
     async def until_failed(self) -> Signal:
         await self.wait(lambda: bool(self.signals(SignalKind.FAILED)))
         return self.signals(SignalKind.FAILED)[0]

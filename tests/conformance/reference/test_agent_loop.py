@@ -194,12 +194,7 @@ async def test_native_http_is_denied_without_an_explicit_url_grant() -> None:
                             input={"method": "GET", "url": server.url("/data")}),
                        text("network denied")],
                       ports=build_registry(PortsConfig(http=HttpPortConfig(enabled=True))))
-        agent.start()
-        try:
-            agent.send("try the network")
-            await agent.block()
-        finally:
-            await agent.stop()
+        await agent.one_turn("try the network")
     (result,) = tool_results(agent)
     assert "HTTP URL is not allowed" in result
     assert server.paths == []
@@ -215,12 +210,7 @@ async def test_native_http_uses_the_host_allowlist_and_transport() -> None:
                        text("network allowed")],
                       ports=build_registry(PortsConfig(http=HttpPortConfig(
                           enabled=True, allow_hosts=[server.host]))))
-        agent.start()
-        try:
-            agent.send("read the fixture")
-            await agent.block()
-        finally:
-            await agent.stop()
+        await agent.one_turn("read the fixture")
     (result,) = tool_results(agent)
     answer = json.loads(result)["result"]
     assert answer["status"] == 200 and json.loads(answer["body"]) == {"source": "fixture"}

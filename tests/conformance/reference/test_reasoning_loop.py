@@ -556,12 +556,7 @@ async def test_jq_standard_library_processes_json_returned_by_the_http_port() ->
                        text("counted blobs")],
                       scripts={"count-blobs": COUNT_BLOBS},
                       ports=http_registry(server.host))
-        agent.start()
-        try:
-            agent.send("count blobs")
-            await agent.block()
-        finally:
-            await agent.stop()
+        await agent.one_turn("count blobs")
     (result,) = tool_results(agent)
     assert json.loads(result)["output"] == [2], result
     assert server.paths == ["/tree"]
@@ -598,12 +593,7 @@ async def test_model_catalog_scenario_uses_a_saved_script_to_reduce_http_into_me
                   input=server.url("/models.json")),
              text("Saved the model count and latest GPT models to /memory/model_catalog.")],
             ports=http_registry(server.host))
-        agent.start()
-        try:
-            agent.send("Count models.dev models and save the latest GPT models to memory.")
-            await agent.block()
-        finally:
-            await agent.stop()
+        await agent.one_turn("Count models.dev models and save the latest GPT models to memory.")
     assert agent.read("/memory/model_catalog") == {
         "model_count": 4,
         "latest_gpt_models": [
@@ -625,12 +615,7 @@ async def test_builtin_http_is_denied_without_an_explicit_url_grant() -> None:
                        text("network denied")],
                       scripts={"fetch": '(define (main input) (port-call "http" input))'},
                       ports=build_registry(PortsConfig(http=HttpPortConfig(enabled=True))))
-        agent.start()
-        try:
-            agent.send("try the network")
-            await agent.block()
-        finally:
-            await agent.stop()
+        await agent.one_turn("try the network")
     (result,) = tool_results(agent)
     assert "HTTP URL is not allowed" in result
     assert server.paths == []
@@ -647,12 +632,7 @@ async def test_inline_exec_can_call_http_and_commit_memory() -> None:
                        text("network allowed")],
                       scripts={"fetch-and-keep": FETCH_AND_KEEP},
                       ports=http_registry(server.host))
-        agent.start()
-        try:
-            agent.send("read the fixture")
-            await agent.block()
-        finally:
-            await agent.stop()
+        await agent.one_turn("read the fixture")
     (result,) = tool_results(agent)
     assert "fixture" in result, result
     assert json.loads(agent.read("/memory/inline-http")["body"]) == {"source": "fixture"}
