@@ -182,7 +182,7 @@ class _Worker:
     def __init__(self, url: str, prefix: str) -> None:
         self.worker = DispatchWorker(DispatchConfig(
             redis_url=url, prefix=prefix, worker_id=f"cap-{prefix}", scan_interval_s=0.2,
-            heartbeat_interval_s=0.2, worker_ttl_s=1.0, lease_ttl_s=1.0, poll_interval_s=0.2))
+            heartbeat_interval_s=0.2, worker_ttl_s=1.0, claim_ttl_s=1.0, poll_interval_s=0.2))
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread = threading.Thread(target=self._main, daemon=True)
 

@@ -84,7 +84,7 @@ async def gateway_load(url: str, token: str, pids: list[str], clients: int, ops:
 def bare_actor_calls(address: str, host: str, n: int = 1000) -> dict[str, Any]:
     import ray
 
-    from svit_cluster.local import host_resource
+    from svit_cluster.cluster import host_resource
 
     ray.init(address=address, namespace="svit-bench", logging_level="ERROR",
              log_to_driver=False)

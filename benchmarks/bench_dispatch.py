@@ -150,7 +150,7 @@ def _start_workers(n: int, redis_url: str, prefix: str, stub_port: int, logs: Pa
                    ) -> list[subprocess.Popen[bytes]]:
     options = {"prefix": prefix, "webhook_hosts": [f"127.0.0.1:{stub_port}"],
                "webhook_concurrency": 32, "scan_interval_s": 0.5, "heartbeat_interval_s": 0.5,
-               "lease_ttl_s": 3.0, "worker_ttl_s": 2.0}
+               "claim_ttl_s": 3.0, "worker_ttl_s": 2.0}
     procs = []
     for i in range(n):
         with open(logs / f"worker-{i}.log", "ab") as log:
