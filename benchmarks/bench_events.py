@@ -37,13 +37,14 @@ PID = "svit://bench/observed"
 
 
 def _serve(port: int, redis_url: str) -> None:
-    """The gateway process: LocalRouter API surface, signals from Redis."""
+    """The gateway process: InProcessRouter API surface, signals from Redis."""
     import uvicorn
 
     from svit_cluster.events import RedisSignalSource
-    from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+    from svit_cluster.gateway import Principal, TokenStore, create_app
+    from svit_cluster.inprocess import InProcessRouter
 
-    class RedisSignalsRouter(LocalRouter):
+    class RedisSignalsRouter(InProcessRouter):
         def __init__(self) -> None:
             super().__init__()
             self._source = RedisSignalSource.from_url(redis_url)

@@ -20,13 +20,11 @@ Public names, by importance:
   (the gateway); :class:`BoundedFeed` -- a client subscription's bounded buffer.
 * :class:`RedisEventLog` (owner: fenced appends), :class:`RedisSignalSource`
   (gateway: async reads), :func:`fork_events` (store-level fork of history).
-* :class:`MemorySignals`, :class:`MemoryEventLog`,
-  :class:`SignalingMemoryBackend` -- the same in one Python process.
+* the same in one Python process: ``svit_cluster.inprocess``.
 * :class:`SignalSource`, :class:`Window`, :class:`ReadResult` -- the read contract.
 """
 
 from svit_cluster.events._hub import SignalHub
-from svit_cluster.events._memory import MemoryEventLog, MemorySignals, SignalingMemoryBackend
 from svit_cluster.events._model import (
     DEFAULT_MAX_EVENTS,
     DEFAULT_SIGNAL_RETENTION,
@@ -38,6 +36,7 @@ from svit_cluster.events._model import (
     Signal,
     SignalKind,
     change_payload,
+    cursor_key,
     parse_cursor,
     project_message,
     session_for,
@@ -56,8 +55,6 @@ __all__ = [
     "BoundedFeed",
     "EventRecord",
     "Lagged",
-    "MemoryEventLog",
-    "MemorySignals",
     "ReadResult",
     "RedisEventLog",
     "RedisSignalSource",
@@ -65,9 +62,9 @@ __all__ = [
     "SignalHub",
     "SignalKind",
     "SignalSource",
-    "SignalingMemoryBackend",
     "Window",
     "change_payload",
+    "cursor_key",
     "fork_events",
     "observe",
     "parse_cursor",

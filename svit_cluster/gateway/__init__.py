@@ -1,7 +1,8 @@
 """The network transport: an authenticated ASGI gateway for svit-control@1.
 
 Public names: :func:`create_app`, :class:`TokenStore`, :class:`Principal`,
-:class:`Router`, :class:`LocalRouter`, :class:`ByteCapMiddleware`,
+:class:`Router` (its in-process implementation is
+``svit_cluster.inprocess.InProcessRouter``), :class:`ByteCapMiddleware`,
 :class:`BearerAuthMiddleware`, :func:`authorize`, :class:`GatewayMetrics`,
 :class:`ObserveTokens` (browser observe tokens), :func:`parse_origins` (CORS).
 """
@@ -27,7 +28,6 @@ from svit_cluster.gateway._observe import (
 )
 from svit_cluster.gateway._router import (
     TOKEN_HEADER,
-    LocalRouter,
     ProcessInfo,
     Router,
     capture_owner_token,
@@ -44,7 +44,6 @@ __all__ = [
     "BearerAuthMiddleware",
     "ByteCapMiddleware",
     "GatewayMetrics",
-    "LocalRouter",
     "ObserveClaims",
     "ObserveTokens",
     "Principal",

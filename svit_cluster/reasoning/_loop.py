@@ -132,7 +132,7 @@ class TurnLoop:
 
     Args:
         ctrl: the owner's controller; its backend must publish signals
-            (``RedisBackend`` or ``SignalingMemoryBackend``).
+            (``RedisBackend`` or ``inprocess.SignalingMemoryBackend``).
         events: the owner's :class:`EventLog` (fenced with the same token).
         reasoner: the model.
         config: bounds and timeouts (:class:`ReasonerConfig`).

@@ -1,4 +1,4 @@
-"""The workload against an in-process gateway (LocalRouter), with and without a faulty link."""
+"""The workload against an in-process gateway (InProcessRouter), with and without a faulty link."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from svit_chaos.history import Event, HistoryWriter
 from svit_chaos.proxy import LinkMode, ProxyHub
 from svit_chaos.workload import Workload, WorkloadConfig
 
-from svit_cluster.gateway import LocalRouter, create_app
+from svit_cluster.gateway import create_app
+from svit_cluster.inprocess import InProcessRouter
 from tests.chaos._gateway import ADMIN, serve, tokens
 
 
 @pytest.fixture
 def gateway() -> Iterator[str]:
-    with serve(create_app(LocalRouter(), tokens())) as url:
+    with serve(create_app(InProcessRouter(), tokens())) as url:
         yield url
 
 

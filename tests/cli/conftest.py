@@ -2,7 +2,7 @@
 
 * the real gateway app (auth, error bodies, admin dead-letter routes over the
   real redis-server) under uvicorn on a loopback port, routing to the
-  in-memory ``LocalRouter``;
+  in-memory ``InProcessRouter``;
 * a ``cluster.json`` that points at it, at the session etcd and Redis, and at
   two "hosts" that are ``sleep`` processes this test started (so ``kill-host``,
   ``pause-host``, ``resume-host`` and ``down`` signal only our own PIDs; the
@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from svit_cluster.errors import UnavailableError
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
 from svit_cluster.gateway._router import ProcessInfo
+from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.local import EtcdServer, RedisServer
 from svit_cluster.local._ray import RayNode
 from svit_cluster.process import Script, Value
@@ -34,8 +35,8 @@ ACME = "acme-token-0123456789"
 _n = itertools.count(1)
 
 
-class CliRouter(LocalRouter):
-    """LocalRouter with two knobs: a slow ``create`` and an unavailable ``state``."""
+class CliRouter(InProcessRouter):
+    """InProcessRouter with two knobs: a slow ``create`` and an unavailable ``state``."""
 
     def __init__(self) -> None:
         super().__init__()

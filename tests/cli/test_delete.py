@@ -1,7 +1,7 @@
 """Deleting a process through the gateway: HTTP route, SDK (sync + async), CLI, smoke --delete.
 
 The real gateway app under uvicorn on loopback (``gateway`` fixture: auth,
-error bodies) in front of the in-memory ``LocalRouter``. The store-level
+error bodies) in front of the in-memory ``InProcessRouter``. The store-level
 safety (fenced delete, tombstone, no resurrection) is in
 tests/store/test_store_delete.py; the actor-level one in
 tests/cluster/test_actor_delete.py.
@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from svit_cluster.cli import cli
 from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.errors import Forbidden, NotFound, UnavailableError
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from tests.cli.conftest import ACME, ADMIN, CliRouter
 from tests.events._server import serve
 
@@ -71,7 +72,7 @@ def test_a_tenant_may_delete_only_its_own(gateway: tuple[str, CliRouter]) -> Non
     assert other in router._controllers
 
 
-class LostAnswerRouter(LocalRouter):
+class LostAnswerRouter(InProcessRouter):
     """Deletes, then answers ``unavailable`` once (the answer was lost)."""
 
     lost = 0

@@ -158,12 +158,13 @@ def test_up_and_down_output_json() -> None:
 def test_chat_output_json_lines() -> None:
     """``chat --output json``: stdout is JSON Lines, one object per event, then one
     ``turn`` summary per message (a real gateway with the simulated reasoner)."""
-    from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+    from svit_cluster.gateway import Principal, TokenStore, create_app
+    from svit_cluster.inprocess import InProcessRouter
     from svit_cluster.reasoning import ReasonerConfig, build_reasoner
     from tests.events._server import serve
 
     config = ReasonerConfig()  # the simulated reasoner
-    router = LocalRouter(reasoner=lambda: build_reasoner(config), reasoner_config=config)
+    router = InProcessRouter(reasoner=lambda: build_reasoner(config), reasoner_config=config)
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
     with serve(create_app(router, tokens)) as url:

@@ -24,7 +24,8 @@ import pytest
 
 from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.errors import ConflictError
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from tests.events._server import serve
 
 ADMIN = "admin-token-0123456789"
@@ -35,7 +36,7 @@ SCRIPT = '(define (main input) (do (write "/memory/n" (+ 1 (read "/memory/n"))) 
 def gateway() -> Iterator[str]:
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    with serve(create_app(LocalRouter(), tokens)) as url:
+    with serve(create_app(InProcessRouter(), tokens)) as url:
         yield url
 
 

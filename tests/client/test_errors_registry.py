@@ -2,7 +2,7 @@
 
 The real gateway app (auth, error handlers, JSON bodies) runs under uvicorn on a
 loopback port and the real SDK talks HTTP to it. The router is the in-memory
-``LocalRouter``; for ids ``svit://acme/raise-<code>`` its ``state`` raises the
+``InProcessRouter``; for ids ``svit://acme/raise-<code>`` its ``state`` raises the
 error registered for ``<code>`` with structured fields, so each code crosses the
 whole server -> JSON -> SDK path. Natural failures (401, 403, 404, 409, 413,
 decode errors, a dead gateway, a slow one, ``Retry-After``) are produced for real.
@@ -23,7 +23,8 @@ from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.cluster._actor import error_dict
 from svit_cluster.cluster._router import raise_error_dict
 from svit_cluster.errors import ErrorCode, error_class
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.local import free_port
 from svit_cluster.process import Value
 from tests.events._server import serve
@@ -34,8 +35,8 @@ FIELDS: dict[str, Any] = {"limit": "max_text_bytes", "max": 1024, "actual": 2048
                           "path": "/memory/x", "ok": False, "nested": {"a": [1, "b"]}}
 
 
-class RaisingRouter(LocalRouter):
-    """LocalRouter whose ``state`` raises a chosen error, or sleeps, or fails N times."""
+class RaisingRouter(InProcessRouter):
+    """InProcessRouter whose ``state`` raises a chosen error, or sleeps, or fails N times."""
 
     def __init__(self) -> None:
         super().__init__()

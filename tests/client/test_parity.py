@@ -79,7 +79,8 @@ def test_sync_client_methods_added_for_parity_work_over_http() -> None:
     import asyncio
 
     from svit_cluster.events import Signal
-    from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+    from svit_cluster.gateway import Principal, TokenStore, create_app
+    from svit_cluster.inprocess import InProcessRouter
     from svit_cluster.reasoning import SimulatedReasoner
     from tests.events._server import serve
 
@@ -87,7 +88,7 @@ def test_sync_client_methods_added_for_parity_work_over_http() -> None:
     tokens = TokenStore()
     tokens.add(token, Principal(tenant="acme"))
     pid = "svit://acme/parity"
-    with serve(create_app(LocalRouter(reasoner=SimulatedReasoner), tokens)) as base:
+    with serve(create_app(InProcessRouter(reasoner=SimulatedReasoner), tokens)) as base:
         with SvitClient(base, token) as c:
             c.create_process(pid, memory={"n": 1})
             with c.events(pid, timeout_s=10) as sub, c.outbox(pid, timeout_s=10) as outbox:

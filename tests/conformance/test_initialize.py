@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from starlette.testclient import TestClient
 
-from svit_cluster.gateway import CAPABILITIES, LocalRouter, TokenStore, create_app
+from svit_cluster.gateway import CAPABILITIES, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 
 
 def _client() -> TestClient:
-    return TestClient(create_app(LocalRouter(), TokenStore()))
+    return TestClient(create_app(InProcessRouter(), TokenStore()))
 
 
 def test_10_initialize_with_no_capabilities_gets_none() -> None:

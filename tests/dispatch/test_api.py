@@ -13,7 +13,8 @@ import svit_cluster.dispatch as dispatch
 from svit_cluster.dispatch import DeadLetters, DispatchConfig, DispatchKeys, DispatchWorker
 from svit_cluster.dispatch._claim import shard_of
 from svit_cluster.errors import ConfigurationError
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from tests.conftest import RedisTarget
 
 ADMIN = "admin-token-0123456789"
@@ -76,7 +77,7 @@ def admin_client(redis_target: RedisTarget) -> TestClient:
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
     tokens.add(TENANT, Principal(tenant="t"))
-    return TestClient(create_app(LocalRouter(), tokens, redis_url=redis_target.url))
+    return TestClient(create_app(InProcessRouter(), tokens, redis_url=redis_target.url))
 
 
 def _plant(rclient: redis.Redis, n: int) -> list[str]:
@@ -129,7 +130,7 @@ def test_admin_routes_need_an_admin_token(admin_client: TestClient) -> None:
 def test_admin_routes_without_redis_are_unavailable() -> None:
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    client = TestClient(create_app(LocalRouter(), tokens))
+    client = TestClient(create_app(InProcessRouter(), tokens))
     r = client.get("/v1/admin/dead-letters", headers={"Authorization": f"Bearer {ADMIN}"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"
 

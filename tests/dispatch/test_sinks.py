@@ -19,7 +19,8 @@ from svit_cluster.dispatch import (
     WebhookSink,
 )
 from svit_cluster.dispatch._redisutil import async_client
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from tests.conftest import RedisTarget
 from tests.dispatch._support import WebhookStub
 
@@ -92,7 +93,7 @@ async def test_webhook_statuses(http: httpx.AsyncClient, stub: WebhookStub) -> N
 async def test_svit_sink_stores_one_copy_per_key() -> None:
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    app = create_app(LocalRouter(), tokens)
+    app = create_app(InProcessRouter(), tokens)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
         auth = {"Authorization": f"Bearer {ADMIN}"}

@@ -11,7 +11,8 @@ import pytest
 from svit_cluster.client import AsyncSvitClient
 from svit_cluster.errors import SvitError
 from svit_cluster.events import Lagged, Signal
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.reasoning import SimulatedReasoner
 from tests.events._server import serve
 
@@ -27,7 +28,7 @@ def url() -> Iterator[str]:
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
     tokens.add(ACME, Principal(tenant="acme"))
     tokens.add(OTHER, Principal(tenant="other"))
-    router = LocalRouter(reasoner=SimulatedReasoner)
+    router = InProcessRouter(reasoner=SimulatedReasoner)
     with serve(create_app(router, tokens)) as base:
         httpx.post(base + "/v1/processes", json={"process_id": PID, "memory": {"n": 1}},
                    headers={"Authorization": f"Bearer {ACME}"}).raise_for_status()

@@ -6,14 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from svit_cluster.events import (
-    Lagged,
-    MemorySignals,
-    ReadResult,
-    Signal,
-    SignalHub,
-    SignalKind,
-)
+from svit_cluster.events import Lagged, ReadResult, Signal, SignalHub, SignalKind
+from svit_cluster.inprocess import MemorySignals
 
 PID = "svit://test/hub"
 

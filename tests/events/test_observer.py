@@ -12,7 +12,6 @@ import redis
 from svit_cluster.events import (
     BoundedFeed,
     Lagged,
-    MemorySignals,
     RedisSignalSource,
     Signal,
     SignalKind,
@@ -20,6 +19,7 @@ from svit_cluster.events import (
     observe,
     resolve_cursor,
 )
+from svit_cluster.inprocess import MemorySignals
 from svit_cluster.process import Process
 from svit_cluster.store import RedisBackend, StoreConfig
 from tests.conftest import RedisTarget

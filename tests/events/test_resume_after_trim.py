@@ -21,7 +21,6 @@ import redis
 
 from svit_cluster.events import (
     Lagged,
-    MemorySignals,
     RedisSignalSource,
     Signal,
     SignalHub,
@@ -29,7 +28,8 @@ from svit_cluster.events import (
     SignalSource,
     observe,
 )
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter, MemorySignals
 from svit_cluster.store import ProcessKeys
 from tests.conftest import RedisTarget
 from tests.events._server import serve
@@ -125,7 +125,7 @@ async def test_hub_subscription_resumes_after_a_trim_up_to_its_cursor(
     assert versions(got) == expected(lagged)
 
 
-class RedisSignalsRouter(LocalRouter):
+class RedisSignalsRouter(InProcessRouter):
     """The in-memory router, but observers read the real Redis signal stream."""
 
     def __init__(self, url: str, prefix: str) -> None:

@@ -41,9 +41,9 @@ def host_commit(backend: RedisBackend, proc: Process, stage: str, **completion: 
 def test_public_surface_is_pinned() -> None:
     assert sorted(events.__all__) == sorted([
         "DEFAULT_MAX_EVENTS", "DEFAULT_SIGNAL_RETENTION", "EVENT_FORMAT", "MAX_RECENT",
-        "ORIGIN", "BoundedFeed", "EventRecord", "Lagged", "MemoryEventLog", "MemorySignals",
+        "ORIGIN", "BoundedFeed", "EventRecord", "Lagged",
         "ReadResult", "RedisEventLog", "RedisSignalSource", "Signal", "SignalKind",
-        "SignalHub", "SignalSource", "SignalingMemoryBackend", "Window", "change_payload",
+        "SignalHub", "SignalSource", "Window", "change_payload", "cursor_key",
         "fork_events",
         "observe", "parse_cursor", "project_message", "resolve_cursor", "session_for",
         "validate_limit"])

@@ -23,7 +23,8 @@ import httpx
 import pytest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from tests.events._server import serve
 
 ADMIN = "admin-token-0123456789"
@@ -64,7 +65,7 @@ class Server:
 def server() -> Iterator[Server]:
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    recorder = Recorder(create_app(LocalRouter(), tokens))
+    recorder = Recorder(create_app(InProcessRouter(), tokens))
     with serve(recorder) as base:
         httpx.post(base + "/v1/processes", json={"process_id": PID, "memory": {"n": 0}},
                    headers=auth()).raise_for_status()

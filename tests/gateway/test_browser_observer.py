@@ -38,7 +38,8 @@ from starlette.routing import Route
 from svit_cluster.client import SvitClient
 from svit_cluster.control import ProcessController
 from svit_cluster.events import RedisSignalSource, SignalSource
-from svit_cluster.gateway import LocalRouter, TokenStore, create_app
+from svit_cluster.gateway import TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.local import RedisServer, free_port
 from svit_cluster.process import Process
 from svit_cluster.store import ProcessKeys, RedisBackend, StoreConfig, connect
@@ -100,7 +101,7 @@ window.fetchStatus = async (pid, token) => {
 """
 
 
-class RedisLogRouter(LocalRouter):
+class RedisLogRouter(InProcessRouter):
     """The in-process router, but every process commits through the real fenced
     Redis commit log (``RedisBackend``: claim, then one Lua script per commit,
     which also appends the signal), and observers read the Redis signal stream.

@@ -23,7 +23,8 @@ from svit_cluster.client import SvitClient
 from svit_cluster.control import ProcessController
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.events import RedisEventLog, RedisSignalSource, SignalSource
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.local import ClusterSpec
 from svit_cluster.local._servers import RedisServer
 from svit_cluster.process import Process
@@ -64,8 +65,8 @@ class Model:
             "role": "assistant", "content": f"you said: {user}"}}]})
 
 
-class RedisRouter(LocalRouter):
-    """:class:`LocalRouter` whose processes commit to the fenced Redis log and whose
+class RedisRouter(InProcessRouter):
+    """:class:`InProcessRouter` whose processes commit to the fenced Redis log and whose
     events go through Redis (owner token 1), so the gateway observes real streams."""
 
     def __init__(self, url: str, config: ReasonerConfig) -> None:

@@ -25,8 +25,8 @@ from svit_cluster import errors as svit_errors
 from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
 from svit_cluster.errors import NotFound, SvitError
-from svit_cluster.events import MemorySignals
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter, MemorySignals
 from svit_cluster.process import Process, Script, Value
 from svit_cluster.store import RedisBackend, StoreConfig
 from tests.events._server import serve
@@ -85,7 +85,7 @@ class RedisRouter:
 @pytest.fixture
 def gateway(rclient: redis.Redis, request: pytest.FixtureRequest) -> Iterator[str]:
     """The gateway over Redis (``retain``: ``"default"`` store config, or
-    ``"retained"``: ``trim_margin`` 1024), or the in-memory ``LocalRouter``
+    ``"retained"``: ``trim_margin`` 1024), or the in-memory ``InProcessRouter``
     (``"memory"``)."""
     retain = getattr(request, "param", "default")
     prefix = f"evict{next(_prefixes)}"
@@ -94,7 +94,7 @@ def gateway(rclient: redis.Redis, request: pytest.FixtureRequest) -> Iterator[st
     tokens = TokenStore()
     tokens.add(TOKEN, Principal(tenant="acme"))
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    router: Any = LocalRouter() if retain == "memory" else RedisRouter(rclient, config)
+    router: Any = InProcessRouter() if retain == "memory" else RedisRouter(rclient, config)
     with serve(create_app(router, tokens)) as url:
         yield url
 

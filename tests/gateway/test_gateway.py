@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.process import encode_value
 
 ADMIN = "admin-token-0123456789"
@@ -19,7 +20,7 @@ COUNTER = """(define (main input)
     (do (write "/memory/count" count) (value-map "count" count))))"""
 
 
-class SpyRouter(LocalRouter):
+class SpyRouter(InProcessRouter):
     """Records control calls, to prove 403 happens before any receipt lookup."""
 
     def __init__(self) -> None:

@@ -20,14 +20,8 @@ import pytest
 
 from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.errors import ConfigurationError, DecodeError, Forbidden, NotFound
-from svit_cluster.gateway import (
-    LocalRouter,
-    ObserveTokens,
-    Principal,
-    TokenStore,
-    create_app,
-    parse_origins,
-)
+from svit_cluster.gateway import ObserveTokens, Principal, TokenStore, create_app, parse_origins
+from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.settings import GatewaySettings
 from tests.events._server import serve
 
@@ -48,9 +42,9 @@ def _tokens() -> TokenStore:
 
 
 @pytest.fixture(scope="module")
-def gateway() -> Iterator[tuple[str, TokenStore, LocalRouter]]:
+def gateway() -> Iterator[tuple[str, TokenStore, InProcessRouter]]:
     tokens = _tokens()
-    router = LocalRouter()
+    router = InProcessRouter()
     with serve(create_app(router, tokens, cors_origins=[ORIGIN])) as base:
         for pid, token in ((PID, ACME), (PID2, ACME), (FOREIGN, OTHER)):
             httpx.post(base + "/v1/processes", json={"process_id": pid, "memory": {}},
@@ -59,7 +53,7 @@ def gateway() -> Iterator[tuple[str, TokenStore, LocalRouter]]:
 
 
 @pytest.fixture
-def url(gateway: tuple[str, TokenStore, LocalRouter]) -> str:
+def url(gateway: tuple[str, TokenStore, InProcessRouter]) -> str:
     return gateway[0]
 
 
@@ -119,7 +113,7 @@ def test_a_token_for_another_process_is_forbidden(url: str) -> None:
 
 
 def test_tampered_malformed_and_expired_tokens_are_unauthenticated(
-        gateway: tuple[str, TokenStore, LocalRouter]) -> None:
+        gateway: tuple[str, TokenStore, InProcessRouter]) -> None:
     url, tokens, _ = gateway
     token = mint(url).json()["token"]
     prefix, body, mac = token.split(".")
@@ -212,7 +206,11 @@ def test_sdk_mints_with_both_clients(url: str) -> None:
 
 
 def test_an_open_stream_ends_when_its_token_expires(url: str) -> None:
-    token = mint(url, PID2, ttl_s=1).json()["token"]
+    # TTL 3 s, not 1 s: on a loaded machine the stream sometimes opened after a
+    # 1-s token had already expired (401 instead of 200).
+    ttl_s = 3
+    minted = time.monotonic()
+    token = mint(url, PID2, ttl_s=ttl_s).json()["token"]
     events: list[str] = []
     with httpx.stream("GET", url + EVENTS, params={"process_id": PID2, "observe_token": token},
                       timeout=10) as resp:
@@ -222,7 +220,7 @@ def test_an_open_stream_ends_when_its_token_expires(url: str) -> None:
             if line.startswith("event: "):
                 events.append(line[len("event: "):])
                 break
-        time.sleep(1.2)
+        time.sleep(max(0.0, minted + ttl_s + 0.2 - time.monotonic()))
         # a commit after the expiry: the stream ends instead of delivering it
         httpx.post(url + "/v1/processes/inbox", json={"process_id": PID2, "message": "late"},
                    headers={"Authorization": f"Bearer {ACME}"}).raise_for_status()
@@ -256,7 +254,7 @@ def test_observe_tokens_are_not_logged() -> None:
     both are redacted. The captured lines must contain the request path, so the
     check cannot pass by capturing nothing."""
     tokens = _tokens()
-    router = LocalRouter()
+    router = InProcessRouter()
     buf = io.StringIO()
     handler = logging.StreamHandler(buf)
     watched = [logging.getLogger("uvicorn.access"), logging.getLogger("httpx")]
@@ -306,7 +304,7 @@ def test_cors_is_off_by_default_and_allows_only_configured_origins(url: str) -> 
                         headers={"Origin": ORIGIN})
     assert refused.status_code == 403
     assert refused.headers["access-control-allow-origin"] == ORIGIN
-    with serve(create_app(LocalRouter(), _tokens())) as plain:
+    with serve(create_app(InProcessRouter(), _tokens())) as plain:
         resp = httpx.options(plain + EVENTS, headers=pre)
         assert "access-control-allow-origin" not in resp.headers
         resp = httpx.get(plain + "/healthz", headers={"Origin": ORIGIN})
@@ -323,4 +321,4 @@ def test_cors_origins_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(ConfigurationError):
             parse_origins(bad)
         with pytest.raises(ConfigurationError):
-            create_app(LocalRouter(), _tokens(), cors_origins=[bad])
+            create_app(InProcessRouter(), _tokens(), cors_origins=[bad])

@@ -16,10 +16,11 @@ from starlette.testclient import TestClient
 
 from svit_cluster.cli import cli
 from svit_cluster.cluster._heartbeat import check_heartbeat, write_heartbeat
-from svit_cluster.gateway import LocalRouter, TokenStore, create_app
+from svit_cluster.gateway import TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 
 
-class NoHostsRouter(LocalRouter):
+class NoHostsRouter(InProcessRouter):
     """A router that reports what the Ray router reports while no host is registered."""
 
     async def health(self) -> dict[str, Any]:
@@ -35,7 +36,7 @@ def test_livez_is_200_while_readiness_is_503_without_hosts() -> None:
 
 
 def test_readyz_is_200_when_the_router_can_serve() -> None:
-    client = TestClient(create_app(LocalRouter(), TokenStore(), max_request_bytes=4096))
+    client = TestClient(create_app(InProcessRouter(), TokenStore(), max_request_bytes=4096))
     assert client.get("/readyz").status_code == 200
     assert client.get("/livez").status_code == 200
 

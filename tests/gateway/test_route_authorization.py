@@ -14,7 +14,8 @@ from typing import Any
 from fastapi.routing import APIRoute
 from starlette.testclient import TestClient
 
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 
 OTHER = "other-token-0123456789"
 FOREIGN = "svit://acme/p"
@@ -48,7 +49,7 @@ def _api_routes(routes: Any) -> list[APIRoute]:
 def test_every_process_route_refuses_another_tenant() -> None:
     tokens = TokenStore()
     tokens.add(OTHER, Principal(tenant="other"))
-    asgi = create_app(LocalRouter(), tokens)
+    asgi = create_app(InProcessRouter(), tokens)
     client = TestClient(asgi)
     checked: list[str] = []
     for route in _api_routes(_fastapi(asgi).routes):

@@ -11,14 +11,15 @@ from click.testing import CliRunner
 
 from svit_cluster.cli import cli
 from svit_cluster.client import SvitClient
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from tests.events._server import serve
 
 ADMIN = "smoke-admin-token-0123456789"
 
 
 def test_repeated_helm_test_runs_leave_one_process() -> None:
-    router = LocalRouter()
+    router = InProcessRouter()
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
     with serve(create_app(router, tokens)) as url:
@@ -38,7 +39,7 @@ def test_repeated_helm_test_runs_leave_one_process() -> None:
 def test_smoke_fails_with_a_bad_token() -> None:
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    with serve(create_app(LocalRouter(), tokens)) as url:
+    with serve(create_app(InProcessRouter(), tokens)) as url:
         got = CliRunner().invoke(cli, ["smoke", "--url", url],
                                  env={"SVIT_TOKEN": "wrong-token-0123456789"})
         assert got.exit_code != 0

@@ -10,18 +10,18 @@ from starlette.testclient import TestClient
 from svit_cluster.client import SvitClient
 from svit_cluster.gateway import (
     TOKEN_HEADER,
-    LocalRouter,
     Principal,
     TokenStore,
     capture_owner_token,
     create_app,
     report_owner_token,
 )
+from svit_cluster.inprocess import InProcessRouter
 from tests.gateway.test_gateway import ADMIN, auth, control_doc, create
 
 
-class TokenRouter(LocalRouter):
-    """A stub owner: answers like LocalRouter and reports a fencing token, as RayRouter does."""
+class TokenRouter(InProcessRouter):
+    """A stub owner: answers like InProcessRouter and reports a fencing token, as RayRouter does."""
 
     def __init__(self, token: Any) -> None:
         super().__init__()
@@ -34,7 +34,7 @@ class TokenRouter(LocalRouter):
         return response
 
 
-def app_client(router: LocalRouter) -> TestClient:
+def app_client(router: InProcessRouter) -> TestClient:
     tokens = TokenStore()
     tokens.add(ADMIN, Principal(tenant=None, admin=True))
     return TestClient(create_app(router, tokens, max_request_bytes=4096))
@@ -53,7 +53,7 @@ def test_control_response_carries_the_owner_token() -> None:
 
 
 def test_no_header_without_a_known_token() -> None:
-    for router in (LocalRouter(), TokenRouter(None), TokenRouter("not-a-number")):
+    for router in (InProcessRouter(), TokenRouter(None), TokenRouter("not-a-number")):
         client = app_client(router)
         create(client, "svit://acme/t")
         r = client.post("/v1/control", json=control_doc("svit://acme/t"), headers=auth(ADMIN))

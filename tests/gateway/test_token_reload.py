@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from svit_cluster.gateway import TokenStore, create_app
-from svit_cluster.gateway._router import LocalRouter
+from svit_cluster.inprocess import InProcessRouter
 
 OLD = "old-admin-token-0123456789"
 NEW = "new-admin-token-0123456789"
@@ -44,7 +44,7 @@ async def _status(app: object, token: str) -> int:
 async def test_a_rotated_secret_is_used_without_restart(tmp_path: Path) -> None:
     _mount(tmp_path, 1, OLD)
     tokens = TokenStore.from_file(tmp_path / "tokens.json", reload_interval_s=0.0)
-    app = create_app(LocalRouter(), tokens)
+    app = create_app(InProcessRouter(), tokens)
     assert await _status(app, OLD) != 401
     assert await _status(app, NEW) == 401
     _mount(tmp_path, 2, NEW)
@@ -55,7 +55,7 @@ async def test_a_rotated_secret_is_used_without_restart(tmp_path: Path) -> None:
 async def test_a_broken_new_file_keeps_the_previous_tokens(tmp_path: Path) -> None:
     _mount(tmp_path, 1, OLD)
     tokens = TokenStore.from_file(tmp_path / "tokens.json", reload_interval_s=0.0)
-    app = create_app(LocalRouter(), tokens)
+    app = create_app(InProcessRouter(), tokens)
     bad = tmp_path / "..2"
     bad.mkdir()
     (bad / "tokens.json").write_text("{not json")

@@ -29,8 +29,8 @@ from svit_cluster import tracing
 from svit_cluster.client import AsyncSvitClient
 from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
 from svit_cluster.errors import NotFound
-from svit_cluster.events import MemorySignals
 from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import MemorySignals
 from svit_cluster.process import Process, Script, Value
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 

@@ -17,7 +17,8 @@ from starlette.testclient import TestClient
 
 from svit_cluster.control import ProcessController
 from svit_cluster.errors import ErrorCode, UnavailableError
-from svit_cluster.gateway import LocalRouter, Principal, TokenStore, create_app
+from svit_cluster.gateway import Principal, TokenStore, create_app
+from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.local import RedisServer
 from svit_cluster.process import Process, encode_value
 from svit_cluster.store import RedisBackend, StoreConfig, connect
@@ -89,7 +90,7 @@ def test_gateway_answers_503_under_oom_and_the_retry_commits(
     backend.claim()
     proc = Process.create(pid2, memory={"count": 0}, scripts={"counter": COUNTER})
     backend.create(proc)
-    router = LocalRouter()
+    router = InProcessRouter()
     router._controllers[pid2] = ProcessController(proc, backend)
     tokens = TokenStore()
     tokens.add(TOKEN, Principal(tenant="acme"))

@@ -1,7 +1,7 @@
 """A reasoning process for the ported agent/reasoning-loop tests.
 
 One process behind a real :class:`ProcessController` whose backend publishes
-signals (``SignalingMemoryBackend``, the one ``LocalRouter`` serves with), an
+signals (``SignalingMemoryBackend``, the one ``InProcessRouter`` serves with), an
 in-memory event log and a :class:`TurnLoop` driven by a scripted
 :class:`SimulatedReasoner`. The reference's ``Svit`` maps onto it: ``inbox.send``
 is :meth:`Agent.send`, ``block`` is :meth:`Agent.block` (close the inbox and
@@ -15,13 +15,8 @@ import time
 from typing import Any
 
 from svit_cluster.control import ProcessController
-from svit_cluster.events import (
-    MemoryEventLog,
-    MemorySignals,
-    Signal,
-    SignalingMemoryBackend,
-    SignalKind,
-)
+from svit_cluster.events import Signal, SignalKind
+from svit_cluster.inprocess import MemoryEventLog, MemorySignals, SignalingMemoryBackend
 from svit_cluster.process import Limits, Process
 from svit_cluster.reasoning import (
     LoopState,

@@ -1,4 +1,4 @@
-"""In-memory signals and event log (the gateway's ``LocalRouter``, and tests).
+"""In-memory signals and event log (:class:`InProcessRouter`, and tests).
 
 Same semantics as the Redis adapter for one Python process and its lifetime:
 one ordered, retention-capped signal list per process, a per-session event
@@ -17,18 +17,19 @@ from typing import Any
 
 from svit_cluster.control import DEFAULT_RECEIPTS, MemoryBackend, Receipt
 from svit_cluster.errors import InvalidInput
-from svit_cluster.events._model import (
+from svit_cluster.events import (
     DEFAULT_MAX_EVENTS,
     DEFAULT_SIGNAL_RETENTION,
     ORIGIN,
     EventRecord,
+    ReadResult,
     Signal,
     SignalKind,
+    Window,
     change_payload,
     cursor_key,
     validate_limit,
 )
-from svit_cluster.events._source import ReadResult, Window
 from svit_cluster.process import Transition
 
 __all__ = ["MemoryEventLog", "MemorySignals", "SignalingMemoryBackend"]

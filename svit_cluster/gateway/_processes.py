@@ -1,0 +1,196 @@
+"""The host API: create, observe, delete, inbox, snapshot and fork processes
+(``/v1/processes...``). Every route depends on
+:func:`~svit_cluster.gateway._access.process_access` (tenant check before any
+lookup)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse
+
+from svit_cluster.errors import InvalidInput
+from svit_cluster.gateway._access import process_access
+from svit_cluster.gateway._auth import Principal
+from svit_cluster.gateway._router import Router
+from svit_cluster.process import Limits as _Limits
+from svit_cluster.process import (
+    Script,
+    decode_value,
+    encode_value,
+    from_plain_json,
+    parse_path,
+    script_from_value,
+    strict_json_loads,
+    validate_process_id,
+)
+
+__all__ = ["processes_router"]
+
+#: ``client_id`` / ``request_id`` syntax (control protocol: envelope identifiers).
+_ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+
+
+class CreateProcess(BaseModel):
+    """``POST /v1/processes`` body."""
+
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    memory: Any = Field(default=None, description="initial /memory map")
+    memory_encoding: str = Field(default="plain", pattern="^(plain|tagged)$")
+    scripts: dict[str, Any] = Field(
+        default_factory=dict, description="name -> Svit Lisp source, or {source, documentation}"
+    )
+
+
+class InboxMessage(BaseModel):
+    """``POST /v1/processes/inbox`` body."""
+
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    message: Any = Field(description="the inbox item (plain JSON, or tagged)")
+    message_encoding: str = Field(default="plain", pattern="^(plain|tagged)$")
+    dedup_key: str | None = Field(
+        default=None, max_length=512,
+        description="deliver at most once per key (the outbox dispatcher sends the intent id)",
+    )
+
+
+class InboxDrop(BaseModel):
+    """``POST /v1/processes/inbox/drop`` body: name the head (id and/or hash) and say why."""
+
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    message_id: str | None = Field(default=None, max_length=512,
+                                   description="the head's message id ({content, id})")
+    head_hash: str | None = Field(default=None, max_length=128,
+                                  description="the head's content hash")
+    reason: str = Field(min_length=1, max_length=512, description="why it is dropped")
+
+
+class ProcessRef(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+
+
+class ForkProcess(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    new_process_id: str
+
+
+def processes_router(router: Router) -> APIRouter:
+    """The ``/v1/processes`` routes over ``router`` (errors are ``SvitError``s,
+    answered by the app's handler)."""
+    api = APIRouter(tags=["processes"])
+
+    @api.post("/v1/processes", status_code=201, dependencies=[Depends(process_access)])
+    async def create_process(body: CreateProcess) -> JSONResponse:
+        """Create a process with initial memory and a script library."""
+        pid = validate_process_id(body.process_id)
+        lim = _Limits()
+        memory = (
+            decode_value(body.memory) if body.memory_encoding == "tagged"
+            else from_plain_json(body.memory)
+        ) if body.memory is not None else {}
+        scripts: dict[str, Script] = {}
+        for name, src in body.scripts.items():
+            scripts[name] = script_from_value(
+                src if isinstance(src, dict) else {"source": src}, lim
+            )
+        info = await router.create(pid, memory, scripts)
+        return JSONResponse(info, status_code=201)
+
+    @api.get("/v1/processes/state", dependencies=[Depends(process_access)])
+    async def state(
+        process_id: str = Query(..., description="svit:// process id"),
+        path: str = Query("/", description="absolute path, e.g. /memory/count"),
+    ) -> JSONResponse:
+        """Value and version of ``path`` from one observation."""
+        pid = validate_process_id(process_id)
+        parse_path(path)
+        value, version = await router.state(pid, path)
+        return JSONResponse(
+            {"process_id": pid, "path": path, "version": version, "value": encode_value(value)}
+        )
+
+    @api.get("/v1/processes/requests")
+    async def request_status(
+        principal: Annotated[Principal, Depends(process_access)],
+        process_id: str = Query(..., description="svit:// process id"),
+        client_id: str = Query(..., pattern=_ID_PATTERN, description="envelope client_id"),
+        request_id: str = Query(..., pattern=_ID_PATTERN, description="envelope request_id"),
+    ) -> JSONResponse:
+        """Did this principal's request ``(client_id, request_id)`` commit?
+
+        Answers from the owner's retained log after the receipt may have been
+        evicted: ``{process_id, client_id, request_id, committed, version,
+        retained_from_version}``; ``committed: false`` is definitive only for
+        versions ``>= retained_from_version``. Partitioned by the
+        authenticated principal, like receipts.
+        """
+        pid = validate_process_id(process_id)
+        status = await router.request_status(pid, principal.partition, client_id, request_id)
+        return JSONResponse({"process_id": pid, "client_id": client_id,
+                             "request_id": request_id, **status})
+
+    @api.delete("/v1/processes", dependencies=[Depends(process_access)])
+    async def delete_process(
+        process_id: str = Query(..., description="svit:// process id"),
+    ) -> JSONResponse:
+        """Delete a process: its log, snapshot, receipts, outbox, signals and owner record.
+
+        Fenced like a commit: the current owner deletes under its fencing
+        token, and the stored fence stays as a tombstone, so an older owner
+        can never write the process back. Intents not yet delivered are
+        dropped. ``200 {process_id, deleted: true, version}``; ``404`` when
+        there is no such process (also the answer to a retry of a delete that
+        did happen); ``503`` when the outcome is unknown (retry).
+        """
+        pid = validate_process_id(process_id)
+        result = await router.delete(pid)
+        return JSONResponse({"process_id": pid, "deleted": True,
+                             "version": result.get("version")})
+
+    @api.post("/v1/processes/inbox", dependencies=[Depends(process_access)])
+    async def inbox(body: InboxMessage) -> JSONResponse:
+        """Commit one message to the process inbox, under the fence; size-checked first."""
+        pid = validate_process_id(body.process_id)
+        message = (
+            decode_value(body.message) if body.message_encoding == "tagged"
+            else from_plain_json(body.message)
+        )
+        result = await router.inbox(pid, message, body.dedup_key)
+        return JSONResponse({"process_id": pid, **result})
+
+    @api.post("/v1/processes/inbox/drop", dependencies=[Depends(process_access)])
+    async def inbox_drop(body: InboxDrop) -> JSONResponse:
+        """Dead-letter the inbox head (a message whose turn never succeeds blocks the
+        agent): it moves to ``/thread/dead_letters`` in one fenced commit. The head
+        must match ``message_id``/``head_hash`` (else 409 ``inbox_conflict``)."""
+        pid = validate_process_id(body.process_id)
+        if body.message_id is None and body.head_hash is None:
+            raise InvalidInput("name the inbox head to drop: message_id or head_hash")
+        result = await router.inbox_drop(pid, reason=body.reason, message_id=body.message_id,
+                                         head_hash=body.head_hash)
+        return JSONResponse({"process_id": pid, **result})
+
+    @api.post("/v1/processes/snapshot", dependencies=[Depends(process_access)])
+    async def snapshot(body: ProcessRef) -> JSONResponse:
+        """The process snapshot (strict JSON document)."""
+        pid = validate_process_id(body.process_id)
+        data = await router.snapshot(pid)
+        doc = strict_json_loads(data, what="snapshot")
+        return JSONResponse({"process_id": pid, "version": doc["version"], "snapshot": doc})
+
+    @api.post("/v1/processes/fork", status_code=201, dependencies=[Depends(process_access)])
+    async def fork(body: ForkProcess) -> JSONResponse:
+        """Fork a process into a new id (same version, new identity, empty outbox)."""
+        pid = validate_process_id(body.process_id)
+        new_pid = validate_process_id(body.new_process_id)
+        info = await router.fork(pid, new_pid)
+        return JSONResponse(info, status_code=201)
+
+    return api
