@@ -22,6 +22,8 @@ event log). A fork carries the parent's metadata under another process id; the
 child's first turn rewrites ``process_id``, ``session_id`` and
 ``system_prompt`` for the child and keeps ``instructions`` (reference: a
 process-only fork starts a new isolated session with inherited instructions).
+A store-level fork also copies the parent's event prefix into the child's
+session (``events.fork_events``); the loop then continues after it.
 
 A loop refuses to start on a ``/thread`` that carries a materialised history
 (``messages`` or ``events``) or metadata with no ``process_id``

@@ -2,11 +2,13 @@
 
 The reference's older agent loop maps onto our reasoning loop (:class:`TurnLoop`,
 ``tests/conformance/reference/_agent.py``). Ported for real (issue 16): the write tool
-with a closable inbox, the exec allowlist and the bounded model output; and the native
-http, llm and spawn executables as the model's ``port`` tool. The rest (``/agent`` and
-``/bin`` projections, native jq/search, forked subagents sharing history) still fail
-with "feature absent: ..." (marker ``reference_absent``). See docs/conformance.md,
-"Reference test port".
+with a closable inbox, the exec allowlist and the bounded model output; the native
+http, llm and spawn executables as the model's ``port`` tool; the live loop taking
+messages in commit order; and the thread that follows a restore or is shared by a fork
+(the host's event log, forked with ``fork_events``; difference A12). The ``/agent``
+and ``/bin`` projections still fail with "feature absent: ..." (marker
+``reference_absent``): the reference's later reasoning loop dropped them. See
+docs/conformance.md, "Reference test port".
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ async def test_started_svit_processes_inbox_messages_in_commit_order() -> None:
 def test_agent_runtime_projects_prompt_messages_and_events() -> None:
     pytest.fail(
         'feature absent: /agent/system_prompt, /agent/messages, /agent/events and the '
-        '/bin catalog (jq, search) are projected'
+        '/bin catalog (jq, search) are projected (the older agent API; the later '
+        'reasoning_loop.rs keeps no history in the process, see A12)'
     )
 
 

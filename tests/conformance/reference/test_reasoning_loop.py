@@ -5,10 +5,10 @@ backend (``tests/conformance/reference/_agent.py``). Ported for real (issue 16):
 model's tools, ``/thread`` session metadata, the closable inbox, bounded answers, the
 step limit; and, since ports exist, the port tests: the ``/ports`` catalog, ``port-call``
 of ``http`` (against a loopback fixture server), ``llm`` and ``spawn``, ``jq`` over an
-http response, host-registered ports and their refresh on restore. The rest
-(saved-script scenarios, jq/search bounds, durable history queries) still fail with
-"feature absent: ..." (marker ``reference_absent``, so a run may deselect them with
-``-m "not reference_absent"``). See docs/conformance.md, "Reference test port".
+http response, host-registered ports and their refresh on restore; and the durable
+cases on the fenced Redis log (``DurableHost``): resume without re-reasoning, a fork
+sharing its parent's event prefix, a persisted model-authored script (difference A12).
+All 35 pass. See docs/conformance.md, "Reference test port".
 """
 
 from __future__ import annotations
