@@ -5,7 +5,9 @@ signals (``SignalingMemoryBackend``, the one ``LocalRouter`` serves with), an
 in-memory event log and a :class:`TurnLoop` driven by a scripted
 :class:`SimulatedReasoner`. The reference's ``Svit`` maps onto it: ``inbox.send``
 is :meth:`Agent.send`, ``block`` is :meth:`Agent.block` (close the inbox and
-wait until the loop drained it and stopped), ``messages`` is :meth:`Agent.messages`.
+wait until the loop drained it and stopped), ``messages`` is :meth:`Agent.messages`,
+``recent_messages`` is :meth:`Agent.recent_messages` (the event log). The reference's
+durable store is :class:`DurableHost` (the fenced Redis log and event log).
 """
 
 from __future__ import annotations
