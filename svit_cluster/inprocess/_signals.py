@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from svit_cluster.control import DEFAULT_RECEIPTS, MemoryBackend, Receipt
-from svit_cluster.errors import InvalidInput
+from svit_cluster.errors import ConflictError, InvalidInput
 from svit_cluster.events import (
     DEFAULT_MAX_EVENTS,
     DEFAULT_SIGNAL_RETENTION,
@@ -28,6 +28,7 @@ from svit_cluster.events import (
     Window,
     change_payload,
     cursor_key,
+    session_for,
     validate_limit,
 )
 from svit_cluster.process import Transition
@@ -113,6 +114,38 @@ class MemorySignals:
                 del log[: len(log) - self.max_events]
             proc.session = session
             return first, seq
+
+    def fork_events(self, parent_id: str, child_id: str, *, upto_seq: int | None = None
+                    ) -> int:
+        """Store-level fork of the reasoning history (in-memory
+        :func:`~svit_cluster.events.fork_events`): the child's first session
+        (:func:`session_for` of the child) starts with the parent's current
+        session events ``1..upto_seq`` (default: all), same sequence numbers and
+        tokens, and becomes the child's current session. Safe to retry.
+
+        Returns:
+            The number of events copied.
+
+        Raises:
+            ConflictError: the child already has events beyond the copied prefix.
+        """
+        with self._lock:
+            parent = self._procs.get(parent_id)
+            if parent is None or parent.session is None:
+                return 0
+            prefix = [r for r in parent.events.get(parent.session, [])
+                      if upto_seq is None or r.seq <= upto_seq]
+            child = self._proc(child_id)
+            session = session_for(child_id)
+            log = child.events.setdefault(session, [])
+            if log:
+                if log[-1].seq > (prefix[-1].seq if prefix else 0):
+                    raise ConflictError(f"{child_id} already has its own events",
+                                        process_id=child_id)
+                prefix = [r for r in prefix if r.seq > log[-1].seq]
+            log.extend(EventRecord(session, r.seq, r.token, dict(r.event)) for r in prefix)
+            child.session = session
+            return len(prefix)
 
     # -- SignalSource ----------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from typing import Any, Protocol, cast
 
 from svit_cluster.control import ProcessController
 from svit_cluster.errors import (
+    ConfigurationError,
     ConflictError,
     ErrorCode,
     FencedError,
@@ -134,7 +135,9 @@ class TurnLoop:
         ctrl: the owner's controller; its backend must publish signals
             (``RedisBackend`` or ``inprocess.SignalingMemoryBackend``).
         events: the owner's :class:`EventLog` (fenced with the same token).
-        reasoner: the model.
+        reasoner: the model (required: a loop without one is refused at
+            construction, as the reference refuses to build a Svit without a
+            reasoner, rather than failing every turn later).
         config: bounds and timeouts (:class:`ReasonerConfig`).
         on_fenced: called once when a newer owner fenced this one out.
         attempt_tag: distinguishes this loop's attempts in canonical events
@@ -143,17 +146,23 @@ class TurnLoop:
             (:attr:`ProcessController.ports`) for the model's ``port`` tool
             (offered only when the process's ``/ports`` catalog lists ports);
             None (default): the registry runs the calls.
+
+    Raises:
+        ConfigurationError: ``reasoner`` is None (no model configured).
+        TypeError: the controller's backend does not publish signals.
     """
 
-    def __init__(self, ctrl: ProcessController, events: EventLog, reasoner: Reasoner, *,
+    def __init__(self, ctrl: ProcessController, events: EventLog, reasoner: Reasoner | None, *,
                  config: ReasonerConfig | None = None,
                  on_fenced: Callable[[], None] | None = None,
                  attempt_tag: str = "0", port_runner: PortRunner | None = None) -> None:
+        if reasoner is None:
+            raise ConfigurationError("a reasoning loop needs a reasoner (none configured)")
         if not getattr(ctrl.backend, "emits_signals", False):
             raise TypeError("the controller's backend does not publish signals")
         self.ctrl = ctrl
         self.events = events
-        self.reasoner = reasoner
+        self.reasoner: Reasoner = reasoner
         self.config = config or ReasonerConfig()
         ctrl.append_stage = self._stage_metadata
         self.tools = ProcessTools(ctrl, client_id=self.config.client_id,
@@ -285,7 +294,27 @@ class TurnLoop:
             sid, turns = meta.get("id"), meta.get("turns")
             if isinstance(sid, str) and isinstance(turns, int):
                 return _Item(head, message, sid, turns + 1, metadata, text_limit)
-        return _Item(head, message, session_for(proc.id), 1, metadata, text_limit)
+        session = session_for(proc.id)
+        return _Item(head, message, session, self._first_turn(session), metadata, text_limit)
+
+    def _first_turn(self, session: str) -> int:
+        """The turn number of a process's first turn in its own ``session``.
+
+        1 for a new session. A store-level fork (``fork_events``) starts the
+        child's session with the parent's immutable event prefix: the child's
+        first turn continues after the prefix's last turn, so the prefix is its
+        history (reference: a durable fork shares the parent's event prefix,
+        then diverges). Events of the session itself (a first turn that ran
+        but was never acknowledged) mean that turn is being retried.
+        """
+        records = self.events.recent(session, 1)
+        if not records:
+            return 1
+        newest = records[-1].event
+        turn = newest.get("turn")
+        if type(turn) is not int or turn < 1:
+            return 1
+        return turn if newest.get("session") == session else turn + 1
 
     def _event(self, item: _Item, attempt: str, kind: str, data: dict[str, Any]
                ) -> dict[str, Any]:

@@ -22,6 +22,8 @@ event log). A fork carries the parent's metadata under another process id; the
 child's first turn rewrites ``process_id``, ``session_id`` and
 ``system_prompt`` for the child and keeps ``instructions`` (reference: a
 process-only fork starts a new isolated session with inherited instructions).
+A store-level fork also copies the parent's event prefix into the child's
+session (``events.fork_events``); the loop then continues after it.
 
 A loop refuses to start on a ``/thread`` that carries a materialised history
 (``messages`` or ``events``) or metadata with no ``process_id``
@@ -60,11 +62,20 @@ _GUIDANCE = (
     "state is authoritative and every change you make is one fenced transaction. "
     "Keep durable facts and working notes in /memory. Tools: discover, read and stat "
     "observe any absolute path; write and remove change /memory (or store a script "
-    "source at /lib/<name>); exec activates a /lib script with a JSON input, and a "
+    "at /lib/<name>); exec activates a /lib script with a JSON input, and a "
     "script can call (exec \"/lib/name\" input), build maps with (value-map \"key\" "
     "value ...) and reach host ports with (port-call \"name\" input) when /ports "
     "lists them. A port call has an immediate external effect outside the "
-    "transaction, so call it once and store what you need. Answer briefly."
+    "transaction, so call it once and store what you need.\n"
+    "Scripts are process state under /lib, kept and versioned like memory. To keep "
+    "an operation you will need again, write {{\"source\": <Svit Lisp defining "
+    "main>, \"documentation\": <what it does>}} to /lib/<name>, then call the exec "
+    "tool with path /lib/<name>; the script stays for later turns. A script can "
+    "call ports and write durable state in the same activation. What a port "
+    "returns exists only during that activation: write the part you need to "
+    "/memory or return it. Inside a script, (jq filter value) queries JSON and "
+    "(search path pattern) finds text below a process path.\n"
+    "Answer briefly."
 )
 
 

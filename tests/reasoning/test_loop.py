@@ -206,3 +206,63 @@ async def test_process_only_fork_begins_a_fresh_session(
     (done,) = completions(child)
     assert done["session"] == session_for(child_id) != session_for(pid)
     assert done["turn"] == 1 and done["events"] == {"first": 1, "last": 2}
+
+
+class _Recording(SimulatedReasoner):
+    """The simulated model, failing its first step with an unknown tool (once
+    ``fail_first``) and keeping every request it was asked."""
+
+    def __init__(self, fail_first: bool = False) -> None:
+        super().__init__([ReasonReply(None, [{"id": "x", "name": "nope"}])] if fail_first
+                         else [])
+        self.requests: list[reasoning.ReasonRequest] = []
+
+    async def reason(self, request: reasoning.ReasonRequest) -> ReasonReply:
+        self.requests.append(request)
+        return await super().reason(request)
+
+
+async def test_store_level_fork_continues_after_the_shared_prefix(
+    rclient: redis.Redis, pid: str, prefix: str
+) -> None:
+    # A child whose first session starts with the parent's acknowledged events
+    # (fork_events) numbers its first turn after them and gives them to its model
+    # as history; a retry of that first turn (it failed after appending its user
+    # event, so no acknowledge moved /thread/session yet) keeps its turn number.
+    from svit_cluster.events import fork_events
+    from svit_cluster.store import RedisBackend, StoreConfig
+
+    parent = Owner(rclient, pid, prefix, 1, create=True)
+    parent.loop.start()
+    try:
+        parent.send("before fork")
+        await wait_for(lambda: len(completions(parent)) == 1)
+    finally:
+        await parent.loop.stop()
+    child_id = pid + "-durable-fork"
+    with parent.ctrl.locked():
+        child_proc = parent.ctrl.process.fork(child_id)
+    b = RedisBackend(rclient, child_id, 1, StoreConfig(prefix=prefix))
+    b.claim()
+    b.create(child_proc)
+    last_seq = parent.ctrl.read_versioned("/thread/session/last_seq")[0]
+    assert fork_events(rclient, pid, child_id, prefix=prefix, upto_seq=last_seq) == 2
+    model = _Recording(fail_first=True)
+    child = Owner(rclient, child_id, prefix, 1, reasoner=model, retry_after_s=60)
+    child.loop.start()
+    try:
+        child.send("after fork")
+        await wait_for(lambda: any(s.kind is SignalKind.FAILED for s in child.signals()))
+        child.send("second")
+        await wait_for(lambda: len(completions(child)) == 2)
+    finally:
+        await child.loop.stop()
+    first, second = completions(child)
+    assert (first["turn"], second["turn"]) == (2, 3)
+    assert first["response"]["content"] == "echo: after fork"
+    assert first["session"] == session_for(child_id)
+    assert [m["content"] for m in model.requests[1].messages[1:]] == [
+        "before fork", "echo: before fork", "after fork"]
+    assert [s.data["turn"] for s in child.signals() if s.kind is SignalKind.FAILED] == [2]
+    # the parent's history is unchanged
+    assert [r.event["turn"] for r in parent.log.recent(session_for(pid), 10)] == [1, 1]

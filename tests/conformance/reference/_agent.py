@@ -5,26 +5,50 @@ signals (``SignalingMemoryBackend``, the one ``InProcessRouter`` serves with), a
 in-memory event log and a :class:`TurnLoop` driven by a scripted
 :class:`SimulatedReasoner`. The reference's ``Svit`` maps onto it: ``inbox.send``
 is :meth:`Agent.send`, ``block`` is :meth:`Agent.block` (close the inbox and
-wait until the loop drained it and stopped), ``messages`` is :meth:`Agent.messages`.
+wait until the loop drained it and stopped), ``messages`` is :meth:`Agent.messages`,
+``recent_messages`` is :meth:`Agent.recent_messages` (the event log). The reference's
+durable store is :class:`DurableHost` (the fenced Redis log and event log).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
 from svit_cluster.control import ProcessController
-from svit_cluster.events import Signal, SignalKind
+from svit_cluster.events import (
+    RedisEventLog,
+    Signal,
+    SignalKind,
+    fork_events,
+    project_message,
+    session_for,
+)
 from svit_cluster.inprocess import MemoryEventLog, MemorySignals, SignalingMemoryBackend
-from svit_cluster.process import Limits, Process
+from svit_cluster.process import Limits, Process, Transaction, to_plain_json
 from svit_cluster.reasoning import (
     LoopState,
     ReasonerConfig,
     ReasonReply,
+    ReasonRequest,
     SimulatedReasoner,
     TurnLoop,
 )
+from svit_cluster.store import RedisBackend, StoreConfig
+
+
+class ScriptedReasoner(SimulatedReasoner):
+    """The scripted simulated model, keeping every request it was asked."""
+
+    def __init__(self, script: list[ReasonReply]) -> None:
+        super().__init__(script)
+        self.requests: list[ReasonRequest] = []
+
+    async def reason(self, request: ReasonRequest) -> ReasonReply:
+        self.requests.append(request)
+        return await super().reason(request)
 
 
 def call(name: str, /, **arguments: Any) -> ReasonReply:
@@ -42,17 +66,23 @@ class Agent:
 
     def __init__(self, process: Process | str, script: list[ReasonReply] | None = None, *,
                  memory: dict[str, Any] | None = None, scripts: dict[str, str] | None = None,
-                 limits: Limits | None = None, ports: Any = None, **config: Any) -> None:
+                 limits: Limits | None = None, ports: Any = None,
+                 signals: MemorySignals | None = None, backend: Any = None,
+                 log: Any = None, **config: Any) -> None:
+        """``signals``: share one host's in-memory signals and event logs (default:
+        a new store); ``backend``/``log``: a durable owner's commit backend and
+        event log (``RedisBackend``, ``RedisEventLog``) instead of the in-memory ones."""
         if isinstance(process, str):
             process = Process.create(process, memory=memory, scripts=scripts, limits=limits)
-        self.signals_store = MemorySignals()
-        self.backend = SignalingMemoryBackend(self.signals_store, process.id)
+        self.signals_store = signals if signals is not None else MemorySignals()
+        self.backend = backend if backend is not None else SignalingMemoryBackend(
+            self.signals_store, process.id)
         self.ctrl = ProcessController(process, self.backend, ports=ports)
         # The host installs its /ports catalog, as every owner does after create,
         # fork or restore (one ``ports.refresh`` commit when it differs).
         self.ctrl.grant_ports()
-        self.log = MemoryEventLog(self.signals_store, process.id)
-        self.reasoner = SimulatedReasoner(script or [])
+        self.log = log if log is not None else MemoryEventLog(self.signals_store, process.id)
+        self.reasoner = ScriptedReasoner(script or [])
         self.loop = TurnLoop(self.ctrl, self.log, self.reasoner,
                              config=ReasonerConfig(retry_after_s=60.0, **config))
 
@@ -105,8 +135,77 @@ class Agent:
         """The presentation messages of the process's current session."""
         return [s.data["message"] for s in self.signals(SignalKind.MESSAGE)]
 
+    def recent_messages(self, limit: int = 128) -> list[dict[str, Any]]:
+        """The messages projected from the newest ``limit`` canonical events of the
+        process's current session in its event log (the reference's paged
+        ``recent_messages``; a fork that shared history starts with the prefix)."""
+        session = session_for(self.process.id)
+        meta = self.process.node("/thread/session")
+        if meta is not None:
+            current = self.read("/thread/session")
+            if current.get("process") == self.process.id:
+                session = current["id"]
+        return [project_message(r.event) for r in self.log.recent(session, limit)]
+
     def completions(self) -> list[dict[str, Any]]:
         return [s.data for s in self.signals(SignalKind.COMPLETION)]
 
     async def stop(self) -> None:
         await self.loop.stop()
+
+
+class DurableHost:
+    """One Redis key prefix standing in for the reference's durable process store.
+
+    *create* is ``claim`` + ``create``; *resume* is a new owner (the next fencing
+    token) restoring from the log; both return an :class:`Agent` whose commits go
+    through the fenced :class:`RedisBackend` and whose canonical events go to the
+    :class:`RedisEventLog` under the same token (as the cluster's process actor
+    wires them). *fork* creates the child from the parent's committed state and,
+    with ``history``, shares the parent's acknowledged event prefix
+    (:func:`~svit_cluster.events.fork_events`).
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.config = StoreConfig(prefix=f"agentport{next(self._ids)}", max_receipts=16)
+        self._tokens = itertools.count(1)
+
+    def _agent(self, backend: RedisBackend, process: Process, script: list[ReasonReply],
+               **kwargs: Any) -> Agent:
+        log = RedisEventLog(self.client, process.id, backend.token, prefix=self.config.prefix)
+        return Agent(process, script, backend=backend, log=log, **kwargs)
+
+    def create(self, process: Process, script: list[ReasonReply] | None = None,
+               **kwargs: Any) -> Agent:
+        backend = RedisBackend(self.client, process.id, next(self._tokens), self.config)
+        backend.claim()
+        backend.create(process)
+        return self._agent(backend, process, script or [], **kwargs)
+
+    def resume(self, process_id: str, script: list[ReasonReply] | None = None,
+               **kwargs: Any) -> Agent:
+        backend = RedisBackend(self.client, process_id, next(self._tokens), self.config)
+        backend.claim()
+        process = backend.restore()
+        assert process is not None, f"{process_id} was never created"
+        return self._agent(backend, process, script or [], **kwargs)
+
+    def fork(self, parent: Agent, child_id: str, script: list[ReasonReply] | None = None,
+             **kwargs: Any) -> Agent:
+        """The child, created from ``parent``'s committed state, with its history."""
+        with parent.ctrl.locked():
+            child = parent.process.fork(child_id)
+            upto = 0  # the acknowledged prefix only (no turn in flight)
+            if parent.process.node("/thread/session/last_seq") is not None:
+                upto = to_plain_json(parent.process.read("/thread/session/last_seq"))
+        agent = self.create(child, script, **kwargs)
+        fork_events(self.client, parent.process.id, child_id, prefix=self.config.prefix,
+                    upto_seq=upto)
+        return agent
+
+    def transactions(self, agent: Agent) -> list[Transaction]:
+        backend: RedisBackend = agent.backend
+        return [Transaction.decode(e.record) for e in backend.entries()]

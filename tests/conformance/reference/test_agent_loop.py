@@ -2,11 +2,13 @@
 
 The reference's older agent loop maps onto our reasoning loop (:class:`TurnLoop`,
 ``tests/conformance/reference/_agent.py``). Ported for real (issue 16): the write tool
-with a closable inbox, the exec allowlist and the bounded model output; and the native
-http, llm and spawn executables as the model's ``port`` tool. The rest (``/agent`` and
-``/bin`` projections, native jq/search, forked subagents sharing history) still fail
-with "feature absent: ..." (marker ``reference_absent``). See docs/conformance.md,
-"Reference test port".
+with a closable inbox, the exec allowlist and the bounded model output; the native
+http, llm and spawn executables as the model's ``port`` tool; the live loop taking
+messages in commit order; and the thread that follows a restore or is shared by a fork
+(the host's event log, forked with ``fork_events``; difference A12). The ``/agent``
+and ``/bin`` projections still fail with "feature absent: ..." (marker
+``reference_absent``): the reference's later reasoning loop dropped them. See
+docs/conformance.md, "Reference test port".
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import pytest
 
 from svit_cluster.errors import ConflictError, ErrorCode
+from svit_cluster.inprocess import MemorySignals
 from svit_cluster.ports import (
     HttpPortConfig,
     LlmPortConfig,
@@ -24,7 +27,7 @@ from svit_cluster.ports import (
     SpawnPortConfig,
     build_registry,
 )
-from svit_cluster.process import Limits, Process
+from svit_cluster.process import Limits, Process, to_plain_json
 from tests.conformance.reference._agent import Agent, call, text
 from tests.conformance.reference._http import fixture_server
 from tests.conformance.reference.test_reasoning_loop import CLAIM, tool_results
@@ -58,19 +61,34 @@ async def test_svit_builder_combines_process_definition_and_blocking_inbox_loop(
     assert agent.process.version == before
 
 
-@pytest.mark.reference_absent
-def test_started_svit_processes_inbox_messages_in_commit_order() -> None:
-    pytest.fail(
-        'feature absent: a started agent answers inbox messages in commit order without '
-        'restarting'
-    )
+async def test_started_svit_processes_inbox_messages_in_commit_order() -> None:
+    # After a completed turn the loop waits, still running; the next committed
+    # message becomes the next turn without a restart.
+    agent = Agent("svit://local/ordered-inbox", [text("first answer"), text("second answer")])
+    agent.start()
+    try:
+        task = agent.loop._task
+        agent.send("first question")
+        await agent.wait(lambda: len(agent.completions()) == 1)
+        assert agent.completions()[0]["response"]["content"] == "first answer"
+        agent.send("second question")
+        await agent.wait(lambda: len(agent.completions()) == 2)
+        assert agent.completions()[1]["response"]["content"] == "second answer"
+        assert agent.loop._task is task and task is not None and not task.done()
+        await agent.block()
+    finally:
+        await agent.stop()
+    assert len(agent.messages()) == 4
+    assert [m["turn"] for m in agent.messages()] == [1, 1, 2, 2]
+    assert agent.read("/inbox") == []
 
 
 @pytest.mark.reference_absent
 def test_agent_runtime_projects_prompt_messages_and_events() -> None:
     pytest.fail(
         'feature absent: /agent/system_prompt, /agent/messages, /agent/events and the '
-        '/bin catalog (jq, search) are projected'
+        '/bin catalog (jq, search) are projected (the older agent API; the later '
+        'reasoning_loop.rs keeps no history in the process, see A12)'
     )
 
 
@@ -88,26 +106,88 @@ def test_resumed_agent_refreshes_tool_discovery_to_current_host_grants() -> None
     assert "port" not in {spec["function"]["name"] for spec in resumed.loop.tools.specs()}
 
 
-@pytest.mark.reference_absent
-def test_agent_resume_rejects_a_divergent_message_projection() -> None:
-    pytest.fail(
-        'feature absent: resume refuses /agent messages that disagree with the event '
-        'projection'
-    )
+async def test_agent_resume_rejects_a_divergent_message_projection() -> None:
+    # The events are canonical. A fork that shares the recorded turn (a store-level
+    # fork of the history) but whose /thread carries a forged message list (empty,
+    # unlike the event projection) is refused as a loop start; the model is never
+    # asked. We keep no message list at all (difference A12): any list in /thread is
+    # refused, a divergent one included.
+    signals = MemorySignals()
+    source = Agent("svit://local/projection-source", [text("recorded answer")],
+                   signals=signals)
+    await source.one_turn("record this")
+    with source.ctrl.locked():
+        child = source.process.fork("svit://local/projection-tampered")
+        upto = to_plain_json(source.process.read("/thread/session/last_seq"))
+    signals.fork_events(source.process.id, child.id, upto_seq=upto)
+    wc = child.working_copy()
+    wc.host_set("/thread/messages", [])
+    child.commit(child.seal(wc, "test.tamper"))
+    tampered = Agent(child, [text("must not run")], signals=signals)
+    assert [m["content"] for m in tampered.recent_messages()] == ["record this",
+                                                                  "recorded answer"]
+    tampered.ctrl.append_inbox("resume")
+    tampered.start()
+    try:
+        failed = await tampered.until_failed()
+    finally:
+        await tampered.stop()
+    assert failed.data["code"] == "thread_refused"
+    assert "materialised history" in failed.data["message"]
+    assert tampered.reasoner.steps == 0 and tampered.completions() == []
 
 
-@pytest.mark.reference_absent
-def test_svit_agent_resumes_its_thread_from_the_process_snapshot() -> None:
-    pytest.fail(
-        'feature absent: an agent resumes its conversation from a process snapshot'
-    )
+async def test_svit_agent_resumes_its_thread_from_the_process_snapshot() -> None:
+    # The conversation lives in the host's event log under the process id, which
+    # follows the process (difference A3): restored from its snapshot on a host that
+    # shares the log, the agent has its two messages and instructions, and its next
+    # turn continues the thread (the model sees the first exchange).
+    signals = MemorySignals()
+    prompt = "Keep support answers concise."
+    first = Agent("svit://local/durable-agent", [text("first answer")], instructions=prompt,
+                  signals=signals)
+    first.start()
+    try:
+        first.send("first question")
+        await first.wait(lambda: len(first.completions()) == 1)
+    finally:
+        await first.stop()
+    restored = Process.restore(first.process.snapshot())
+    resumed = Agent(restored, [text("second answer")], signals=signals)
+    assert len(resumed.recent_messages()) == 2
+    assert resumed.read("/thread/instructions") == prompt
+    await resumed.one_turn("second question")
+    history = resumed.recent_messages()
+    assert [m["content"] for m in history] == ["first question", "first answer",
+                                               "second question", "second answer"]
+    (request,) = resumed.reasoner.requests
+    assert [m["content"] for m in request.messages[1:]] == [
+        "first question", "first answer", "second question"]
 
 
-@pytest.mark.reference_absent
-def test_subagent_owns_an_isolated_forked_process() -> None:
-    pytest.fail(
-        "feature absent: a subagent runs on a fork; the parent's root hash is unchanged"
-    )
+async def test_subagent_owns_an_isolated_forked_process() -> None:
+    # A subagent runs on a fork that inherits the parent's committed thread (a
+    # store-level fork of the event history): its turn sees the parent's exchange
+    # and appends only to the child. The parent's root hash and history are unchanged.
+    signals = MemorySignals()
+    parent = Agent("svit://local/parent-agent", [text("parent answer")], signals=signals)
+    await parent.one_turn("parent question")
+    parent_hash = parent.process.root_hash
+    with parent.ctrl.locked():
+        forked = parent.process.fork("svit://local/child-agent")
+        upto = to_plain_json(parent.process.read("/thread/session/last_seq"))
+    assert signals.fork_events(parent.process.id, forked.id, upto_seq=upto) == 2
+    child = Agent(forked, [text("child answer")], signals=signals)
+    await child.one_turn("child question")
+    assert parent.process.root_hash == parent_hash
+    assert len(parent.recent_messages()) == 2
+    history = child.recent_messages()
+    assert [m["content"] for m in history] == ["parent question", "parent answer",
+                                               "child question", "child answer"]
+    assert [m["turn"] for m in history] == [1, 1, 2, 2]
+    (request,) = child.reasoner.requests
+    assert [m["content"] for m in request.messages[1:]] == [
+        "parent question", "parent answer", "child question"]
 
 
 async def test_process_owned_agent_enforces_its_script_allowlist() -> None:
