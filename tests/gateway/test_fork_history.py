@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from svit_cluster import reasoning
@@ -141,3 +142,17 @@ def test_fork_with_history_before_any_turn_shares_nothing(
     c.inbox(CHILD, {"content": "first"})
     wait_for(lambda: turns(c, CHILD) == 1)
     assert contents(models[1].requests[-1]) == ["first"]
+
+
+def test_the_route_body_flag_is_honoured(client: SvitClient) -> None:
+    # The plain HTTP body {"history": true} (no SDK): the child's log starts
+    # with the parent's turn instead of the flag being silently ignored.
+    c = client
+    c.create_process(PARENT, memory={"n": 1})
+    c.inbox(PARENT, {"content": "hello"})
+    wait_for(lambda: turns(c, PARENT) == 1)
+    resp = httpx.post(c.url + "/v1/processes/fork", headers={"Authorization": f"Bearer {ACME}"},
+                      json={"process_id": PARENT, "new_process_id": CHILD, "history": True})
+    assert resp.status_code == 201, resp.text
+    events = c.recent_events(CHILD, 64, session=session_for(CHILD))
+    assert [e["event"]["kind"] for e in events] == ["user", "reply"]
