@@ -777,6 +777,43 @@ def delete(process_id: str, url: str | None, token: str | None, state_dir: Path 
     emit(output, result, lambda: click.echo(
         f"deleted {process_id}" if result.get("deleted") else f"{process_id}: not found"))
 
+
+@cli.command()
+@click.argument("process_id")
+@click.argument("new_process_id")
+@click.option("--history", is_flag=True,
+              help="Also share PROCESS_ID's reasoning history (its acknowledged turns) "
+                   "with the child, whose turns then continue after it.")
+@click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
+              "./.svit/cluster.json].")
+@click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN].")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Take URL and admin token from STATE_DIR/cluster.json.")
+@click.option("--timeout", "timeout_s", default=10.0, show_default=True,
+              type=click.FloatRange(0.01), help="Seconds per HTTP call.")
+@output_option
+def fork(process_id: str, new_process_id: str, history: bool, url: str | None,
+         token: str | None, state_dir: Path | None, timeout_s: float, output: str) -> None:
+    """Fork PROCESS_ID into NEW_PROCESS_ID (same state and version, new identity).
+
+    Without --history the child starts a fresh reasoning session; with it the
+    child's session starts with the parent's events up to its last
+    acknowledged turn, and parent and child diverge from there.
+
+    Exit 0 when forked, 1 when refused (404 unknown parent, 409 the child
+    exists, 403), 3 when the gateway is unavailable.
+    """
+    from svit_cluster.client import SvitClient
+    from svit_cluster.settings import resolve_gateway
+
+    base, tok = resolve_gateway(url, token, state_dir=state_dir)
+    with SvitClient(base, tok, timeout_s=timeout_s) as client:
+        result = client.fork(process_id, new_process_id, history=history)
+    shared = result.get("history")
+    emit(output, result, lambda: click.echo(
+        f"forked {process_id} -> {new_process_id}"
+        + (f" (history up to event {shared['upto_seq']})" if shared else "")))
+
 @cli.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:

@@ -527,13 +527,20 @@ class SvitClient(_Base):
                          timeout_s=timeout_s)
         return list(doc["messages"])
 
-    def fork(self, process_id: str, new_process_id: str, *,
+    def fork(self, process_id: str, new_process_id: str, *, history: bool = False,
              timeout_s: float | None = None) -> dict[str, Any]:
-        """Fork a process into ``new_process_id`` (same version, new identity)."""
+        """Fork a process into ``new_process_id`` (same version, new identity).
+
+        ``history=True`` also gives the child the parent's reasoning history:
+        the events of its acknowledged turns at the forked version, which the
+        child's turns continue after (``POST /v1/processes/fork`` with
+        ``"history": true``). Raises ``SvitError`` ``not_found`` (unknown
+        parent) or ``conflict`` (the child exists)."""
+        body: dict[str, Any] = {"process_id": process_id, "new_process_id": new_process_id}
+        if history:
+            body["history"] = True
         result: dict[str, Any] = self._call(
-            "POST", "/v1/processes/fork", timeout_s=timeout_s,
-            json={"process_id": process_id, "new_process_id": new_process_id},
-        )
+            "POST", "/v1/processes/fork", timeout_s=timeout_s, json=body)
         return result
 
     def observe_token(self, process_id: str, *, ttl_s: int = 300,
@@ -803,13 +810,14 @@ class AsyncSvitClient(_Base):
                                                   json={"process_id": process_id})
         return result
 
-    async def fork(self, process_id: str, new_process_id: str, *,
+    async def fork(self, process_id: str, new_process_id: str, *, history: bool = False,
                    timeout_s: float | None = None) -> dict[str, Any]:
         """Async form of :meth:`SvitClient.fork`."""
+        body: dict[str, Any] = {"process_id": process_id, "new_process_id": new_process_id}
+        if history:
+            body["history"] = True
         result: dict[str, Any] = await self._call(
-            "POST", "/v1/processes/fork", timeout_s=timeout_s,
-            json={"process_id": process_id, "new_process_id": new_process_id},
-        )
+            "POST", "/v1/processes/fork", timeout_s=timeout_s, json=body)
         return result
 
     async def observe_token(self, process_id: str, *, ttl_s: int = 300,

@@ -114,7 +114,9 @@ class ProcessActor:
         Args:
             create: None to restore an existing process; ``{"memory", "scripts"}``
                 to create one at version 0; ``{"snapshot": bytes}`` to create
-                one from a fork's snapshot.
+                one from a fork's snapshot, plus ``"history": {"parent": str,
+                "upto_seq": int}`` to first copy the parent's event prefix
+                (``events.fork_events``) into the new process's session.
 
         Returns:
             ``{"status": "serving", "version", "root_hash", "restore"}`` or an
@@ -165,6 +167,8 @@ class ProcessActor:
             proc = Process.restore(create["snapshot"])
             if proc.id != self.process_id:
                 raise ConflictError("fork snapshot names another process")
+            if create.get("history") is not None:
+                self._copy_history(client, backend, create["history"])
             backend.create(proc)
         else:
             proc = Process.create(self.process_id, memory=create.get("memory"),
@@ -177,6 +181,32 @@ class ProcessActor:
         self._ctrl.grant_ports()
         return {"status": "serving", "version": proc.version, "root_hash": proc.root_hash,
                 "restore": restore}
+
+    def _copy_history(self, client: Any, backend: Any, spec: dict[str, Any]) -> None:
+        """Copy a history fork's event prefix before the child exists in the store.
+
+        Runs after this actor claimed the child's fence and before
+        ``backend.create``: a child already in the store is refused first (its
+        log is never touched), and a retry after a crash between the copy and
+        the create finds the copied prefix and adds only what is missing
+        (``fork_events`` is safe to retry; one MULTI/EXEC on the child's slot).
+
+        Raises:
+            ConflictError: the child already exists, or its log has events of
+                its own beyond the prefix.
+            UnavailableError: Redis failed (retry the fork).
+        """
+        from svit_cluster.events import fork_events
+        from svit_cluster.store import redis_boundary
+
+        self._guard()
+        with redis_boundary("fork_exists", self.process_id):
+            exists = bool(client.exists(backend.keys.head))
+        if exists:
+            raise ConflictError(f"process {self.process_id} already exists in the store",
+                                process_id=self.process_id)
+        fork_events(client, str(spec["parent"]), self.process_id,
+                    prefix=backend.keys.prefix, upto_seq=int(spec["upto_seq"]))
 
     def _registry(self) -> Any:
         """This host's port registry (``ClusterConfig.ports``); calls are kept for
@@ -377,12 +407,25 @@ class ProcessActor:
 
         return await self._run(run)
 
-    async def fork_snapshot(self, new_process_id: str) -> dict[str, Any]:
-        """``{"snapshot": bytes}`` of a fork of the current state into ``new_process_id``."""
+    async def fork_snapshot(self, new_process_id: str, history: bool = False
+                            ) -> dict[str, Any]:
+        """``{"snapshot": bytes}`` of a fork of the current state into ``new_process_id``.
+
+        With ``history`` also ``"upto_seq": int``: the last event of the
+        acknowledged prefix of that same state (``reasoning.history_prefix_seq``
+        of its ``/thread``), which the child's :meth:`start` copies.
+        """
         def run() -> dict[str, Any]:
+            from svit_cluster.process import to_plain_json
+            from svit_cluster.reasoning import history_prefix_seq
+
             assert self._ctrl is not None
             with self._ctrl.locked():
-                return {"snapshot": self._ctrl.process.fork(new_process_id).snapshot()}
+                proc = self._ctrl.process
+                out: dict[str, Any] = {"snapshot": proc.fork(new_process_id).snapshot()}
+                if history:
+                    out["upto_seq"] = history_prefix_seq(to_plain_json(proc.read("/thread")))
+                return out
 
         return await self._run(run)
 

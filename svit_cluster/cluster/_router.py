@@ -345,12 +345,30 @@ class RayRouter:
         data: bytes = result["snapshot"]
         return data
 
-    async def fork(self, process_id: str, new_process_id: str) -> dict[str, Any]:
+    async def fork(self, process_id: str, new_process_id: str, *, history: bool = False
+                   ) -> dict[str, Any]:
+        """Fork through the parent's owner, then activate the child (see ``Router.fork``).
+
+        The parent's actor forks its state and, with ``history``, names the
+        event prefix of that same state (``fork_snapshot``); the child's actor
+        copies it after claiming the child and before creating it in the store
+        (``ProcessActor.start``), so a retry repeats the copy harmlessly.
+        """
+        await self.cache.ready.wait()
+        if new_process_id in self.cache.routes:
+            raise ConflictError(f"process {new_process_id} already exists")
         route = await self._route(process_id)
-        result = raise_error_dict(await self._call_route(route, "fork_snapshot",
-                                                   new_process_id))
-        child = await self._place(new_process_id, {"snapshot": result["snapshot"]})
-        return {"process_id": new_process_id, "host": child.host, "token": child.token}
+        args: tuple[Any, ...] = (new_process_id, True) if history else (new_process_id,)
+        result = raise_error_dict(await self._call_route(route, "fork_snapshot", *args))
+        create: dict[str, Any] = {"snapshot": result["snapshot"]}
+        if history:
+            create["history"] = {"parent": process_id, "upto_seq": result["upto_seq"]}
+        child = await self._place(new_process_id, create)
+        info: dict[str, Any] = {"process_id": new_process_id, "host": child.host,
+                                "token": child.token}
+        if history:
+            info["history"] = {"upto_seq": result["upto_seq"]}
+        return info
 
     async def delete(self, process_id: str) -> dict[str, Any]:
         """Delete through the owner (activated if needed), then release its etcd record.

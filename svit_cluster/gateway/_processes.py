@@ -79,6 +79,9 @@ class ForkProcess(BaseModel):
     model_config = ConfigDict(extra="ignore")
     process_id: str
     new_process_id: str
+    #: also share the parent's reasoning history (its acknowledged event
+    #: prefix) with the child; false (default): the child starts a fresh session
+    history: bool = False
 
 
 def processes_router(router: Router) -> APIRouter:
@@ -187,10 +190,15 @@ def processes_router(router: Router) -> APIRouter:
 
     @api.post("/v1/processes/fork", status_code=201, dependencies=[Depends(process_access)])
     async def fork(body: ForkProcess) -> JSONResponse:
-        """Fork a process into a new id (same version, new identity, empty outbox)."""
+        """Fork a process into a new id (same version, new identity, empty outbox).
+
+        ``history: true`` also gives the child the parent's acknowledged event
+        prefix (see ``Router.fork``). ``404`` unknown parent, ``409`` the child
+        exists."""
         pid = validate_process_id(body.process_id)
         new_pid = validate_process_id(body.new_process_id)
-        info = await router.fork(pid, new_pid)
+        info = await (router.fork(pid, new_pid, history=True) if body.history
+                      else router.fork(pid, new_pid))
         return JSONResponse(info, status_code=201)
 
     return api

@@ -109,8 +109,32 @@ class Router(Protocol):
         :meth:`ProcessController.request_status`). Read-only, safe to retry."""
         ...
 
-    async def fork(self, process_id: str, new_process_id: str) -> ProcessInfo:
-        """Fork into ``new_process_id``; returns its info."""
+    async def fork(self, process_id: str, new_process_id: str, *, history: bool = False
+                   ) -> ProcessInfo:
+        """Fork into ``new_process_id`` (same version, new identity, empty outbox).
+
+        Without ``history`` the child starts a fresh reasoning session. With
+        ``history`` its first session also starts with the parent's immutable
+        event prefix: the events up to the ``/thread/session/last_seq`` of the
+        forked state (the last acknowledged turn at the snapshot's version),
+        copied before the child serves, so the child's first turn continues the
+        parent's turn numbering and sees that history; afterwards parent and
+        child are isolated (reference: a durable fork shares an immutable event
+        prefix, then diverges). The copy is bounded by the parent's retained
+        events (``max_events`` per session) and safe to retry before the child
+        exists (``events.fork_events``).
+
+        Returns:
+            The child's info; with ``history`` also ``"history": {"events":
+            int (copied this call), "upto_seq": int}``.
+
+        Raises:
+            NotFound: (404) no process ``process_id``.
+            ConflictError: (409) ``new_process_id`` already exists (a retry
+                after a successful fork answers this), or its event log holds
+                events of its own.
+            UnavailableError: (503) outcome unknown; retry.
+        """
         ...
 
     async def delete(self, process_id: str) -> dict[str, Any]:

@@ -132,7 +132,24 @@ class InProcessRouter:
         with ctrl.locked():
             return ctrl.process.snapshot()
 
-    async def fork(self, process_id: str, new_process_id: str) -> ProcessInfo:
+    async def fork(self, process_id: str, new_process_id: str, *, history: bool = False
+                   ) -> ProcessInfo:
+        """Fork into ``new_process_id`` (see ``Router.fork``).
+
+        With ``history``, the child's first session starts with the parent's
+        acknowledged events (``MemorySignals.fork_events`` up to the
+        ``/thread/session/last_seq`` of the forked state, read under the same
+        lock as the fork), copied before the child's loop starts. The answer
+        then has ``"history": {"events": int, "upto_seq": int}``.
+
+        Raises:
+            NotFound: no process ``process_id``.
+            ConflictError: (409) ``new_process_id`` exists, or its event log
+                already holds events of its own.
+        """
+        from svit_cluster.process import to_plain_json
+        from svit_cluster.reasoning import history_prefix_seq
+
         ctrl = self._get(process_id)
         async with self._lock:
             if new_process_id in self._controllers:
@@ -140,9 +157,15 @@ class InProcessRouter:
                                    code=ErrorCode.CONFLICT)
             with ctrl.locked():
                 child = ctrl.process.fork(new_process_id)
+                upto = history_prefix_seq(to_plain_json(ctrl.process.read("/thread")))
+            copied = (self.signals.fork_events(process_id, new_process_id, upto_seq=upto)
+                      if history else None)
             self._controllers[new_process_id] = self._controller(child)
-        return {"process_id": new_process_id, "version": child.version,
-                "root_hash": child.root_hash}
+        info: ProcessInfo = {"process_id": new_process_id, "version": child.version,
+                             "root_hash": child.root_hash}
+        if copied is not None:
+            info["history"] = {"events": copied, "upto_seq": upto}
+        return info
 
     async def delete(self, process_id: str) -> dict[str, Any]:
         async with self._lock:

@@ -37,6 +37,7 @@ from svit_cluster.reasoning._thread import (
     THREAD_FORMAT,
     ThreadRefused,
     check_thread,
+    history_prefix_seq,
     system_prompt_for,
     thread_metadata,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "TurnLoop",
     "build_reasoner",
     "check_thread",
+    "history_prefix_seq",
     "port_tool_specs",
     "system_prompt_for",
     "thread_metadata",

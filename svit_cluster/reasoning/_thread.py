@@ -145,3 +145,21 @@ def thread_metadata(process_id: str, thread: Any, default_instructions: str | No
         "session_id": session_for(process_id),
         "system_prompt": system_prompt_for(process_id, instructions, guidance),
     }
+
+
+def history_prefix_seq(thread: Any) -> int:
+    """The last event sequence number a history fork shares, from ``/thread``.
+
+    ``thread`` is the plain JSON of the parent's ``/thread`` read from the same
+    state the child's snapshot is taken from, so the shared prefix is exactly
+    the events acknowledged at that version: ``/thread/session/last_seq`` (the
+    last event of the last acknowledged turn; see ``TurnLoop``). Events after
+    it (a turn in flight or failed, not acknowledged) are not shared. 0 when
+    the process never acknowledged a turn (nothing to share).
+
+    Source of the rule: the reference's durable fork shares an immutable prefix
+    of the parent's event log, then parent and child diverge in isolation.
+    """
+    session = thread.get("session") if isinstance(thread, dict) else None
+    last = session.get("last_seq") if isinstance(session, dict) else None
+    return last if type(last) is int and last > 0 else 0

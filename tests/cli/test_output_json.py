@@ -68,7 +68,7 @@ def test_every_result_command_has_output_and_json_alias() -> None:
 
 COVERED = {"status", "env", "down", "kill-host", "pause-host", "resume-host", "healthcheck",
            "smoke", "delete", "etcd-restored", "dispatcher status", "dead-letters list",
-           "dead-letters redrive", "chat", "inbox drop"}
+           "dead-letters redrive", "chat", "inbox drop", "fork"}
 
 
 def test_status_env_and_health(fake_cluster: FakeCluster) -> None:
@@ -104,6 +104,17 @@ def test_delete(fake_cluster: FakeCluster, clean_env: object,
     assert doc == {"process_id": pid, "deleted": True, "version": 1}
     gone = run_json(["delete", pid, "--missing-ok", "--json"])
     assert gone == {"process_id": pid, "deleted": False, "missing": True}
+
+
+def test_fork(fake_cluster: FakeCluster, clean_env: object,
+              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SVIT_URL", fake_cluster.url)
+    monkeypatch.setenv("SVIT_TOKEN", ADMIN)
+    pid = "svit://json/fork-parent"
+    run_json(["smoke", "--process-id", pid, "--output", "json"])
+    doc = run_json(["fork", pid, pid + "-child", "--history", "--output", "json"])
+    assert doc["process_id"] == pid + "-child"
+    assert doc["history"] == {"events": 0, "upto_seq": 0}
 
 
 def test_host_signals_and_down(fake_cluster: FakeCluster) -> None:

@@ -30,7 +30,7 @@ def test_public_surface_is_pinned() -> None:
         "TurnLoop", "build_reasoner", "validate_tool_calls",
         "DEFAULT_MAX_ITERATIONS", "THREAD_FORMAT", "TOOL_NAMES", "PortRunner",
         "ThreadRefused", "check_thread", "port_tool_specs", "system_prompt_for",
-        "thread_metadata"])
+        "thread_metadata", "history_prefix_seq"])
 
 
 async def test_one_turn_publishes_the_exact_signal_order(
