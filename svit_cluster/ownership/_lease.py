@@ -222,6 +222,10 @@ class HostLease:
         #: Start lag (s) of the most recent keepalive round, and the largest seen.
         self.last_keepalive_lag_s = 0.0
         self.max_keepalive_lag_s = 0.0
+        #: Round trip (s) of the slowest successful keepalive request.
+        self.max_keepalive_rtt_s = 0.0
+        #: Why the lease became LOST (None while it is not).
+        self.lost_reason: str | None = None
         self._owner_loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._thread_loop: asyncio.AbstractEventLoop | None = None
@@ -239,11 +243,19 @@ class HostLease:
             return LeaseState.LOST
         now = self._clock()
         if now >= self._deadline:
-            self._lost = True  # latched: a late keepalive reply must not revive it
+            # latched: a late keepalive reply must not revive it
+            self._lose(f"local deadline passed {now - self._deadline:.2f} s ago, "
+                       f"{now - self._last_ok:.2f} s after the last keepalive was sent")
             return LeaseState.LOST
         if self._failing or now >= self._last_ok + 2 * self.keepalive_interval_s:
             return LeaseState.SUSPENDED
         return LeaseState.HELD
+
+    def _lose(self, reason: str) -> None:
+        """Latch LOST, keeping the first reason (read by :attr:`lost_reason`)."""
+        if not self._lost:
+            self.lost_reason = reason
+        self._lost = True
 
     @property
     def deadline(self) -> float:
@@ -295,7 +307,10 @@ class HostLease:
         if state is self._reported:
             return
         self._reported = state
-        log.info("lease %s is now %s", self.lease_id, state)
+        if state is LeaseState.LOST:
+            log.warning("lease %s is now lost: %s", self.lease_id, self.lost_reason)
+        else:
+            log.info("lease %s is now %s", self.lease_id, state)
         for listener in list(self._listeners):
             try:
                 listener(state)
@@ -413,11 +428,17 @@ class HostLease:
             with attempt:
                 short = self._failing or attempt.retry_state.attempt_number > 1
                 sent, ttl = await self._refresh_once(short=short)
-        if ttl <= 0 or self.state is LeaseState.LOST:
-            # etcd forgot the lease, or our deadline passed before this reply:
-            # someone may already own our processes, even if etcd (restarted,
-            # which renews every lease) still lists the lease.
-            self._lost = True
+        rtt = self._clock() - sent
+        self.max_keepalive_rtt_s = max(self.max_keepalive_rtt_s, rtt)
+        if ttl <= 0:
+            # etcd forgot the lease: someone may already own our processes.
+            self._lose(f"etcd answered a keepalive with TTL {ttl} (lease gone; "
+                       f"round trip {rtt:.2f} s)")
+            return
+        if self.state is LeaseState.LOST:
+            # our deadline passed before this reply: someone may already own our
+            # processes, even if etcd (restarted, which renews every lease)
+            # still lists the lease.
             return
         self._deadline = sent + ttl - self.safety_margin_s
         self._last_ok = sent
@@ -478,7 +499,7 @@ class HostLease:
             await self._signal()
         if self._closing:
             return
-        self._lost = True
+        self._lose("keepalive loop ended")
         await self._signal()
 
     async def _sleep_watching_health(self, delay: float) -> bool:
@@ -500,7 +521,7 @@ class HostLease:
         """The host cannot serve: become LOST now and revoke the lease (best effort;
         if etcd cannot be reached the lease lapses after its TTL)."""
         self._failing = True
-        self._lost = True
+        self._lose(f"host unhealthy: {self.unhealthy}")
         await self._signal()
         client = self._ka_client if self._ka_client is not None else self.client
         try:
@@ -568,7 +589,7 @@ class HostLease:
             UnavailableError: etcd could not be reached to revoke.
         """
         await self.close()
-        self._lost = True
+        self._lose("revoked by its holder")
         await self._notify()
         if self.lease_id is not None:
             await etcd_call("lease_revoke", self.client.revoke_lease(self.lease_id),

@@ -139,7 +139,11 @@ def test_a_burst_of_100_processes_costs_no_host_its_lease(
     print(f"OVERLOAD {PROCESSES} processes, {AT_ONCE} at a time, TTL {ttl} s: created in "
           f"{created_s:.1f} s, observed+activated by {total_s:.1f} s; errors {len(errors)}; "
           f"lease changes {lost}; shed per host {shed}; max keepalive lag per host {lag}; "
-          f"incarnations {[after[h]['incarnation'] for h in sorted(after)]}")
+          f"incarnations {[after[h]['incarnation'] for h in sorted(after)]}; "
+          f"max keepalive round trip {[after[h]['max_keepalive_rtt_s'] for h in sorted(after)]}")
+    for host in sorted(after):
+        for reason in after[host]["lost_leases"]:
+            print(f"  {host} lost {reason}")
     for line in errors[:10]:
         print("  " + line)
     assert not lost, f"hosts lost their lease under load: {lost}"
