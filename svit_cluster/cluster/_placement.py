@@ -278,8 +278,8 @@ async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
             continue  # no actor id registered: no evidence, never revoke
         state = await _gcs(_agent_state, actor_id, timeout_s=timeout_s)
         if state != "DEAD":
-            log.info("host %s: agent name lookup failed but its actor %s is %s; "
-                     "its lease stays", host, actor_id, state)
+            log.warning("host %s: agent name lookup failed but its actor %s is %s; "
+                        "its lease stays", host, actor_id, state)
             continue
         try:
             await etcd_call("lease_revoke", client.revoke_lease(lease_id),

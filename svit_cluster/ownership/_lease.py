@@ -233,6 +233,10 @@ class HostLease:
         self._ka_client: Any = None
         self._threaded = False
         self._closing = False
+        #: Deadline (s) of the keepalive client's first connection, made before the grant.
+        self.connect_timeout_s = max(request_timeout_s, 5.0)
+        self._ka_connected = threading.Event()
+        self._granted = threading.Event()
 
     # -- state ------------------------------------------------------------------
 
@@ -337,17 +341,36 @@ class HostLease:
         Returns:
             ``self``, now HELD.
 
+        With a ``keepalive_client``, the keepalive thread starts first and
+        connects its client (one read, at most :attr:`connect_timeout_s`) before
+        the lease is granted: the first keepalive is due ``keepalive_interval_s``
+        after the grant, and a connection made only then (a TCP and HTTP/2
+        handshake on a loaded host) could eat the whole local deadline (issue
+        15 item 5: every rejoin's fresh lease was lost that way).
+
         Raises:
             UnavailableError: etcd could not grant a lease.
             ConfigurationError: already granted.
         """
         if self.lease_id is not None:
             raise ConfigurationError("lease already granted")
-        async for attempt in self._retrying():
-            with attempt:
-                sent = self._clock()
-                lease = await etcd_call("lease_grant", self.client.lease(self.ttl_s),
-                                        timeout_s=self.request_timeout_s)
+        self._owner_loop = asyncio.get_running_loop()
+        if self._keepalive_client_factory is not None and self._thread is None:
+            self._threaded = True
+            self._thread = threading.Thread(target=self._thread_main, daemon=True,
+                                            name="lease-keepalive")
+            self._thread.start()
+            await asyncio.to_thread(self._ka_connected.wait, self.connect_timeout_s + 1.0)
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    sent = self._clock()
+                    lease = await etcd_call("lease_grant", self.client.lease(self.ttl_s),
+                                            timeout_s=self.request_timeout_s)
+        except BaseException:
+            self._closing = True  # the keepalive thread ends without a lease
+            self._granted.set()
+            raise
         self.lease_id = int(lease.id)
         self.granted_ttl_s = int(lease.ttl)
         self._deadline = sent + self.granted_ttl_s - self.safety_margin_s
@@ -356,14 +379,10 @@ class HostLease:
         if self.metrics is not None:
             self.metrics.age.labels(str(self.lease_id)).set_function(
                 lambda: max(0.0, self._clock() - self._last_ok))
-        self._owner_loop = asyncio.get_running_loop()
         if self._keepalive_client_factory is None:
             self._task = self._owner_loop.create_task(self._keepalive_loop())
         else:
-            self._threaded = True
-            self._thread = threading.Thread(target=self._thread_main, daemon=True,
-                                            name=f"lease-keepalive-{self.lease_id}")
-            self._thread.start()
+            self._granted.set()  # the keepalive thread starts its loop
         return self
 
     # -- keepalive thread -----------------------------------------------------------
@@ -382,13 +401,28 @@ class HostLease:
         self._ka_client = self._keepalive_client_factory()
         self._thread_task = asyncio.current_task()
         try:
-            if not self._paused:
+            await self._connect_keepalive_client()
+            while not self._granted.is_set():
+                await asyncio.sleep(0.01)
+            if not self._paused and not self._closing:
                 await self._keepalive_loop()
         except asyncio.CancelledError:
             pass
         finally:
             with contextlib.suppress(Exception):
                 await self._ka_client.close()
+
+    async def _connect_keepalive_client(self) -> None:
+        """Connect the keepalive client with one read (within
+        :attr:`connect_timeout_s`); a failure is only logged (the keepalive
+        rounds retry). Sets ``_ka_connected`` either way."""
+        try:
+            await etcd_call("connect", self._ka_client.get(b"\0svit-keepalive-connect"),
+                            timeout_s=self.connect_timeout_s)
+        except UnavailableError as exc:
+            log.warning("the keepalive client could not connect to etcd yet: %s", exc)
+        finally:
+            self._ka_connected.set()
 
     async def _signal(self) -> None:
         """Tell listeners about a state change, on the caller's event loop."""

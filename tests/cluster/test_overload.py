@@ -69,6 +69,7 @@ def agent_statuses(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
 # the burst (agent incarnations 2, 3, 3) with keepalive lag <= 0.35 s; cause not
 # found yet.
 @pytest.mark.known_issue
+@pytest.mark.timeout(900)
 def test_a_burst_of_100_processes_costs_no_host_its_lease(
     cluster: LocalCluster, gateway: tuple[str, str]
 ) -> None:
