@@ -430,28 +430,43 @@ class SvitClient(_Base):
         so a later attempt's "already exists" is checked: when the process's
         ``/memory`` and ``/lib`` sources equal this request's, the create is
         reported as done (``{"process_id", "version", "recovered": True}``,
-        ``version`` as observed). Otherwise it is a real conflict.
+        ``version`` as observed). Otherwise it is a real conflict. When the
+        process is then not found, the "already exists" came from an earlier
+        attempt that had claimed the process but not created it (it was still
+        under way, or it failed and released the claim): the create is sent
+        again, up to ``attempts`` times in all (issue 15: under load a
+        retried create answered ``unknown process``).
 
         Raises:
             ConflictError: (409) it already exists with other content, or
                 existed before this call's first attempt.
+            UnavailableError: every attempt's outcome stayed unknown.
             Forbidden: (403) the token may not act on this tenant.
         """
         failed: list[BaseException] = []
-        try:
-            result: dict[str, Any] = self._call(
-                "POST", "/v1/processes", timeout_s=timeout_s, failed=failed,
-                json={"process_id": process_id, "memory": memory, "scripts": scripts or {}},
-            )
-        except ConflictError:
-            if not failed:
-                raise
-            memory_now, version = self.state(process_id, "/memory", timeout_s=timeout_s)
-            lib_now, _ = self.state(process_id, "/lib", timeout_s=timeout_s)
-            if not _same_creation(memory, scripts, memory_now, lib_now):
-                raise
-            return {"process_id": process_id, "version": version, "recovered": True}
-        return result
+        body = {"process_id": process_id, "memory": memory, "scripts": scripts or {}}
+        for round_ in range(1, self.attempts + 1):
+            try:
+                result: dict[str, Any] = self._call(
+                    "POST", "/v1/processes", timeout_s=timeout_s, failed=failed, json=body)
+                return result
+            except ConflictError:
+                if not failed:
+                    raise
+                try:
+                    memory_now, version = self.state(process_id, "/memory",
+                                                     timeout_s=timeout_s)
+                    lib_now, _ = self.state(process_id, "/lib", timeout_s=timeout_s)
+                except NotFound:
+                    time.sleep(min(self.max_wait_s, 0.1 * round_))
+                    continue  # claimed by an earlier attempt, not created: again
+                if not _same_creation(memory, scripts, memory_now, lib_now):
+                    raise
+                return {"process_id": process_id, "version": version, "recovered": True}
+        raise UnavailableError(
+            f"create of {process_id}: {self.attempts} attempts, outcome unknown "
+            "(an earlier attempt claimed it and never created it); retry",
+            process_id=process_id, attempts=self.attempts)
 
     def state(self, process_id: str, path: str = "/memory", *,
               timeout_s: float | None = None) -> tuple[Value, int]:
@@ -780,20 +795,29 @@ class AsyncSvitClient(_Base):
     ) -> dict[str, Any]:
         """Async form of :meth:`SvitClient.create_process` (same retry rule)."""
         failed: list[BaseException] = []
-        try:
-            result: dict[str, Any] = await self._call(
-                "POST", "/v1/processes", timeout_s=timeout_s, failed=failed,
-                json={"process_id": process_id, "memory": memory, "scripts": scripts or {}},
-            )
-        except ConflictError:
-            if not failed:
-                raise
-            memory_now, version = await self.state(process_id, "/memory", timeout_s=timeout_s)
-            lib_now, _ = await self.state(process_id, "/lib", timeout_s=timeout_s)
-            if not _same_creation(memory, scripts, memory_now, lib_now):
-                raise
-            return {"process_id": process_id, "version": version, "recovered": True}
-        return result
+        body = {"process_id": process_id, "memory": memory, "scripts": scripts or {}}
+        for round_ in range(1, self.attempts + 1):
+            try:
+                result: dict[str, Any] = await self._call(
+                    "POST", "/v1/processes", timeout_s=timeout_s, failed=failed, json=body)
+                return result
+            except ConflictError:
+                if not failed:
+                    raise
+                try:
+                    memory_now, version = await self.state(process_id, "/memory",
+                                                           timeout_s=timeout_s)
+                    lib_now, _ = await self.state(process_id, "/lib", timeout_s=timeout_s)
+                except NotFound:
+                    await asyncio.sleep(min(self.max_wait_s, 0.1 * round_))
+                    continue  # claimed by an earlier attempt, not created: again
+                if not _same_creation(memory, scripts, memory_now, lib_now):
+                    raise
+                return {"process_id": process_id, "version": version, "recovered": True}
+        raise UnavailableError(
+            f"create of {process_id}: {self.attempts} attempts, outcome unknown "
+            "(an earlier attempt claimed it and never created it); retry",
+            process_id=process_id, attempts=self.attempts)
 
     async def state(self, process_id: str, path: str = "/memory", *,
                     timeout_s: float | None = None) -> tuple[Value, int]:

@@ -59,6 +59,17 @@ def actor_name(host: str) -> str:
     return f"svit:{host}:{uuid.uuid4().hex}"
 
 
+def _own_actor_id() -> str | None:
+    """Hex id of the Ray actor this code runs in (None outside an actor)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_actor_id()
+    except Exception:  # no Ray runtime: nothing to register
+        log.debug("no Ray actor id", exc_info=True)
+        return None
+
+
 class HostAgent:
     """One host's agent (wrapped with ``ray.remote`` by :func:`start_agents`).
 
@@ -91,6 +102,8 @@ class HostAgent:
         self.shed_activations = 0
         self._lease_metrics: Any = None
         self._shed_metric: Any = None  # svit_agent_shed_activations_total
+        #: Why each earlier lease of this agent was lost (the last 10), oldest first.
+        self.lost_leases: list[str] = []
 
     # -- lease ---------------------------------------------------------------------------
 
@@ -229,10 +242,12 @@ class HostAgent:
         await lease.grant()
         lease.add_listener(self._on_lease)
         # node_id lets a gateway revoke this lease at once when Ray declares
-        # exactly this node dead (svit_cluster.cluster._placement).
+        # exactly this node dead, actor_id when Ray lists exactly this agent
+        # actor DEAD (svit_cluster.cluster._placement); nothing else may.
         value = json.dumps({"host": self.host, "agent": agent_name(self.host),
                             "incarnation": self.incarnation + 1,
-                            "node_id": self._health.node_id}).encode()
+                            "node_id": self._health.node_id,
+                            "actor_id": _own_actor_id()}).encode()
         await asyncio.wait_for(
             client.put(host_key(self.cfg.cluster, self.host), value,
                        lease=lease.lease_id),
@@ -269,8 +284,10 @@ class HostAgent:
             try:
                 await asyncio.sleep(0.25)
                 if self.lease is not None and self.lease.state is LeaseState.LOST:
-                    log.warning("host %s lost its lease; dropping %d actors and rejoining",
-                                self.host, len(self.actors))
+                    reason = f"lease {self.lease.lease_id}: {self.lease.lost_reason}"
+                    self.lost_leases = [*self.lost_leases[-9:], reason]
+                    log.warning("host %s lost its lease (%s); dropping %d actors and "
+                                "rejoining", self.host, reason, len(self.actors))
                     self._kill_all("lease lost")
                     old, self.lease = self.lease, None
                     try:
@@ -559,12 +576,16 @@ class HostAgent:
 
     async def status(self) -> dict[str, Any]:
         """``{"host", "lease_state", "lease_id", "incarnation", "actors", "activations",
-        "keepalive_lag_s", "max_keepalive_lag_s", "unhealthy"}`` (lags in seconds)."""
+        "keepalive_lag_s", "max_keepalive_lag_s", "max_keepalive_rtt_s", "unhealthy",
+        "lost_leases"}`` (lags and round trips in seconds; ``lost_leases``: why
+        each earlier lease was lost, the last 10)."""
         lease = self.lease
         state = None if lease is None else str(lease.state)
         return {
             "keepalive_lag_s": None if lease is None else lease.last_keepalive_lag_s,
             "max_keepalive_lag_s": None if lease is None else lease.max_keepalive_lag_s,
+            "max_keepalive_rtt_s": None if lease is None else lease.max_keepalive_rtt_s,
+            "lost_leases": list(self.lost_leases),
             "unhealthy": None if self._health is None else self._health.problem(),
             "inflight_activations": self.inflight_activations,
             "shed_activations": self.shed_activations,

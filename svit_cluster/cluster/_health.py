@@ -122,6 +122,8 @@ class HostHealth:
             except Exception:  # GCS unreachable: no evidence, keep the last answer
                 continue
             for node in nodes:
-                if node.get("NodeID") == self.node_id:
-                    self.node_dead = not node.get("Alive", False)
+                # Only an explicit ``Alive: False`` is a verdict (an entry
+                # without it is no evidence, as in _placement.NodeTable).
+                if node.get("NodeID") == self.node_id and isinstance(node.get("Alive"), bool):
+                    self.node_dead = not node["Alive"]
                     break

@@ -23,6 +23,7 @@ registration, so its lease is never touched.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import time
@@ -63,7 +64,9 @@ class NodeTable:
         dead_ids: set[str] = set()
         for node in nodes:
             node_id = str(node.get("NodeID", ""))
-            alive = bool(node.get("Alive", False))
+            if not isinstance(node.get("Alive"), bool):
+                continue  # no verdict in this entry: neither alive nor dead
+            alive = bool(node["Alive"])
             hosts = {r[len(_RESOURCE):] for r in (node.get("Resources") or {})
                      if str(r).startswith(_RESOURCE)}
             known |= hosts
@@ -183,9 +186,26 @@ async def revoke_dead_leases(client: Any, cluster: str, table: NodeTable, *,
     return revoked
 
 
+#: One thread for the watch's GCS lookups: a lookup the GCS never answers (Ray's
+#: actor-table read has no deadline) then holds one thread, not one per round.
+_GCS_LOOKUPS = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="svit-gcs-watch")
+
+
+async def _gcs(fn: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
+    """Run the blocking GCS lookup ``fn(*args)`` on the watch's thread, within ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    return await asyncio.wait_for(loop.run_in_executor(_GCS_LOOKUPS, fn, *args),
+                                  timeout=timeout_s)
+
+
 def _agent_missing(host: str, namespace: str) -> bool:
-    """True when Ray's GCS has no live actor named ``agent:<host>`` (it died: agents
-    run with ``max_restarts=0``, and a dead named actor's name is released)."""
+    """True when looking up the actor named ``agent:<host>`` failed.
+
+    Only a hint, never evidence: Ray turns EVERY failed name lookup that is not
+    a timeout (the GCS answering an error under load, a dropped connection)
+    into the same ``ValueError`` as "no such actor" (core worker
+    ``GetNamedActorHandle``). The revoke needs :func:`_agent_state` to say DEAD.
+    """
     import ray
 
     from svit_cluster.cluster._agent import agent_name
@@ -197,20 +217,35 @@ def _agent_missing(host: str, namespace: str) -> bool:
     return False
 
 
+def _agent_state(actor_id: str) -> str | None:
+    """Ray's recorded state of actor ``actor_id`` (hex): ``"ALIVE"``, ``"DEAD"``,
+    ``"RESTARTING"``...; None when the GCS did not answer or does not know it."""
+    from ray._private import state
+
+    info = state.actors(actor_id=actor_id)
+    return str(info.get("State")) if info else None
+
+
 async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
                                   hosts: Iterable[str], *, timeout_s: float = 2.0
                                   ) -> list[str]:
-    """Revoke the lease of every registered host whose agent actor is gone.
+    """Revoke the lease of every registered host whose agent actor is dead.
 
     The agent holds the lease and is the only one that can activate processes
     on its host; when it dies (killed, crashed) its host's lease would run out
-    its TTL while the processes wait. The guard against revoking a live
-    agent's lease: the registration (and its lease) is read from etcd first,
-    and the agent is looked up in Ray's GCS after that read, so a lease is
-    revoked only if no agent of that name existed after the registration was
-    read. A restarted agent creates its named actor before it registers its
-    new lease, so a new lease is never touched. A GCS that does not answer is
-    no evidence (nothing is revoked).
+    its TTL while the processes wait.
+
+    The guard against revoking a live agent's lease (issue 15 item 5: under a
+    burst of activations the gateway revoked all three live hosts' leases): a
+    failed or empty lookup is never evidence. A lease is revoked only when
+    Ray's actor table, read after the registration was read from etcd, lists
+    the very actor that registered it (the registration's ``actor_id``) as
+    DEAD -- a terminal state (agents run with ``max_restarts=0``). A slow,
+    busy or unreachable agent is ALIVE there; a registration without an
+    ``actor_id`` is never acted on; a restarted agent registers its new lease
+    under its new actor id, so a new lease is never touched. The name lookup
+    (:func:`_agent_missing`) only decides whether to look closer. A GCS that
+    does not answer is no evidence (nothing is revoked).
 
     Returns:
         The hosts whose lease was revoked.
@@ -223,8 +258,7 @@ async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
     names = list(hosts)
     missing = []
     for host in names:  # cheap pre-check: usually every agent is there
-        if await asyncio.wait_for(asyncio.to_thread(_agent_missing, host, namespace),
-                                  timeout=timeout_s):
+        if await _gcs(_agent_missing, host, namespace, timeout_s=timeout_s):
             missing.append(host)
     if not missing:
         return []
@@ -236,16 +270,25 @@ async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
         lease_id = int(getattr(kv, "lease", 0) or 0)
         if host not in missing or lease_id == 0:
             continue
-        if not await asyncio.wait_for(asyncio.to_thread(_agent_missing, host, namespace),
-                                      timeout=timeout_s):
-            continue  # an agent exists now (a restart): leave it alone
+        try:
+            actor_id = str(json.loads(bytes(kv.value))["actor_id"] or "")
+        except (ValueError, KeyError, TypeError):
+            actor_id = ""
+        if not actor_id:
+            continue  # no actor id registered: no evidence, never revoke
+        state = await _gcs(_agent_state, actor_id, timeout_s=timeout_s)
+        if state != "DEAD":
+            log.warning("host %s: agent name lookup failed but its actor %s is %s; "
+                        "its lease stays", host, actor_id, state)
+            continue
         try:
             await etcd_call("lease_revoke", client.revoke_lease(lease_id),
                             timeout_s=timeout_s, outcome="unknown")
         except Exception as exc:
             log.warning("revoking the lease of agentless host %s failed: %s", host, exc)
             continue
-        log.warning("host %s: its agent is gone; revoked its lease %s", host, lease_id)
+        log.warning("host %s: its agent %s is dead; revoked its lease %s",
+                    host, actor_id, lease_id)
         revoked.append(host)
     return revoked
 
@@ -272,7 +315,7 @@ async def watch_nodes(watch: HostWatch, client: Any, cluster: str, *,
                     await revoke_agentless_leases(client, cluster, namespace, list(hosts))
                 except Exception as exc:  # GCS or etcd slow: the next round looks again
                     log.info("agent watch round failed: %s", exc)
-            nodes = await asyncio.wait_for(asyncio.to_thread(ray.nodes), timeout=5)
+            nodes = await _gcs(ray.nodes, timeout_s=5)
             table = watch.update(nodes, hosts)
             if hosts is not None and not any(
                     str(doc.get("node_id")) in table.dead_node_ids for doc in hosts.values()):

@@ -222,6 +222,10 @@ class HostLease:
         #: Start lag (s) of the most recent keepalive round, and the largest seen.
         self.last_keepalive_lag_s = 0.0
         self.max_keepalive_lag_s = 0.0
+        #: Round trip (s) of the slowest successful keepalive request.
+        self.max_keepalive_rtt_s = 0.0
+        #: Why the lease became LOST (None while it is not).
+        self.lost_reason: str | None = None
         self._owner_loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._thread_loop: asyncio.AbstractEventLoop | None = None
@@ -229,6 +233,10 @@ class HostLease:
         self._ka_client: Any = None
         self._threaded = False
         self._closing = False
+        #: Deadline (s) of the keepalive client's first connection, made before the grant.
+        self.connect_timeout_s = max(request_timeout_s, 5.0)
+        self._ka_connected = threading.Event()
+        self._granted = threading.Event()
 
     # -- state ------------------------------------------------------------------
 
@@ -239,11 +247,19 @@ class HostLease:
             return LeaseState.LOST
         now = self._clock()
         if now >= self._deadline:
-            self._lost = True  # latched: a late keepalive reply must not revive it
+            # latched: a late keepalive reply must not revive it
+            self._lose(f"local deadline passed {now - self._deadline:.2f} s ago, "
+                       f"{now - self._last_ok:.2f} s after the last keepalive was sent")
             return LeaseState.LOST
         if self._failing or now >= self._last_ok + 2 * self.keepalive_interval_s:
             return LeaseState.SUSPENDED
         return LeaseState.HELD
+
+    def _lose(self, reason: str) -> None:
+        """Latch LOST, keeping the first reason (read by :attr:`lost_reason`)."""
+        if not self._lost:
+            self.lost_reason = reason
+        self._lost = True
 
     @property
     def deadline(self) -> float:
@@ -295,7 +311,10 @@ class HostLease:
         if state is self._reported:
             return
         self._reported = state
-        log.info("lease %s is now %s", self.lease_id, state)
+        if state is LeaseState.LOST:
+            log.warning("lease %s is now lost: %s", self.lease_id, self.lost_reason)
+        else:
+            log.info("lease %s is now %s", self.lease_id, state)
         for listener in list(self._listeners):
             try:
                 listener(state)
@@ -322,17 +341,36 @@ class HostLease:
         Returns:
             ``self``, now HELD.
 
+        With a ``keepalive_client``, the keepalive thread starts first and
+        connects its client (one read, at most :attr:`connect_timeout_s`) before
+        the lease is granted: the first keepalive is due ``keepalive_interval_s``
+        after the grant, and a connection made only then (a TCP and HTTP/2
+        handshake on a loaded host) could eat the whole local deadline (issue
+        15 item 5: every rejoin's fresh lease was lost that way).
+
         Raises:
             UnavailableError: etcd could not grant a lease.
             ConfigurationError: already granted.
         """
         if self.lease_id is not None:
             raise ConfigurationError("lease already granted")
-        async for attempt in self._retrying():
-            with attempt:
-                sent = self._clock()
-                lease = await etcd_call("lease_grant", self.client.lease(self.ttl_s),
-                                        timeout_s=self.request_timeout_s)
+        self._owner_loop = asyncio.get_running_loop()
+        if self._keepalive_client_factory is not None and self._thread is None:
+            self._threaded = True
+            self._thread = threading.Thread(target=self._thread_main, daemon=True,
+                                            name="lease-keepalive")
+            self._thread.start()
+            await asyncio.to_thread(self._ka_connected.wait, self.connect_timeout_s + 1.0)
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    sent = self._clock()
+                    lease = await etcd_call("lease_grant", self.client.lease(self.ttl_s),
+                                            timeout_s=self.request_timeout_s)
+        except BaseException:
+            self._closing = True  # the keepalive thread ends without a lease
+            self._granted.set()
+            raise
         self.lease_id = int(lease.id)
         self.granted_ttl_s = int(lease.ttl)
         self._deadline = sent + self.granted_ttl_s - self.safety_margin_s
@@ -341,14 +379,10 @@ class HostLease:
         if self.metrics is not None:
             self.metrics.age.labels(str(self.lease_id)).set_function(
                 lambda: max(0.0, self._clock() - self._last_ok))
-        self._owner_loop = asyncio.get_running_loop()
         if self._keepalive_client_factory is None:
             self._task = self._owner_loop.create_task(self._keepalive_loop())
         else:
-            self._threaded = True
-            self._thread = threading.Thread(target=self._thread_main, daemon=True,
-                                            name=f"lease-keepalive-{self.lease_id}")
-            self._thread.start()
+            self._granted.set()  # the keepalive thread starts its loop
         return self
 
     # -- keepalive thread -----------------------------------------------------------
@@ -367,13 +401,28 @@ class HostLease:
         self._ka_client = self._keepalive_client_factory()
         self._thread_task = asyncio.current_task()
         try:
-            if not self._paused:
+            await self._connect_keepalive_client()
+            while not self._granted.is_set():
+                await asyncio.sleep(0.01)
+            if not self._paused and not self._closing:
                 await self._keepalive_loop()
         except asyncio.CancelledError:
             pass
         finally:
             with contextlib.suppress(Exception):
                 await self._ka_client.close()
+
+    async def _connect_keepalive_client(self) -> None:
+        """Connect the keepalive client with one read (within
+        :attr:`connect_timeout_s`); a failure is only logged (the keepalive
+        rounds retry). Sets ``_ka_connected`` either way."""
+        try:
+            await etcd_call("connect", self._ka_client.get(b"\0svit-keepalive-connect"),
+                            timeout_s=self.connect_timeout_s)
+        except UnavailableError as exc:
+            log.warning("the keepalive client could not connect to etcd yet: %s", exc)
+        finally:
+            self._ka_connected.set()
 
     async def _signal(self) -> None:
         """Tell listeners about a state change, on the caller's event loop."""
@@ -413,11 +462,17 @@ class HostLease:
             with attempt:
                 short = self._failing or attempt.retry_state.attempt_number > 1
                 sent, ttl = await self._refresh_once(short=short)
-        if ttl <= 0 or self.state is LeaseState.LOST:
-            # etcd forgot the lease, or our deadline passed before this reply:
-            # someone may already own our processes, even if etcd (restarted,
-            # which renews every lease) still lists the lease.
-            self._lost = True
+        rtt = self._clock() - sent
+        self.max_keepalive_rtt_s = max(self.max_keepalive_rtt_s, rtt)
+        if ttl <= 0:
+            # etcd forgot the lease: someone may already own our processes.
+            self._lose(f"etcd answered a keepalive with TTL {ttl} (lease gone; "
+                       f"round trip {rtt:.2f} s)")
+            return
+        if self.state is LeaseState.LOST:
+            # our deadline passed before this reply: someone may already own our
+            # processes, even if etcd (restarted, which renews every lease)
+            # still lists the lease.
             return
         self._deadline = sent + ttl - self.safety_margin_s
         self._last_ok = sent
@@ -478,7 +533,7 @@ class HostLease:
             await self._signal()
         if self._closing:
             return
-        self._lost = True
+        self._lose("keepalive loop ended")
         await self._signal()
 
     async def _sleep_watching_health(self, delay: float) -> bool:
@@ -500,7 +555,7 @@ class HostLease:
         """The host cannot serve: become LOST now and revoke the lease (best effort;
         if etcd cannot be reached the lease lapses after its TTL)."""
         self._failing = True
-        self._lost = True
+        self._lose(f"host unhealthy: {self.unhealthy}")
         await self._signal()
         client = self._ka_client if self._ka_client is not None else self.client
         try:
@@ -568,7 +623,7 @@ class HostLease:
             UnavailableError: etcd could not be reached to revoke.
         """
         await self.close()
-        self._lost = True
+        self._lose("revoked by its holder")
         await self._notify()
         if self.lease_id is not None:
             await etcd_call("lease_revoke", self.client.revoke_lease(self.lease_id),

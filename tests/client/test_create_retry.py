@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from svit_cluster.client import AsyncSvitClient, SvitClient
-from svit_cluster.errors import ConflictError
+from svit_cluster.errors import ConflictError, UnavailableError
 from svit_cluster.gateway import Principal, TokenStore, create_app
 from svit_cluster.inprocess import InProcessRouter
 from tests.events._server import serve
@@ -131,3 +131,42 @@ async def test_async_create_with_a_lost_reply_is_reported_created(gateway: str) 
         assert transport.lost == 1
         assert got["recovered"] is True
         assert await client.state("svit://acme/amade", "/memory/n") == (0, 0)
+
+
+class ClaimedButNotCreated(httpx.BaseTransport):
+    """The cluster's race, on the wire: attempt 1 fails with an unknown outcome
+    (503: its activation lost the host lease after claiming the process), attempt
+    2 meets that claim before it is released and the gateway answers 409 "already
+    exists" -- yet the process was never created. Attempt 3 reaches the server."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.creates = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if not _is_create(request):
+            return self.inner.handle_request(request)
+        self.creates += 1
+        if self.creates == 1:
+            error = UnavailableError("host lease is lost; not starting new work")
+            return httpx.Response(503, json={"error": error.to_dict()}, request=request)
+        if self.creates == 2:
+            error = ConflictError("process svit://acme/claimed already exists")
+            return httpx.Response(409, json={"error": error.to_dict()}, request=request)
+        return self.inner.handle_request(request)
+
+
+def test_a_retried_create_whose_conflict_was_its_own_unfinished_claim_creates(
+        gateway: str) -> None:
+    """Issue 15: under load a retried create answered ``unknown process`` (the 409
+    came from an earlier attempt's claim that never created the process, and the
+    SDK's check of that 409 then found nothing). The create must be sent again."""
+    client = SvitClient(gateway, ADMIN, max_wait_s=0.05)
+    transport = ClaimedButNotCreated()
+    client._http = httpx.Client(transport=transport, timeout=5)
+    with client:
+        got = client.create_process("svit://acme/claimed", memory={"n": 0},
+                                    scripts={"inc": SCRIPT})
+        assert transport.creates == 3
+        assert got["version"] == 0 and "recovered" not in got, got
+        assert client.state("svit://acme/claimed", "/memory/n") == (0, 0)

@@ -66,9 +66,19 @@ def agent_statuses(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
 
 # Open bug (issue 15 item 5), so deselected by default (-m known_issue runs it and
 # it fails): on 2026-11-30 all three hosts lost their lease once or twice during
-# the burst (agent incarnations 2, 3, 3) with keepalive lag <= 0.35 s; cause not
-# found yet.
+# the burst (agent incarnations 2, 3, 3) with keepalive lag <= 0.35 s. Found and
+# fixed since (each with its own regression test): (1) the etcd channels' 100 ms
+# connection-attempt deadline (grpc.min_reconnect_backoff_ms), so a fresh
+# keepalive client on a loaded host never connected and every rejoin's lease
+# was lost again (tests/ownership/test_etcd_slow_link.py); (2) the gateway's
+# agent watch revoked a live host's lease when a Ray name lookup failed
+# (tests/cluster/test_placement.py). On 2026-12-01, at load average 50-120 on
+# 2 cores, hosts still lost leases by the local deadline: keepalives, grants and
+# transactions timed out (2 s) while etcd logged no slow request; every agent's
+# etcd traffic passes this test process's proxy (ProxyHub thread), which is the
+# next suspect. Each lease loss now says why (agent status ``lost_leases``).
 @pytest.mark.known_issue
+@pytest.mark.timeout(900)
 def test_a_burst_of_100_processes_costs_no_host_its_lease(
     cluster: LocalCluster, gateway: tuple[str, str]
 ) -> None:
@@ -139,7 +149,11 @@ def test_a_burst_of_100_processes_costs_no_host_its_lease(
     print(f"OVERLOAD {PROCESSES} processes, {AT_ONCE} at a time, TTL {ttl} s: created in "
           f"{created_s:.1f} s, observed+activated by {total_s:.1f} s; errors {len(errors)}; "
           f"lease changes {lost}; shed per host {shed}; max keepalive lag per host {lag}; "
-          f"incarnations {[after[h]['incarnation'] for h in sorted(after)]}")
+          f"incarnations {[after[h]['incarnation'] for h in sorted(after)]}; "
+          f"max keepalive round trip {[after[h]['max_keepalive_rtt_s'] for h in sorted(after)]}")
+    for host in sorted(after):
+        for reason in after[host]["lost_leases"]:
+            print(f"  {host} lost {reason}")
     for line in errors[:10]:
         print("  " + line)
     assert not lost, f"hosts lost their lease under load: {lost}"

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 
+from svit_cluster.cluster import _placement
 from svit_cluster.cluster._agent import hosts_prefix
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._placement import (
     HostWatch,
     NodeTable,
     pick_host,
+    revoke_agentless_leases,
     revoke_dead_leases,
 )
 from svit_cluster.cluster._router import RayRouter
@@ -152,6 +154,58 @@ async def test_a_dead_nodes_lease_is_revoked_and_no_live_one(etcd_server: EtcdSe
         assert (await client.get_lease_info(leases["c"])).TTL > 0
         assert await client.get(hosts_prefix(cluster) + b"a") is None
         for host in ("b", "c"):
+            await client.revoke_lease(leases[host])
+    finally:
+        await client.close()
+
+
+def test_a_node_entry_without_a_verdict_is_not_dead() -> None:
+    """Only ``Alive: False`` is evidence of death; an entry lacking it is neither."""
+    table = NodeTable.parse([{"NodeID": "n-a", "Resources": {"svit_host:a": 1.0}}])
+    assert table.dead_node_ids == frozenset() and table.dead_hosts() == frozenset()
+
+
+@pytest.mark.servers
+async def test_a_failed_agent_lookup_never_revokes_a_live_hosts_lease(
+        etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 item 5: under a burst of activations all three live hosts lost
+    their lease. Ray answers every failed name lookup that is not a timeout (the
+    GCS erring under load) with the same ValueError as "no such actor", and the
+    gateway's agent watch revoked on that alone. Now only Ray's actor table
+    listing the registered agent actor DEAD revokes a lease.
+
+    Ray's two answers are replaced here (the failed lookup cannot be provoked on
+    demand); the registrations, leases and revokes are real etcd."""
+    cluster = f"pl-{uuid.uuid4().hex[:8]}"
+    client = open_client(etcd_server.endpoint)
+    states: dict[str, str | None] = {"act-a": "ALIVE", "act-b": None}
+    # Every agent name lookup fails, as Ray reports a GCS error under load.
+    monkeypatch.setattr(_placement, "_agent_missing", lambda host, namespace: True)
+    monkeypatch.setattr(_placement, "_agent_state", lambda actor_id: states.get(actor_id),
+                        raising=False)
+    try:
+        leases = {}
+        for host, actor_id in (("a", "act-a"), ("b", "act-b"), ("c", None)):
+            lease = await client.lease(30)
+            leases[host] = lease.id
+            doc = {"host": host, "agent": f"agent:{host}", "incarnation": 1,
+                   "node_id": f"n-{host}"}
+            if actor_id is not None:
+                doc["actor_id"] = actor_id
+            await client.put(hosts_prefix(cluster) + host.encode(), json.dumps(doc).encode(),
+                             lease=lease.id)
+        # a: its agent is alive (merely slow); b: the GCS did not say; c: no actor id.
+        assert await revoke_agentless_leases(client, cluster, "ns", ["a", "b", "c"]) == []
+        for host in ("a", "b", "c"):
+            assert (await client.get_lease_info(leases[host])).TTL > 0, host
+            assert await client.get(hosts_prefix(cluster) + host.encode()) is not None
+        # Negative control: Ray lists a's registered agent actor DEAD -> revoked.
+        states["act-a"] = "DEAD"
+        assert await revoke_agentless_leases(client, cluster, "ns", ["a", "b", "c"]) == ["a"]
+        assert (await client.get_lease_info(leases["a"])).TTL == -1
+        assert await client.get(hosts_prefix(cluster) + b"a") is None
+        for host in ("b", "c"):
+            assert (await client.get_lease_info(leases[host])).TTL > 0, host
             await client.revoke_lease(leases[host])
     finally:
         await client.close()
