@@ -221,16 +221,48 @@ class ProcessActor:
             await loop.stop()
 
     async def _idle_loop(self) -> None:
+        """Passivate once idle for ``passivate_after_s``: sleep until that deadline,
+        not in short polls (issue 18 item 2: an idle actor must not wake up).
+
+        A request moves the deadline (``_last_used``); it is read again at each
+        wakeup. While a reasoning turn runs, or one ended since the last wakeup
+        (its commits do not pass :meth:`_run`), the actor counts as used then and
+        looks again within ``period``; so it never passivates earlier than the
+        old one-second poll did, at most one ``passivate_after_s`` later.
+        """
         period = max(0.05, min(1.0, self.cfg.passivate_after_s / 4))
+        turns = -1
         while self._closed is None:
-            await asyncio.sleep(period)
-            if self._loop is not None and self._loop.busy:
-                self._last_used = time.monotonic()
-            idle = time.monotonic() - self._last_used
-            if self._inflight == 0 and idle >= self.cfg.passivate_after_s:
-                self._closed = "passivated"
-                await self._leave("passivated")
-                return
+            now = time.monotonic()
+            loop = self._loop
+            if loop is not None:
+                done = loop.turns_completed + loop.turns_failed
+                if loop.busy or (turns >= 0 and done != turns):
+                    self._last_used = now
+                turns = done
+            if loop is not None and loop.busy:
+                delay = period
+            else:
+                delay = self._last_used + self.cfg.passivate_after_s - now
+                if delay <= 0:
+                    if self._inflight == 0:
+                        self._closed = "passivated"
+                        await self._leave("passivated")
+                        return
+                    delay = period  # a request is under way: its end moves the deadline
+            await asyncio.sleep(max(delay, 0.05))
+
+    async def watch(self) -> None:
+        """Never answer while this worker lives.
+
+        The agent keeps one such call outstanding per served actor: when the
+        worker dies (a crash, Ray's memory monitor, ``ray.kill``), Ray fails the
+        call with ``RayActorError`` at once and the agent releases the ownership
+        (issue 18 item 2: an event instead of the agent polling every actor
+        every 2 s). The call waits on an event that nothing sets: it holds one
+        of the actor's ``max_concurrency`` slots and costs nothing while idle.
+        """
+        await asyncio.Event().wait()
 
     async def _leave(self, reason: str) -> None:
         """Ask the agent to release ownership (if still ours) and kill this actor."""

@@ -51,6 +51,10 @@ from svit_cluster.control import (
     RequestStatus,
     validate_receipt_limit,
 )
+
+# Commits between snapshots unless configured (StoreConfig, ClusterConfig,
+# ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
+from svit_cluster.defaults import DEFAULT_SNAPSHOT_EVERY
 from svit_cluster.errors import (
     ConfigurationError,
     ConflictError,
@@ -62,10 +66,6 @@ from svit_cluster.errors import (
     UnavailableError,
 )
 from svit_cluster.process import Limits, Process, Transaction, Transition, canonical_json
-
-# Commits between snapshots unless configured (StoreConfig, ClusterConfig,
-# ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
-from svit_cluster.settings import DEFAULT_SNAPSHOT_EVERY
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys, receipt_field
 from svit_cluster.store._records import (
     Head,
