@@ -165,7 +165,7 @@ async def test_a_request_moves_the_passivation_deadline(monkeypatch: Any) -> Non
         return time.monotonic()
 
     user = asyncio.get_running_loop().create_task(use_at(0.5))
-    sleeps, left = await asyncio.wait_for(_watch_idle(actor, monkeypatch), 5)
+    _sleeps, left = await asyncio.wait_for(_watch_idle(actor, monkeypatch), 5)
     used = await user
     assert left == ["passivated"]
     assert time.monotonic() - used >= 0.75  # a full idle period after the request
