@@ -138,9 +138,18 @@ def run(actors: int, idle_s: float, cold: int) -> dict[str, Any]:
     from svit_cluster.local import ClusterSpec, LocalCluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    from svit_cluster.errors import UnavailableError
+
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="svit-bac-", dir="/tmp") as tmp:
-        cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=1, dispatchers=0))
+        for attempt in range(3):  # a loaded machine sometimes misses a start timeout
+            try:
+                cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp) / str(attempt),
+                                                      hosts=1, dispatchers=0))
+                break
+            except UnavailableError:
+                if attempt == 2:
+                    raise
         try:
             doc = cluster.doc
             url, token = doc["gateway"]["url"], doc["tokens"]["admin"]
