@@ -74,6 +74,7 @@ class ProcessActor:
         self._inflight = 0
         self._watchdog: asyncio.Task[None] | None = None
         self._backend: Any = None
+        self._client: Any = None  # the pooled Redis client, opened by warm or start
         self._events: Any = None
         self._loop: Any = None  # svit_cluster.reasoning.TurnLoop, once serving
         self._port_calls: deque[dict[str, Any]] = deque(maxlen=256)
@@ -81,13 +82,37 @@ class ProcessActor:
     # -- lifecycle --------------------------------------------------------------------
 
     async def warm(self) -> bool:
-        """Import the data-path modules now, so a spare binds in milliseconds."""
+        """Do now what every ``start`` would otherwise do first, so a spare binds in
+        milliseconds: import the data-path modules, read the store's environment
+        settings (``StoreConfig`` defaults) and open this host's pooled Redis client
+        with one connection (its eviction-policy check included). A Redis that
+        cannot be reached now is only logged: ``start`` connects again.
+        """
+        await asyncio.to_thread(self._warm_sync)
+        return True
+
+    def _warm_sync(self) -> None:
         import svit_cluster.events
         import svit_cluster.lisp
+        import svit_cluster.ports
         import svit_cluster.reasoning
-        import svit_cluster.store  # noqa: F401
+        import svit_cluster.store
+        from svit_cluster.cluster._spawn import RaySpawner  # noqa: F401
 
-        return True
+        svit_cluster.store.StoreConfig()
+        try:
+            client = self._connect()
+            client.ping()
+        except Exception as exc:  # Redis down or refusing: start connects on its own
+            log.warning("spare could not pre-connect to Redis: %s", type(exc).__name__)
+            return
+        self._client = client
+
+    def _connect(self) -> Any:
+        from svit_cluster.store import connect
+
+        return connect(self.cfg.redis_for(self.host), allow_unverified_eviction_policy=(
+            self.cfg.redis_allow_unverified_eviction_policy), cluster=self.cfg.redis_cluster)
 
     async def bind(self, process_id: str, token: int) -> bool:
         """Give a spare its process and fencing token (once; then call :meth:`start`).
@@ -129,10 +154,9 @@ class ProcessActor:
 
     def _start_sync(self, create: dict[str, Any] | None) -> dict[str, Any]:
         from svit_cluster.events import RedisEventLog
-        from svit_cluster.store import StoreConfig, connect, load_backend_factory
+        from svit_cluster.store import StoreConfig, load_backend_factory
 
-        client = connect(self.cfg.redis_for(self.host), allow_unverified_eviction_policy=(
-            self.cfg.redis_allow_unverified_eviction_policy), cluster=self.cfg.redis_cluster)
+        client = self._client if self._client is not None else self._connect()
         # The fenced RedisBackend unless the chaos negative control named its
         # unfenced test factory (ClusterConfig.backend_factory).
         backend = load_backend_factory(self.cfg.backend_factory)(

@@ -59,18 +59,19 @@ def test_worker_module_imports_no_web_cli_or_plotting_stack(module: str) -> None
 
 
 #: What a process actor must not load beyond :data:`FORBIDDEN` once it is warm and
-#: serving: the agent's etcd client and metrics, the settings loader. The actor
-#: never talks to etcd (its agent owns the lease and the ownership records).
-ACTOR_FORBIDDEN = ("aetcd", "grpc", "prometheus_client", "tenacity", "pydantic_settings",
-                   "dotenv")
-ACTOR_FORBIDDEN_OWN = ("svit_cluster.ownership", "svit_cluster.settings",
-                       "svit_cluster.cluster._agent", "svit_cluster.cluster._router")
+#: serving: the agent's etcd client and metrics. The actor never talks to etcd (its
+#: agent owns the lease and the ownership records). (It does load pydantic-settings:
+#: ``StoreConfig`` reads its ``WAIT`` defaults from the environment.)
+ACTOR_FORBIDDEN = ("aetcd", "grpc", "prometheus_client", "tenacity")
+ACTOR_FORBIDDEN_OWN = ("svit_cluster.ownership", "svit_cluster.cluster._agent",
+                       "svit_cluster.cluster._router")
 
 #: What a spare runs (``ProcessActor.warm``) and what ``start`` imports to serve.
 _SERVING_ACTOR = (
     "svit_cluster.cluster._actor; import asyncio; "
-    "from svit_cluster.cluster import ProcessActor; "
-    "asyncio.run(ProcessActor.__new__(ProcessActor).warm()); "
+    "from svit_cluster.cluster import ClusterConfig, ProcessActor; "
+    "cfg = ClusterConfig(redis_url='redis://127.0.0.1:9/0').to_dict(); "
+    "asyncio.run(ProcessActor(cfg, 'h1', '', 0, 'agent:h1').warm()); "
     "from svit_cluster.store import StoreConfig, connect, load_backend_factory; "
     "from svit_cluster.events import RedisEventLog; "
     "from svit_cluster.ports import PortsConfig, build_registry; "
