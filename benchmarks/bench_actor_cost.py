@@ -131,10 +131,42 @@ def _spares_ready(agent: Any, want: int, timeout_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def _retry(call: Any, *, timeout_s: float = 180.0) -> Any:
+    """``call()`` again while it answers ``unavailable`` (a host lease SUSPENDED on a
+    loaded machine, an overloaded agent); the callers reuse one request id, so a
+    retry never commits twice."""
+    from svit_cluster.errors import UnavailableError
+
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except UnavailableError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.5)
+
+
+def _passivate(agent: Any, pid: str, timeout_s: float = 120.0) -> None:
+    """Release ``pid`` through its agent (the path an idle actor's passivation takes)."""
+    import ray
+
+    end = time.monotonic() + timeout_s
+    while True:
+        ans = ray.get(agent.activate.remote(pid))
+        if ans.get("status") == "serving" and ray.get(
+                agent.release.remote(pid, ans["token"], "bench passivate")):
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"could not passivate {pid}: {ans}")
+        time.sleep(0.5)
+
+
 def run(actors: int, idle_s: float, cold: int) -> dict[str, Any]:
     import ray
 
-    from svit_cluster.client import SvitClient
+    from svit_cluster.client import SvitClient, new_request_id
+    from svit_cluster.errors import ConflictError
     from svit_cluster.local import ClusterSpec, LocalCluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -162,27 +194,33 @@ def run(actors: int, idle_s: float, cold: int) -> dict[str, Any]:
             pids = [f"svit://local/cost-{i}" for i in range(actors + cold)]
             with SvitClient(url, token) as c:
                 for pid in pids:
-                    c.create_process(pid, memory={"count": 0}, scripts={"counter": COUNTER})
-                    resp = c.activate(pid, "counter", {"by": 1}, expected_version=0)
+                    try:
+                        _retry(lambda pid=pid: c.create_process(
+                            pid, memory={"count": 0}, scripts={"counter": COUNTER}))
+                    except ConflictError:  # a retried create that had succeeded
+                        pass
+                    rid = new_request_id()
+                    resp = _retry(lambda pid=pid, rid=rid: c.activate(
+                        pid, "counter", {"by": 1}, expected_version=0, request_id=rid))
                     assert resp.outcome.status == "committed", resp.outcome
                 # -- cold: passivate `cold` processes, then bring each back once --
                 cold_ms: list[float] = []
                 for pid in pids[actors:]:
-                    ans = ray.get(agent.activate.remote(pid))
-                    assert ray.get(agent.release.remote(pid, ans["token"], "bench passivate"))
+                    _passivate(agent, pid)
                 # the route cache forgets the released owners through its etcd watch
                 time.sleep(1.0)
                 for i, pid in enumerate(pids[actors:]):
                     _spares_ready(agent, 1)
                     time.sleep(0.3)
                     t0 = time.perf_counter()
-                    resp = c.activate(pid, "counter", {"by": 1}, expected_version=1)
+                    rid = new_request_id()
+                    resp = _retry(lambda pid=pid, rid=rid: c.activate(
+                        pid, "counter", {"by": 1}, expected_version=1, request_id=rid))
                     cold_ms.append((time.perf_counter() - t0) * 1000)
                     assert resp.outcome.status == "committed", (i, resp.outcome)
                 # keep exactly `actors` active: passivate the cold ones again
                 for pid in pids[actors:]:
-                    ans = ray.get(agent.activate.remote(pid))
-                    ray.get(agent.release.remote(pid, ans["token"], "bench passivate"))
+                    _passivate(agent, pid)
                 st = ray.get(agent.status.remote())
                 assert st["actors"] == actors, st
                 _spares_ready(agent, 1)
