@@ -25,6 +25,9 @@ process actor, cold activation p50 <= 50 ms with a warm spare.
   (placement, ownership transaction, fence claim, spare bind, restore,
   activation, commit). Between two of them the bench waits until the host has
   its warm spares back, so each one is served "with a warm spare".
+* **bare** -- ``--bare`` async Ray actors that import nothing of ours, with the
+  process actor's options, idle in the same window: Ray's own floor per worker
+  (its core worker wakes the main thread every 10 ms to check signals).
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ def _components(root_pids: list[int], gateway_pid: int) -> dict[str, list[int]]:
             cmd = _cmdline(pid)
             if "ProcessActor" in cmd:
                 comps["actors"].append(pid)
+            elif "BareActor" in cmd:
+                comps["bare_ray_actors"].append(pid)
             elif "HostAgent" in cmd:
                 comps["agent"].append(pid)
             elif "/raylet" in cmd.split(" ")[0] or cmd.split(" ")[0].endswith("raylet"):
@@ -162,7 +167,23 @@ def _passivate(agent: Any, pid: str, timeout_s: float = 120.0) -> None:
         time.sleep(0.5)
 
 
-def run(actors: int, idle_s: float, cold: int) -> dict[str, Any]:
+def _start_bare(n: int, host: str) -> list[Any]:
+    """``n`` bare async Ray actors with the process actor's options (no imports of
+    ours): Ray's own per-worker floor, measured in the same idle window."""
+    import ray
+
+    @ray.remote(num_cpus=0, max_concurrency=64)
+    class BareActor:
+        async def ping(self) -> int:
+            return os.getpid()
+
+    handles = [BareActor.options(resources={f"svit_host:{host}": 1}).remote()  # type: ignore[attr-defined]
+               for _ in range(n)]
+    ray.get([h.ping.remote() for h in handles])
+    return handles
+
+
+def run(actors: int, idle_s: float, cold: int, bare: int = 0) -> dict[str, Any]:
     import ray
 
     from svit_cluster.client import SvitClient, new_request_id
@@ -224,6 +245,7 @@ def run(actors: int, idle_s: float, cold: int) -> dict[str, Any]:
                 st = ray.get(agent.status.remote())
                 assert st["actors"] == actors, st
                 _spares_ready(agent, 1)
+                bare_handles = _start_bare(bare, host) if bare else []
                 time.sleep(3.0)  # let the killed workers go and the spares settle
                 comps = _components(roots, int(doc["gateway"]["pid"]))
                 before = {k: {p: _thread_cpu(p) for p in v} for k, v in comps.items()}
@@ -232,6 +254,8 @@ def run(actors: int, idle_s: float, cold: int) -> dict[str, Any]:
                 wall = time.monotonic() - t0
                 after = {k: {p: _thread_cpu(p) for p in v} for k, v in comps.items()}
                 mem = [_rollup(p) for p in comps["actors"]]
+                bare_mem = [_rollup(p)["pss"] for p in comps.get("bare_ray_actors", [])]
+                del bare_handles
         finally:
             try:
                 ray.shutdown()
@@ -260,6 +284,11 @@ def run(actors: int, idle_s: float, cold: int) -> dict[str, Any]:
         "idle_cpu_ms_per_s_per_active_process_by_thread": {
             k: round(v * 1000 / wall / max(1, actors), 3)
             for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v > 0},
+        "bare_ray_actors": len(bare_mem),
+        "bare_ray_actor_idle_cpu_ms_per_s": round(
+            cpu_ms_s.get("bare_ray_actors", 0.0) / max(1, len(bare_mem)), 3),
+        "bare_ray_actor_pss_mib_median": round(statistics.median(bare_mem) / 2**20, 1)
+        if bare_mem else None,
         "pss_mib_per_actor_worker_median": round(statistics.median(pss) / 2**20, 1),
         "pss_mib_per_actor_worker_mean": round(statistics.fmean(pss) / 2**20, 1),
         "uss_mib_per_actor_worker_median": round(statistics.median(uss) / 2**20, 1),
@@ -277,10 +306,13 @@ def main() -> int:
     ap.add_argument("--actors", type=int, default=100)
     ap.add_argument("--idle-s", type=float, default=20.0)
     ap.add_argument("--cold", type=int, default=20)
+    ap.add_argument("--bare", type=int, default=10,
+                    help="bare Ray actors idling alongside (Ray's own per-worker floor)")
     args = ap.parse_args()
-    actors, idle_s, cold = (10, 5.0, 3) if args.quick else (args.actors, args.idle_s, args.cold)
+    actors, idle_s, cold, bare = ((10, 5.0, 3, 2) if args.quick
+                                  else (args.actors, args.idle_s, args.cold, args.bare))
     started = time.perf_counter()
-    out = {"bench": "actor_cost", "quick": args.quick, **run(actors, idle_s, cold),
+    out = {"bench": "actor_cost", "quick": args.quick, **run(actors, idle_s, cold, bare),
            "elapsed_s": 0.0}
     out["elapsed_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=2))
