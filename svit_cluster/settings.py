@@ -44,6 +44,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from svit_cluster.defaults import DEFAULT_SNAPSHOT_EVERY
 from svit_cluster.errors import ConfigurationError
 
 __all__ = [
@@ -68,8 +69,6 @@ __all__ = [
 
 #: Prefix of every variable read here.
 ENV_PREFIX = "SVIT_"
-#: Commits between snapshots (``SVIT_SNAPSHOT_EVERY``); re-exported by ``store``.
-DEFAULT_SNAPSHOT_EVERY = 100
 #: Gateway request body cap in bytes (``SVIT_MAX_REQUEST_BYTES``, 1 MiB); re-exported
 #: by ``gateway``.
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024

@@ -11,20 +11,45 @@ Public names, by importance:
 * :func:`start_agents` -- create the detached agents (used by ``svit-cluster up``).
 * :class:`Activated`, :class:`ServeStatus`, :class:`ServedActor` -- typed shapes
   of the agent's activation answer and of a served process.
+
+Only :class:`ClusterConfig` and :func:`host_resource` load with the package; every
+other name loads on first use (PEP 562). Each active process is its own Ray worker,
+which imports this package to unpickle :class:`ProcessActor`: it must not pay for
+the agent's etcd client (aetcd, grpc, prometheus_client, tenacity) nor the
+router's gateway (FastAPI, starlette) (issue 18 item 3,
+tests/cluster/test_worker_imports.py).
 """
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from svit_cluster.cluster._actor import ProcessActor
-from svit_cluster.cluster._agent import HostAgent, actor_name, agent_name, hosts_prefix
 from svit_cluster.cluster._config import ClusterConfig, host_resource
-from svit_cluster.cluster._heartbeat import check_heartbeat
-from svit_cluster.cluster._routes import Route, RouteCache
-from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
-from svit_cluster.cluster.bootstrap import start_agents
 
 if TYPE_CHECKING:
+    from svit_cluster.cluster._actor import ProcessActor
+    from svit_cluster.cluster._agent import HostAgent, actor_name, agent_name, hosts_prefix
+    from svit_cluster.cluster._heartbeat import check_heartbeat
     from svit_cluster.cluster._router import RayRouter
+    from svit_cluster.cluster._routes import Route, RouteCache
+    from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
+    from svit_cluster.cluster.bootstrap import start_agents
+
+#: Lazily loaded public names -> the submodule that defines them.
+_LAZY = {
+    "ProcessActor": "_actor",
+    "HostAgent": "_agent",
+    "actor_name": "_agent",
+    "agent_name": "_agent",
+    "hosts_prefix": "_agent",
+    "check_heartbeat": "_heartbeat",
+    "RayRouter": "_router",
+    "Route": "_routes",
+    "RouteCache": "_routes",
+    "Activated": "_types",
+    "ServedActor": "_types",
+    "ServeStatus": "_types",
+    "start_agents": "bootstrap",
+}
 
 __all__ = [
     "Activated",
@@ -46,17 +71,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Import :class:`RayRouter` on first use (PEP 562).
-
-    The router imports the gateway (FastAPI, starlette, prometheus_client); process
-    actors and host agents import this package but never route, so they must not
-    pay for it (issue 18 item 3, tests/cluster/test_worker_imports.py).
+    """Import a public name's submodule on first use (PEP 562).
 
     Raises:
         AttributeError: ``name`` is not a public name of this package.
     """
-    if name == "RayRouter":
-        from svit_cluster.cluster._router import RayRouter
-
-        return RayRouter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

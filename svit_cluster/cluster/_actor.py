@@ -74,6 +74,7 @@ class ProcessActor:
         self._inflight = 0
         self._watchdog: asyncio.Task[None] | None = None
         self._backend: Any = None
+        self._client: Any = None  # the pooled Redis client, opened by warm or start
         self._events: Any = None
         self._loop: Any = None  # svit_cluster.reasoning.TurnLoop, once serving
         self._port_calls: deque[dict[str, Any]] = deque(maxlen=256)
@@ -81,13 +82,37 @@ class ProcessActor:
     # -- lifecycle --------------------------------------------------------------------
 
     async def warm(self) -> bool:
-        """Import the data-path modules now, so a spare binds in milliseconds."""
+        """Do now what every ``start`` would otherwise do first, so a spare binds in
+        milliseconds: import the data-path modules, read the store's environment
+        settings (``StoreConfig`` defaults) and open this host's pooled Redis client
+        with one connection (its eviction-policy check included). A Redis that
+        cannot be reached now is only logged: ``start`` connects again.
+        """
+        await asyncio.to_thread(self._warm_sync)
+        return True
+
+    def _warm_sync(self) -> None:
         import svit_cluster.events
         import svit_cluster.lisp
+        import svit_cluster.ports
         import svit_cluster.reasoning
-        import svit_cluster.store  # noqa: F401
+        import svit_cluster.store
+        from svit_cluster.cluster._spawn import RaySpawner  # noqa: F401
 
-        return True
+        svit_cluster.store.StoreConfig()
+        try:
+            client = self._connect()
+            client.ping()
+        except Exception as exc:  # Redis down or refusing: start connects on its own
+            log.warning("spare could not pre-connect to Redis: %s", type(exc).__name__)
+            return
+        self._client = client
+
+    def _connect(self) -> Any:
+        from svit_cluster.store import connect
+
+        return connect(self.cfg.redis_for(self.host), allow_unverified_eviction_policy=(
+            self.cfg.redis_allow_unverified_eviction_policy), cluster=self.cfg.redis_cluster)
 
     async def bind(self, process_id: str, token: int) -> bool:
         """Give a spare its process and fencing token (once; then call :meth:`start`).
@@ -131,10 +156,9 @@ class ProcessActor:
 
     def _start_sync(self, create: dict[str, Any] | None) -> dict[str, Any]:
         from svit_cluster.events import RedisEventLog
-        from svit_cluster.store import StoreConfig, connect, load_backend_factory
+        from svit_cluster.store import StoreConfig, load_backend_factory
 
-        client = connect(self.cfg.redis_for(self.host), allow_unverified_eviction_policy=(
-            self.cfg.redis_allow_unverified_eviction_policy), cluster=self.cfg.redis_cluster)
+        client = self._client if self._client is not None else self._connect()
         # The fenced RedisBackend unless the chaos negative control named its
         # unfenced test factory (ClusterConfig.backend_factory).
         backend = load_backend_factory(self.cfg.backend_factory)(
@@ -251,16 +275,48 @@ class ProcessActor:
             await loop.stop()
 
     async def _idle_loop(self) -> None:
+        """Passivate once idle for ``passivate_after_s``: sleep until that deadline,
+        not in short polls (issue 18 item 2: an idle actor must not wake up).
+
+        A request moves the deadline (``_last_used``); it is read again at each
+        wakeup. While a reasoning turn runs, or one ended since the last wakeup
+        (its commits do not pass :meth:`_run`), the actor counts as used then and
+        looks again within ``period``; so it never passivates earlier than the
+        old one-second poll did, at most one ``passivate_after_s`` later.
+        """
         period = max(0.05, min(1.0, self.cfg.passivate_after_s / 4))
+        turns = -1
         while self._closed is None:
-            await asyncio.sleep(period)
-            if self._loop is not None and self._loop.busy:
-                self._last_used = time.monotonic()
-            idle = time.monotonic() - self._last_used
-            if self._inflight == 0 and idle >= self.cfg.passivate_after_s:
-                self._closed = "passivated"
-                await self._leave("passivated")
-                return
+            now = time.monotonic()
+            loop = self._loop
+            if loop is not None:
+                done = loop.turns_completed + loop.turns_failed
+                if loop.busy or (turns >= 0 and done != turns):
+                    self._last_used = now
+                turns = done
+            if loop is not None and loop.busy:
+                delay = period
+            else:
+                delay = self._last_used + self.cfg.passivate_after_s - now
+                if delay <= 0:
+                    if self._inflight == 0:
+                        self._closed = "passivated"
+                        await self._leave("passivated")
+                        return
+                    delay = period  # a request is under way: its end moves the deadline
+            await asyncio.sleep(max(delay, 0.05))
+
+    async def watch(self) -> None:
+        """Never answer while this worker lives.
+
+        The agent keeps one such call outstanding per served actor: when the
+        worker dies (a crash, Ray's memory monitor, ``ray.kill``), Ray fails the
+        call with ``RayActorError`` at once and the agent releases the ownership
+        (issue 18 item 2: an event instead of the agent polling every actor
+        every 2 s). The call waits on an event that nothing sets: it holds one
+        of the actor's ``max_concurrency`` slots and costs nothing while idle.
+        """
+        await asyncio.Event().wait()
 
     async def _leave(self, reason: str) -> None:
         """Ask the agent to release ownership (if still ours) and kill this actor."""

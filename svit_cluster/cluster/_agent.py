@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 #: worker, and a burst of them must not starve the host (issue 15 item 5).
 DEFAULT_MAX_ACTIVATIONS = 8
 
+#: Seconds between two fallback sweeps of :meth:`HostAgent.reconcile` over the
+#: served actors. A dead actor is normally noticed at once by its outstanding
+#: ``ProcessActor.watch`` call; the sweep used to be the only check, every 2 s,
+#: which made every idle actor answer a Ray call every 2 s (issue 18 item 2).
+RECONCILE_SWEEP_S = 30.0
+
 
 def agent_name(host: str) -> str:
     """Ray name of host ``host``'s agent."""
@@ -94,6 +100,8 @@ class HostAgent:
         self._refilling: asyncio.Task[None] | None = None
         self.spare_target = self.cfg.warm_spares
         self._reconcile_task: asyncio.Task[None] | None = None
+        #: One task per served actor awaiting its ``watch`` call (see :meth:`_watch`).
+        self._watches: dict[str, asyncio.Task[None]] = {}
         self._fence_store: Any = None
         self._health: Any = None  # HostHealth, made on the first join
         #: Bound on activations under way at once; more are shed (issue 15 item 5).
@@ -424,6 +432,7 @@ class HostAgent:
                 log.exception("release after failed start of %s", process_id)
             return result
         self.actors[process_id] = ServedActor(ownership.token, handle, owners, ownership)
+        self._start_watch(process_id, ownership.token, handle)
         self.activations += 1
         return Activated(ServeStatus.SERVING, self.host, ownership.token, name,
                          result).to_answer()
@@ -494,12 +503,51 @@ class HostAgent:
 
     # -- reconciliation --------------------------------------------------------------------
 
-    async def _reconcile_loop(self, period_s: float = 2.0) -> None:
+    def _start_watch(self, process_id: str, token: int, handle: Any) -> None:
+        old = self._watches.pop(process_id, None)
+        if old is not None:
+            old.cancel()
+        task = asyncio.get_running_loop().create_task(self._watch(process_id, token, handle))
+        self._watches[process_id] = task
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._watches.get(process_id) is done:
+                del self._watches[process_id]
+
+        task.add_done_callback(forget)
+
+    async def _watch(self, process_id: str, token: int, handle: Any) -> None:
+        """Release ``process_id`` as soon as its actor (under ``token``) dies.
+
+        Keeps one ``ProcessActor.watch`` call outstanding, which only ends when
+        the worker is gone (Ray fails it with ``RayActorError``): no polling, so
+        an idle actor is never woken for this (issue 18 item 2). When the call
+        ends for any reason while this actor still serves the process here, the
+        answer comes from :meth:`reconcile` (an ``info`` probe with a timeout):
+        a live actor is watched again, a dead one is released.
+        """
+        while True:
+            try:
+                await handle.watch.remote()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("watch of %s (token %d) ended: %s", process_id, token,
+                          type(exc).__name__)
+            current = self.actors.get(process_id)
+            if current is None or current.token != token or current.handle is not handle:
+                return  # released or replaced meanwhile: nothing to do
+            if not await self.reconcile(process_id):
+                return
+            await asyncio.sleep(1.0)  # alive (e.g. a transient error): watch again
+
+    async def _reconcile_loop(self, period_s: float = RECONCILE_SWEEP_S) -> None:
         """Never dies: release the ownership of actors that died on their own.
 
         An actor can die while its host lives (a crash, Ray's memory monitor).
         Its ownership record would then stay under the live host lease and the
-        process could never move; this loop gives such processes back.
+        process could never move. Each actor's :meth:`_watch` notices that at
+        once; this slow sweep is the fallback (e.g. a watch call that was lost).
         """
         while True:
             try:
@@ -625,7 +673,8 @@ class HostAgent:
             ``{"released": int, "revoked": bool}``; ``revoked`` is False when
             etcd could not be reached (the lease then expires after its TTL).
         """
-        for task in (self._rejoin, self._reconcile_task, self._refilling):
+        for task in (self._rejoin, self._reconcile_task, self._refilling,
+                     *self._watches.values()):
             if task is not None and not task.done():
                 task.cancel()
         if self._health is not None:

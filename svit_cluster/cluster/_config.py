@@ -6,12 +6,14 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from svit_cluster.control import DEFAULT_RECEIPTS
 from svit_cluster.errors import ConfigurationError
-from svit_cluster.settings import ClusterSettings, load_settings
 from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
+
+if TYPE_CHECKING:  # pydantic-settings loads only where the environment is read
+    from svit_cluster.settings import ClusterSettings
 
 __all__ = ["ClusterConfig", "host_resource"]
 
@@ -146,6 +148,8 @@ class ClusterConfig:
             ConfigurationError: a variable does not parse or is out of range;
                 the message names it.
         """
+        from svit_cluster.settings import ClusterSettings, load_settings
+
         return cls.from_settings(load_settings(ClusterSettings))
 
     @classmethod

@@ -24,8 +24,6 @@ import threading
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
-import httpx
-
 from svit_cluster.activation import activate
 from svit_cluster.errors import ErrorCode, LimitExceeded, ScriptFailed, SvitError
 from svit_cluster.ports._config import HttpPortConfig, LlmPortConfig, PortsConfig
@@ -146,6 +144,11 @@ class HttpPort:
         sent["Svit-Version"] = str(ctx.version)
         sent["Svit-Call-Index"] = str(ctx.call_index)
         limit = self.config.max_response_bytes
+        # Imported here, not at module level: httpx imports its command line
+        # (click, rich, pygments) when they are installed, and every process
+        # actor builds this registry (issue 18 item 3: light workers).
+        import httpx
+
         try:
             with httpx.Client(follow_redirects=False, timeout=self.config.timeout_s,
                               trust_env=False) as client, client.stream(

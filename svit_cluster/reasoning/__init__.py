@@ -16,6 +16,8 @@ Public names, by importance:
 * :class:`TurnFailed`, :class:`ReasonerError` -- why a turn failed.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from svit_cluster.reasoning._config import (
     DEFAULT_MAX_ITERATIONS,
     DEFAULT_SYSTEM_PROMPT,
@@ -31,7 +33,6 @@ from svit_cluster.reasoning._model import (
     ToolCall,
     TurnFailed,
 )
-from svit_cluster.reasoning._openai import OpenAICompatReasoner
 from svit_cluster.reasoning._simulated import SimulatedReasoner
 from svit_cluster.reasoning._thread import (
     THREAD_FORMAT,
@@ -49,6 +50,9 @@ from svit_cluster.reasoning._tools import (
     port_tool_specs,
     validate_tool_calls,
 )
+
+if TYPE_CHECKING:
+    from svit_cluster.reasoning._openai import OpenAICompatReasoner
 
 __all__ = [
     "DEFAULT_MAX_ITERATIONS",
@@ -80,3 +84,20 @@ __all__ = [
     "thread_metadata",
     "validate_tool_calls",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import :class:`OpenAICompatReasoner` on first use (PEP 562).
+
+    It imports httpx, which imports its command line (click, rich, pygments) when
+    they are installed; a process actor with the default simulated reasoner never
+    needs it (issue 18 item 3: each active process is its own Ray worker).
+
+    Raises:
+        AttributeError: ``name`` is not a public name of this package.
+    """
+    if name == "OpenAICompatReasoner":
+        from svit_cluster.reasoning._openai import OpenAICompatReasoner
+
+        return OpenAICompatReasoner
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

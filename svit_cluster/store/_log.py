@@ -34,7 +34,9 @@ Guarantees, per call:
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -51,6 +53,10 @@ from svit_cluster.control import (
     RequestStatus,
     validate_receipt_limit,
 )
+
+# Commits between snapshots unless configured (StoreConfig, ClusterConfig,
+# ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
+from svit_cluster.defaults import DEFAULT_SNAPSHOT_EVERY
 from svit_cluster.errors import (
     ConfigurationError,
     ConflictError,
@@ -62,10 +68,6 @@ from svit_cluster.errors import (
     UnavailableError,
 )
 from svit_cluster.process import Limits, Process, Transaction, Transition, canonical_json
-
-# Commits between snapshots unless configured (StoreConfig, ClusterConfig,
-# ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
-from svit_cluster.settings import DEFAULT_SNAPSHOT_EVERY
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys, receipt_field
 from svit_cluster.store._records import (
     Head,
@@ -107,16 +109,33 @@ WAIT_REPLICAS_ENV = "SVIT_REDIS_WAIT_REPLICAS"
 WAIT_TIMEOUT_ENV = "SVIT_REDIS_WAIT_TIMEOUT_MS"
 
 
-def _wait_replicas_default() -> int:
+def _store_settings() -> Any:
+    """``StoreSettings`` of the current ``SVIT_*`` environment, read once per
+    distinct environment (reading it costs about 20 ms, and every process
+    actor's ``start`` makes a :class:`StoreConfig`: issue 18, cold activation).
+
+    Raises:
+        ConfigurationError: a variable does not parse or is out of range.
+    """
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("SVIT_")))
+    return _store_settings_of(env)
+
+
+@functools.lru_cache(maxsize=8)
+def _store_settings_of(env: tuple[tuple[str, str], ...]) -> Any:
     from svit_cluster.settings import StoreSettings, load_settings
 
-    return load_settings(StoreSettings).redis_wait_replicas
+    return load_settings(StoreSettings)
+
+
+def _wait_replicas_default() -> int:
+    value: int = _store_settings().redis_wait_replicas
+    return value
 
 
 def _wait_timeout_default() -> int:
-    from svit_cluster.settings import StoreSettings, load_settings
-
-    return load_settings(StoreSettings).redis_wait_timeout_ms
+    value: int = _store_settings().redis_wait_timeout_ms
+    return value
 
 log = logging.getLogger(__name__)
 

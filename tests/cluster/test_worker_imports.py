@@ -58,6 +58,53 @@ def test_worker_module_imports_no_web_cli_or_plotting_stack(module: str) -> None
     assert _offenders(loaded) == []
 
 
+#: What a process actor must not load beyond :data:`FORBIDDEN` once it is warm and
+#: serving: the agent's etcd client and metrics. The actor never talks to etcd (its
+#: agent owns the lease and the ownership records). (It does load pydantic-settings:
+#: ``StoreConfig`` reads its ``WAIT`` defaults from the environment.)
+ACTOR_FORBIDDEN = ("aetcd", "grpc", "prometheus_client", "tenacity")
+ACTOR_FORBIDDEN_OWN = ("svit_cluster.ownership", "svit_cluster.cluster._agent",
+                       "svit_cluster.cluster._router")
+
+#: What a spare runs (``ProcessActor.warm``) and what ``start`` imports to serve.
+_SERVING_ACTOR = (
+    "svit_cluster.cluster._actor; import asyncio; "
+    "from svit_cluster.cluster import ClusterConfig, ProcessActor; "
+    "cfg = ClusterConfig(redis_url='redis://127.0.0.1:9/0').to_dict(); "
+    "asyncio.run(ProcessActor(cfg, 'h1', '', 0, 'agent:h1').warm()); "
+    "from svit_cluster.store import StoreConfig, connect, load_backend_factory; "
+    "from svit_cluster.events import RedisEventLog; "
+    "from svit_cluster.ports import PortsConfig, build_registry; "
+    "from svit_cluster.reasoning import ReasonerConfig, TurnLoop, build_reasoner; "
+    "from svit_cluster.cluster._spawn import RaySpawner"
+)
+
+
+def _actor_offenders(loaded: list[str]) -> list[str]:
+    return [
+        m
+        for m in loaded
+        if m.split(".")[0] in FORBIDDEN + ACTOR_FORBIDDEN
+        or any(m == own or m.startswith(own + ".")
+               for own in FORBIDDEN_OWN + ACTOR_FORBIDDEN_OWN)
+    ]
+
+
+def test_a_warm_serving_actor_loads_only_the_data_path() -> None:
+    """After ``warm`` and the imports of ``start`` (store, events, ports, reasoning),
+    the worker has no web, CLI, etcd, metrics or settings stack (issue 18 item 3:
+    the etcd client alone added about 10 MB to each of them)."""
+    loaded = _loaded_after(_SERVING_ACTOR)
+    assert "svit_cluster.store" in loaded and "svit_cluster.reasoning" in loaded
+    assert _actor_offenders(loaded) == []
+
+
+def test_the_actor_probe_detects_the_agent_stack() -> None:
+    """Negative control: the agent does load the etcd client."""
+    offenders = _actor_offenders(_loaded_after("svit_cluster.cluster._agent"))
+    assert "aetcd" in offenders and "svit_cluster.ownership" in offenders
+
+
 def test_probe_detects_a_forbidden_import() -> None:
     """Negative control: the same probe flags the gateway, which does import FastAPI."""
     offenders = _offenders(_loaded_after("svit_cluster.gateway"))
