@@ -151,6 +151,8 @@ class RayRouter:
         self.metrics = metrics
         self._handles: dict[str, Any] = {}
         self._placing: dict[str, asyncio.Future[Route]] = {}
+        #: host -> activations this router has under way there (counted as load).
+        self._activating: dict[str, int] = {}
         self._seen: dict[str, Route] = {}
         self._signals: Any = None
         #: Hosts placement skips: dead per Ray's node table, or not answering.
@@ -292,18 +294,25 @@ class RayRouter:
         Raises:
             UnavailableError: no registered host, or none could activate.
         """
-        load = self.cache.load()
-        if not load:
+        if not self.cache.hosts:
             raise UnavailableError("no live hosts in the cluster")
         tried: set[str] = set()
         last: UnavailableError | None = None
         while True:
+            # Activations under way count as load: the processes of a failed host
+            # are placed all at once, and without this they would all go to the
+            # same least-loaded host, past its warm spares (cold starts).
+            load = self.cache.load()
+            for h, n in self._activating.items():
+                if h in load:
+                    load[h] += n
             host = pick_host(load, tried | self.host_watch.excluded())
             if host is None:
                 raise last or UnavailableError(
                     "no host can activate now (Ray reports them dead or their agents "
                     "do not answer); retry", hosts=sorted(load))
             tried.add(host)
+            self._activating[host] = self._activating.get(host, 0) + 1
             try:
                 answer = await self._call(agent_name(host), "activate", process_id, create,
                                           timeout_s=90)
@@ -312,6 +321,12 @@ class RayRouter:
                 log.warning("host %s's agent did not answer an activation: %s", host, exc)
                 last = exc
                 continue
+            finally:
+                left = self._activating.get(host, 1) - 1
+                if left > 0:
+                    self._activating[host] = left
+                else:
+                    self._activating.pop(host, None)
             self.host_watch.clear(host)
             try:
                 result = raise_error_dict(answer)

@@ -346,3 +346,18 @@ async def test_a_record_naming_another_actor_abandons_the_call() -> None:
                         _owner_record(other, f"svit:{other}:new"), 20)
     with pytest.raises(UnavailableError):
         await asyncio.wait_for(call, 1.0)
+
+
+async def test_processes_placed_at_once_spread_over_the_hosts() -> None:
+    """A failed host's processes are placed all at once: activations under way count
+    as load, so they do not all land on one host past its warm spares."""
+    router, agents = fake_cluster(["a", "b", "c"])
+    gate = asyncio.Event()
+    for agent in agents.values():
+        agent.gate = gate
+    calls = [asyncio.ensure_future(router._route(f"svit://t/{n}")) for n in range(3)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    routes = await asyncio.gather(*calls)
+    assert sorted(r.host for r in routes) == ["a", "b", "c"]
+    assert router._activating == {}
