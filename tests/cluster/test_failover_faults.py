@@ -15,8 +15,11 @@ Bounded, p100 <= TTL + 1.5 s:
 * SIGTERM of every process of the host (the raylet shuts down, Ray declares
   the node dead at once; same revoke);
 * host pause: SIGSTOP of every process of the host, held past TTL + 1.5 s
-  (nothing on the host runs: Ray's verdict, then the gateway's revoke, or the
-  lease's own expiry, whichever comes first);
+  (nothing on the host runs: Ray's verdict, ~1.5 s, then the gateway's revoke,
+  or the lease's own expiry, whichever comes first). The gateway abandons a
+  call in flight to the paused owner the moment its record goes and resends
+  a control request to the new owner once, and places the moved processes
+  over the survivors' warm spares (activations under way count as load);
 * raylet-only stop: SIGSTOP of the raylet, its workers (agent, process actors)
   untouched -- the agent's health check (every 0.2 s) sees the raylet stopped
   and revokes its own lease; new processes created during the stop must not
@@ -31,13 +34,20 @@ first starts a Ray worker per activation (seconds on this 2-core machine).
 
 Measured (printed), with a documented bound:
 
-* a host cut off from etcd (its etcd proxy DROPs): nobody can tell a host cut
-  off from etcd from a slow one (Ray still lists it alive, its agent answers
-  calls), so its lease must run out at etcd: up to one TTL after the last
-  keepalive that got through; then the gateway's etcd watch sees the records
-  go and places the processes elsewhere. It cannot be lower than
-  TTL - keepalive interval (2 s here) without shortening the TTL; bound
-  TTL + 1.5 s.
+* a host cut off from etcd (its etcd proxy DROPs): nobody else can tell a
+  host cut off from etcd from a slow one (Ray still lists it alive, its agent
+  answers calls), so the host itself decides: its lease goes LOST by its own
+  clock at the local deadline (send time of the last keepalive that got
+  through + TTL - safety margin: 1.7-2.25 s after the cut at TTL 3, margin
+  0.75 s, keepalive interval 0.56 s); it stops serving and gets the lease
+  revoked at once by a peer agent that reaches etcd (``HostAgent._revoke_lost``)
+  instead of waiting for etcd's expiry (up to a TTL after the last keepalive,
+  plus etcd's expiry scan). Then the gateway's etcd watch sees the records go
+  and places the processes elsewhere. Floor: about TTL - margin + one claim
+  (~2.5 s here). It cannot be lower without giving up the lease before its
+  deadline, i.e. at the first failed keepalive -- which would turn every etcd
+  hiccup (a member's loss, a 1-2 s leader election, issue 20) into a
+  failover. Bound TTL + 1.5 s.
 * an etcd restart while a host is dead (kill at t = 0, etcd SIGKILLed at
   0.8 TTL and started again): etcd renews every lease to a full TTL when it
   restarts; the dead host's lease is normally revoked by the gateway once Ray
