@@ -209,8 +209,12 @@ def processes_on_one_host(cluster: LocalCluster, url: str, token: str,
         fresh = [f"svit://local/f-{uuid.uuid4().hex[:10]}" for _ in range(3 * count)]
         _commit_all(url, token, versions, fresh)
         by_host: dict[str, list[str]] = {}
+        # Every live one counts, not only this round's: placement spreads a batch
+        # over the hosts (activations under way count as load), so one round
+        # alone gives each host about ``count``, fewer when a setup commit fails
+        # on a busy machine. (Those that passivated meanwhile have no record.)
         for p, record in etcd_view(cluster)["owners"].items():
-            if p in fresh and p in versions:  # older ones may have passivated meanwhile
+            if p in versions:
                 by_host.setdefault(str(record["host"]), []).append(p)
         if not by_host:
             continue
