@@ -395,11 +395,13 @@ def restore(cluster: LocalCluster, host: str) -> None:
     assert cluster.wait_healthy(timeout_s=90)["hosts_live"] == 3
 
 
-#: Fault kinds that miss the TTL + 1.5 s bound today (issue 15, open): a paused
-#: host is detected only by its lease's expiry (a whole TTL; nothing on the host
-#: runs to revoke it), which leaves too little time to start the process
-#: elsewhere (p100 4.08-10.65 s at TTL 3 over four runs). Deselected by default
-#: (known_issue); ``-m known_issue`` runs them and they fail.
+#: Fault kinds that missed the TTL + 1.5 s bound (issue 15, open): a paused host
+#: is detected by Ray's verdict (~1.5 s, then the gateway's revoke) or its
+#: lease's expiry; p100 4.08-10.65 s at TTL 3 over four runs, 28.25 s in one run
+#: at load ~26 (the new owner's host lost its own lease under load). Since then
+#: calls in flight are abandoned and resent when the record goes, and placement
+#: spreads the moved processes over warm spares; not yet confirmed on three runs
+#: in a row. Deselected by default (known_issue); ``-m known_issue`` runs them.
 _KNOWN_SLOW = {"host-pause"}
 
 
@@ -434,9 +436,12 @@ def test_failover_within_ttl_plus_1_5_s(
         restore(cluster, victim)
 
 
-# Open (issue 15): 4.77 s at TTL 3 in the best run (bound 4.5 s): only etcd can
-# expire a cut-off host's lease, so the floor is about TTL - one keepalive
-# interval plus the claim and a cold start. Deselected by default (known_issue).
+# Open (issue 15): 4.77 s at TTL 3 in the best run before the peer revoke (bound
+# 4.5 s), when only etcd's expiry ended a cut-off host's lease. Now the host's own
+# LOST (TTL - margin after its last keepalive, 1.7-2.25 s) triggers a revoke by a
+# peer agent, so the floor is about 2.5 s (see the module docstring); not yet
+# confirmed on three runs in a row (the shared machine was at load 40-100 and
+# the setup itself could not finish), so still deselected by default (known_issue).
 @pytest.mark.known_issue
 def test_failover_of_a_host_cut_off_from_etcd(
     cluster: LocalCluster, gateway: tuple[str, str], etcd_links: dict[str, TcpProxy]
