@@ -27,6 +27,7 @@ are shed, so the agent's event loop being busy no longer costs the lease.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -112,6 +113,8 @@ class HostAgent:
         self._shed_metric: Any = None  # svit_agent_shed_activations_total
         #: Why each earlier lease of this agent was lost (the last 10), oldest first.
         self.lost_leases: list[str] = []
+        #: Background tasks (revokes of lost leases) kept referenced until done.
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- lease ---------------------------------------------------------------------------
 
@@ -249,6 +252,7 @@ class HostAgent:
                           metrics=self._lease_metrics)
         await lease.grant()
         lease.add_listener(self._on_lease)
+        lease.add_listener(functools.partial(self._on_own_lease, lease))
         # node_id lets a gateway revoke this lease at once when Ray declares
         # exactly this node dead, actor_id when Ray lists exactly this agent
         # actor DEAD (svit_cluster.cluster._placement); nothing else may.
@@ -283,6 +287,111 @@ class HostAgent:
                 served.handle.suspend.remote(f"host lease {state}", seq)
             else:
                 served.handle.resume.remote(seq)
+
+    def _on_own_lease(self, lease: Any, state: Any) -> None:
+        """When ``lease`` goes LOST without having been revoked, get it revoked at etcd
+        now (:meth:`_revoke_lost`) instead of letting it run out its TTL there."""
+        from svit_cluster.ownership import LeaseState
+
+        if state is LeaseState.LOST and not lease.revoked and lease.unhealthy is None:
+            # (an unhealthy host's lease revokes itself: HostLease._revoke_unhealthy)
+            task = asyncio.get_running_loop().create_task(self._revoke_lost(lease))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _revoke_lost(self, lease: Any, *, timeout_s: float = 2.0) -> bool:
+        """Get ``lease`` (LOST by this host's clock) revoked at etcd, once.
+
+        A host cut off from etcd finds its lease LOST at its local deadline
+        (last keepalive sent + TTL - safety margin) and stops serving (its
+        actors are fenced out, then killed by the rejoin loop), but its
+        ownership records stay in etcd until etcd expires the lease: up to
+        the margin plus one keepalive interval later, plus etcd's own expiry
+        scan. So the host revokes it itself and, at the same time, asks every
+        peer agent to revoke it in its name (:meth:`revoke_lease_of`); a peer
+        that reaches etcd ends it at once and the processes move (issue 15
+        item 3). Best effort: on failure the lease lapses at etcd by TTL.
+
+        Returns:
+            True when someone confirmed the lease gone.
+        """
+        from svit_cluster.ownership import revoke_lease_id
+
+        lease_id = lease.lease_id
+        if lease_id is None:
+            return False
+
+        async def own() -> bool:
+            return await revoke_lease_id(lease.client, lease_id, timeout_s=timeout_s)
+
+        async def via(peer: Any) -> bool:
+            return bool(await asyncio.wait_for(
+                peer.revoke_lease_of.remote(self.host, lease_id), timeout_s + 1))
+
+        try:
+            peers = await asyncio.wait_for(asyncio.to_thread(self._peer_agents), timeout_s)
+        except Exception as exc:  # Ray's GCS is slow: our own attempt still runs
+            log.info("host %s: no peer list (%s)", self.host, exc)
+            peers = []
+        attempts = [asyncio.ensure_future(own())] + [
+            asyncio.ensure_future(via(p)) for p in peers]
+        gone = False
+        for next_done in asyncio.as_completed(attempts):
+            try:
+                if await next_done:
+                    gone = True
+                    break
+            except Exception as exc:
+                log.info("host %s: a revoke of lost lease %s failed: %s", self.host,
+                         lease_id, exc)
+        for attempt in attempts:
+            attempt.cancel()
+        log.warning("host %s: lost lease %s %s", self.host, lease_id,
+                    "revoked (by this host or a peer)" if gone
+                    else "could not be revoked; it lapses at etcd by TTL")
+        return gone
+
+    def _peer_agents(self) -> list[Any]:
+        """Handles of the other hosts' agents (Ray's GCS; blocking: run in a thread)."""
+        import ray
+
+        prefix, mine = agent_name(""), agent_name(self.host)
+        peers = []
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            name, namespace = str(entry.get("name", "")), entry.get("namespace")
+            if namespace != self.cfg.namespace or not name.startswith(prefix) or name == mine:
+                continue
+            try:
+                peers.append(ray.get_actor(name, namespace=namespace))
+            except ValueError:
+                continue  # gone meanwhile
+        return peers
+
+    async def revoke_lease_of(self, host: str, lease_id: int) -> bool:
+        """Revoke ``lease_id`` in the name of host ``host``'s agent, which found it
+        LOST but may not reach etcd itself (see :meth:`_revoke_lost`).
+
+        Only the holder asks, and only for a lease that is LOST for it (terminal:
+        it has stopped serving and will join again with a new lease), so no live
+        host's lease is touched; this agent never revokes its own lease here.
+
+        Returns:
+            True when the lease is gone now; False when this agent has no
+            lease (its etcd client may be cut off too) or was asked for its own.
+
+        Raises:
+            UnavailableError: etcd could not be reached from here either.
+        """
+        from svit_cluster.ownership import revoke_lease_id
+
+        lease = self.lease
+        if lease is None or host == self.host or lease.lease_id == lease_id:
+            return False
+        gone = await revoke_lease_id(lease.client, lease_id, timeout_s=2.0)
+        if gone:
+            log.warning("host %s: revoked lost lease %s of host %s in its name",
+                        self.host, lease_id, host)
+        return gone
 
     async def _rejoin_loop(self) -> None:
         """Never dies: after LOST, kill every actor and join again with a new lease."""

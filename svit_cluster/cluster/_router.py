@@ -35,7 +35,7 @@ from svit_cluster.errors import (
 from svit_cluster.gateway import GatewayMetrics, report_owner_token
 from svit_cluster.process import Script, Value, decode_value
 
-__all__ = ["RayRouter", "classify_call_error", "raise_error_dict"]
+__all__ = ["RayRouter", "RouteMoved", "classify_call_error", "raise_error_dict"]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,37 @@ def classify_call_error(exc: BaseException, what: str) -> SvitError | None:
     return InternalError(f"internal error calling {what}: {type(exc).__name__}")
 
 
+class RouteMoved(UnavailableError):
+    """The route of a call in flight moved (its ownership record went or names
+    another actor): the call was abandoned; its outcome is unknown."""
+
+
+async def _unless(call: Any, abandon: asyncio.Future[None], timeout_s: float,
+                  what: str) -> Any:
+    """Await ``call`` for at most ``timeout_s`` seconds unless ``abandon`` is done first.
+
+    Raises:
+        RouteMoved: ``abandon`` finished first (``call`` is left to finish or
+            fail on its own; its result is dropped).
+        TimeoutError: neither within ``timeout_s``.
+    """
+    task = asyncio.ensure_future(call)
+    try:
+        done, _ = await asyncio.wait({task, abandon}, timeout=timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    if abandon in done:
+        raise RouteMoved(f"{what} abandoned: the process's owner record moved (its host's "
+                         "lease is gone or it was released); outcome unknown, retry with "
+                         "the same request id", route_moved=True)
+    raise TimeoutError(f"{what} did not answer within {timeout_s} s")
+
+
 class RayRouter:
     """:class:`~svit_cluster.gateway.Router` over Ray process actors.
 
@@ -120,6 +151,8 @@ class RayRouter:
         self.metrics = metrics
         self._handles: dict[str, Any] = {}
         self._placing: dict[str, asyncio.Future[Route]] = {}
+        #: host -> activations this router has under way there (counted as load).
+        self._activating: dict[str, int] = {}
         self._seen: dict[str, Route] = {}
         self._signals: Any = None
         #: Hosts placement skips: dead per Ray's node table, or not answering.
@@ -171,14 +204,31 @@ class RayRouter:
             pass
 
     async def _call_route(self, route: Route, method: str, *args: Any) -> dict[str, Any]:
+        """Call ``method`` on ``route``'s actor; abandon the call the moment the route
+        moves (its ownership record is deleted -- released, or its host's lease
+        revoked or expired -- or names another actor).
+
+        Raises:
+            RouteMoved: the route moved while the call was in flight (an
+                :class:`UnavailableError`: outcome unknown, a retry with the
+                same request id is safe -- receipts, the version check and the
+                new owner's fence). No reconcile is asked of the old host.
+            UnavailableError, SvitError: as :meth:`_call`.
+        """
+        moved = self.cache.moved(route)
         try:
-            return await self._call(route.actor, method, *args)
+            return await self._call(route.actor, method, *args, abandon=moved)
+        except RouteMoved:
+            raise
         except UnavailableError:
             await self._reconcile(route)
             raise
+        finally:
+            self.cache.forget_moved(route, moved)
 
     async def _call(self, name: str, method: str, *args: Any,
-                    timeout_s: float | None = None) -> dict[str, Any]:
+                    timeout_s: float | None = None,
+                    abandon: asyncio.Future[None] | None = None) -> dict[str, Any]:
         """Call ``method`` of actor ``name`` and return its dict.
 
         Raises:
@@ -193,8 +243,13 @@ class RayRouter:
         handle = await self._handle(name)
         try:
             ref = getattr(handle, method).remote(*args)
-            result: dict[str, Any] = await asyncio.wait_for(
-                ref, timeout=timeout_s or self.cfg.call_timeout_s)
+            deadline = timeout_s or self.cfg.call_timeout_s
+            if abandon is None:
+                result: dict[str, Any] = await asyncio.wait_for(ref, timeout=deadline)
+            else:
+                result = await _unless(ref, abandon, deadline, f"{name}.{method}")
+        except RouteMoved:
+            raise
         except BaseException as exc:
             failure = classify_call_error(exc, f"{name}.{method}")
             if failure is None:
@@ -239,18 +294,25 @@ class RayRouter:
         Raises:
             UnavailableError: no registered host, or none could activate.
         """
-        load = self.cache.load()
-        if not load:
+        if not self.cache.hosts:
             raise UnavailableError("no live hosts in the cluster")
         tried: set[str] = set()
         last: UnavailableError | None = None
         while True:
+            # Activations under way count as load: the processes of a failed host
+            # are placed all at once, and without this they would all go to the
+            # same least-loaded host, past its warm spares (cold starts).
+            load = self.cache.load()
+            for h, n in self._activating.items():
+                if h in load:
+                    load[h] += n
             host = pick_host(load, tried | self.host_watch.excluded())
             if host is None:
                 raise last or UnavailableError(
                     "no host can activate now (Ray reports them dead or their agents "
                     "do not answer); retry", hosts=sorted(load))
             tried.add(host)
+            self._activating[host] = self._activating.get(host, 0) + 1
             try:
                 answer = await self._call(agent_name(host), "activate", process_id, create,
                                           timeout_s=90)
@@ -259,6 +321,12 @@ class RayRouter:
                 log.warning("host %s's agent did not answer an activation: %s", host, exc)
                 last = exc
                 continue
+            finally:
+                left = self._activating.get(host, 1) - 1
+                if left > 0:
+                    self._activating[host] = left
+                else:
+                    self._activating.pop(host, None)
             self.host_watch.clear(host)
             try:
                 result = raise_error_dict(answer)
@@ -289,7 +357,16 @@ class RayRouter:
         body = request.model_dump_json().encode()
         trace = tracing.current_traceparent()  # the gateway span, passed to the actor
         route = await self._route(request.process_id)
-        result = await self._call_route(route, "control", body, partition, trace)
+        try:
+            result = await self._call_route(route, "control", body, partition, trace)
+        except RouteMoved:
+            # The owner lost its record mid-call (its host paused, cut off or
+            # dead, and its lease is gone): send the same request to the new
+            # owner once. Safe: a commit the old owner made before the new
+            # owner's claim is replayed from its receipt, and a later one is
+            # refused by the fence.
+            route = await self._route(request.process_id)
+            result = await self._call_route(route, "control", body, partition, trace)
         if "error" in result and result["error"].get("code") in ("unavailable", "fenced"):
             # The actor stopped serving (passivated, fenced, lease lost): if
             # etcd already shows no owner, place again once; else tell the

@@ -56,6 +56,9 @@ class RouteCache:
         self.changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._watch: Any = None
+        #: process id -> futures waiting for that process's route to move (see
+        #: :meth:`moved`).
+        self._movers: dict[str, list[tuple[Route, asyncio.Future[None]]]] = {}
 
     def start(self) -> RouteCache:
         """Start the load-and-watch loop on the running event loop."""
@@ -79,6 +82,52 @@ class RouteCache:
                 counts[route.host] += 1
         return counts
 
+    def moved(self, route: Route) -> asyncio.Future[None]:
+        """A future done once ``route`` stops being its process's route here.
+
+        It moves when the ownership record goes (released, or deleted with its
+        host's lease: revoked or expired) or names another actor. A call in
+        flight to ``route``'s actor then cannot be answered by an owner any
+        more (a paused owner's call would hang until its deadline), so the
+        router abandons it at once (issue 15: failover after a paused host).
+        Only a change seen after this call counts (a route the watch has not
+        delivered yet, e.g. an owner another gateway just placed, is not
+        "moved"). Call :meth:`forget_moved` with the future when done with it.
+        """
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._movers.setdefault(route.process_id, []).append((route, fut))
+        return fut
+
+    def forget_moved(self, route: Route, fut: asyncio.Future[None]) -> None:
+        """Stop tracking ``fut`` (from :meth:`moved`); no error if it is gone."""
+        waiters = self._movers.get(route.process_id)
+        if waiters is None:
+            return
+        waiters[:] = [(r, f) for r, f in waiters if f is not fut]
+        if not waiters:
+            del self._movers[route.process_id]
+
+    def _same_actor(self, route: Route) -> bool:
+        current = self.routes.get(route.process_id)
+        return current is not None and current.actor == route.actor
+
+    def _wake_movers(self, process_id: str) -> None:
+        waiters = self._movers.get(process_id)
+        if not waiters:
+            return
+        keep = []
+        for route, fut in waiters:
+            if fut.done():
+                continue
+            if self._same_actor(route):
+                keep.append((route, fut))
+            else:
+                fut.set_result(None)
+        if keep:
+            self._movers[process_id] = keep
+        else:
+            del self._movers[process_id]
+
     def _apply(self, key: bytes, value: bytes | None, create_revision: int) -> None:
         kind = parse_key(self.cluster, key)
         if kind is not None and kind[0] == "owner":
@@ -92,6 +141,7 @@ class RouteCache:
                 except (ValueError, KeyError, TypeError):
                     return
                 self.routes[pid] = Route(pid, host, record_token(value, create_revision), actor)
+            self._wake_movers(pid)
         elif kind is not None and kind[0] == "host":
             host = kind[1]
             if value is None:
@@ -109,6 +159,8 @@ class RouteCache:
         self.hosts.clear()
         for kv in got:
             self._apply(bytes(kv.key), bytes(kv.value), int(kv.create_revision))
+        for pid in list(self._movers):  # records deleted while the watch was broken
+            self._wake_movers(pid)
         self.revision = int(got.header.revision)
         self.ready.set()
 

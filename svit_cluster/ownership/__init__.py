@@ -43,7 +43,13 @@ from svit_cluster.ownership._keys import (
     owners_prefix,
     parse_key,
 )
-from svit_cluster.ownership._lease import DEFAULT_TTL_S, HostLease, LeaseMetrics, LeaseState
+from svit_cluster.ownership._lease import (
+    DEFAULT_TTL_S,
+    HostLease,
+    LeaseMetrics,
+    LeaseState,
+    revoke_lease_id,
+)
 from svit_cluster.ownership._owner import (
     Fences,
     OwnerRecord,
@@ -81,5 +87,6 @@ __all__ = [
     "read_epoch",
     "record_token",
     "recover_after_restore",
+    "revoke_lease_id",
     "split_token",
 ]

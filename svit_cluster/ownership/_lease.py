@@ -39,7 +39,7 @@ from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call
 from svit_cluster.ownership._failover import FailoverClient
 
-__all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState"]
+__all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState", "revoke_lease_id"]
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +217,9 @@ class HostLease:
             raise ConfigurationError("health_poll_s must be positive")
         self.revoke_when_unhealthy = revoke_when_unhealthy and health_check is not None
         self.health_poll_s = health_poll_s
+        #: True once this object revoked the lease on etcd (:meth:`revoke`, or the
+        #: unhealthy-host revoke): its keys are gone, nobody needs to revoke it again.
+        self.revoked = False
         #: Reason the last health check gave, or None while healthy.
         self.unhealthy: str | None = None
         #: Start lag (s) of the most recent keepalive round, and the largest seen.
@@ -561,6 +564,7 @@ class HostLease:
         try:
             await etcd_call("lease_revoke", client.revoke_lease(self.lease_id),
                             timeout_s=self.request_timeout_s, outcome="unknown")
+            self.revoked = True
             log.warning("lease %s revoked: host unhealthy (%s)", self.lease_id, self.unhealthy)
         except UnavailableError as exc:
             log.warning("lease %s: host unhealthy (%s); revoke failed (%s), it lapses "
@@ -625,6 +629,42 @@ class HostLease:
         await self.close()
         self._lose("revoked by its holder")
         await self._notify()
+        # A lease that already expired (or a peer revoked) is gone: that is
+        # success, not an error (etcd answers "lease not found").
         if self.lease_id is not None:
-            await etcd_call("lease_revoke", self.client.revoke_lease(self.lease_id),
-                            timeout_s=self.request_timeout_s, outcome="unknown")
+            if not await revoke_lease_id(self.client, self.lease_id,
+                                         timeout_s=self.request_timeout_s):
+                raise UnavailableError(f"etcd kept lease {self.lease_id} after a failed revoke",
+                                       op="lease_revoke", outcome="unknown")
+            self.revoked = True
+
+
+async def revoke_lease_id(client: Any, lease_id: int, *,
+                          timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S) -> bool:
+    """Revoke lease ``lease_id`` through ``client`` (any etcd client, not the holder's).
+
+    For a host cut off from etcd: its lease went LOST by its own clock, so it
+    has stopped serving, but only etcd can end the lease, and without a revoke
+    that waits for etcd's expiry (up to a whole TTL after the last keepalive
+    that got through). The holder asks a peer that can reach etcd to revoke
+    it in its name (issue 15 item 3). Revoking is always safe for the holder's
+    consent: lease ids are never reused, and LOST is terminal for the holder.
+
+    Returns:
+        True when the lease is gone now (revoked here, or already revoked or
+        expired); False when etcd answered that it is still alive after a
+        failed revoke (should not happen).
+
+    Raises:
+        UnavailableError: etcd could not be reached.
+    """
+    try:
+        await etcd_call("lease_revoke", client.revoke_lease(lease_id), timeout_s=timeout_s,
+                        outcome="unknown", lease_id=lease_id)
+        return True
+    except UnavailableError:
+        # etcd refuses to revoke an unknown lease: gone already (expired or
+        # revoked by someone else) -- or it was not reachable: look again.
+        info = await etcd_call("lease_info", client.get_lease_info(lease_id),
+                               timeout_s=timeout_s, lease_id=lease_id)
+        return int(info.TTL) == -1

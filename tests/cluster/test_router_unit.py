@@ -285,3 +285,79 @@ async def test_an_agent_answer_of_an_unknown_status_is_internal_not_retried() ->
     with pytest.raises(InternalError):
         await router._place_once("svit://t/p", None)
     assert agents["a"].activations + agents["b"].activations == ["svit://t/p"]
+
+
+# -- a call in flight when its owner's record goes (issue 15: a paused host) -------------
+
+
+def _owner_record(host: str, actor: str) -> bytes:
+    return json.dumps({"host": host, "address": actor}).encode()
+
+
+async def test_a_call_in_flight_is_abandoned_the_moment_its_owner_record_goes() -> None:
+    """A paused owner never answers: the call must end when its lease's records go
+    (revoked or expired), not at the call deadline, and the paused host's agent
+    is not asked to reconcile (it would hang too)."""
+    router, agents = fake_cluster(["a", "b"], call_timeout_s=5.0)
+    route = await router._route("svit://t/p")
+    # the watch delivers the record the placement wrote
+    router.cache._apply(owner_key(CLUSTER, "svit://t/p"),
+                        _owner_record(route.host, route.actor), 9)
+    actor = agents[route.host].actors["svit://t/p"]
+    actor.delay_s = 5.0  # paused: answers only at the deadline
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    call = asyncio.ensure_future(router.inbox("svit://t/p", {"m": 1}, None))
+    await asyncio.sleep(0.1)
+    assert not call.done()
+    router.cache._apply(owner_key(CLUSTER, "svit://t/p"), None, 0)  # its lease is gone
+    with pytest.raises(UnavailableError) as info:
+        await asyncio.wait_for(call, 1.0)
+    assert loop.time() - started < 1.0
+    assert info.value.fields.get("route_moved") is True
+    assert agents[route.host].reconciled == []
+    assert router.cache._movers == {}  # nothing left behind
+
+
+async def test_a_record_rewritten_for_the_same_actor_does_not_abandon_its_call() -> None:
+    router, agents = fake_cluster(["a"], call_timeout_s=5.0)
+    route = await router._route("svit://t/p")
+    router.cache._apply(owner_key(CLUSTER, "svit://t/p"),
+                        _owner_record(route.host, route.actor), 9)
+    agents["a"].actors["svit://t/p"].delay_s = 0.3
+    call = asyncio.ensure_future(router.inbox("svit://t/p", {"m": 1}, None))
+    await asyncio.sleep(0.05)
+    # re-bound under a new lease: same actor, new token -- the call stays
+    router.cache._apply(owner_key(CLUSTER, "svit://t/p"),
+                        _owner_record(route.host, route.actor), 12)
+    assert (await asyncio.wait_for(call, 2.0))["appended"] is True
+
+
+async def test_a_record_naming_another_actor_abandons_the_call() -> None:
+    router, agents = fake_cluster(["a", "b"], call_timeout_s=5.0)
+    route = await router._route("svit://t/p")
+    router.cache._apply(owner_key(CLUSTER, "svit://t/p"),
+                        _owner_record(route.host, route.actor), 9)
+    agents[route.host].actors["svit://t/p"].delay_s = 5.0
+    call = asyncio.ensure_future(router.inbox("svit://t/p", {"m": 1}, None))
+    await asyncio.sleep(0.05)
+    other = "b" if route.host == "a" else "a"
+    router.cache._apply(owner_key(CLUSTER, "svit://t/p"),
+                        _owner_record(other, f"svit:{other}:new"), 20)
+    with pytest.raises(UnavailableError):
+        await asyncio.wait_for(call, 1.0)
+
+
+async def test_processes_placed_at_once_spread_over_the_hosts() -> None:
+    """A failed host's processes are placed all at once: activations under way count
+    as load, so they do not all land on one host past its warm spares."""
+    router, agents = fake_cluster(["a", "b", "c"])
+    gate = asyncio.Event()
+    for agent in agents.values():
+        agent.gate = gate
+    calls = [asyncio.ensure_future(router._route(f"svit://t/{n}")) for n in range(3)]
+    await asyncio.sleep(0.05)
+    gate.set()
+    routes = await asyncio.gather(*calls)
+    assert sorted(r.host for r in routes) == ["a", "b", "c"]
+    assert router._activating == {}

@@ -31,7 +31,8 @@ def test_ownership_exports() -> None:
         "LeaseMetrics", "LeaseState", "MAX_EPOCH", "MAX_REVISION", "OwnerRecord", "Owners",
         "Ownership", "RestoreReport", "cluster_prefix", "epoch_key", "etcd_call", "fencing_token",
         "host_key", "hosts_prefix", "open_client", "owner_key", "owners_prefix", "parse_endpoints",
-        "parse_key", "read_epoch", "record_token", "recover_after_restore", "split_token",
+        "parse_key", "read_epoch", "record_token", "recover_after_restore", "revoke_lease_id",
+        "split_token",
     ]
     assert [s.value for s in ownership.LeaseState] == ["held", "suspended", "lost"]
 
