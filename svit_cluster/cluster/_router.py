@@ -21,6 +21,7 @@ from typing import Any
 from svit_cluster import tracing
 from svit_cluster.cluster._agent import agent_name
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._direct import DirectClient, DirectEndpoint, DirectUnreachable
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.cluster._types import Activated, ServeStatus
@@ -119,6 +120,10 @@ class RayRouter:
         self.cache = cache
         self.metrics = metrics
         self._handles: dict[str, Any] = {}
+        #: Direct-transport clients by actor name (None: this actor is reached
+        #: over Ray only); see :mod:`svit_cluster.cluster._direct`.
+        self._direct: dict[str, DirectClient | None] = {}
+        self._direct_asking: dict[str, asyncio.Task[DirectClient | None]] = {}
         self._placing: dict[str, asyncio.Future[Route]] = {}
         self._seen: dict[str, Route] = {}
         self._signals: Any = None
@@ -176,6 +181,86 @@ class RayRouter:
         except UnavailableError:
             await self._reconcile(route)
             raise
+
+    async def _direct_client(self, route: Route) -> DirectClient | None:
+        """The direct-transport client of ``route``'s actor, asking the actor for
+        its endpoint (one Ray call) the first time; None if the actor is reached
+        over Ray only (transport off, or the actor would not open it)."""
+        if not self.cfg.direct_transport:
+            return None
+        name = route.actor
+        if name in self._direct:
+            return self._direct[name]
+        asking = self._direct_asking.get(name)
+        if asking is None:
+            asking = asyncio.get_running_loop().create_task(self._ask_endpoint(route))
+            self._direct_asking[name] = asking
+        return await asyncio.shield(asking)
+
+    async def _ask_endpoint(self, route: Route) -> DirectClient | None:
+        name = route.actor
+        try:
+            answer = await self._call(name, "direct_endpoint", timeout_s=self.cfg.call_timeout_s)
+            if "error" in answer:
+                return None  # not serving yet or any more: this call goes over Ray
+            if answer.get("token") != route.token:
+                return None  # not the route's owner: never cache it
+            client = DirectClient(DirectEndpoint.from_dict(answer))
+        except SvitError:
+            return None
+        except (KeyError, TypeError, ValueError):
+            log.warning("actor %s answered a malformed direct endpoint", name)
+            client = None
+        finally:
+            self._direct_asking.pop(name, None)
+        if len(self._direct) >= 4 * len(self.cache.routes) + 64:
+            self._prune_direct()
+        self._direct[name] = client
+        return client
+
+    def _prune_direct(self) -> None:
+        """Forget clients of actors no route names any more (bounded memory)."""
+        live = {r.actor for r in self.cache.routes.values()}
+        for name in [n for n in self._direct if n not in live]:
+            self._drop_direct(name)
+
+    def _drop_direct(self, name: str) -> None:
+        client = self._direct.pop(name, None)
+        if client is not None:
+            client.close()
+
+    async def _control_call(self, route: Route, body: bytes, partition: str,
+                            trace: str | None) -> dict[str, Any]:
+        """``ProcessActor.control`` over the direct transport when the actor has
+        one, else (or when its connection fails) over Ray.
+
+        Raises:
+            UnavailableError: no answer within ``call_timeout_s`` (outcome
+                unknown), or as :meth:`_call_route`.
+        """
+        client = await self._direct_client(route)
+        if client is not None:
+            meta = {"op": "control", "partition": partition, "trace": trace}
+            try:
+                answer, payload = await client.call(meta, body,
+                                                    timeout_s=self.cfg.call_timeout_s)
+            except TimeoutError as exc:
+                await self._reconcile(route)
+                raise UnavailableError(f"{route.actor} did not answer in "
+                                       f"{self.cfg.call_timeout_s} s; outcome unknown, "
+                                       "retry with the same request id") from exc
+            except DirectUnreachable as exc:
+                # Dead or restarted actor, or a broken connection: the Ray path
+                # classifies it (and reconciles); repeating the request is safe.
+                # An actor never restarts (max_restarts=0), so it stays on Ray.
+                log.info("direct transport to %s failed (%s); using Ray", route.actor, exc)
+                self._drop_direct(route.actor)
+                self._direct[route.actor] = None
+            else:
+                if payload:
+                    answer["response"] = payload
+                return answer
+        return await self._call_route(route, "control", body, partition, trace)
 
     async def _call(self, name: str, method: str, *args: Any,
                     timeout_s: float | None = None) -> dict[str, Any]:
@@ -289,16 +374,17 @@ class RayRouter:
         body = request.model_dump_json().encode()
         trace = tracing.current_traceparent()  # the gateway span, passed to the actor
         route = await self._route(request.process_id)
-        result = await self._call_route(route, "control", body, partition, trace)
+        result = await self._control_call(route, body, partition, trace)
         if "error" in result and result["error"].get("code") in ("unavailable", "fenced"):
             # The actor stopped serving (passivated, fenced, lease lost): if
             # etcd already shows no owner, place again once; else tell the
             # client to retry while the old lease runs out.
+            self._drop_direct(route.actor)
             await asyncio.sleep(0.05)
             if self.cache.routes.get(request.process_id) in (None, route):
                 self.cache.routes.pop(request.process_id, None)
                 route = await self._place(request.process_id, None)
-                result = await self._call_route(route, "control", body, partition, trace)
+                result = await self._control_call(route, body, partition, trace)
         raise_error_dict(result)
         response = decode_response(result["response"])
         report_owner_token(result.get("token"))
