@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "HELLO_TIMEOUT_S",
     "MAX_META_BYTES",
     "MAX_PAYLOAD_BYTES",
     "DirectClient",
@@ -65,6 +66,9 @@ _HEADER = struct.Struct(">II")
 MAX_META_BYTES = 1 << 20
 #: Largest accepted payload, bytes (request bodies are capped far lower by the gateway).
 MAX_PAYLOAD_BYTES = 64 << 20
+
+#: Seconds a new connection has to present the secret before it is closed.
+HELLO_TIMEOUT_S = 10.0
 
 #: ``(meta, payload) -> (meta, payload)``: what the actor runs for one request.
 Handler = Callable[[dict[str, Any], bytes], Awaitable[tuple[dict[str, Any], bytes]]]
@@ -156,7 +160,8 @@ class DirectServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._conns.add(writer)
         try:
-            hello, _ = await read_frame(reader)
+            # A peer that connects but does not identify itself is dropped.
+            hello, _ = await asyncio.wait_for(read_frame(reader), timeout=HELLO_TIMEOUT_S)
             offered = str(hello.get("secret", "")).encode()
             if not hmac.compare_digest(offered, self.secret.encode()):
                 log.warning("direct transport: refused a connection with a wrong secret")
@@ -166,7 +171,7 @@ class DirectServer:
                 answer, body = await self.handler(meta, payload)
                 write_frame(writer, answer, body)
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         except FrameError as exc:
             log.warning("direct transport: dropped a connection: %s", exc)
@@ -185,19 +190,23 @@ class DirectClient:
 
     Each connection carries one request at a time; a call takes an idle
     connection or opens one (so concurrent calls use several connections) and
-    returns it afterwards, keeping at most ``max_idle``.
+    returns it afterwards, keeping at most ``max_idle``. At most
+    ``max_connections`` calls are in flight (as the actor's Ray
+    ``max_concurrency``); later ones wait for a slot.
 
     Args:
         endpoint: the actor's endpoint.
         max_idle: idle connections kept open (default 4).
+        max_connections: calls in flight at once (default 64).
         connect_timeout_s: deadline for opening a connection (default 1 s).
     """
 
     def __init__(self, endpoint: DirectEndpoint, *, max_idle: int = 4,
-                 connect_timeout_s: float = 1.0) -> None:
+                 max_connections: int = 64, connect_timeout_s: float = 1.0) -> None:
         self.endpoint = endpoint
         self.max_idle = max_idle
         self.connect_timeout_s = connect_timeout_s
+        self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.closed = False
 
@@ -221,6 +230,11 @@ class DirectClient:
                 (fall back to Ray; the request may or may not have run).
             TimeoutError: no answer within ``timeout_s`` (outcome unknown).
         """
+        async with self._slots:
+            return await self._call(meta, payload, timeout_s)
+
+    async def _call(self, meta: dict[str, Any], payload: bytes, timeout_s: float
+                    ) -> tuple[dict[str, Any], bytes]:
         if self.closed:
             raise DirectUnreachable("direct client closed")
         conn = self._idle.pop() if self._idle else await self._connect()

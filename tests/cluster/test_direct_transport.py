@@ -106,6 +106,37 @@ def test_closed_server_is_unreachable_and_silent_server_times_out() -> None:
     asyncio.run(main())
 
 
+def test_calls_in_flight_are_bounded_and_a_silent_peer_is_dropped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import svit_cluster.cluster._direct as direct
+
+    monkeypatch.setattr(direct, "HELLO_TIMEOUT_S", 0.2)
+
+    async def main() -> None:
+        inflight = peak = 0
+
+        async def slow(meta: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+            nonlocal inflight, peak
+            inflight += 1
+            peak = max(peak, inflight)
+            await asyncio.sleep(0.02)
+            inflight -= 1
+            return {}, payload
+
+        server = DirectServer(slow, "127.0.0.1")
+        endpoint = await server.start()
+        client = DirectClient(endpoint, max_connections=3)
+        await asyncio.gather(*(client.call({}, b"x", timeout_s=5) for _ in range(12)))
+        assert peak == 3
+        # a connection that never sends the secret is closed by the server
+        reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
+        assert await asyncio.wait_for(reader.read(), timeout=5) == b""
+        writer.close()
+        server.close()
+
+    asyncio.run(main())
+
+
 def test_oversized_or_malformed_frames_are_refused() -> None:
     async def main() -> None:
         reader = asyncio.StreamReader()
