@@ -182,20 +182,21 @@ class RayRouter:
             await self._reconcile(route)
             raise
 
-    async def _direct_client(self, route: Route) -> DirectClient | None:
-        """The direct-transport client of ``route``'s actor, asking the actor for
-        its endpoint (one Ray call) the first time; None if the actor is reached
-        over Ray only (transport off, or the actor would not open it)."""
+    def _direct_client(self, route: Route) -> DirectClient | None:
+        """The direct-transport client of ``route``'s actor, or None: the actor is
+        reached over Ray only (transport off, or the actor would not open it),
+        or its endpoint is not known yet. In that last case the endpoint is
+        asked for in the background (one Ray call), so the first request to
+        an actor never waits for it."""
         if not self.cfg.direct_transport:
             return None
         name = route.actor
         if name in self._direct:
             return self._direct[name]
-        asking = self._direct_asking.get(name)
-        if asking is None:
-            asking = asyncio.get_running_loop().create_task(self._ask_endpoint(route))
-            self._direct_asking[name] = asking
-        return await asyncio.shield(asking)
+        if name not in self._direct_asking:
+            self._direct_asking[name] = asyncio.get_running_loop().create_task(
+                self._ask_endpoint(route))
+        return None
 
     async def _ask_endpoint(self, route: Route) -> DirectClient | None:
         name = route.actor
@@ -238,7 +239,7 @@ class RayRouter:
             UnavailableError: no answer within ``call_timeout_s`` (outcome
                 unknown), or as :meth:`_call_route`.
         """
-        client = await self._direct_client(route)
+        client = self._direct_client(route)
         if client is not None:
             meta = {"op": "control", "partition": partition, "trace": trace}
             try:

@@ -221,15 +221,20 @@ async def test_router_sends_control_direct_and_falls_back_to_ray_when_the_socket
     actor = DirectActor(token=7)
     route = Route("svit://t/p", "a", 7, "svit:a:p")
     router = _router(actor, route.actor)
+    # the first call goes over Ray while the endpoint is asked for in the background
+    answer = await router._control_call(route, b"first", "tenant", None)
+    assert answer == {"response": b"R:firsttenant", "host": "a", "token": 7}
+    assert actor.via == ["ray"]
+    await asyncio.gather(*router._direct_asking.values())
     answer = await router._control_call(route, b"body", "tenant", None)
     assert answer == {"response": b"R:bodytenant", "host": "a", "token": 7}
-    assert actor.via == ["direct"]
+    assert actor.via == ["ray", "direct"]
     await router._control_call(route, b"again", "tenant", None)
-    assert actor.via == ["direct", "direct"]
+    assert actor.via == ["ray", "direct", "direct"]
     actor.server.close()  # the actor fenced out or its process died
     answer = await router._control_call(route, b"late", "tenant", None)
     assert answer["response"] == b"R:latetenant"
-    assert actor.via == ["direct", "direct", "ray"]
+    assert actor.via == ["ray", "direct", "direct", "ray"]
     assert router._direct[route.actor] is None  # this actor stays on Ray from now on
     await router._control_call(route, b"more", "tenant", None)
     assert actor.via[-1] == "ray"
@@ -242,9 +247,13 @@ async def test_router_never_uses_an_endpoint_of_another_token_or_when_turned_off
     route = Route("svit://t/p", "a", 7, "svit:a:p")
     router = _router(actor, route.actor)
     await router._control_call(route, b"x", "t", None)
-    assert actor.via == ["ray"] and route.actor not in router._direct
+    await asyncio.gather(*router._direct_asking.values())
+    await router._control_call(route, b"y", "t", None)
+    assert actor.via == ["ray", "ray"] and route.actor not in router._direct
 
     actor = DirectActor(token=7)
     router = _router(actor, route.actor, direct_transport=False)
     await router._control_call(route, b"x", "t", None)
-    assert actor.via == ["ray"]
+    assert router._direct_asking == {}
+    await router._control_call(route, b"y", "t", None)
+    assert actor.via == ["ray", "ray"]
