@@ -143,7 +143,11 @@ class RayRouter:
                             namespace=self.cfg.namespace))
 
     async def close(self) -> None:
-        """Stop the node watch (if started)."""
+        """Stop the node watch (if started) and close the direct-transport connections."""
+        for asking in list(self._direct_asking.values()):
+            asking.cancel()
+        for name in list(self._direct):
+            self._drop_direct(name)
         task, self._node_watch = self._node_watch, None
         if task is not None:
             task.cancel()
