@@ -21,10 +21,12 @@ from typing import Any
 
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._direct import DirectServer
 from svit_cluster.control import ProcessController, decode_request
 from svit_cluster.errors import (
     ConflictError,
     FencedError,
+    InvalidInput,
     NotFound,
     SvitError,
     UnavailableError,
@@ -78,6 +80,7 @@ class ProcessActor:
         self._events: Any = None
         self._loop: Any = None  # svit_cluster.reasoning.TurnLoop, once serving
         self._port_calls: deque[dict[str, Any]] = deque(maxlen=256)
+        self._direct: DirectServer | None = None
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -355,6 +358,8 @@ class ProcessActor:
         """Stop serving for good (lease LOST or ownership lost)."""
         if self._closed is None:
             self._closed = reason
+        if self._direct is not None:
+            self._direct.close()
         await self._stop_loop()
 
     # -- requests ---------------------------------------------------------------------
@@ -404,6 +409,45 @@ class ProcessActor:
 
         with tracing.use_traceparent(trace):  # to_thread copies the context
             return await self._run(run)
+
+    async def direct_endpoint(self) -> dict[str, Any]:
+        """Open (once) the direct transport for :meth:`control` and return where it is.
+
+        See :mod:`svit_cluster.cluster._direct`: the socket listens on this
+        node's IP, accepts only connections that present the returned secret,
+        and runs each request through :meth:`control` (same guards, same fenced
+        commit).
+
+        Returns:
+            ``{"host", "port", "secret", "token"}``, or an error dict
+            (``unavailable`` while not serving, or when the socket cannot be bound).
+        """
+        if self._closed is not None or self._ctrl is None:
+            return error_dict(UnavailableError(f"{self.process_id} is not served here: "
+                                               f"{self._closed or 'starting'}"))
+        if self._direct is None:
+            import ray
+
+            node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+            self._direct = DirectServer(self._direct_request, node_ip)
+        try:
+            endpoint = await self._direct.start()
+        except OSError as exc:
+            return error_dict(UnavailableError(f"direct transport cannot listen: {exc}"))
+        return {"host": endpoint.host, "port": endpoint.port, "secret": endpoint.secret,
+                "token": self.token}
+
+    async def _direct_request(self, meta: dict[str, Any], payload: bytes
+                              ) -> tuple[dict[str, Any], bytes]:
+        """One direct-transport request: ``control`` only; the answer is
+        :meth:`control`'s dict without ``"response"``, plus the response bytes."""
+        partition, trace = meta.get("partition"), meta.get("trace")
+        if (meta.get("op") != "control" or not isinstance(partition, str)
+                or not (trace is None or isinstance(trace, str))):
+            return error_dict(InvalidInput("direct transport: bad request frame")), b""
+        result = await self.control(payload, partition, trace)
+        body = result.pop("response", b"")
+        return result, body if isinstance(body, bytes) else b""
 
     async def inbox(self, message: Any, dedup_key: str | None, trace: str | None = None
                     ) -> dict[str, Any]:

@@ -80,6 +80,11 @@ class ClusterConfig:
             (``svit_cluster.ports.PortsConfig``: which ports, allowlists,
             limits; default ``{}`` grants nothing). From ``cluster.json``
             ``ports`` or ``SVIT_PORTS_JSON``.
+        direct_transport: the gateway sends control requests to a process
+            actor over the actor's own socket (Ray stays the control plane;
+            :mod:`svit_cluster.cluster._direct`), falling back to a Ray call
+            when that socket cannot be reached (default True; cluster.json
+            ``direct_transport``).
     """
 
     cluster: str = "local"
@@ -99,6 +104,7 @@ class ClusterConfig:
     redis_cluster: bool = False
     reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
     ports: dict[str, Any] = field(default_factory=dict)
+    direct_transport: bool = True
 
     @property
     def namespace(self) -> str:
@@ -137,6 +143,7 @@ class ClusterConfig:
             signal_retention=int(doc.get("signal_retention", 10_000)),
             reasoner=dict(doc.get("reasoner") or {}),
             ports=dict(doc.get("ports") or {}),
+            direct_transport=bool(doc.get("direct_transport", True)),
         )
 
     @classmethod

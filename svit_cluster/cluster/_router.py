@@ -21,6 +21,7 @@ from typing import Any
 from svit_cluster import tracing
 from svit_cluster.cluster._agent import agent_name
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._direct import DirectClient, DirectEndpoint, DirectUnreachable
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.cluster._types import Activated, ServeStatus
@@ -150,6 +151,10 @@ class RayRouter:
         self.cache = cache
         self.metrics = metrics
         self._handles: dict[str, Any] = {}
+        #: Direct-transport clients by actor name (None: this actor is reached
+        #: over Ray only); see :mod:`svit_cluster.cluster._direct`.
+        self._direct: dict[str, DirectClient | None] = {}
+        self._direct_asking: dict[str, asyncio.Task[DirectClient | None]] = {}
         self._placing: dict[str, asyncio.Future[Route]] = {}
         #: host -> activations this router has under way there (counted as load).
         self._activating: dict[str, int] = {}
@@ -171,7 +176,11 @@ class RayRouter:
                             namespace=self.cfg.namespace))
 
     async def close(self) -> None:
-        """Stop the node watch (if started)."""
+        """Stop the node watch (if started) and close the direct-transport connections."""
+        for asking in list(self._direct_asking.values()):
+            asking.cancel()
+        for name in list(self._direct):
+            self._drop_direct(name)
         task, self._node_watch = self._node_watch, None
         if task is not None:
             task.cancel()
@@ -225,6 +234,97 @@ class RayRouter:
             raise
         finally:
             self.cache.forget_moved(route, moved)
+
+    def _direct_client(self, route: Route) -> DirectClient | None:
+        """The direct-transport client of ``route``'s actor, or None: the actor is
+        reached over Ray only (transport off, or the actor would not open it),
+        or its endpoint is not known yet. In that last case the endpoint is
+        asked for in the background (one Ray call), so the first request to
+        an actor never waits for it."""
+        if not self.cfg.direct_transport:
+            return None
+        name = route.actor
+        if name in self._direct:
+            return self._direct[name]
+        if name not in self._direct_asking:
+            self._direct_asking[name] = asyncio.get_running_loop().create_task(
+                self._ask_endpoint(route))
+        return None
+
+    async def _ask_endpoint(self, route: Route) -> DirectClient | None:
+        name = route.actor
+        try:
+            answer = await self._call(name, "direct_endpoint", timeout_s=self.cfg.call_timeout_s)
+            if "error" in answer:
+                return None  # not serving yet or any more: this call goes over Ray
+            if answer.get("token") != route.token:
+                return None  # not the route's owner: never cache it
+            client = DirectClient(DirectEndpoint.from_dict(answer))
+        except SvitError:
+            return None
+        except (KeyError, TypeError, ValueError):
+            log.warning("actor %s answered a malformed direct endpoint", name)
+            client = None
+        finally:
+            self._direct_asking.pop(name, None)
+        if len(self._direct) >= 4 * len(self.cache.routes) + 64:
+            self._prune_direct()
+        self._direct[name] = client
+        return client
+
+    def _prune_direct(self) -> None:
+        """Forget clients of actors no route names any more (bounded memory)."""
+        live = {r.actor for r in self.cache.routes.values()}
+        for name in [n for n in self._direct if n not in live]:
+            self._drop_direct(name)
+
+    def _drop_direct(self, name: str) -> None:
+        client = self._direct.pop(name, None)
+        if client is not None:
+            client.close()
+
+    async def _control_call(self, route: Route, body: bytes, partition: str,
+                            trace: str | None) -> dict[str, Any]:
+        """``ProcessActor.control`` over the direct transport when the actor has
+        one, else (or when its connection fails) over Ray.
+
+        Raises:
+            RouteMoved: the route moved while the call was in flight (either
+                transport; outcome unknown, the direct client is dropped).
+            UnavailableError: no answer within ``call_timeout_s`` (outcome
+                unknown), or as :meth:`_call_route`.
+        """
+        client = self._direct_client(route)
+        if client is not None:
+            meta = {"op": "control", "partition": partition, "trace": trace}
+            moved = self.cache.moved(route)
+            try:
+                # Abandoned the moment the route moves, as over Ray (_call_route).
+                answer, payload = await _unless(
+                    client.call(meta, body, timeout_s=self.cfg.call_timeout_s), moved,
+                    self.cfg.call_timeout_s + 1.0, f"{route.actor}.control (direct)")
+            except RouteMoved:
+                self._drop_direct(route.actor)
+                raise
+            except TimeoutError as exc:
+                await self._reconcile(route)
+                raise UnavailableError(f"{route.actor} did not answer in "
+                                       f"{self.cfg.call_timeout_s} s; outcome unknown, "
+                                       "retry with the same request id") from exc
+            except DirectUnreachable as exc:
+                # Dead or restarted actor, or a broken connection: the Ray path
+                # classifies it (and reconciles); repeating the request is safe.
+                # An actor never restarts (max_restarts=0), so it stays on Ray.
+                log.info("direct transport to %s failed (%s); using Ray", route.actor, exc)
+                self._drop_direct(route.actor)
+                self._direct[route.actor] = None
+            else:
+                if payload:
+                    answer["response"] = payload
+                return dict(answer)
+            finally:
+                self.cache.forget_moved(route, moved)
+        return await self._call_route(route, "control", body, partition, trace)
 
     async def _call(self, name: str, method: str, *args: Any,
                     timeout_s: float | None = None,
@@ -358,7 +458,7 @@ class RayRouter:
         trace = tracing.current_traceparent()  # the gateway span, passed to the actor
         route = await self._route(request.process_id)
         try:
-            result = await self._call_route(route, "control", body, partition, trace)
+            result = await self._control_call(route, body, partition, trace)
         except RouteMoved:
             # The owner lost its record mid-call (its host paused, cut off or
             # dead, and its lease is gone): send the same request to the new
@@ -366,16 +466,17 @@ class RayRouter:
             # owner's claim is replayed from its receipt, and a later one is
             # refused by the fence.
             route = await self._route(request.process_id)
-            result = await self._call_route(route, "control", body, partition, trace)
+            result = await self._control_call(route, body, partition, trace)
         if "error" in result and result["error"].get("code") in ("unavailable", "fenced"):
             # The actor stopped serving (passivated, fenced, lease lost): if
             # etcd already shows no owner, place again once; else tell the
             # client to retry while the old lease runs out.
+            self._drop_direct(route.actor)
             await asyncio.sleep(0.05)
             if self.cache.routes.get(request.process_id) in (None, route):
                 self.cache.routes.pop(request.process_id, None)
                 route = await self._place(request.process_id, None)
-                result = await self._call_route(route, "control", body, partition, trace)
+                result = await self._control_call(route, body, partition, trace)
         raise_error_dict(result)
         response = decode_response(result["response"])
         report_owner_token(result.get("token"))

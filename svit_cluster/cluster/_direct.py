@@ -1,0 +1,271 @@
+"""Direct transport: the gateway reaches a process actor's control path over the
+actor's own TCP socket, with Ray kept as the control plane (issue 18 item 1).
+
+Ray still creates, places, supervises and kills every process actor, and every
+other call (start, state, inbox, delete, ...) still goes through Ray. Only
+``ProcessActor.control`` -- the hot path -- can also be served on a socket the
+actor opens on its node's address. The gateway learns the address and a
+per-actor random secret through one Ray call (``ProcessActor.direct_endpoint``)
+and keeps a few connections per actor open.
+
+Why this keeps the guarantees:
+
+* The request runs through the same ``ProcessActor.control`` code as a Ray
+  call: the actor's guards (closed, fenced, suspended) and the fenced Redis
+  commit decide every commit; the transport only carries bytes.
+* The endpoint belongs to one actor, whose Ray name is unique per ownership
+  record (one fencing token). A stale route reaches either that actor, which
+  refuses when it no longer serves (``unavailable`` / ``fenced``, answered like
+  a Ray call), or nothing (connection refused or reset), after which the
+  gateway falls back to the Ray call path, which classifies the dead actor and
+  asks the agent to reconcile, exactly as before. Re-sending a control request
+  is safe: receipts make a repeated ``(client_id, request_id)`` a replay.
+* A call that does not answer within the deadline is ``unavailable`` (outcome
+  unknown, retry with the same request id), as for a Ray call.
+* A connection is accepted only after its first frame carries the actor's
+  secret, which only travels over Ray; the socket grants nothing more than the
+  Ray actor handle already does.
+
+Wire format (both directions): a frame is ``>II`` (meta length, payload
+length), then ``meta`` as UTF-8 JSON (an object), then ``payload`` bytes. The
+client's first frame on a connection is ``{"secret": ...}``; then each request
+is ``{"op": "control", "partition", "trace"}`` + the request body, each answer
+the actor's result dict without ``"response"`` + the response bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import secrets
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "HELLO_TIMEOUT_S",
+    "MAX_META_BYTES",
+    "MAX_PAYLOAD_BYTES",
+    "DirectClient",
+    "DirectEndpoint",
+    "DirectServer",
+    "DirectUnreachable",
+    "FrameError",
+    "read_frame",
+    "write_frame",
+]
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">II")
+#: Largest accepted ``meta`` object, bytes (a bigger frame closes the connection).
+MAX_META_BYTES = 1 << 20
+#: Largest accepted payload, bytes (request bodies are capped far lower by the gateway).
+MAX_PAYLOAD_BYTES = 64 << 20
+
+#: Seconds a new connection has to present the secret before it is closed.
+HELLO_TIMEOUT_S = 10.0
+
+#: ``(meta, payload) -> (meta, payload)``: what the actor runs for one request.
+Handler = Callable[[dict[str, Any], bytes], Awaitable[tuple[dict[str, Any], bytes]]]
+
+
+class FrameError(Exception):
+    """A frame that breaks the wire format (too large, meta not a JSON object)."""
+
+
+def write_frame(writer: asyncio.StreamWriter, meta: dict[str, Any], payload: bytes = b"") -> None:
+    """Queue one frame on ``writer`` (the caller drains)."""
+    head = json.dumps(meta, separators=(",", ":")).encode()
+    writer.write(_HEADER.pack(len(head), len(payload)) + head + payload)
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[dict[str, Any], bytes]:
+    """Read one frame.
+
+    Raises:
+        asyncio.IncompleteReadError: the peer closed the connection.
+        FrameError: a length above :data:`MAX_META_BYTES` / :data:`MAX_PAYLOAD_BYTES`,
+            or ``meta`` is not a JSON object.
+    """
+    meta_len, payload_len = _HEADER.unpack(await reader.readexactly(_HEADER.size))
+    if meta_len > MAX_META_BYTES or payload_len > MAX_PAYLOAD_BYTES:
+        raise FrameError(f"frame too large ({meta_len} + {payload_len} bytes)")
+    try:
+        meta = json.loads(await reader.readexactly(meta_len))
+    except ValueError as exc:
+        raise FrameError("frame meta is not JSON") from exc
+    if not isinstance(meta, dict):
+        raise FrameError("frame meta is not a JSON object")
+    payload = await reader.readexactly(payload_len) if payload_len else b""
+    return meta, payload
+
+
+@dataclass(frozen=True, slots=True)
+class DirectEndpoint:
+    """Where one process actor serves its control path: ``host:port`` and the
+    connection secret (hex), as answered by ``ProcessActor.direct_endpoint``."""
+
+    host: str
+    port: int
+    secret: str
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> DirectEndpoint:
+        """Raises:
+            KeyError, TypeError, ValueError: ``doc`` lacks or mistypes a field."""
+        return cls(str(doc["host"]), int(doc["port"]), str(doc["secret"]))
+
+
+class DirectServer:
+    """The actor's side: accepts authenticated connections and runs ``handler``
+    for each request frame, one at a time per connection.
+
+    Args:
+        handler: runs one request; must not raise (errors are answered in ``meta``).
+        host: the address to listen on (the node's IP; port chosen by the OS).
+    """
+
+    def __init__(self, handler: Handler, host: str) -> None:
+        self.handler = handler
+        self.host = host
+        self.secret = secrets.token_hex(32)
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> DirectEndpoint:
+        """Listen (once) on the running loop; returns the endpoint.
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        if self._server is None:
+            self._server = await asyncio.start_server(self._serve, self.host, 0)
+        port = int(self._server.sockets[0].getsockname()[1])
+        return DirectEndpoint(self.host, port, self.secret)
+
+    def close(self) -> None:
+        """Stop listening and drop every connection (idempotent)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._conns):
+            writer.close()
+        self._conns.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conns.add(writer)
+        try:
+            # A peer that connects but does not identify itself is dropped.
+            hello, _ = await asyncio.wait_for(read_frame(reader), timeout=HELLO_TIMEOUT_S)
+            offered = str(hello.get("secret", "")).encode()
+            if not hmac.compare_digest(offered, self.secret.encode()):
+                log.warning("direct transport: refused a connection with a wrong secret")
+                return
+            while True:
+                meta, payload = await read_frame(reader)
+                answer, body = await self.handler(meta, payload)
+                write_frame(writer, answer, body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass
+        except FrameError as exc:
+            log.warning("direct transport: dropped a connection: %s", exc)
+        finally:
+            self._conns.discard(writer)
+            writer.close()
+
+
+class DirectUnreachable(Exception):
+    """The request did not reach the actor, or the connection broke before an
+    answer; the caller falls back to the Ray call path (a repeat is safe)."""
+
+
+class DirectClient:
+    """The gateway's side for one actor: a small pool of open connections.
+
+    Each connection carries one request at a time; a call takes an idle
+    connection or opens one (so concurrent calls use several connections) and
+    returns it afterwards, keeping at most ``max_idle``. At most
+    ``max_connections`` calls are in flight (as the actor's Ray
+    ``max_concurrency``); later ones wait for a slot.
+
+    Args:
+        endpoint: the actor's endpoint.
+        max_idle: idle connections kept open (default 4).
+        max_connections: calls in flight at once (default 64).
+        connect_timeout_s: deadline for opening a connection (default 1 s).
+    """
+
+    def __init__(self, endpoint: DirectEndpoint, *, max_idle: int = 4,
+                 max_connections: int = 64, connect_timeout_s: float = 1.0) -> None:
+        self.endpoint = endpoint
+        self.max_idle = max_idle
+        self.connect_timeout_s = connect_timeout_s
+        self._slots = asyncio.Semaphore(max_connections)
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.closed = False
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(self.endpoint.host, self.endpoint.port),
+                timeout=self.connect_timeout_s)
+        except (OSError, TimeoutError) as exc:
+            raise DirectUnreachable(f"cannot connect to {self.endpoint.host}:"
+                                    f"{self.endpoint.port}: {exc!r}") from exc
+        write_frame(writer, {"secret": self.endpoint.secret})
+        return reader, writer
+
+    async def call(self, meta: dict[str, Any], payload: bytes, *, timeout_s: float
+                   ) -> tuple[dict[str, Any], bytes]:
+        """Send one request and wait for its answer.
+
+        Raises:
+            DirectUnreachable: no connection, or it broke before the answer
+                (fall back to Ray; the request may or may not have run).
+            TimeoutError: no answer within ``timeout_s`` (outcome unknown).
+        """
+        async with self._slots:
+            return await self._call(meta, payload, timeout_s)
+
+    async def _call(self, meta: dict[str, Any], payload: bytes, timeout_s: float
+                    ) -> tuple[dict[str, Any], bytes]:
+        if self.closed:
+            raise DirectUnreachable("direct client closed")
+        conn = self._idle.pop() if self._idle else await self._connect()
+        reader, writer = conn
+        try:
+            write_frame(writer, meta, payload)
+            answer = await asyncio.wait_for(self._exchange(reader, writer), timeout=timeout_s)
+        except BaseException as exc:
+            writer.close()
+            if isinstance(exc, TimeoutError):  # an OSError subclass: keep it apart
+                raise
+            if isinstance(exc, (OSError, asyncio.IncompleteReadError, FrameError)):
+                raise DirectUnreachable(f"connection to {self.endpoint.host}:"
+                                        f"{self.endpoint.port} broke: {exc!r}") from exc
+            raise
+        if len(self._idle) < self.max_idle and not self.closed:
+            self._idle.append(conn)
+        else:
+            writer.close()
+        return answer
+
+    @staticmethod
+    async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                        ) -> tuple[dict[str, Any], bytes]:
+        await writer.drain()
+        return await read_frame(reader)
+
+    def close(self) -> None:
+        """Close every idle connection; later calls raise :class:`DirectUnreachable`."""
+        self.closed = True
+        for _reader, writer in self._idle:
+            with contextlib.suppress(Exception):
+                writer.close()
+        self._idle.clear()

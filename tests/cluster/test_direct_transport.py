@@ -1,0 +1,259 @@
+"""The direct transport's wire and connection rules (no Ray cluster; real sockets).
+
+``svit_cluster.cluster._direct``: a frame is ``>II`` + JSON meta + payload; a
+connection is served only after its first frame carries the actor's secret;
+each answer goes back on the connection that asked; a dead server makes the
+client raise :class:`DirectUnreachable` (the router then falls back to Ray);
+a server that does not answer makes it raise ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+import pytest
+
+from svit_cluster.cluster._direct import (
+    MAX_META_BYTES,
+    DirectClient,
+    DirectEndpoint,
+    DirectServer,
+    DirectUnreachable,
+    FrameError,
+    read_frame,
+    write_frame,
+)
+
+
+class Echo:
+    """A handler that answers ``{"seen": meta}`` + the payload reversed."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.hang = False
+
+    async def __call__(self, meta: dict[str, Any], payload: bytes
+                       ) -> tuple[dict[str, Any], bytes]:
+        self.calls += 1
+        if self.hang:
+            await asyncio.sleep(30)
+        await asyncio.sleep(0.001)
+        return {"seen": meta}, payload[::-1]
+
+
+def test_round_trip_and_concurrent_calls_get_their_own_answers() -> None:
+    async def main() -> None:
+        echo = Echo()
+        server = DirectServer(echo, "127.0.0.1")
+        client = DirectClient(await server.start(), max_idle=2)
+        answers = await asyncio.gather(*(
+            client.call({"op": "control", "n": n}, f"body-{n}".encode(), timeout_s=5)
+            for n in range(20)))
+        for n, (meta, payload) in enumerate(answers):
+            assert meta == {"seen": {"op": "control", "n": n}}
+            assert payload == f"body-{n}".encode()[::-1]
+        assert echo.calls == 20
+        assert len(client._idle) == 2  # bounded pool: the rest were closed
+        meta, payload = await client.call({"op": "x"}, b"", timeout_s=5)
+        assert meta == {"seen": {"op": "x"}} and payload == b""
+        client.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_wrong_secret_is_refused_and_nothing_runs() -> None:
+    async def main() -> None:
+        echo = Echo()
+        server = DirectServer(echo, "127.0.0.1")
+        good = await server.start()
+        bad = DirectClient(DirectEndpoint(good.host, good.port, "0" * 64))
+        with pytest.raises(DirectUnreachable):
+            await bad.call({"op": "control"}, b"x", timeout_s=5)
+        assert echo.calls == 0
+        # control: the right secret is served on the same socket
+        ok = DirectClient(good)
+        assert (await ok.call({"op": "control"}, b"ab", timeout_s=5))[1] == b"ba"
+        assert echo.calls == 1
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_closed_server_is_unreachable_and_silent_server_times_out() -> None:
+    async def main() -> None:
+        echo = Echo()
+        server = DirectServer(echo, "127.0.0.1")
+        client = DirectClient(await server.start())
+        await client.call({"op": "control"}, b"1", timeout_s=5)  # leaves an idle connection
+        server.close()  # the actor fenced out (or died): idle connection and listener gone
+        with pytest.raises(DirectUnreachable):
+            await client.call({"op": "control"}, b"2", timeout_s=5)
+        with pytest.raises(DirectUnreachable):  # a fresh connect is refused too
+            await client.call({"op": "control"}, b"3", timeout_s=5)
+
+        hung = Echo()
+        hung.hang = True
+        server2 = DirectServer(hung, "127.0.0.1")
+        client2 = DirectClient(await server2.start())
+        with pytest.raises(TimeoutError):
+            await client2.call({"op": "control"}, b"4", timeout_s=0.2)
+        assert client2._idle == []  # the timed-out connection is never reused
+        server2.close()
+
+    asyncio.run(main())
+
+
+def test_calls_in_flight_are_bounded_and_a_silent_peer_is_dropped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import svit_cluster.cluster._direct as direct
+
+    monkeypatch.setattr(direct, "HELLO_TIMEOUT_S", 0.2)
+
+    async def main() -> None:
+        inflight = peak = 0
+
+        async def slow(meta: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+            nonlocal inflight, peak
+            inflight += 1
+            peak = max(peak, inflight)
+            await asyncio.sleep(0.02)
+            inflight -= 1
+            return {}, payload
+
+        server = DirectServer(slow, "127.0.0.1")
+        endpoint = await server.start()
+        client = DirectClient(endpoint, max_connections=3)
+        await asyncio.gather(*(client.call({}, b"x", timeout_s=5) for _ in range(12)))
+        assert peak == 3
+        # a connection that never sends the secret is closed by the server
+        reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
+        assert await asyncio.wait_for(reader.read(), timeout=5) == b""
+        writer.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_oversized_or_malformed_frames_are_refused() -> None:
+    async def main() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(struct.pack(">II", MAX_META_BYTES + 1, 0))
+        with pytest.raises(FrameError):
+            await read_frame(reader)
+        reader = asyncio.StreamReader()
+        reader.feed_data(struct.pack(">II", 2, 0) + b"[]")
+        with pytest.raises(FrameError):
+            await read_frame(reader)
+        reader = asyncio.StreamReader()
+        reader.feed_data(struct.pack(">II", 7, 3) + b'{"a":1}xyz')
+        assert await read_frame(reader) == ({"a": 1}, b"xyz")
+
+    asyncio.run(main())
+
+
+def test_write_frame_layout() -> None:
+    class Sink:
+        data = b""
+
+        def write(self, chunk: bytes) -> None:
+            self.data += chunk
+
+    sink = Sink()
+    write_frame(sink, {"k": "v"}, b"pp")  # type: ignore[arg-type]
+    assert sink.data == struct.pack(">II", 9, 2) + b'{"k":"v"}pp'
+
+
+# -- the router: direct first, Ray as the fallback -------------------------------------
+
+
+class _Handle:
+    """A Ray actor handle over ``target``: ``handle.m.remote(*a)`` awaits ``target.m(*a)``."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+
+    def __getattr__(self, method: str) -> Any:
+        fn = getattr(self._target, method)
+        return type("M", (), {"remote": staticmethod(lambda *args: fn(*args))})()
+
+
+class DirectActor:
+    """A process actor that serves ``control`` over Ray and over a real direct socket."""
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+        self.via: list[str] = []
+        self.server = DirectServer(self._direct, "127.0.0.1")
+
+    async def control(self, body: bytes, partition: str, trace: str | None = None,
+                      via: str = "ray") -> dict[str, Any]:
+        self.via.append(via)
+        return {"response": b"R:" + body + partition.encode(), "host": "a",
+                "token": self.token}
+
+    async def _direct(self, meta: dict[str, Any], payload: bytes
+                      ) -> tuple[dict[str, Any], bytes]:
+        result = await self.control(payload, meta["partition"], meta["trace"], via="direct")
+        return result, result.pop("response")
+
+    async def direct_endpoint(self) -> dict[str, Any]:
+        ep = await self.server.start()
+        return {"host": ep.host, "port": ep.port, "secret": ep.secret, "token": self.token}
+
+
+def _router(actor: DirectActor, name: str, **cfg: Any) -> Any:
+    from svit_cluster.cluster import ClusterConfig, RouteCache
+    from svit_cluster.cluster._router import RayRouter
+
+    cache = RouteCache(None, "unit")
+    cache.ready.set()
+    router = RayRouter(ClusterConfig(cluster="unit", **cfg), cache)
+    router._handles[name] = _Handle(actor)
+    return router
+
+
+async def test_router_sends_control_direct_and_falls_back_to_ray_when_the_socket_goes() -> None:
+    from svit_cluster.cluster import Route
+
+    actor = DirectActor(token=7)
+    route = Route("svit://t/p", "a", 7, "svit:a:p")
+    router = _router(actor, route.actor)
+    # the first call goes over Ray while the endpoint is asked for in the background
+    answer = await router._control_call(route, b"first", "tenant", None)
+    assert answer == {"response": b"R:firsttenant", "host": "a", "token": 7}
+    assert actor.via == ["ray"]
+    await asyncio.gather(*router._direct_asking.values())
+    answer = await router._control_call(route, b"body", "tenant", None)
+    assert answer == {"response": b"R:bodytenant", "host": "a", "token": 7}
+    assert actor.via == ["ray", "direct"]
+    await router._control_call(route, b"again", "tenant", None)
+    assert actor.via == ["ray", "direct", "direct"]
+    actor.server.close()  # the actor fenced out or its process died
+    answer = await router._control_call(route, b"late", "tenant", None)
+    assert answer["response"] == b"R:latetenant"
+    assert actor.via == ["ray", "direct", "direct", "ray"]
+    assert router._direct[route.actor] is None  # this actor stays on Ray from now on
+    await router._control_call(route, b"more", "tenant", None)
+    assert actor.via[-1] == "ray"
+
+
+async def test_router_never_uses_an_endpoint_of_another_token_or_when_turned_off() -> None:
+    from svit_cluster.cluster import Route
+
+    actor = DirectActor(token=8)  # the route (etcd) says token 7: not its owner
+    route = Route("svit://t/p", "a", 7, "svit:a:p")
+    router = _router(actor, route.actor)
+    await router._control_call(route, b"x", "t", None)
+    await asyncio.gather(*router._direct_asking.values())
+    await router._control_call(route, b"y", "t", None)
+    assert actor.via == ["ray", "ray"] and route.actor not in router._direct
+
+    actor = DirectActor(token=7)
+    router = _router(actor, route.actor, direct_transport=False)
+    await router._control_call(route, b"x", "t", None)
+    assert router._direct_asking == {}
+    await router._control_call(route, b"y", "t", None)
+    assert actor.via == ["ray", "ray"]
