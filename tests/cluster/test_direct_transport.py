@@ -257,3 +257,42 @@ async def test_router_never_uses_an_endpoint_of_another_token_or_when_turned_off
     assert router._direct_asking == {}
     await router._control_call(route, b"y", "t", None)
     assert actor.via == ["ray", "ray"]
+
+
+async def test_a_direct_call_in_flight_is_abandoned_the_moment_its_owner_record_goes() -> None:
+    """A paused owner never answers on its socket either: the direct call ends when
+    the ownership record goes (as a Ray call does), not at ``call_timeout_s``,
+    and the connection to that actor is dropped."""
+    import json
+
+    from svit_cluster.cluster import Route
+    from svit_cluster.cluster._router import RouteMoved
+    from svit_cluster.ownership import owner_key
+
+    actor = DirectActor(token=7)
+    route = Route("svit://t/p", "a", 7, "svit:a:p")
+    router = _router(actor, route.actor, call_timeout_s=5.0)
+    key = owner_key("unit", route.process_id)
+    router.cache._apply(key, json.dumps({"host": "a", "address": route.actor}).encode(), 7)
+    await router._control_call(route, b"first", "t", None)  # over Ray; endpoint asked
+    await asyncio.gather(*router._direct_asking.values())
+    assert router._direct[route.actor] is not None
+
+    paused = asyncio.Event()
+
+    async def hang(meta: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        paused.set()
+        await asyncio.sleep(30)  # SIGSTOPped host: no answer
+        raise AssertionError("unreachable")
+
+    actor.server.handler = hang
+    loop = asyncio.get_running_loop()
+    call = asyncio.ensure_future(router._control_call(route, b"late", "t", None))
+    await asyncio.wait_for(paused.wait(), 2.0)
+    started = loop.time()
+    router.cache._apply(key, None, 0)  # its host's lease is gone
+    with pytest.raises(RouteMoved):
+        await asyncio.wait_for(call, 2.0)
+    assert loop.time() - started < 1.0
+    assert route.actor not in router._direct  # the connection went with it
+    assert router.cache._movers == {}
