@@ -253,8 +253,13 @@ class ProcessActor:
 
     async def serve(self) -> None:
         """Start the passivation watchdog and the reasoning loop (called by the
-        agent after ``start``). The loop resumes pending inbox items at once."""
+        agent after ``start``). The loop resumes pending inbox items at once.
+
+        The idle clock starts now: a warm spare may have waited longer than
+        ``passivate_after_s`` to be bound, and must not passivate before the
+        request that activated it arrives."""
         if self._watchdog is None:
+            self._last_used = time.monotonic()
             self._watchdog = asyncio.get_running_loop().create_task(self._idle_loop())
         if (self._loop is None and self._ctrl is not None and self._closed is None
                 and self._suspended is None):

@@ -169,3 +169,25 @@ async def test_a_request_moves_the_passivation_deadline(monkeypatch: Any) -> Non
     used = await user
     assert left == ["passivated"]
     assert time.monotonic() - used >= 0.75  # a full idle period after the request
+
+
+async def test_a_warm_spare_bound_late_does_not_passivate_before_its_first_request(
+    monkeypatch: Any,
+) -> None:
+    """A warm spare waits unbound for minutes, then is bound when a host dies: its
+    idle clock starts at ``serve``, not at construction (a cluster run answered the
+    moved process's retried requests with "passivated" for 40 s)."""
+    config = ClusterConfig(passivate_after_s=0.6, reasoner={"enabled": False}).to_dict()
+    actor = ProcessActor(config, "h1", "svit://t/p", 1, "agent:h1")
+    left: list[str] = []
+
+    async def leave(reason: str) -> None:
+        left.append(reason)
+
+    monkeypatch.setattr(actor, "_leave", leave)
+    actor._last_used -= 3600  # created (warm) an hour before it was bound
+    await actor.serve()
+    await asyncio.sleep(0.3)
+    assert left == [] and actor._closed is None  # still serving, half an idle period in
+    await asyncio.sleep(0.6)
+    assert left == ["passivated"]  # and it does passivate once really idle
