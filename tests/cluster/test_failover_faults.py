@@ -551,27 +551,32 @@ def test_ray_node_death_revokes_the_hosts_lease_at_once(
               f"{dead_at - killed_at:.2f} s; lease {lease_id} gone "
               f"{took if took is None else round(took, 2)} s after that (TTL {ttl} s)")
         assert took is not None
-        # Revoked by the gateway's node watch (0.5 s poll), not by TTL expiry:
-        # the last keepalive was before the kill, which was before Ray's verdict,
-        # so expiry alone could come up to a whole TTL later.
-        # (Its agent died with the node, so the agent watch may revoke it first.)
-        # The gateway logs the revoke after it returns, and its log is a file it
-        # writes to: wait for the line (a CI run read the log 0.01 s after the
-        # revoke, before the line was there).
-        # Under CPU starvation the revoke can succeed in etcd while the gateway's
-        # own deadline fires ("revoking ... failed", outcome unknown): the
-        # attempt is evidence too, since the lease vanished right after it.
-        wanted = (f"host {victim}: Ray declared node", f"host {victim}: its agent is gone; revoked",
-                  f"revoking the lease of dead host {victim} failed",
-                  f"revoking the lease of agentless host {victim}")
-        log_path = cluster.spec.state_dir / "logs" / "gateway.log"
-        deadline = time.monotonic() + 10.0
-        while True:
-            log = log_path.read_text(errors="replace")
-            if any(w in log for w in wanted) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert any(w in log for w in wanted), "the gateway did not revoke it"
+        # Revoked, not expired. Without a revoke the lease lives at least a TTL
+        # after its last keepalive, which was at most one keepalive interval
+        # ((TTL - margin) / 4 < TTL / 4) before the kill: so a lease gone sooner
+        # than 3/4 TTL after the kill was revoked -- by the gateway's node or
+        # agent watch, or by the host itself (a worker that sees its raylet die
+        # may still shut its agent down). When Ray's verdict comes later than
+        # that (a loaded machine), the gateway's own log is the evidence: it
+        # logs the revoke after it returns (so wait for the line), and under
+        # CPU starvation its deadline can fire although etcd applied the revoke
+        # ("revoking ... failed", outcome unknown).
+        gone_since_kill = dead_at - killed_at + took
+        if gone_since_kill >= 0.75 * ttl - 0.1:
+            wanted = (f"host {victim}: Ray declared node",
+                      f"host {victim}: its agent is gone; revoked",
+                      f"revoking the lease of dead host {victim} failed",
+                      f"revoking the lease of agentless host {victim}")
+            log_path = cluster.spec.state_dir / "logs" / "gateway.log"
+            deadline = time.monotonic() + 10.0
+            while True:
+                log = log_path.read_text(errors="replace")
+                if any(w in log for w in wanted) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert any(w in log for w in wanted), (
+                f"the lease went {gone_since_kill:.2f} s after the kill (TTL {ttl} s) and "
+                "the gateway logged no revoke: it may just have expired")
     finally:
         cluster.restart_host(victim)
     assert cluster.wait_healthy(timeout_s=90)["hosts_live"] == 3
