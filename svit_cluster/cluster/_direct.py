@@ -48,6 +48,7 @@ from typing import Any
 
 __all__ = [
     "HELLO_TIMEOUT_S",
+    "MAX_HELLO_META_BYTES",
     "MAX_META_BYTES",
     "MAX_PAYLOAD_BYTES",
     "DirectClient",
@@ -69,6 +70,10 @@ MAX_PAYLOAD_BYTES = 64 << 20
 
 #: Seconds a new connection has to present the secret before it is closed.
 HELLO_TIMEOUT_S = 10.0
+#: Largest first frame (the secret) a connection may send before it is
+#: authenticated, bytes of meta; it carries no payload. An unauthenticated peer
+#: can make the actor buffer no more than this.
+MAX_HELLO_META_BYTES = 512
 
 #: ``(meta, payload) -> (meta, payload)``: what the actor runs for one request.
 Handler = Callable[[dict[str, Any], bytes], Awaitable[tuple[dict[str, Any], bytes]]]
@@ -84,16 +89,19 @@ def write_frame(writer: asyncio.StreamWriter, meta: dict[str, Any], payload: byt
     writer.write(_HEADER.pack(len(head), len(payload)) + head + payload)
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[dict[str, Any], bytes]:
-    """Read one frame.
+async def read_frame(reader: asyncio.StreamReader, *, max_meta_bytes: int = MAX_META_BYTES,
+                     max_payload_bytes: int = MAX_PAYLOAD_BYTES
+                     ) -> tuple[dict[str, Any], bytes]:
+    """Read one frame; its lengths are checked before anything else is read.
 
     Raises:
         asyncio.IncompleteReadError: the peer closed the connection.
-        FrameError: a length above :data:`MAX_META_BYTES` / :data:`MAX_PAYLOAD_BYTES`,
-            or ``meta`` is not a JSON object.
+        FrameError: a length above ``max_meta_bytes`` / ``max_payload_bytes``
+            (default :data:`MAX_META_BYTES` / :data:`MAX_PAYLOAD_BYTES`), or
+            ``meta`` is not a JSON object.
     """
     meta_len, payload_len = _HEADER.unpack(await reader.readexactly(_HEADER.size))
-    if meta_len > MAX_META_BYTES or payload_len > MAX_PAYLOAD_BYTES:
+    if meta_len > max_meta_bytes or payload_len > max_payload_bytes:
         raise FrameError(f"frame too large ({meta_len} + {payload_len} bytes)")
     try:
         meta = json.loads(await reader.readexactly(meta_len))
@@ -161,7 +169,9 @@ class DirectServer:
         self._conns.add(writer)
         try:
             # A peer that connects but does not identify itself is dropped.
-            hello, _ = await asyncio.wait_for(read_frame(reader), timeout=HELLO_TIMEOUT_S)
+            hello, _ = await asyncio.wait_for(
+                read_frame(reader, max_meta_bytes=MAX_HELLO_META_BYTES, max_payload_bytes=0),
+                timeout=HELLO_TIMEOUT_S)
             offered = str(hello.get("secret", "")).encode()
             if not hmac.compare_digest(offered, self.secret.encode()):
                 log.warning("direct transport: refused a connection with a wrong secret")

@@ -82,6 +82,29 @@ def test_wrong_secret_is_refused_and_nothing_runs() -> None:
     asyncio.run(main())
 
 
+def test_an_unauthenticated_peer_cannot_make_the_actor_buffer_a_large_frame() -> None:
+    """Before the secret, only a small meta-only hello is read: a first frame that
+    declares a 64 MiB payload (or a large meta) closes the connection at once,
+    without the actor reading (buffering) it."""
+    async def main() -> None:
+        echo = Echo()
+        server = DirectServer(echo, "127.0.0.1")
+        ep = await server.start()
+        for declared in (struct.pack(">II", 16, 64 << 20), struct.pack(">II", 4096, 0)):
+            reader, writer = await asyncio.open_connection(ep.host, ep.port)
+            writer.write(declared)
+            await writer.drain()
+            # the server closes without waiting for (or reading) the declared bytes
+            assert await asyncio.wait_for(reader.read(), 2.0) == b""
+            writer.close()
+        assert echo.calls == 0
+        ok = DirectClient(ep)  # control: a proper hello is still served
+        assert (await ok.call({"op": "control"}, b"ab", timeout_s=5))[1] == b"ba"
+        server.close()
+
+    asyncio.run(main())
+
+
 def test_closed_server_is_unreachable_and_silent_server_times_out() -> None:
     async def main() -> None:
         echo = Echo()
