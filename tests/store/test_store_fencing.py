@@ -24,7 +24,7 @@ from svit_cluster.errors import (
     SvitError,
     UnavailableError,
 )
-from svit_cluster.ownership import Owners, Ownership
+from svit_cluster.ownership import LeaseState, Owners, Ownership
 from svit_cluster.process import Process, Transition
 from svit_cluster.store import LogEntry, RedisBackend, StoreConfig
 from svit_cluster.store.testing import disable_fencing_for_negative_control
@@ -67,6 +67,9 @@ async def _paused_owner(make_lease: Callable[..., Any], rclient: redis.Redis, pi
                         cluster: str, *, fencing: bool) -> Outcome:
     config = StoreConfig(prefix=f"fence-{cluster}")
     lease_a = await make_lease()
+    # The subject is the fence, not lease timing: start from HELD (a CI run found
+    # this 2-s lease SUSPENDED right after its grant, its first keepalive late).
+    assert await lease_a.wait_for(LeaseState.HELD, timeout_s=5)
     host_a = Owners(lease_a, cluster=cluster, host="a")
     own_a = await host_a.acquire(pid)
     # A's data path does not consult its lease: a zombie never knows it is one.
