@@ -33,9 +33,11 @@ process actor, cold activation p50 <= 50 ms with a warm spare.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -312,8 +314,20 @@ def main() -> int:
     actors, idle_s, cold, bare = ((10, 5.0, 3, 2) if args.quick
                                   else (args.actors, args.idle_s, args.cold, args.bare))
     started = time.perf_counter()
-    out = {"bench": "actor_cost", "quick": args.quick, **run(actors, idle_s, cold, bare),
-           "elapsed_s": 0.0}
+    # stdout carries the one JSON document: anything Ray prints while we run (its
+    # raylet warnings reach the driver even with log_to_driver=False) goes to stderr.
+    # (At the descriptor level too: child processes inherit descriptor 1.)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            out = {"bench": "actor_cost", "quick": args.quick,
+                   **run(actors, idle_s, cold, bare), "elapsed_s": 0.0}
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
     out["elapsed_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out, indent=2))
     return 0
