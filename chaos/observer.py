@@ -11,8 +11,13 @@ and every ``interval_s`` reads, per process, in one ``MULTI``/``EXEC``:
 * the stream entries after the last one it copied, and the snapshot version.
   It copies new entries and new snapshots into :class:`~svit_chaos.logs.StoredLogs`
   (``source="collected"``), so versions that a later snapshot trims from the
-  stream can still be verified. A jump in the stream (entries trimmed before
-  they were copied) is recorded as a ``note``.
+  stream can still be verified. In the same transaction it sets the process's
+  tail-reader hold (``ProcessKeys.hold``) to the last version it copied, so the
+  snapshot trim never removes an entry it has not copied, however far it lags
+  (a busy machine, a Redis failover): whether the checker can verify every
+  version does not depend on timing. The first poll runs in :meth:`start`,
+  before the workload commits. A jump in the stream (entries trimmed before
+  they were copied: a hold lost with a Redis node) is recorded as a ``note``.
 
 With an etcd endpoint and a cluster name it also reads the ownership records
 ``/svit/<cluster>/owners/<process>`` (through etcd's JSON gateway, every few
@@ -139,8 +144,10 @@ class StoreObserver:
         self._lock = threading.Lock()
 
     def start(self) -> StoreObserver:
-        """Start the polling thread (idempotent)."""
+        """Poll once (setting every process's hold), then start the polling
+        thread (idempotent)."""
         if self._thread is None:
+            self.poll_once()
             self._thread = threading.Thread(target=self._loop, name="svit-chaos-observer",
                                             daemon=True)
             self._thread.start()
@@ -153,18 +160,19 @@ class StoreObserver:
             self._thread.join(10)
 
     def poll_once(self) -> bool:
-        """One poll over every process. Returns False if Redis failed."""
+        """One poll over every process. Returns False if Redis failed for any."""
         if self.etcd_endpoint and self.cluster and self.polls % self.owners_every == 0:
             self.poll_owners()
-        try:
-            for process in self.processes:
+        ok = True
+        for process in self.processes:  # one process's dead slot does not blind the rest
+            try:
                 self._poll(process)
-        except redis.RedisError:
+            except redis.RedisError:
+                ok = False
+        self.polls += 1
+        if not ok:
             self.errors += 1
-            return False
-        finally:
-            self.polls += 1
-        return True
+        return ok
 
     def poll_owners(self) -> bool:
         """Read the ownership records once; records ``owner`` events on changes."""
@@ -193,11 +201,12 @@ class StoreObserver:
         keys = ProcessKeys(process, self.prefix)
         last = self._last.get(process, 0)
         pipe = self.client.pipeline(transaction=True)
+        pipe.set(keys.hold, last)  # everything above `last` stays until copied
         pipe.get(keys.fence)
         pipe.hget(keys.head, "version")
         pipe.xrange(keys.stream, min=f"{last + 1}-0")
         pipe.hget(keys.snapshot, "version")
-        fence_raw, head_raw, stream, snap_raw = pipe.execute()
+        _, fence_raw, head_raw, stream, snap_raw = pipe.execute()
         fence = int(fence_raw) if fence_raw is not None and fence_raw.isdigit() else 0
         head = int(head_raw) if head_raw is not None and head_raw.isdigit() else 0
         with self._lock:

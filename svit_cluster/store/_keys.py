@@ -100,6 +100,18 @@ class ProcessKeys:
         """String: the id of the process's current reasoning session."""
         return self._key("session")
 
+    @property
+    def hold(self) -> str:
+        """String: a tail reader's hold, the highest version it has copied.
+
+        The snapshot trim keeps every entry above it, up to
+        ``StoreConfig.hold_max_entries`` below the new snapshot, so a reader
+        that copies the stream (an archiver, the chaos observer) sees every
+        entry however far it lags -- what Redis 8.2's ``XTRIM ... ACKED`` does
+        for consumer groups. No key, no hold.
+        """
+        return self._key("hold")
+
     def events(self, session: str) -> str:
         """Stream of one session's canonical events; entry id ``<seq>-0``.
 
@@ -125,4 +137,5 @@ class ProcessKeys:
             self.snapshot,
             self.signals,
             self.session,
+            self.hold,
         )

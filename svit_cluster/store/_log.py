@@ -172,6 +172,10 @@ class StoreConfig:
             snapshot reach this many bytes (default 4 MiB).
         trim_margin: stream entries kept *below* a new snapshot when trimming
             (default 16; 0 keeps none).
+        hold_max_entries: the most entries a tail reader's hold
+            (:attr:`ProcessKeys.hold`) keeps below a new snapshot, ``>=
+            trim_margin`` (default 100 000): a reader that stopped copying
+            cannot make the stream grow without bound.
         signal_retention: observer signals kept per process (``XADD MAXLEN ~``,
             so Redis may keep a few more), ``16..10_000_000`` (default 10 000).
         wait_replicas: after every write script (commit, claim, create,
@@ -193,6 +197,7 @@ class StoreConfig:
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
     snapshot_max_tail_bytes: int = 4 * 1024 * 1024
     trim_margin: int = 16
+    hold_max_entries: int = 100_000
     signal_retention: int = 10_000
     wait_replicas: int = field(default_factory=_wait_replicas_default)
     wait_timeout_ms: int = field(default_factory=_wait_timeout_default)
@@ -205,6 +210,10 @@ class StoreConfig:
                 raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
         if type(self.trim_margin) is not int or self.trim_margin < 0:
             raise ConfigurationError(f"trim_margin must be >= 0, got {self.trim_margin!r}")
+        if type(self.hold_max_entries) is not int or self.hold_max_entries < self.trim_margin:
+            raise ConfigurationError(
+                f"hold_max_entries must be an int >= trim_margin ({self.trim_margin}), "
+                f"got {self.hold_max_entries!r}")
         if (type(self.signal_retention) is not int
                 or not 16 <= self.signal_retention <= 10_000_000):
             raise ConfigurationError(
@@ -711,7 +720,8 @@ class RedisBackend:
             reply = self._run(
                 "delete", self._scripts.delete,
                 [keys.fence, keys.head, keys.snapshot, keys.stream, keys.receipts,
-                 keys.receipts_order, keys.outbox, keys.signals, keys.session, *extra],
+                 keys.receipts_order, keys.outbox, keys.signals, keys.session, keys.hold,
+                 *extra],
                 [self.token],
             )
         status, rest = _status(reply)
@@ -725,7 +735,9 @@ class RedisBackend:
     def snapshot(self, process: Process) -> bool:
         """Store a snapshot of ``process`` (which must be at the durable head), fenced.
 
-        Trims the stream below ``process.version - trim_margin + 1``.
+        Trims the stream below ``process.version - trim_margin + 1``, or below
+        a tail reader's hold + 1 if that is lower (but never below
+        ``process.version - hold_max_entries + 1``).
 
         Returns:
             True if stored; False if a snapshot at least as new already exists.
@@ -738,14 +750,15 @@ class RedisBackend:
         """
         self._check_guard()
         minid = process.version - self.config.trim_margin + 1
+        floor = process.version - self.config.hold_max_entries + 1
         keys = self.keys
         with redis_boundary("snapshot", self.process_id, outcome="unknown"):
             reply = self._run(
                 "snapshot", self._scripts.snapshot,
-                [keys.fence, keys.snapshot, keys.head, keys.stream],
+                [keys.fence, keys.snapshot, keys.head, keys.stream, keys.hold],
                 [self.token, process.version, process.position, process.chain_head,
                  process.root_hash, process.snapshot(),
-                 f"{minid}-0" if minid > 1 else ""],
+                 str(minid) if minid > 1 else "", str(max(floor, 1))],
             )
         status, rest = _status(reply)
         if status == "fenced":

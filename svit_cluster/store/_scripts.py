@@ -226,8 +226,11 @@ return {'ok'}
 
 # Only a snapshot of the current head is accepted, so every entry after it was
 # committed after it was written, under a token >= the snapshot's token.
-# KEYS: fence, snapshot, head, stream
-# ARGV: token, version, position, chain_head, root_hash, data, trim_minid ('' = none)
+# The trim keeps every entry above a tail reader's hold (KEYS[5], the version it
+# has copied), but never more than down to hold_floor.
+# KEYS: fence, snapshot, head, stream, hold
+# ARGV: token, version, position, chain_head, root_hash, data, trim_minid ('' = none),
+#       hold_floor
 SNAPSHOT = _FENCE + """
 local fence_raw, fence_ok = fence_check(KEYS[1], ARGV[1])
 if not fence_ok then
@@ -248,7 +251,14 @@ raise_fence(KEYS[1], fence_raw, ARGV[1])
 redis.call('HSET', KEYS[2], 'data', ARGV[6], 'version', ARGV[2], 'position', ARGV[3],
   'chain_head', ARGV[4], 'root_hash', ARGV[5], 'token', ARGV[1])
 if ARGV[7] ~= '' then
-  redis.call('XTRIM', KEYS[4], 'MINID', ARGV[7])
+  local minid = tonumber(ARGV[7])
+  local hold = tonumber(redis.call('GET', KEYS[5]) or '')
+  if hold and hold + 1 < minid then
+    minid = math.max(hold + 1, tonumber(ARGV[8]))
+  end
+  if minid > 1 then
+    redis.call('XTRIM', KEYS[4], 'MINID', string.format('%.0f-0', minid))
+  end
 end
 return {'ok'}
 """

@@ -277,3 +277,32 @@ def test_entries_without_the_request_field_stay_readable_and_count_as_unknown(
     assert (restored.version, restored.read("/memory/count")) == (3, 3)
     with pytest.raises(NotFound):
         RedisBackend(rclient, pid + "-none", 3, config).find_request("t", "c", "r")
+
+
+def test_a_tail_readers_hold_keeps_what_it_has_not_copied(
+    rclient: redis.Redis, pid: str, config: StoreConfig
+) -> None:
+    """The snapshot trim keeps every entry above ``hold`` (the chaos observer's
+    last copied version) and never more than ``hold_max_entries`` below the
+    snapshot; without a hold it trims as before; delete removes the hold."""
+    held = StoreConfig(prefix=config.prefix, snapshot_every=8, trim_margin=2,
+                       hold_max_entries=12, max_receipts=16)
+    backend, proc = new_log(rclient, pid, 3, held)
+    rclient.set(backend.keys.hold, 3)
+    for v in range(1, 9):
+        commit_write(backend, proc, v)
+    # snapshot at 8: without the hold the stream would start at 7; it keeps 4..8
+    assert [e.version for e in backend.entries()] == list(range(4, 9))
+    for v in range(9, 17):
+        commit_write(backend, proc, v)
+    # snapshot at 16: the hold (3) asks for 4.., the bound for 16 - 12 + 1 = 5..
+    assert [e.version for e in backend.entries()] == list(range(5, 17))
+    rclient.delete(backend.keys.hold)
+    for v in range(17, 25):
+        commit_write(backend, proc, v)
+    assert [e.version for e in backend.entries()] == list(range(23, 25))
+    rclient.set(backend.keys.hold, 24)
+    backend.delete()
+    assert not rclient.exists(backend.keys.hold)
+    with pytest.raises(ConfigurationError, match="hold_max_entries"):
+        StoreConfig(trim_margin=16, hold_max_entries=8)
