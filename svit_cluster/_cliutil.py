@@ -44,6 +44,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
+    "F",
     "Step",
     "emit",
     "exit_code_for",

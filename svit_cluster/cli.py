@@ -24,6 +24,7 @@ from svit_cluster._cliutil import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_UNAVAILABLE,
+    F,
     emit,
     fail,
     output_option,
@@ -41,6 +42,22 @@ _state_dir = click.option(
     show_default=True,
     help="Folder holding the local cluster's data, logs and cluster.json.",
 )
+
+_GATEWAY_OPTIONS = (
+    click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
+                 "./.svit/cluster.json]."),
+    click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN]."),
+    click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                 help="Take URL and admin token from STATE_DIR/cluster.json."),
+)
+
+
+def _gateway_options(fn: F) -> F:
+    """Add ``--url``, ``--token`` and ``--state-dir``: where an admin command finds
+    the gateway and its token (resolved by ``resolve_gateway``)."""
+    for option in reversed(_GATEWAY_OPTIONS):
+        fn = option(fn)
+    return fn
 
 
 def _progress(message: str) -> None:
@@ -303,11 +320,7 @@ def inbox() -> None:
 @click.option("--message-id", default=None, help="The head's message id ({content, id}).")
 @click.option("--hash", "head_hash", default=None, help="The head's content hash.")
 @click.option("--reason", required=True, help="Why it is dropped (kept in the dead letter).")
-@click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
-              "./.svit/cluster.json].")
-@click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN].")
-@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Take URL and admin token from STATE_DIR/cluster.json.")
+@_gateway_options
 @output_option
 def inbox_drop(process_id: str, message_id: str | None, head_hash: str | None, reason: str,
                state_dir: Path | None, url: str | None, token: str | None,
@@ -660,11 +673,7 @@ def healthcheck(url: str | None, timeout_s: float, heartbeat_file: Path | None,
 
 
 @cli.command()
-@click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
-              "./.svit/cluster.json].")
-@click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN].")
-@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Take URL and admin token from STATE_DIR/cluster.json.")
+@_gateway_options
 @click.option("--tenant", default="smoke", show_default=True)
 @click.option("--timeout", "timeout_s", default=10.0, show_default=True,
               type=click.FloatRange(0.01), help="Seconds per HTTP call.")
@@ -743,11 +752,7 @@ def _delete_quietly(client: Any, pid: str) -> bool:
 
 @cli.command()
 @click.argument("process_id")
-@click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
-              "./.svit/cluster.json].")
-@click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN].")
-@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Take URL and admin token from STATE_DIR/cluster.json.")
+@_gateway_options
 @click.option("--timeout", "timeout_s", default=10.0, show_default=True,
               type=click.FloatRange(0.01), help="Seconds per HTTP call.")
 @click.option("--missing-ok", is_flag=True, help="Exit 0 when the process does not exist.")
@@ -784,11 +789,7 @@ def delete(process_id: str, url: str | None, token: str | None, state_dir: Path 
 @click.option("--history", is_flag=True,
               help="Also share PROCESS_ID's reasoning history (its acknowledged turns) "
                    "with the child, whose turns then continue after it.")
-@click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
-              "./.svit/cluster.json].")
-@click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN].")
-@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Take URL and admin token from STATE_DIR/cluster.json.")
+@_gateway_options
 @click.option("--timeout", "timeout_s", default=10.0, show_default=True,
               type=click.FloatRange(0.01), help="Seconds per HTTP call.")
 @output_option
