@@ -22,7 +22,7 @@ from typing import Any
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._direct import DirectServer
-from svit_cluster.control import ProcessController, decode_request
+from svit_cluster.control import ControlAnswer, ProcessController, decode_request
 from svit_cluster.errors import (
     ConflictError,
     FencedError,
@@ -396,7 +396,8 @@ class ProcessActor:
 
     async def control(self, body: bytes, partition: str, trace: str | None = None
                       ) -> dict[str, Any]:
-        """Run one svit-control@1 request. Returns ``{"response": bytes, "host", "token"}``.
+        """Run one svit-control@1 request. Returns ``ControlAnswer.to_result()``:
+        ``{"response": bytes (encoded once, here), "status", "code", "host", "token"}``.
 
         ``trace`` is the caller's W3C ``traceparent`` (the gateway span): the
         activation and its commit run as its children (:mod:`svit_cluster.tracing`);
@@ -409,8 +410,7 @@ class ProcessActor:
                 log.debug("activation %s request %s/%s trace %s", self.process_id,
                           request.client_id, request.request_id, trace)
             response = self._ctrl.execute(request, tenant=partition)
-            return {"response": response.model_dump_json().encode(), "host": self.host,
-                    "token": self.token}
+            return ControlAnswer.of(response, token=self.token, host=self.host).to_result()
 
         with tracing.use_traceparent(trace):  # to_thread copies the context
             return await self._run(run)

@@ -25,7 +25,7 @@ from svit_cluster.cluster._direct import DirectClient, DirectEndpoint, DirectUnr
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.cluster._types import Activated, ServeStatus
-from svit_cluster.control import ControlRequest, ControlResponse, decode_response
+from svit_cluster.control import ControlAnswer, ControlRequest
 from svit_cluster.errors import (
     ConflictError,
     InternalError,
@@ -33,7 +33,7 @@ from svit_cluster.errors import (
     UnavailableError,
     error_from_wire,
 )
-from svit_cluster.gateway import GatewayMetrics, report_owner_token
+from svit_cluster.gateway import GatewayMetrics
 from svit_cluster.process import Script, Value, decode_value
 
 __all__ = ["RayRouter", "RouteMoved", "classify_call_error", "raise_error_dict"]
@@ -453,8 +453,10 @@ class RayRouter:
 
     # -- Router ---------------------------------------------------------------------
 
-    async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
-        body = request.model_dump_json().encode()
+    async def control(self, request: ControlRequest, partition: str,
+                      body: bytes | None = None) -> ControlAnswer:
+        if body is None:
+            body = request.model_dump_json().encode()
         trace = tracing.current_traceparent()  # the gateway span, passed to the actor
         route = await self._route(request.process_id)
         try:
@@ -478,11 +480,10 @@ class RayRouter:
                 route = await self._place(request.process_id, None)
                 result = await self._control_call(route, body, partition, trace)
         raise_error_dict(result)
-        response = decode_response(result["response"])
-        report_owner_token(result.get("token"))
-        if self.metrics is not None and response.outcome.status == "committed":
-            self.metrics.activations.labels(str(result.get("host", route.host))).inc()
-        return response
+        answer = ControlAnswer.from_result(result)
+        if self.metrics is not None and answer.status == "committed":
+            self.metrics.activations.labels(answer.host or route.host).inc()
+        return answer
 
     async def create(self, process_id: str, memory: Value, scripts: dict[str, Script]
                      ) -> dict[str, Any]:

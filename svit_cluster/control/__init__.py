@@ -5,10 +5,13 @@
 * :class:`ProcessController` -- the serialization point for one process.
 * :func:`decode_request`, :class:`ControlRequest`, :class:`ControlResponse` and
   the outcome models :class:`Committed`, :class:`Conflict`, :class:`Rejected`.
+* :class:`ControlAnswer` -- a response encoded once, with its status and the
+  owner's token, as hosts answer the gateway.
 * :class:`CommitBackend`, :class:`MemoryBackend`, :class:`Receipt` -- where
   receipts and commits go; :class:`RequestStatus` -- "did request r commit?".
 """
 
+from svit_cluster.control._answer import ControlAnswer
 from svit_cluster.control._backend import (
     DEFAULT_RECEIPTS,
     DEFAULT_REQUEST_LOG,
@@ -47,6 +50,7 @@ __all__ = [
     "CommitBackend",
     "Committed",
     "Conflict",
+    "ControlAnswer",
     "ControlRequest",
     "ControlResponse",
     "Failure",

@@ -30,8 +30,6 @@ from svit_cluster.gateway._router import (
     TOKEN_HEADER,
     ProcessInfo,
     Router,
-    capture_owner_token,
-    report_owner_token,
 )
 
 __all__ = [
@@ -51,10 +49,8 @@ __all__ = [
     "Router",
     "TokenStore",
     "authorize",
-    "capture_owner_token",
     "create_app",
     "install_log_redaction",
     "parse_origins",
-    "report_owner_token",
     "tenant_of",
 ]

@@ -16,7 +16,7 @@ from svit_cluster.errors import ErrorCode, InvalidInput
 from svit_cluster.gateway._access import principal_of, require_access
 from svit_cluster.gateway._errors import error_response
 from svit_cluster.gateway._metrics import GatewayMetrics
-from svit_cluster.gateway._router import TOKEN_HEADER, Router, capture_owner_token
+from svit_cluster.gateway._router import TOKEN_HEADER, Router
 from svit_cluster.process import PROTOCOL
 
 __all__ = ["CAPABILITIES", "IMPLEMENTATION", "control_router"]
@@ -84,15 +84,14 @@ def control_router(router: Router, m: GatewayMetrics, *, max_request_bytes: int)
         decoded: ControlRequest = decode_request(body)
         principal = principal_of(request)
         require_access(principal, decoded.process_id)
-        with capture_owner_token() as tokens:
-            response = await router.control(decoded, principal.partition)
-        outcome = response.outcome
-        m.outcomes.labels(outcome.status).inc()
-        if outcome.status == "rejected":
-            m.rejections.labels(outcome.failure.code).inc()
+        # decoded once here; the router sends `body` on, and its answer's bytes
+        # (encoded once by the owner) go out unchanged
+        answer = await router.control(decoded, principal.partition, body)
+        m.outcomes.labels(answer.status).inc()
+        if answer.code is not None:
+            m.rejections.labels(answer.code).inc()
         m.latency.labels("control").observe(time.perf_counter() - start)
-        headers = {TOKEN_HEADER: str(tokens[-1])} if tokens else None
-        return Response(response.model_dump_json(), media_type="application/json",
-                        headers=headers)
+        headers = {TOKEN_HEADER: str(answer.token)} if answer.token is not None else None
+        return Response(answer.body, media_type="application/json", headers=headers)
 
     return api

@@ -8,12 +8,9 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any, Protocol
 
-from svit_cluster.control import ControlRequest, ControlResponse
+from svit_cluster.control import ControlAnswer, ControlRequest
 from svit_cluster.events import SignalSource
 from svit_cluster.process import Script, Value
 
@@ -21,8 +18,6 @@ __all__ = [
     "TOKEN_HEADER",
     "ProcessInfo",
     "Router",
-    "capture_owner_token",
-    "report_owner_token",
 ]
 
 ProcessInfo = dict[str, Any]
@@ -30,46 +25,22 @@ ProcessInfo = dict[str, Any]
 #: Response header of ``/v1/control`` carrying the answering owner's fencing token.
 TOKEN_HEADER = "X-Svit-Token"
 
-# A side channel next to the Router protocol (which returns a bare ControlResponse):
-# the gateway installs a box around ``router.control``; a router that knows the
-# owner's fencing token reports it into the box.
-_OWNER_TOKEN: ContextVar[list[int] | None] = ContextVar("svit_owner_token", default=None)
-
-
-@contextlib.contextmanager
-def capture_owner_token() -> Iterator[list[int]]:
-    """Collect tokens reported by :func:`report_owner_token` in this context (the gateway)."""
-    box: list[int] = []
-    reset = _OWNER_TOKEN.set(box)
-    try:
-        yield box
-    finally:
-        _OWNER_TOKEN.reset(reset)
-
-
-def report_owner_token(token: Any) -> None:
-    """Called by a router inside ``control``: the fencing token of the owner that
-    answered (ignored when nobody captures, or when ``token`` is not an integer)."""
-    box = _OWNER_TOKEN.get()
-    if box is None or isinstance(token, bool):
-        return
-    try:
-        box.append(int(token))
-    except (TypeError, ValueError):
-        return
-
 
 class Router(Protocol):
     """Process operations behind the gateway. Every method is safe to retry
     except :meth:`create` and :meth:`fork`, which fail with ``conflict`` when
     the target already exists."""
 
-    async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
+    async def control(self, request: ControlRequest, partition: str,
+                      body: bytes | None = None) -> ControlAnswer:
         """Run one control request; ``partition`` is the trusted receipt partition.
 
-        A router that knows the answering owner's fencing token calls
-        :func:`report_owner_token` before returning (the gateway sends it as
-        the ``X-Svit-Token`` header)."""
+        ``body`` is the request's JSON exactly as the gateway received and
+        validated it (``request`` was decoded from it): a router that sends the
+        request to another process sends these bytes instead of encoding
+        ``request`` again. The answer carries the response bytes, encoded once
+        by the owner, and the owner's fencing token when the router knows it
+        (the gateway sends it as the ``X-Svit-Token`` header)."""
         ...
 
     async def create(

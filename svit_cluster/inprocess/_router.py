@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from svit_cluster.control import (
     DEFAULT_RECEIPTS,
+    ControlAnswer,
     ControlRequest,
-    ControlResponse,
     ProcessController,
 )
 from svit_cluster.errors import ErrorCode, InvalidInput, NotFound
@@ -82,9 +82,11 @@ class InProcessRouter:
             raise NotFound(f"unknown process {process_id[:200]}")
         return ctrl
 
-    async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
+    async def control(self, request: ControlRequest, partition: str,
+                      body: bytes | None = None) -> ControlAnswer:
         ctrl = self._get(request.process_id)
-        return await asyncio.to_thread(ctrl.execute, request, tenant=partition)
+        response = await asyncio.to_thread(ctrl.execute, request, tenant=partition)
+        return ControlAnswer.of(response)
 
     async def create(
         self, process_id: str, memory: Value, scripts: dict[str, Script]

@@ -28,7 +28,7 @@ import uvicorn
 from svit_chaos.cluster import LaunchSpec, ScaledStores, etcd_ready, redis_ready
 from svit_chaos.proxy import LinkMode, ProxyHub, TcpProxy
 
-from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
+from svit_cluster.control import ControlAnswer, ControlRequest, ProcessController
 from svit_cluster.errors import (
     ConflictError,
     FencedError,
@@ -152,10 +152,12 @@ class StoreRouter:
         if self._owners.get(pid) is owner:
             del self._owners[pid]
 
-    async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
+    async def control(self, request: ControlRequest, partition: str,
+                      body: bytes | None = None) -> ControlAnswer:
         owner = await self._serve(request.process_id)
         try:
-            return await asyncio.to_thread(owner.ctrl.execute, request, tenant=partition)
+            return ControlAnswer.of(
+                await asyncio.to_thread(owner.ctrl.execute, request, tenant=partition))
         except FencedError as exc:
             self._drop(request.process_id, owner)
             raise UnavailableError(f"owner fenced: {exc.message}") from exc

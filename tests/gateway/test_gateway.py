@@ -27,9 +27,9 @@ class SpyRouter(InProcessRouter):
         super().__init__()
         self.control_calls = 0
 
-    async def control(self, request: Any, partition: str) -> Any:
+    async def control(self, request: Any, partition: str, body: bytes | None = None) -> Any:
         self.control_calls += 1
-        return await super().control(request, partition)
+        return await super().control(request, partition, body)
 
 
 @pytest.fixture

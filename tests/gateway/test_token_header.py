@@ -2,36 +2,31 @@
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from svit_cluster.client import SvitClient
-from svit_cluster.gateway import (
-    TOKEN_HEADER,
-    Principal,
-    TokenStore,
-    capture_owner_token,
-    create_app,
-    report_owner_token,
-)
+from svit_cluster.control import ControlAnswer
+from svit_cluster.errors import InvalidInput
+from svit_cluster.gateway import TOKEN_HEADER, Principal, TokenStore, create_app
 from svit_cluster.inprocess import InProcessRouter
 from tests.gateway.test_gateway import ADMIN, auth, control_doc, create
 
 
 class TokenRouter(InProcessRouter):
-    """A stub owner: answers like InProcessRouter and reports a fencing token, as RayRouter does."""
+    """A stub owner: answers like InProcessRouter with a fencing token, as RayRouter does."""
 
-    def __init__(self, token: Any) -> None:
+    def __init__(self, token: int | None) -> None:
         super().__init__()
         self.token = token
 
-    async def control(self, request: Any, partition: str) -> Any:
-        response = await super().control(request, partition)
-        await asyncio.sleep(0)  # the report survives awaits inside the router
-        report_owner_token(self.token)
-        return response
+    async def control(self, request: Any, partition: str, body: bytes | None = None
+                      ) -> ControlAnswer:
+        answer = await super().control(request, partition, body)
+        return dataclasses.replace(answer, token=self.token)
 
 
 def app_client(router: InProcessRouter) -> TestClient:
@@ -53,7 +48,7 @@ def test_control_response_carries_the_owner_token() -> None:
 
 
 def test_no_header_without_a_known_token() -> None:
-    for router in (InProcessRouter(), TokenRouter(None), TokenRouter("not-a-number")):
+    for router in (InProcessRouter(), TokenRouter(None)):
         client = app_client(router)
         create(client, "svit://acme/t")
         r = client.post("/v1/control", json=control_doc("svit://acme/t"), headers=auth(ADMIN))
@@ -72,9 +67,21 @@ def test_sdk_exposes_the_last_owner_token() -> None:
         sdk.close()
 
 
-def test_reports_outside_a_capture_are_ignored() -> None:
-    report_owner_token(3)  # nobody listens: no error
-    with capture_owner_token() as box:
-        report_owner_token(5)
-        report_owner_token(True)
-    assert box == [5]
+def test_an_answer_from_an_actor_result_keeps_its_bytes_and_metadata() -> None:
+    """What ProcessActor.control returns becomes the gateway's answer without a
+    decode; an older actor's result (no status) is decoded once; a token that is
+    not an integer is dropped."""
+    client = app_client(InProcessRouter())
+    create(client, "svit://acme/t")
+    body = client.post("/v1/control", json=control_doc("svit://acme/t"),
+                       headers=auth(ADMIN)).content
+    committed = ControlAnswer.from_result({"response": body, "status": "committed",
+                                           "code": None, "token": 9, "host": "h1"})
+    assert (committed.body, committed.status, committed.token, committed.host) == (
+        body, "committed", 9, "h1")
+    assert ControlAnswer.from_result(committed.to_result()) == committed
+    legacy = ControlAnswer.from_result({"response": body, "token": True, "host": "h1"})
+    assert legacy.status == "committed" and legacy.token is None and legacy.code is None
+    assert legacy.response().process_id == "svit://acme/t"
+    with pytest.raises(InvalidInput):
+        ControlAnswer.from_result({"response": b"{not json"})

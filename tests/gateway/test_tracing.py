@@ -27,7 +27,7 @@ import redis
 
 from svit_cluster import tracing
 from svit_cluster.client import AsyncSvitClient
-from svit_cluster.control import ControlRequest, ControlResponse, ProcessController
+from svit_cluster.control import ControlAnswer, ControlRequest, ProcessController
 from svit_cluster.errors import NotFound
 from svit_cluster.gateway import Principal, TokenStore, create_app
 from svit_cluster.inprocess import MemorySignals
@@ -58,9 +58,11 @@ class RedisRouter:
             raise NotFound(f"unknown process {pid}")
         return self.ctrls[pid]
 
-    async def control(self, request: ControlRequest, partition: str) -> ControlResponse:
+    async def control(self, request: ControlRequest, partition: str,
+                      body: bytes | None = None) -> ControlAnswer:
         ctrl = self._get(request.process_id)
-        return await asyncio.to_thread(ctrl.execute, request, tenant=partition)
+        return ControlAnswer.of(
+            await asyncio.to_thread(ctrl.execute, request, tenant=partition))
 
     async def create(self, process_id: str, memory: Value, scripts: dict[str, Script]
                      ) -> dict[str, Any]:

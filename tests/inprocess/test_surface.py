@@ -34,6 +34,6 @@ def test_the_router_serves_the_gateway_contract() -> None:
                         "input": encode_value({})},
         }), "local")
         value, version = await router.state("svit://local/p", "/memory/count")
-        return info["version"], response.outcome.status, version if value == 1 else -1
+        return info["version"], response.status, version if value == 1 else -1
 
     assert asyncio.run(run()) == (0, "committed", 1)
