@@ -11,7 +11,8 @@ Public names, by importance:
   :func:`write_logs` -- the dumped commit logs.
 * :class:`NemesisSpec`, :class:`Schedule`, :func:`build_schedule`,
   :class:`NemesisRunner`, :class:`FaultTarget` -- faults.
-* :class:`ProxyHub`, :class:`TcpProxy`, :class:`LinkMode` -- per-host TCP proxies.
+* :class:`ProxyHub`, :class:`TcpProxy`, :class:`LinkMode` -- per-host TCP proxies;
+  :class:`ProcessProxyHub` serves them from a child process (what runs use).
 * :class:`Workload`, :class:`WorkloadConfig` -- the clients.
 * :mod:`svit_chaos.ports` -- the port-calling workload (``--workload ports``):
   the recording test server, the ``ports`` invariant and the report's figures.
@@ -40,6 +41,7 @@ from .nemesis import (
 )
 from .observer import StoreObserver
 from .proxy import LinkMode, ProxyHub, TcpProxy
+from .proxy_process import ProcessProxyHub
 from .run import RunConfig, RunOutcome, run
 from .stale import StaleWriter
 from .workload import SCRIPT, Workload, WorkloadConfig
@@ -64,6 +66,7 @@ __all__ = [
     "MonotonicClock",
     "NemesisRunner",
     "NemesisSpec",
+    "ProcessProxyHub",
     "ProxyHub",
     "RunConfig",
     "RunOutcome",

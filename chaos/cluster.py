@@ -36,7 +36,7 @@ import redis
 
 from .errors import HarnessError
 from .nemesis import FaultTarget, Link
-from .proxy import ProxyHub
+from .proxy import HubLinks
 
 __all__ = [
     "SCALED_TOPOLOGY",
@@ -102,7 +102,7 @@ class LaunchSpec:
     lease_ttl_s: int
     snapshot_every: int
     negative_control: bool
-    hub: ProxyHub
+    hub: HubLinks[Any]
     progress: Callable[[str], None] = field(default=lambda _m: None)
     ports: dict[str, Any] = field(default_factory=dict)
     topology: str = "single"
@@ -259,7 +259,7 @@ class ScaledStores:
 class LocalClusterTarget:
     """Adapts a ``LocalCluster`` (plus its proxies) to :class:`FaultTarget`."""
 
-    def __init__(self, cluster: Any, hub: ProxyHub, lease_ttl_s: float) -> None:
+    def __init__(self, cluster: Any, hub: HubLinks[Any], lease_ttl_s: float) -> None:
         self.cluster = cluster
         self.hub = hub
         self._ttl = lease_ttl_s
@@ -361,7 +361,8 @@ class LocalClusterTarget:
         self._stores().rejoin_etcd_member(name)
 
     def link(self, host: str, service: str) -> Link:
-        return self.hub.link(host, service)
+        link: Link = self.hub.link(host, service)
+        return link
 
     # -- single processes of a node (stop-raylet, kill-agent, term-host, pause-gcs) ---------
 
@@ -443,7 +444,7 @@ class LocalClusterTarget:
 
 
 class _LocalChaosCluster:
-    def __init__(self, cluster: Any, hub: ProxyHub, lease_ttl_s: float) -> None:
+    def __init__(self, cluster: Any, hub: HubLinks[Any], lease_ttl_s: float) -> None:
         doc = cluster.doc
         self.cluster = cluster
         self.gateway_url: str = doc["gateway"]["url"]

@@ -32,10 +32,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["LinkMode", "ProxyFactory", "ProxyHub", "TcpProxy"]
+__all__ = ["HubLinks", "Link", "LinkMode", "ProxyFactory", "ProxyHub", "TcpProxy"]
 
 T = TypeVar("T")
 
@@ -268,7 +268,99 @@ async def _cancel_tasks() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-class ProxyHub:
+class Link(Protocol):
+    """What a nemesis and a test use of one proxy, in this process or in a
+    :class:`~svit_chaos.proxy_process.ProcessProxyHub`."""
+
+    name: str
+    upstream: tuple[str, int]
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def resets(self) -> int: ...
+
+    def set_mode(self, mode: LinkMode | str, *, delay_ms: int = 0) -> None: ...
+
+    def close(self) -> None: ...
+
+
+L = TypeVar("L", bound=Link)
+
+
+class HubLinks(Generic[L]):
+    """What both hubs share: the (host, service) links and the cluster's proxy
+    factory, over a hub-specific :meth:`proxy`."""
+
+    _links: dict[tuple[str, str], L]
+
+    def proxy(self, name: str, upstream_host: str, upstream_port: int) -> L:
+        """Start a proxy on a free loopback port forwarding to ``upstream``.
+
+        Raises:
+            ValueError: ``name`` is already used.
+        """
+        raise NotImplementedError
+
+    def _all(self) -> list[L]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close every proxy and stop serving (idempotent, never raises)."""
+        raise NotImplementedError
+
+    def link(self, host: str, service: str) -> L:
+        """The proxy of ``host``'s link to ``service`` (``"etcd"`` or ``"redis"``).
+
+        Raises:
+            KeyError: no such link (the message lists the links).
+        """
+        try:
+            return self._links[(host, service)]
+        except KeyError:
+            known = ", ".join(f"{h}/{s}" for h, s in sorted(self._links))
+            raise KeyError(f"no link {host}/{service}; links: {known or 'none'}") from None
+
+    @property
+    def links(self) -> dict[tuple[str, str], L]:
+        return dict(self._links)
+
+    def factory(self) -> ProxyFactory:
+        """The ``proxy_factory`` for ``LocalCluster.up``: one etcd and one Redis proxy per host.
+
+        The returned callable maps ``(host, "127.0.0.1:<etcd port>",
+        "redis://127.0.0.1:<port>/0")`` to the same endpoints on the host's
+        proxies. Calling it twice for one host returns the same proxies.
+        """
+
+        def make(host: str, etcd_endpoint: str, redis_url: str) -> tuple[str, str]:
+            etcd = self._links.get((host, "etcd"))
+            if etcd is None:
+                ehost, _, eport = etcd_endpoint.rpartition(":")
+                etcd = self.proxy(f"{host}/etcd", ehost or _LOOPBACK, int(eport))
+                self._links[(host, "etcd")] = etcd
+            redis = self._links.get((host, "redis"))
+            parts = urlsplit(redis_url)
+            if redis is None:
+                redis = self.proxy(f"{host}/redis", parts.hostname or _LOOPBACK,
+                                   parts.port or 6379)
+                self._links[(host, "redis")] = redis
+            netloc = redis.address
+            if parts.username or parts.password:
+                netloc = f"{parts.username or ''}:{parts.password or ''}@{netloc}"
+            return etcd.address, urlunsplit(parts._replace(netloc=netloc))
+
+        return make
+
+    def heal_all(self) -> None:
+        """Set every proxy back to ``PASS`` (best effort)."""
+        for proxy in self._all():
+            with contextlib.suppress(Exception):
+                proxy.set_mode(LinkMode.PASS)
+
+
+class ProxyHub(HubLinks[TcpProxy]):
     """Owns one event-loop thread serving every :class:`TcpProxy` of a run.
 
     Use as a context manager, or call :meth:`start` and (always, in a
@@ -282,6 +374,9 @@ class ProxyHub:
         self._proxies: dict[str, TcpProxy] = {}
         self._links: dict[tuple[str, str], TcpProxy] = {}
         self._lock = threading.Lock()
+
+    def _all(self) -> list[TcpProxy]:
+        return list(self._proxies.values())
 
     @property
     def running(self) -> bool:
@@ -330,55 +425,6 @@ class ProxyHub:
             self._proxies[name] = proxy
         self.call(proxy._start())
         return proxy
-
-    def link(self, host: str, service: str) -> TcpProxy:
-        """The proxy of ``host``'s link to ``service`` (``"etcd"`` or ``"redis"``).
-
-        Raises:
-            KeyError: no such link (the message lists the links).
-        """
-        try:
-            return self._links[(host, service)]
-        except KeyError:
-            known = ", ".join(f"{h}/{s}" for h, s in sorted(self._links))
-            raise KeyError(f"no link {host}/{service}; links: {known or 'none'}") from None
-
-    @property
-    def links(self) -> dict[tuple[str, str], TcpProxy]:
-        return dict(self._links)
-
-    def factory(self) -> ProxyFactory:
-        """The ``proxy_factory`` for ``LocalCluster.up``: one etcd and one Redis proxy per host.
-
-        The returned callable maps ``(host, "127.0.0.1:<etcd port>",
-        "redis://127.0.0.1:<port>/0")`` to the same endpoints on the host's
-        proxies. Calling it twice for one host returns the same proxies.
-        """
-
-        def make(host: str, etcd_endpoint: str, redis_url: str) -> tuple[str, str]:
-            etcd = self._links.get((host, "etcd"))
-            if etcd is None:
-                ehost, _, eport = etcd_endpoint.rpartition(":")
-                etcd = self.proxy(f"{host}/etcd", ehost or _LOOPBACK, int(eport))
-                self._links[(host, "etcd")] = etcd
-            redis = self._links.get((host, "redis"))
-            parts = urlsplit(redis_url)
-            if redis is None:
-                redis = self.proxy(f"{host}/redis", parts.hostname or _LOOPBACK,
-                                   parts.port or 6379)
-                self._links[(host, "redis")] = redis
-            netloc = redis.address
-            if parts.username or parts.password:
-                netloc = f"{parts.username or ''}:{parts.password or ''}@{netloc}"
-            return etcd.address, urlunsplit(parts._replace(netloc=netloc))
-
-        return make
-
-    def heal_all(self) -> None:
-        """Set every proxy back to ``PASS`` (best effort)."""
-        for proxy in list(self._proxies.values()):
-            with contextlib.suppress(Exception):
-                proxy.set_mode(LinkMode.PASS)
 
     def close(self) -> None:
         """Close every proxy and stop the thread (idempotent, never raises)."""

@@ -60,7 +60,8 @@ from .nemesis import (
 )
 from .observer import StoreObserver
 from .ports import PortServer, owner_log_lines
-from .proxy import ProxyHub
+from .proxy import HubLinks
+from .proxy_process import ProcessProxyHub
 from .report import build_report, render_timeline, write_html, write_json, write_markdown
 from .stale import StaleWriter
 from .workload import Workload, WorkloadConfig, WorkloadStats
@@ -268,7 +269,7 @@ async def run_leg(
     run_id = f"r{config.seed}{name[:1]}{int(time.time()) % 100000}"
     # Ray's AF_UNIX socket paths must stay under 107 bytes: keep cluster state short
     state_dir = Path(tempfile.mkdtemp(prefix="svit-chaos-"))
-    hub = ProxyHub().start()
+    hub = ProcessProxyHub().start()  # bytes never wait for this process's GIL
     port_server = PortServer(dedup=config.port_dedup, delay_s=config.port_delay_s).start() \
         if config.workload == "ports" else None
     history = HistoryWriter(directory / "history.jsonl", clock=clock)
@@ -470,7 +471,7 @@ def _archive(state_dir: Path, target: Path) -> None:
 
 
 def _teardown(runner: NemesisRunner | None, observer: StoreObserver | None,
-              cluster: ChaosCluster | None, hub: ProxyHub, history: HistoryWriter,
+              cluster: ChaosCluster | None, hub: HubLinks[Any], history: HistoryWriter,
               direct: Any, progress: ProgressSink, name: str) -> None:
     """Heal and stop everything, synchronously, never raising."""
     if runner is not None and runner.active:

@@ -26,7 +26,7 @@ from typing import Any
 import redis
 import uvicorn
 from svit_chaos.cluster import LaunchSpec, ScaledStores, etcd_ready, redis_ready
-from svit_chaos.proxy import LinkMode, ProxyHub, TcpProxy
+from svit_chaos.proxy import HubLinks, Link, LinkMode
 
 from svit_cluster.control import ControlAnswer, ControlRequest, ProcessController
 from svit_cluster.errors import (
@@ -195,7 +195,7 @@ class StoreRouter:
 class _EtcdLink:
     """The etcd proxy of a host; a cut starts the host's lease clock."""
 
-    def __init__(self, proxy: TcpProxy, host: MiniHost) -> None:
+    def __init__(self, proxy: Link, host: MiniHost) -> None:
         self.proxy = proxy
         self.host = host
 
@@ -208,7 +208,7 @@ class _EtcdLink:
 
 
 class MiniTarget:
-    def __init__(self, hosts: dict[str, MiniHost], hub: ProxyHub, redis_server: Any,
+    def __init__(self, hosts: dict[str, MiniHost], hub: HubLinks[Any], redis_server: Any,
                  etcd_server: Any, ttl_s: float, router: StoreRouter,
                  scaled: ScaledStores | None = None) -> None:
         self.router = router

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 from svit_chaos.proxy import LinkMode, ProxyHub
+from svit_chaos.proxy_process import ProcessProxyHub
 
 from svit_cluster.errors import UnavailableError
 from svit_cluster.local import EtcdServer, RedisServer
@@ -19,9 +23,10 @@ from svit_cluster.ownership._etcd import etcd_call
 pytestmark = pytest.mark.servers
 
 
-@pytest.fixture
-def hub() -> Iterator[ProxyHub]:
-    with ProxyHub() as h:
+@pytest.fixture(params=["thread", "process"])
+def hub(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Every behaviour below holds for the in-process hub and the child-process hub."""
+    with (ProxyHub() if request.param == "thread" else ProcessProxyHub()) as h:
         yield h
 
 
@@ -30,7 +35,7 @@ def client_for(url: str, timeout_s: float = 0.5) -> redis.Redis:
                                 retry_on_error=[], retry=None)
 
 
-def test_factory_gives_each_host_its_own_stable_proxies(hub: ProxyHub,
+def test_factory_gives_each_host_its_own_stable_proxies(hub: Any,
                                                         redis_server: RedisServer) -> None:
     make = hub.factory()
     e1, r1 = make("h1", "127.0.0.1:2379", redis_server.url)
@@ -47,7 +52,7 @@ def test_factory_gives_each_host_its_own_stable_proxies(hub: ProxyHub,
         hub.link("h9", "redis")
 
 
-def test_drop_resets_open_connections_and_refuses_new_ones(hub: ProxyHub,
+def test_drop_resets_open_connections_and_refuses_new_ones(hub: Any,
                                                            redis_server: RedisServer) -> None:
     _, url = hub.factory()("h1", "127.0.0.1:1", redis_server.url)
     link = hub.link("h1", "redis")
@@ -68,7 +73,7 @@ def test_drop_resets_open_connections_and_refuses_new_ones(hub: ProxyHub,
         c.close()
 
 
-def test_stall_holds_bytes_until_healed(hub: ProxyHub, redis_server: RedisServer) -> None:
+def test_stall_holds_bytes_until_healed(hub: Any, redis_server: RedisServer) -> None:
     hub.factory()("h1", "127.0.0.1:1", redis_server.url)
     link = hub.link("h1", "redis")
     with socket.create_connection(("127.0.0.1", link.port), timeout=2) as s:
@@ -94,7 +99,7 @@ def test_stall_holds_bytes_until_healed(hub: ProxyHub, redis_server: RedisServer
         assert s.recv(16) == b"+PONG\r\n"
 
 
-def test_delay_adds_latency_in_order(hub: ProxyHub, redis_server: RedisServer) -> None:
+def test_delay_adds_latency_in_order(hub: Any, redis_server: RedisServer) -> None:
     _, url = hub.factory()("h1", "127.0.0.1:1", redis_server.url)
     link = hub.link("h1", "redis")
     c = client_for(url, timeout_s=2)
@@ -154,3 +159,60 @@ def test_close_frees_ports_connections_and_the_thread(redis_server: RedisServer)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
     c.close()
+
+
+# A client in another process PINGs Redis through the proxy every 50 ms and
+# prints "<sent wall time> <latency s>" per reply.
+_PINGER = """
+import socket, sys, time
+port, until = int(sys.argv[1]), float(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port))
+while time.time() < until:
+    sent = time.time()
+    s.sendall(b"PING\\r\\n")
+    assert s.recv(64).startswith(b"+PONG")
+    print(sent, time.time() - sent, flush=True)
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_a_busy_harness_delays_only_the_in_process_proxy(
+        kind: str, redis_server: RedisServer) -> None:
+    """The harness process holding its GIL (here: over 1 s inside one C call) stalls
+    every byte through a thread hub -- a link fault nobody injected -- and none
+    through the child-process hub. The thread hub is the negative control."""
+    hub: Any = ProxyHub() if kind == "thread" else ProcessProxyHub()
+    with hub:
+        hub.factory()("h1", "127.0.0.1:1", redis_server.url)
+        port = hub.link("h1", "redis").port
+        until = time.time() + 8.0
+        pinger = subprocess.Popen([sys.executable, "-c", _PINGER, str(port), str(until)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            time.sleep(1.0)  # the pinger is connected and answering
+            n = 20_000_000
+            while True:  # one C call of at least 1 s, which never yields the GIL
+                held_from = time.time()
+                sum(range(n))
+                held_to = time.time()
+                if held_to - held_from >= 1.0 or held_to > until - 1.5:
+                    break
+                n *= 2
+            out, _ = pinger.communicate(timeout=30)
+        finally:
+            pinger.kill()
+    numbers = [float(x) for x in out.split()]
+    pairs = list(zip(numbers[::2], numbers[1::2], strict=True))
+    held = held_to - held_from
+    assert held >= 1.0, f"could not hold the GIL for 1 s ({held:.2f} s)"
+    if kind == "thread":
+        # every ping in flight during the hold waited for the GIL: none was
+        # answered before the hold ended
+        during = [(sent, lat) for sent, lat in pairs
+                  if sent <= held_to - 0.3 and sent + lat >= held_from + 0.05]
+        assert during, f"no ping was in flight while the GIL was held ({len(pairs)} pings)"
+        assert all(sent + lat >= held_to - 0.05 for sent, lat in during), (held, during)
+    else:
+        window = [lat for sent, lat in pairs if held_from <= sent <= held_to - 0.3]
+        assert len(window) >= 5 and max(window) < held / 3, (held, window)

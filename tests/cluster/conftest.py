@@ -1,7 +1,8 @@
 """One real local cluster (etcd, Redis, Ray head + 3 hosts, gateway) per test session.
 
 Each host reaches etcd through its own user-space TCP proxy (``svit_chaos``'s
-:class:`~svit_chaos.proxy.ProxyHub`, PASS by default), so a test can cut one
+:class:`~svit_chaos.proxy_process.ProcessProxyHub`, PASS by default; served from a
+child process, so keepalives never wait for this test process's GIL), so a test can cut one
 host off from etcd (``etcd_links[host].set_mode(LinkMode.DROP)``). Redis is
 reached directly.
 """
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from svit_chaos.proxy import ProxyHub, TcpProxy
+from svit_chaos.proxy_process import ProcessProxyHub, RemoteProxy
 
 from svit_cluster.local import ClusterSpec, LocalCluster
 
@@ -23,8 +24,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 @pytest.fixture(scope="session")
-def _etcd_hub() -> Iterator[tuple[ProxyHub, dict[str, TcpProxy]]]:
-    hub = ProxyHub().start()
+def _etcd_hub() -> Iterator[tuple[ProcessProxyHub, dict[str, RemoteProxy]]]:
+    hub = ProcessProxyHub().start()
     try:
         yield hub, {}
     finally:
@@ -33,7 +34,7 @@ def _etcd_hub() -> Iterator[tuple[ProxyHub, dict[str, TcpProxy]]]:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory,
-            _etcd_hub: tuple[ProxyHub, dict[str, TcpProxy]]) -> Iterator[LocalCluster]:
+            _etcd_hub: tuple[ProcessProxyHub, dict[str, RemoteProxy]]) -> Iterator[LocalCluster]:
     # A short state path: Ray's socket paths (``.../ray/session_<date>_<pid>/sockets/
     # plasma_store.<n>``, n growing with every restart_host) must stay under the
     # 107-byte AF_UNIX limit, which pytest's numbered basetemp can push past.
@@ -59,7 +60,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory,
 
 @pytest.fixture(scope="session")
 def etcd_links(cluster: LocalCluster,
-               _etcd_hub: tuple[ProxyHub, dict[str, TcpProxy]]) -> dict[str, TcpProxy]:
+               _etcd_hub: tuple[ProcessProxyHub, dict[str, RemoteProxy]]) -> dict[str, RemoteProxy]:
     """Host name -> the proxy of that host's link to etcd."""
     return _etcd_hub[1]
 

@@ -74,7 +74,7 @@ from collections.abc import Callable
 
 import psutil
 import pytest
-from svit_chaos.proxy import LinkMode, TcpProxy
+from svit_chaos.proxy import Link, LinkMode
 
 from svit_cluster.client import SvitClient
 from svit_cluster.errors import SvitError
@@ -447,7 +447,7 @@ def test_failover_within_ttl_plus_1_5_s(
 # the setup itself could not finish), so still deselected by default (known_issue).
 @pytest.mark.known_issue
 def test_failover_of_a_host_cut_off_from_etcd(
-    cluster: LocalCluster, gateway: tuple[str, str], etcd_links: dict[str, TcpProxy]
+    cluster: LocalCluster, gateway: tuple[str, str], etcd_links: dict[str, Link]
 ) -> None:
     """Measured; bound TTL + 1.5 s (see the module docstring for why not lower)."""
     url, token = gateway
