@@ -771,12 +771,21 @@ class PauseOwner(Nemesis):
     on the store must refuse it; with fencing off it lands and the checker must
     report it.
 
+    The whole host is paused, so Ray may declare its node dead meanwhile; its
+    raylet then exits when resumed, and heal restarts the host (as
+    ``pause-host`` does, :func:`restart_if_died`). Without that, the host
+    stayed down for the rest of a run and later faults aimed at it found no
+    raylet or agent ("no raylet of h2 process found": a ten-minute random run
+    came out inconclusive).
+
     Heal raises :class:`HarnessError` (the run is inconclusive, with the reason)
     when no process has an owner, the owner changed while it was being paused,
-    or no other host committed within the deadline; the host is resumed first.
+    or no other host committed within the deadline; the host is resumed (and
+    restarted if it died) first.
     """
 
-    heal_timeout_factor = 2.0
+    # the node may have died while paused: heal restarts it
+    heal_timeout_factor = 4.0
     poll_s: ClassVar[float] = 0.02
 
     def __init__(self, spec: NemesisSpec, *, claim_timeout_s: float | None = None) -> None:
@@ -836,13 +845,14 @@ class PauseOwner(Nemesis):
         waited = round(time.monotonic() - started, 3)
         if claimed <= inflight.token:
             self.inflight = None
+            restart_if_died(ctx, host)
             raise HarnessError(f"pause-owner: no other host committed to {inflight.process} "
                                f"within {timeout:.0f} s of pausing {host}; no stale writer",
                                stage="heal")
         self.inflight = None
         write = stale.write(inflight.process, inflight.token, prepared=inflight)
         return {"host": host, "resumed": True, "new_token": claimed, "waited_s": waited,
-                "write": write}
+                "write": write, **restart_if_died(ctx, host)}
 
 
 class StopRaylet(Nemesis):

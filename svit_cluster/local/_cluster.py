@@ -26,7 +26,7 @@ import psutil
 
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.gateway import DEFAULT_MAX_REQUEST_BYTES
-from svit_cluster.local._ray import PortAllocator, RayNode, ray_env
+from svit_cluster.local._ray import PortAllocator, RayNode, ray_env, stop_nodes
 from svit_cluster.local._rcluster import EtcdClusterServer, RedisClusterServer
 from svit_cluster.local._servers import EtcdServer, RedisServer
 from svit_cluster.store import CLUSTER_ENV, DEFAULT_SNAPSHOT_EVERY
@@ -554,13 +554,17 @@ class LocalCluster:
         if gw:
             progress("stopping gateway")
             stop_pid(gw.get("pid"))
-        for name in sorted(self.doc.get("hosts", {}), reverse=True):
-            progress(f"stopping Ray host {name}")
-            RayNode.from_json(self.doc["hosts"][name]).stop()
+        hosts = sorted(self.doc.get("hosts", {}), reverse=True)
+        nodes = [RayNode.from_json(self.doc["hosts"][name]) for name in hosts]
         head = self.doc.get("ray", {}).get("head")
         if head:
-            progress("stopping Ray head")
-            RayNode.from_json(head).stop()
+            nodes.append(RayNode.from_json(head))
+        if nodes:
+            # one shared wait for all nodes, not up to 10 s each; a `ray start
+            # --block` process (and the head's raylet and GCS) may ignore SIGTERM
+            # for longer than that, and a Ray node keeps nothing durable: 3 s
+            progress(f"stopping Ray ({', '.join(hosts + (['head'] if head else []))})")
+            stop_nodes(nodes, timeout_s=3.0)
         for svc, procs in self._store_pids().items():
             for name, pid in procs:
                 progress(f"stopping {svc} {name}")

@@ -27,7 +27,7 @@ import psutil
 from svit_cluster.cluster import host_resource
 from svit_cluster.errors import UnavailableError
 
-__all__ = ["PortAllocator", "RayNode", "ray_env"]
+__all__ = ["PortAllocator", "RayNode", "ray_env", "stop_nodes"]
 
 _RAY_HEALTH = {
     "RAY_health_check_period_ms": "500",
@@ -299,21 +299,39 @@ class RayNode:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM the node, then SIGKILL whatever is left of it after ``timeout_s``."""
-        pids = self.pids()
-        self._signal_all(signal.SIGCONT)
-        if self.pid is not None and pids:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            alive = [p for p in (_proc(pid) for pid in pids) if p is not None]
-            psutil.wait_procs(alive, timeout=timeout_s)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self._reap()
+        stop_nodes([self], timeout_s=timeout_s)
+
+
+def stop_nodes(nodes: list[RayNode], *, timeout_s: float = 10.0) -> None:
+    """Stop several nodes together: SIGTERM every process of every node at once
+    (``ray start``, raylet, workers), wait up to ``timeout_s`` (seconds) for
+    all of them, then SIGKILL what is left. One shared wait, not one per node:
+    ``down`` of a 5-node cluster took 53 s before (the raylet alone was
+    signalled, and lingering workers used up each node's 10 s)."""
+    all_pids: list[int] = []
+    for node in nodes:
+        node._signal_all(signal.SIGCONT)
+        all_pids += node._signal_all(signal.SIGTERM)  # ray start, raylet and workers
+    procs = [p for p in (_proc(pid) for pid in all_pids) if p is not None]
+    deadline = time.monotonic() + timeout_s
+    while [p for p in procs if _running(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in all_pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for node in nodes:
+        node._reap()
+
+
+def _running(proc: psutil.Process) -> bool:
+    """Still running: a zombie (exited, not yet reaped by a parent that is not
+    us) counts as gone; ``psutil.wait_procs`` would wait its whole timeout."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _proc(pid: int) -> psutil.Process | None:

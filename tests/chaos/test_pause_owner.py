@@ -37,6 +37,7 @@ class OwnerTarget:
     config: StoreConfig
     clients: Clients
     failover: bool = True
+    died: bool = False  # Ray declared the paused node dead: its raylet exits on resume
     calls: list[str] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
     lease_ttl_s: float = 1.0
@@ -66,6 +67,13 @@ class OwnerTarget:
         if head is not None and head.token == 2 and "h2 committed" not in self.calls:
             self.calls.append("h2 committed")
         self.calls.append(f"resume {host}")
+
+    def host_alive(self, host: str) -> bool:
+        return not self.died or f"restart {host}" in self.calls
+
+    def restart_host(self, host: str) -> bool:
+        self.calls.append(f"restart {host}")
+        return True
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"pause-owner must not call {name}")
@@ -99,7 +107,7 @@ def test_the_old_owner_commits_its_in_flight_change_after_a_newer_owner_committe
         thread.join(10)
     # order: pause, the newer owner committed, resume, and only then the stale commit
     assert target.calls == ["pause h1", "h2 committed", "resume h1"]
-    assert healed["new_token"] == 2 and healed["resumed"]
+    assert healed["new_token"] == 2 and healed["resumed"] and healed["node_died"] is False
     write = healed["write"]
     assert stale.attempts >= 1 and write["token"] == 1
     logs = dump_processes(rclient, [target.pid], prefix=target.config.prefix)
@@ -142,3 +150,26 @@ def test_no_owner_anywhere_is_a_harness_error(rclient: redis.Redis) -> None:
     with pytest.raises(HarnessError, match="no process has an owner"):
         PauseOwner(NemesisSpec("pause-owner")).inject(ctx)
     assert target.calls == []
+
+
+def test_a_paused_owner_whose_node_died_is_restarted(rclient: redis.Redis) -> None:
+    """The host was paused long enough for Ray to declare its node dead: heal
+    restarts it, after the stale commit and also when no newer owner came."""
+    target, ctx, _ = owned_process(rclient, fenced=True)
+    target.died = True
+    nemesis = PauseOwner(NemesisSpec("pause-owner"), claim_timeout_s=30)
+    nemesis.inject(ctx)
+    healed = nemesis.heal(ctx)
+    for thread in target.threads:
+        thread.join(10)
+    assert healed["node_died"] is True and healed["restarted"] is True
+    assert healed["write"]["outcome"] == "fenced"
+    assert target.calls == ["pause h1", "h2 committed", "resume h1", "restart h1"]
+
+    target, ctx, _ = owned_process(rclient, fenced=False, failover=False)
+    target.died = True
+    nemesis = PauseOwner(NemesisSpec("pause-owner"), claim_timeout_s=0.3)
+    nemesis.inject(ctx)
+    with pytest.raises(HarnessError, match="no other host committed"):
+        nemesis.heal(ctx)
+    assert target.calls == ["pause h1", "resume h1", "restart h1"]
