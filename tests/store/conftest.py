@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from svit_cluster.local import EtcdServer
-from svit_cluster.ownership import HostLease, open_client
+from svit_cluster.ownership import HostLease, LeaseState, open_client
 from svit_cluster.store import StoreConfig
 from tests.store._support import unique
 
@@ -33,7 +33,13 @@ def cluster() -> str:
 async def make_lease(
     etcd_server: EtcdServer,
 ) -> AsyncIterator[Callable[..., Any]]:
-    """Factory of granted host leases on the shared etcd (ttl 2 s, margin 0.5 s)."""
+    """Factory of granted host leases on the shared etcd (ttl 2 s, margin 0.5 s),
+    returned HELD (waited for, up to 5 s).
+
+    A 2-s lease is SUSPENDED when no keepalive succeeded for 0.75 s (twice its
+    0.375-s interval); two CI runs found one SUSPENDED right after its grant,
+    and the tests that use these leases are about fencing and ownership, not
+    keepalive timing (those are tests/ownership and test_lease_*)."""
     made: list[HostLease] = []
     clients: list[Any] = []
 
@@ -44,7 +50,9 @@ async def make_lease(
         options.update(kwargs)
         lease = HostLease(client, **options)
         made.append(lease)
-        return await lease.grant()
+        granted = await lease.grant()
+        await granted.wait_for(LeaseState.HELD, timeout_s=5)
+        return granted
 
     try:
         yield make

@@ -53,6 +53,9 @@ def _try(call: Callable[[], Any]) -> SvitError | None:
 
 
 async def _acquire_when_free(owners: Owners, pid: str, timeout_s: float) -> Ownership:
+    """Acquire ``pid`` once its old owner's record is gone. The subject here is
+    the fence, not lease timing: a 2-s test lease SUSPENDED for a moment (a
+    keepalive answered late; a CI run) is waited out like a conflict."""
     end = time.monotonic() + timeout_s
     while True:
         try:
@@ -61,6 +64,10 @@ async def _acquire_when_free(owners: Owners, pid: str, timeout_s: float) -> Owne
             if time.monotonic() > end:
                 raise
             await asyncio.sleep(0.1)
+        except UnavailableError as exc:
+            if exc.fields.get("lease_state") != "suspended" or time.monotonic() > end:
+                raise
+            await owners.lease.wait_for(LeaseState.HELD, timeout_s=0.5)
 
 
 async def _paused_owner(make_lease: Callable[..., Any], rclient: redis.Redis, pid: str,
@@ -71,7 +78,7 @@ async def _paused_owner(make_lease: Callable[..., Any], rclient: redis.Redis, pi
     # this 2-s lease SUSPENDED right after its grant, its first keepalive late).
     assert await lease_a.wait_for(LeaseState.HELD, timeout_s=5)
     host_a = Owners(lease_a, cluster=cluster, host="a")
-    own_a = await host_a.acquire(pid)
+    own_a = await _acquire_when_free(host_a, pid, timeout_s=8)
     # A's data path does not consult its lease: a zombie never knows it is one.
     log_a = RedisBackend(rclient, pid, own_a.token, config)
     if not fencing:
