@@ -28,6 +28,7 @@ import contextlib
 import socket
 import struct
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from enum import StrEnum
@@ -289,26 +290,27 @@ class Link(Protocol):
 L = TypeVar("L", bound=Link)
 
 
-class HubLinks(Generic[L]):
+class HubLinks(ABC, Generic[L]):
     """What both hubs share: the (host, service) links and the cluster's proxy
     factory, over a hub-specific :meth:`proxy`."""
 
     _links: dict[tuple[str, str], L]
 
+    @abstractmethod
     def proxy(self, name: str, upstream_host: str, upstream_port: int) -> L:
         """Start a proxy on a free loopback port forwarding to ``upstream``.
 
         Raises:
             ValueError: ``name`` is already used.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def _all(self) -> list[L]:
-        raise NotImplementedError
+        """Every proxy of this hub."""
 
+    @abstractmethod
     def close(self) -> None:
         """Close every proxy and stop serving (idempotent, never raises)."""
-        raise NotImplementedError
 
     def link(self, host: str, service: str) -> L:
         """The proxy of ``host``'s link to ``service`` (``"etcd"`` or ``"redis"``).
