@@ -30,6 +30,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import time
 import uuid
 from typing import Any
@@ -734,8 +735,10 @@ class HostAgent:
     async def status(self) -> dict[str, Any]:
         """``{"host", "lease_state", "lease_id", "incarnation", "actors", "activations",
         "keepalive_lag_s", "max_keepalive_lag_s", "max_keepalive_rtt_s", "unhealthy",
-        "lost_leases"}`` (lags and round trips in seconds; ``lost_leases``: why
-        each earlier lease was lost, the last 10)."""
+        "lost_leases", "niceness", ...}`` (lags and round trips in seconds;
+        ``lost_leases``: why each earlier lease was lost, the last 10;
+        ``niceness``: this worker's scheduling niceness, see
+        :data:`svit_cluster.cluster.bootstrap.AGENT_NICENESS`)."""
         lease = self.lease
         state = None if lease is None else str(lease.state)
         return {
@@ -754,6 +757,7 @@ class HostAgent:
             "processes": sorted(self.actors),
             "activations": self.activations,
             "spares": len(self._spares),
+            "niceness": os.nice(0),
         }
 
     async def ping(self) -> bool:

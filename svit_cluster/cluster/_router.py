@@ -56,6 +56,13 @@ def raise_error_dict(result: dict[str, Any]) -> dict[str, Any]:
                           fields if isinstance(fields, dict) else None)
 
 
+def _create_outcome_unknown(process_id: str, why: str) -> UnavailableError:
+    return UnavailableError(
+        f"create of {process_id}: the process exists now, but {why}, so it may be "
+        "this create's own doing; retry (the SDK then compares the content)",
+        process_id=process_id)
+
+
 def _unreachable_types() -> tuple[type[BaseException], ...]:
     """Ray exceptions that mean "the callee is dead, gone or overloaded", not a bug."""
     import ray.exceptions as rex
@@ -391,13 +398,27 @@ class RayRouter:
         (``unavailable`` from an agent that did answer, e.g. its lease is
         SUSPENDED) also moves on. Every host is tried at most once.
 
+        With ``create``, an attempt whose outcome is unknown (the agent call
+        failed, or the agent answered ``unavailable``: its actor's start may
+        have created the process in the store before it timed out or the
+        lease left HELD) makes a later "already exists" ambiguous: it may be
+        this very create. That conflict is answered as ``unavailable`` (outcome
+        unknown, retry) rather than ``conflict``, so a retrying client checks
+        the process's content instead of being told its own create clashed
+        (issue 15: in a burst of 100 creates, one was answered ``conflict``).
+
         Raises:
-            UnavailableError: no registered host, or none could activate.
+            UnavailableError: no registered host, or none could activate; or a
+                create whose earlier attempt here has an unknown outcome found
+                the process existing.
+            ConflictError: a create found the process existing, and no earlier
+                attempt of this placement could have created it.
         """
         if not self.cache.hosts:
             raise UnavailableError("no live hosts in the cluster")
         tried: set[str] = set()
         last: UnavailableError | None = None
+        unknown: str | None = None  # a create attempt that may have succeeded
         while True:
             # Activations under way count as load: the processes of a failed host
             # are placed all at once, and without this they would all go to the
@@ -420,6 +441,8 @@ class RayRouter:
                 self.host_watch.mark_unanswering(host)
                 log.warning("host %s's agent did not answer an activation: %s", host, exc)
                 last = exc
+                if create is not None:
+                    unknown = f"the attempt on host {host} has an unknown outcome ({exc})"
                 continue
             finally:
                 left = self._activating.get(host, 1) - 1
@@ -432,11 +455,21 @@ class RayRouter:
                 result = raise_error_dict(answer)
             except UnavailableError as exc:  # the agent answered but cannot serve now
                 last = exc
+                if create is not None:
+                    # e.g. the actor's start timed out or the lease left HELD
+                    # during it: the store may hold the process already
+                    unknown = f"host {host} answered {exc.code}: {exc.message}"
                 continue
+            except ConflictError as exc:
+                if unknown is not None:
+                    raise _create_outcome_unknown(process_id, unknown) from exc
+                raise
             break
         activated = Activated.from_answer(result)
         if activated.status is ServeStatus.OWNED:
             if create is not None:
+                if unknown is not None:
+                    raise _create_outcome_unknown(process_id, unknown)
                 raise ConflictError(f"process {process_id} already exists")
             if activated.host is None or activated.token is None or activated.actor is None:
                 raise UnavailableError(f"{process_id} is owned elsewhere; retry")

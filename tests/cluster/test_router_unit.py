@@ -190,6 +190,43 @@ async def test_a_process_owned_elsewhere_routes_to_its_owner_and_is_not_created(
         await router._place("svit://t/q", {"memory": {}, "scripts": {}})
 
 
+@pytest.mark.parametrize("first", ["call failed", "answered unavailable"])
+@pytest.mark.parametrize("second_answer", [
+    {"status": "owned", "host": "a", "token": 7, "actor": "svit:a:p"},
+    {"error": {"code": "conflict", "message": "process svit://t/p already exists in the store"}},
+])
+async def test_a_create_whose_first_attempt_is_unknown_is_not_answered_conflict(
+    second_answer: dict[str, Any], first: str,
+) -> None:
+    """Host a creates the process, but its answer is lost (the call fails as
+    ``unavailable``) or is ``unavailable`` (its actor's start timed out after
+    the store create); placement moves on to b, which finds the process owned
+    or in the store. That may be this create's own doing, so the answer is
+    ``unavailable`` (retry; the SDK compares the content), not ``conflict``.
+    The old router answered ``conflict`` (issue 15's burst of 100 creates)."""
+    router, agents = fake_cluster(["a", "b"])
+    created: list[str] = []
+
+    async def created_then_lost(process_id: str, create: Any) -> dict[str, Any]:
+        created.append(process_id)
+        if first == "call failed":
+            raise UnavailableError("agent call timed out")
+        return {"error": {"code": "unavailable",
+                          "message": "actor start failed: TimeoutError"}}
+
+    agents["a"].activate = created_then_lost  # type: ignore[method-assign]
+    agents["b"].answer = second_answer
+    agents["b"].activations.clear()
+    with pytest.raises(UnavailableError, match="may be this create's own doing"):
+        await router._place("svit://t/p", {"memory": {}, "scripts": {}})
+    assert created == ["svit://t/p"] and agents["b"].activations == ["svit://t/p"]
+    # the same answer without an unknown attempt before it is a real conflict
+    router2, agents2 = fake_cluster(["b"])
+    agents2["b"].answer = second_answer
+    with pytest.raises(ConflictError):
+        await router2._place("svit://t/p", {"memory": {}, "scripts": {}})
+
+
 async def test_create_of_a_known_process_conflicts_without_asking_an_agent() -> None:
     router, agents = fake_cluster(["a"])
     await router._route("svit://t/p")
