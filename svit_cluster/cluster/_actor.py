@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import deque
 from typing import Any
@@ -569,11 +570,13 @@ class ProcessActor:
         await self._leave(reason)
 
     async def info(self) -> dict[str, Any]:
-        """``{"process_id", "host", "token", "closed", "version"}``."""
+        """``{"process_id", "host", "token", "closed", "version", "idle_s", "loop",
+        "niceness"}`` (``niceness``: this worker's scheduling niceness, see
+        :data:`svit_cluster.cluster._config.PROCESS_ACTOR_NICENESS`)."""
         version = self._ctrl.process.version if self._ctrl is not None else None
         loop = self._loop
         return {"process_id": self.process_id, "host": self.host, "token": self.token,
-                "closed": self._closed, "version": version,
+                "closed": self._closed, "version": version, "niceness": os.nice(0),
                 "idle_s": time.monotonic() - self._last_used,
                 "loop": None if loop is None else {
                     "state": loop.state, "turns_completed": loop.turns_completed,

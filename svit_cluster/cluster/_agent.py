@@ -36,7 +36,12 @@ import uuid
 from typing import Any
 
 from svit_cluster.cluster._actor import ProcessActor, error_dict
-from svit_cluster.cluster._config import ClusterConfig, host_resource
+from svit_cluster.cluster._config import (
+    PROCESS_ACTOR_NICENESS,
+    ClusterConfig,
+    host_resource,
+    niceness_runtime_env,
+)
 from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
 from svit_cluster.ownership import host_key, hosts_prefix
@@ -165,6 +170,8 @@ class HostAgent:
             max_restarts=0,
             max_concurrency=64,
             lifetime="detached",
+            # not the agent's niceness, which Ray would otherwise hand down
+            runtime_env=niceness_runtime_env(PROCESS_ACTOR_NICENESS),
         ).remote(self.cfg.to_dict(), self.host, "", 0, agent_name(self.host))
         return name, handle
 
@@ -738,7 +745,7 @@ class HostAgent:
         "lost_leases", "niceness", ...}`` (lags and round trips in seconds;
         ``lost_leases``: why each earlier lease was lost, the last 10;
         ``niceness``: this worker's scheduling niceness, see
-        :data:`svit_cluster.cluster.bootstrap.AGENT_NICENESS`)."""
+        :data:`svit_cluster.cluster._config.AGENT_NICENESS`)."""
         lease = self.lease
         state = None if lease is None else str(lease.state)
         return {

@@ -20,21 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.cluster._agent import HostAgent, agent_name
-from svit_cluster.cluster._config import ClusterConfig, host_resource
+from svit_cluster.cluster._config import (
+    AGENT_NICENESS,
+    ClusterConfig,
+    host_resource,
+    niceness_runtime_env,
+)
 
 __all__ = ["AGENT_NICENESS", "start_agents"]
-
-#: Scheduling niceness of every host agent's worker process. Ray starts each
-#: worker at ``worker_niceness`` (15 by default) so its own daemons win the CPU;
-#: the agent holds the host's etcd lease, so at 15 it competed on equal terms
-#: with every process-actor worker being started, and a burst of 100 new
-#: processes starved its keepalives past the local deadline (issue 15 item 5:
-#: two of three hosts lost their lease in two of three runs at TTL 3 s). At 0
-#: it weighs as much as about 28 starting workers (CFS weights 1024 vs 36), like
-#: the raylet beside it. Ray reads the variable in the new worker itself, so it
-#: needs no privilege (a niceness can only be lowered below the start value by
-#: root; the worker starts at the raylet's, then raises its own).
-AGENT_NICENESS = 0
 
 
 def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 120.0
@@ -61,7 +54,7 @@ def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 
             num_cpus=0,
             max_restarts=0,
             max_concurrency=256,
-            runtime_env={"env_vars": {"RAY_worker_niceness": str(AGENT_NICENESS)}},
+            runtime_env=niceness_runtime_env(AGENT_NICENESS),
         ).remote(config.to_dict(), host)
         handles.append(handle)
     refs = [h.start.remote() for h in handles]
