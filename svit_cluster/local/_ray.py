@@ -107,6 +107,15 @@ class PortAllocator:
                 return ports[0], ports[-1]
 
 
+def _is_ray_process(proc: psutil.Process) -> bool:
+    """A raylet, GCS, Ray worker (``ray::...``) or Ray agent/``ray start`` process."""
+    if proc.name() in ("raylet", "gcs_server"):
+        return True
+    head = " ".join(proc.cmdline()[:3])
+    return (head.startswith("ray::") or "/ray/" in head or head.endswith("/ray")
+            or " ray " in f" {head} ")
+
+
 @dataclass
 class RayNode:
     """One Ray node run as ``ray start --block``.
@@ -242,14 +251,31 @@ class RayNode:
                                f"see {self.log_path}")
 
     def pids(self) -> list[int]:
-        """The ``ray start`` process and every descendant (raylet, GCS, workers)."""
+        """The ``ray start`` process and every descendant (raylet, GCS, workers),
+        and every other process still in the session ``ray start`` opened
+        (``start_new_session``): a raylet or worker whose parent died is
+        re-parented, and without this a kill or pause of the node would miss it."""
         if self.pid is None:
             return []
+        found: list[int] = []
         try:
             root = psutil.Process(self.pid)
-            return [root.pid] + [c.pid for c in root.children(recursive=True)]
+            found = [root.pid] + [c.pid for c in root.children(recursive=True)]
         except psutil.NoSuchProcess:
-            return []
+            pass
+        seen = set(found)
+        for pid in psutil.pids():
+            if pid in seen:
+                continue
+            try:
+                # the Ray check guards against a reused session id (``ray start``
+                # gone, its PID taken by an unrelated session leader)
+                if os.getsid(pid) == self.pid and _is_ray_process(psutil.Process(pid)):
+                    found.append(pid)
+                    seen.add(pid)
+            except (OSError, psutil.Error):  # gone meanwhile, or not ours to read
+                continue
+        return found
 
     def raylet_pid(self) -> int | None:
         for pid in self.pids():
