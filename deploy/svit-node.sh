@@ -29,6 +29,12 @@ set -eu
 role="${1:-}"
 [ $# -gt 0 ] && shift
 
+# Ray workers start at this niceness (Ray's default is 15): the host agent, which
+# keeps the host's etcd lease alive, stays there, and process actors lower their
+# own priority to 15, so starting workers cannot starve the lease's keepalives
+# (svit_cluster.cluster WORKER_NICENESS_ENV).
+export RAY_worker_niceness="${RAY_worker_niceness:-0}"
+
 temp_dir="${SVIT_RAY_TEMP_DIR:-/tmp/ray}"
 gcs_port="${SVIT_RAY_GCS_PORT:-6379}"
 wait_s="${SVIT_RAY_WAIT_S:-300}"

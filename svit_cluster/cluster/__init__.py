@@ -23,7 +23,7 @@ tests/cluster/test_worker_imports.py).
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from svit_cluster.cluster._config import ClusterConfig, host_resource
+from svit_cluster.cluster._config import WORKER_NICENESS_ENV, ClusterConfig, host_resource
 
 if TYPE_CHECKING:
     from svit_cluster.cluster._actor import ProcessActor
@@ -52,6 +52,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "WORKER_NICENESS_ENV",
     "Activated",
     "ClusterConfig",
     "HostAgent",

@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any
 
 from svit_cluster import tracing
-from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._config import PROCESS_ACTOR_NICENESS, ClusterConfig, lower_priority
 from svit_cluster.cluster._direct import DirectServer
 from svit_cluster.control import ControlAnswer, ProcessController, decode_request
 from svit_cluster.errors import (
@@ -62,6 +62,8 @@ class ProcessActor:
     def __init__(
         self, config: dict[str, Any], host: str, process_id: str, token: int, agent_name: str
     ) -> None:
+        # below the host agent, whose keepalives must not starve (issue 15 item 5)
+        lower_priority(PROCESS_ACTOR_NICENESS)
         self.cfg = ClusterConfig.from_dict(config)
         self.host = host
         self.process_id = process_id

@@ -36,12 +36,7 @@ import uuid
 from typing import Any
 
 from svit_cluster.cluster._actor import ProcessActor, error_dict
-from svit_cluster.cluster._config import (
-    PROCESS_ACTOR_NICENESS,
-    ClusterConfig,
-    host_resource,
-    niceness_runtime_env,
-)
+from svit_cluster.cluster._config import AGENT_NICENESS, ClusterConfig, host_resource
 from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
 from svit_cluster.ownership import host_key, hosts_prefix
@@ -134,6 +129,11 @@ class HostAgent:
                 The host does not join. (Redis being unreachable only logs a
                 warning: every new connection checks the policy again.)
         """
+        if os.nice(0) > AGENT_NICENESS:
+            log.warning("host %s's agent runs at niceness %d, not %d: start the Ray node "
+                        "with RAY_worker_niceness=%d (deploy/svit-node.sh does), or "
+                        "starting workers can starve the lease's keepalives",
+                        self.host, os.nice(0), AGENT_NICENESS, AGENT_NICENESS)
         if self.lease is None:
             await asyncio.to_thread(self._check_redis)
             await self._join()
@@ -170,8 +170,6 @@ class HostAgent:
             max_restarts=0,
             max_concurrency=64,
             lifetime="detached",
-            # not the agent's niceness, which Ray would otherwise hand down
-            runtime_env=niceness_runtime_env(PROCESS_ACTOR_NICENESS),
         ).remote(self.cfg.to_dict(), self.host, "", 0, agent_name(self.host))
         return name, handle
 
@@ -745,7 +743,8 @@ class HostAgent:
         "lost_leases", "niceness", ...}`` (lags and round trips in seconds;
         ``lost_leases``: why each earlier lease was lost, the last 10;
         ``niceness``: this worker's scheduling niceness, see
-        :data:`svit_cluster.cluster._config.AGENT_NICENESS`)."""
+        :data:`svit_cluster.cluster._config.AGENT_NICENESS`; above it when the
+        node was not started with ``WORKER_NICENESS_ENV``)."""
         lease = self.lease
         state = None if lease is None else str(lease.state)
         return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,37 +16,50 @@ from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
 if TYPE_CHECKING:  # pydantic-settings loads only where the environment is read
     from svit_cluster.settings import ClusterSettings
 
-__all__ = ["AGENT_NICENESS", "PROCESS_ACTOR_NICENESS", "ClusterConfig", "host_resource",
-           "niceness_runtime_env"]
+__all__ = ["AGENT_NICENESS", "PROCESS_ACTOR_NICENESS", "WORKER_NICENESS_ENV", "ClusterConfig",
+           "host_resource", "lower_priority"]
 
 #: Scheduling niceness of every host agent's worker. The agent holds the host's
 #: etcd lease and keeps it alive from its own thread; at Ray's default worker
 #: niceness (15) it competed on equal terms with every process-actor worker
 #: being started, and a burst of 100 new processes starved its keepalives past
 #: the local deadline (issue 15 item 5: two of three hosts lost their lease in
-#: two of three runs at TTL 3 s). At 0 it weighs as much as about 28 starting
-#: workers at 15 (CFS weights 1024 vs 36), like the raylet beside it.
+#: two of three runs at TTL 3 s). At 0 it weighs as much as about 28 workers at
+#: 15 (CFS weights 1024 vs 36), like the raylet beside it.
 AGENT_NICENESS = 0
-#: Scheduling niceness of every process actor's worker: Ray's default
-#: ``worker_niceness``, stated explicitly because Ray hands a creator's
-#: ``runtime_env`` down to the actors it creates, and the agent's says 0.
+#: Scheduling niceness of every process actor's worker once it runs (Ray's
+#: default ``worker_niceness``): below the agent, so serving load cannot starve
+#: the lease. Set by the actor itself (:func:`lower_priority`).
 PROCESS_ACTOR_NICENESS = 15
+#: The environment every Ray node of a cluster starts with (``svit_cluster.local``
+#: and ``deploy/svit-node.sh``): Ray's core worker renices itself to
+#: ``RAY_worker_niceness`` at start, so every worker starts at the agent's
+#: niceness; process actors then lower their own priority. Not a per-actor
+#: ``runtime_env``: Ray hands a creator's runtime_env down to the actors it
+#: creates, and a worker with one cannot come from Ray's prestarted pool.
+WORKER_NICENESS_ENV = {"RAY_worker_niceness": str(AGENT_NICENESS)}
 
 
-def niceness_runtime_env(niceness: int) -> dict[str, Any]:
-    """A Ray ``runtime_env`` whose worker runs at ``niceness`` (-20..19).
+def lower_priority(niceness: int) -> int:
+    """Raise the niceness of every thread of this process to ``niceness`` (never
+    lowers one, which would need privilege); returns the calling thread's.
 
-    Ray's core worker reads ``RAY_worker_niceness`` at start and renices
-    itself; the worker starts at its raylet's niceness (0), so raising it
-    needs no privilege. A worker with this env is dedicated to it (not taken
-    from the default prestarted pool).
-
-    Raises:
-        ConfigurationError: ``niceness`` is outside -20..19.
+    Linux keeps a niceness per thread (``setpriority(PRIO_PROCESS, tid)``), so
+    each of ``/proc/self/task`` is set; threads started later inherit their
+    creator's. Elsewhere only the calling thread (``os.nice``) is changed.
     """
-    if not -20 <= niceness <= 19:
-        raise ConfigurationError(f"niceness must be in -20..19, got {niceness}")
-    return {"env_vars": {"RAY_worker_niceness": str(niceness)}}
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = []
+    for tid in tids:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
+                os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except OSError:  # the thread ended meanwhile
+            continue
+    now = os.nice(0)
+    return os.nice(niceness - now) if niceness > now else now
 
 
 def host_resource(host: str) -> str:

@@ -20,12 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.cluster._agent import HostAgent, agent_name
-from svit_cluster.cluster._config import (
-    AGENT_NICENESS,
-    ClusterConfig,
-    host_resource,
-    niceness_runtime_env,
-)
+from svit_cluster.cluster._config import AGENT_NICENESS, ClusterConfig, host_resource
 
 __all__ = ["AGENT_NICENESS", "start_agents"]
 
@@ -54,7 +49,6 @@ def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 
             num_cpus=0,
             max_restarts=0,
             max_concurrency=256,
-            runtime_env=niceness_runtime_env(AGENT_NICENESS),
         ).remote(config.to_dict(), host)
         handles.append(handle)
     refs = [h.start.remote() for h in handles]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from svit_cluster.cluster import host_resource
+from svit_cluster.cluster import WORKER_NICENESS_ENV, host_resource
 from svit_cluster.errors import UnavailableError
 
 __all__ = ["PortAllocator", "RayNode", "ray_env", "stop_nodes"]
@@ -40,14 +40,16 @@ _RAY_HEALTH = {
 def ray_env() -> dict[str, str]:
     """Environment for Ray processes and drivers of the local cluster.
 
-    Token auth off (a loopback-only cluster), usage stats off, and the tuned
-    health checks from DESIGN.md §5 (node death noticed in ~1.5 s).
+    Token auth off (a loopback-only cluster), usage stats off, the tuned
+    health checks from DESIGN.md §5 (node death noticed in ~1.5 s), and
+    workers starting at niceness 0 (``WORKER_NICENESS_ENV``).
     """
     env = dict(os.environ)
     env.update(_RAY_HEALTH)
     env["RAY_AUTH_MODE"] = "disabled"
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_SCHEDULER_EVENTS"] = "0"
+    env.update(WORKER_NICENESS_ENV)  # host agents above process actors (issue 15)
     return env
 
 
