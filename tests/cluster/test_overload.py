@@ -149,10 +149,13 @@ def test_a_burst_of_100_processes_costs_no_host_its_lease(ttl5_cluster: LocalClu
 # same burst at TTL 3 s (the session cluster; local deadline 2.25 s after the
 # last keepalive that got through, keepalive every 0.56 s). On 2026-12-01: with
 # agents and process actors at niceness 15, two of three hosts lost their lease
-# in two of three runs; with both at 0, none in three runs; with agents at 0 and
-# process actors at 15 (now), one host in one run: a keepalive got no answer for
-# ~2 s while that agent's keepalive lag stayed 0.73 s and its round trips
-# 0.53 s at most, so a starved agent does not explain it alone. Ruled out since:
+# in two of three runs; with both at 0 (a per-actor runtime_env), none in three
+# runs; with agents at 0 and process actors at 15 through a runtime_env, one host
+# in one run: a keepalive got no answer for ~2 s while that agent's keepalive lag
+# stayed 0.73 s and its round trips 0.53 s at most, so a starved agent does not
+# explain it alone. With the final design (workers start at 0, process actors
+# lower every thread to 15): two runs, both passed (max lag 0.74 s), not yet the
+# three in a row this test's mark asks for. Ruled out since:
 # ray.nodes() and named actor creation both release the GIL while the GCS is
 # stopped (a ticking thread saw 8-13 ms gaps), and a keepalive on its own
 # thread and loop is not delayed by a blocked main uvloop (max 3 ms). Each loss
