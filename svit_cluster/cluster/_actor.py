@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any
 
 from svit_cluster import tracing
-from svit_cluster.cluster._config import PROCESS_ACTOR_NICENESS, ClusterConfig, lower_priority
+from svit_cluster.cluster._config import ClusterConfig, lower_priority
 from svit_cluster.cluster._direct import DirectServer
 from svit_cluster.control import ControlAnswer, ProcessController, decode_request
 from svit_cluster.errors import (
@@ -57,13 +57,19 @@ class ProcessActor:
         process_id: the process ("" for a spare).
         token: the fencing token from the etcd ownership record (0 for a spare).
         agent_name: the Ray name of this host's agent (for passivation).
+        niceness: lower every thread of this process to this niceness (the agent
+            passes ``PROCESS_ACTOR_NICENESS``, below its own, so serving load
+            cannot starve the host's lease; issue 15 item 5). None (the
+            default) leaves the process alone: an actor built outside its own
+            Ray worker (tests, in-process use) must not slow down its host.
     """
 
     def __init__(
-        self, config: dict[str, Any], host: str, process_id: str, token: int, agent_name: str
+        self, config: dict[str, Any], host: str, process_id: str, token: int, agent_name: str,
+        niceness: int | None = None,
     ) -> None:
-        # below the host agent, whose keepalives must not starve (issue 15 item 5)
-        lower_priority(PROCESS_ACTOR_NICENESS)
+        if niceness is not None:
+            lower_priority(niceness)
         self.cfg = ClusterConfig.from_dict(config)
         self.host = host
         self.process_id = process_id

@@ -36,7 +36,12 @@ import uuid
 from typing import Any
 
 from svit_cluster.cluster._actor import ProcessActor, error_dict
-from svit_cluster.cluster._config import AGENT_NICENESS, ClusterConfig, host_resource
+from svit_cluster.cluster._config import (
+    AGENT_NICENESS,
+    PROCESS_ACTOR_NICENESS,
+    ClusterConfig,
+    host_resource,
+)
 from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
 from svit_cluster.ownership import host_key, hosts_prefix
@@ -170,7 +175,8 @@ class HostAgent:
             max_restarts=0,
             max_concurrency=64,
             lifetime="detached",
-        ).remote(self.cfg.to_dict(), self.host, "", 0, agent_name(self.host))
+        ).remote(self.cfg.to_dict(), self.host, "", 0, agent_name(self.host),
+                 PROCESS_ACTOR_NICENESS)
         return name, handle
 
     def _refill(self) -> None:
