@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.cluster._agent import HostAgent, agent_name
-from svit_cluster.cluster._config import AGENT_NICENESS, ClusterConfig, host_resource
+from svit_cluster.cluster._config import ClusterConfig, host_resource
 
-__all__ = ["AGENT_NICENESS", "start_agents"]
+__all__ = ["start_agents"]
 
 
 def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 120.0
