@@ -195,8 +195,9 @@ def delivery_status(
 
     Returns:
         intent id -> :class:`IntentStatus`, in no particular order. Read-only;
-        safe to call while workers run (a concurrent ack can only move an
-        intent from pending to delivered/dead-lettered between two calls).
+        safe to call while workers run: each intent's state is one it held
+        during the call (a concurrent ack moves it from pending to delivered
+        or dead-lettered between two calls, never a dead letter to delivered).
 
     Raises:
         InvalidInput: a malformed process id or prefix.
@@ -204,24 +205,38 @@ def delivery_status(
     """
     keys = DispatchKeys(prefix)
     with boundary("delivery_status"):
+        # Read order matters: Redis gives no snapshot across these keys, and
+        # each write below is one script, so reading in the order the writes
+        # depend on each other makes every answer true at some moment:
+        # 1. acknowledgement states (outbox groups, then the re-drive group):
+        #    a dead letter is settled in the same script as its XACK, so an
+        #    entry seen acknowledged has its settled letter visible in step 2
+        #    (read the other way round, a letter settled between the two reads
+        #    made a dead-lettered intent look delivered);
+        # 2. dead letters, before 3. re-drive entries: a re-drive moves a
+        #    letter (XADD to the re-drive stream, XDEL from the dead letters)
+        #    in one script, so a moved letter is seen in 2 or in 3, never in
+        #    neither.
+        outboxes: list[tuple[str, str, _GroupView, Any]] = []
+        for pid in process_ids:
+            stream = keys.outbox(pid)
+            outboxes.append((pid, stream, _group_view(client, stream, group),
+                             client.xrange(stream)))
+        redrive_view = _group_view(client, keys.redrive, group)
         dead: dict[str, DeadLetter] = {}
         dead_raw: Any = _settled_letters(client, client.xrange(keys.dead))
         for eid, fields in dead_raw:
             letter = DeadLetter.from_entry(eid, fields)
             key = letter.intent_id or f"entry:{letter.entry_id}"
             dead[key] = letter  # later ids overwrite earlier ones
-        redrive_view = _group_view(client, keys.redrive, group)
-        redriven: dict[str, str] = {}
         redrive_raw: Any = client.xrange(keys.redrive)
+        redriven: dict[str, str] = {}
         for eid, fields in redrive_raw:
             iid = text(fields.get(b"intent_id")) or _intent_id(fields)
             redriven[iid or f"entry:{text(fields.get(b'entry_id'))}"] = text(eid)
         trimmed_known = _trimmed_candidates(dead, redrive_raw)
         out: dict[str, IntentStatus] = {}
-        for pid in process_ids:
-            stream = keys.outbox(pid)
-            view = _group_view(client, stream, group)
-            entries: Any = client.xrange(stream)
+        for pid, stream, view, entries in outboxes:
             for raw_id, fields in entries:
                 entry_id = text(raw_id)
                 status = _classify(stream, pid, entry_id, fields, view, dead, redriven,
@@ -353,7 +368,6 @@ def outbox_summary(
     *,
     prefix: str = DEFAULT_PREFIX,
     group: str = DEFAULT_GROUP,
-    statuses: dict[str, IntentStatus] | None = None,
 ) -> dict[str, OutboxSummary]:
     """Per-sender counts of committed, pending, delivered and dead-lettered intents.
 
@@ -361,45 +375,65 @@ def outbox_summary(
         client: a redis-py client.
         process_ids: the sending processes.
         prefix, group: as for :func:`delivery_status`.
-        statuses: a :func:`delivery_status` result for the same senders, if the
-            caller already has one (read again otherwise).
 
     Returns:
-        process id -> :class:`OutboxSummary`.
+        process id -> :class:`OutboxSummary`. Safe while senders commit: each
+        stream's counters are read first and only intents committed by then
+        are counted, so a fresh commit is never counted as delivered.
 
     Raises:
         InvalidInput: a malformed process id or prefix.
         UnavailableError: Redis failed.
     """
+    return status_and_summary(client, process_ids, prefix=prefix, group=group)[1]
+
+
+def status_and_summary(
+    client: RedisClient,
+    process_ids: Iterable[str],
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    group: str = DEFAULT_GROUP,
+) -> tuple[dict[str, IntentStatus], dict[str, OutboxSummary]]:
+    """:func:`delivery_status` and :func:`outbox_summary` from one pass (the CLI's
+    ``dispatcher status``). Same arguments and errors as those two."""
     pids = list(process_ids)
-    if statuses is None:
-        statuses = delivery_status(client, pids, prefix=prefix, group=group)
-    by_state: Counter[tuple[str, DeliveryState]] = Counter(
-        (s.source, s.state) for s in statuses.values())
     keys = DispatchKeys(prefix)
-    out: dict[str, OutboxSummary] = {}
+    infos: dict[str, Any] = {}
     with boundary("outbox_summary"):
+        # The counters first, the states second: an intent committed after its
+        # stream's counter was read is left out of this summary's counts (its
+        # entry id is above the counter's last-generated-id) instead of adding
+        # to ``committed - pending - dead_lettered`` as if delivered.
         for pid in pids:
-            stream = keys.outbox(pid)
             try:
-                info: Any = client.xinfo_stream(stream)
+                infos[pid] = client.xinfo_stream(keys.outbox(pid))
             except redis.ResponseError:  # no such stream: nothing committed
-                info = None
-            committed = int(info.get("entries-added") or 0) if info else 0
-            retained = int(info.get("length") or 0) if info else 0
-            first: Any = info.get("first-entry") if info else None
-            first_version: int | None = None
-            if first:
-                raw = (first[1] or {}).get(b"version", b"")
-                first_version = int(raw) if raw.isdigit() else None
-            pending = by_state[(pid, DeliveryState.PENDING)]
-            dead = by_state[(pid, DeliveryState.DEAD_LETTERED)]
-            out[pid] = OutboxSummary(
-                process_id=pid, stream=stream, committed=committed, retained=retained,
-                trimmed=max(0, committed - retained), first_retained_version=first_version,
-                pending=pending, dead_lettered=dead,
-                delivered=max(0, committed - pending - dead))
-    return out
+                infos[pid] = None
+    statuses = delivery_status(client, pids, prefix=prefix, group=group)
+    by_state: Counter[tuple[str, DeliveryState]] = Counter()
+    for s in statuses.values():
+        info = infos.get(s.source)
+        if info and _sid(s.entry_id) <= _sid(text(info.get("last-generated-id"), "0-0")):
+            by_state[(s.source, s.state)] += 1
+    out: dict[str, OutboxSummary] = {}
+    for pid in pids:
+        info = infos[pid]
+        committed = int(info.get("entries-added") or 0) if info else 0
+        retained = int(info.get("length") or 0) if info else 0
+        first: Any = info.get("first-entry") if info else None
+        first_version: int | None = None
+        if first:
+            raw = (first[1] or {}).get(b"version", b"")
+            first_version = int(raw) if raw.isdigit() else None
+        pending = by_state[(pid, DeliveryState.PENDING)]
+        dead = by_state[(pid, DeliveryState.DEAD_LETTERED)]
+        out[pid] = OutboxSummary(
+            process_id=pid, stream=keys.outbox(pid), committed=committed, retained=retained,
+            trimmed=max(0, committed - retained), first_retained_version=first_version,
+            pending=pending, dead_lettered=dead,
+            delivered=max(0, committed - pending - dead))
+    return statuses, out
 
 
 def destination_records(

@@ -109,7 +109,8 @@ def status(state_dir: Path | None, redis_url: str | None, output: str,
     from collections import Counter
     from dataclasses import asdict
 
-    from svit_cluster.dispatch import delivery_status, outbox_summary, read_cluster_json
+    from svit_cluster.dispatch import read_cluster_json
+    from svit_cluster.dispatch._status import status_and_summary
     from svit_cluster.store import connect
 
     cluster: bool | None = None  # None: SVIT_REDIS_CLUSTER decides
@@ -129,8 +130,7 @@ def status(state_dir: Path | None, redis_url: str | None, output: str,
     if redis_url is None:
         raise click.UsageError("give --redis-url or --state-dir")
     client = connect(redis_url, cluster=cluster)
-    result = delivery_status(client, process_ids)
-    summary = outbox_summary(client, process_ids, statuses=result)
+    result, summary = status_and_summary(client, process_ids)
     # Counts come from each stream's entries-added counter (trimming removes
     # acknowledged entries), not from counting the listed intents.
     counts: Counter[str] = Counter()
