@@ -44,7 +44,10 @@ for it (below). For a cluster-wide fault, every process whose span contains
 that end after ``t0``; the first outage whose last acknowledged commit before
 it (or the span start) is no later than the fault's heal is the outage the
 fault caused (an outage may begin in a demand interval after the heal when
-clients were busy elsewhere meanwhile), and the first acknowledged commit at
+clients were busy elsewhere meanwhile), except that for a host fault an outage
+that begins while the ownership records name another host is never this
+fault's (the process had moved; a long fault window otherwise took a later
+fault's outage on the new owner), and the first acknowledged commit at
 or after its end is the recovery. Without such an outage the recovery is the
 first acknowledged commit after ``t0`` (the process never stopped). TTR =
 recovery time - ``t0``, on any owner. No commit after ``t0`` within the span:
@@ -268,6 +271,9 @@ def _recovery(proc: _Process, fault: Fault, threshold_s: float
         k = bisect_right(times, a)
         if (times[k - 1] if k else proc.span[0]) > fault.end:
             break  # the process committed after the heal before this gap began
+        if fault.host is not None and proc.owners \
+                and proc.owner_at(a) not in (fault.host, None):
+            break  # it began on another owner: another fault's outage, not this one's
         if b - a > threshold_s:
             after, outage = b, True
             break

@@ -67,7 +67,7 @@ def fault(kind: str, window: int, start: float, end: float, host: str | None = N
              "window": window, "spec": spec, "detail": {}}]
 
 
-def owner(t: float, process: str, host: str, token: int) -> dict[str, Any]:
+def owner(t: float, process: str, host: str | None, token: int) -> dict[str, Any]:
     return {"kind": "owner", "t": t, "process": process, "host": host, "token": token}
 
 
@@ -169,6 +169,25 @@ def test_time_to_recovery_per_fault_and_affected_process() -> None:
         ("cut-etcd", Q): (5.0, True, 11),     # 35.0 - 30: served to 32.5, then the outage
         ("slow-link", P): (0.5, False, 12),   # 50.5 - 50: never stopped
     }
+
+
+def test_an_outage_on_the_new_owner_is_not_the_earlier_host_faults() -> None:
+    """From the ten-minute chaos run of 2026-12-01 (seed 12): pause-host h1 open
+    for 50 s while P moved to h2 (nobody asked P meanwhile: every client was held
+    on other processes); a later outage on h2 was charged to the pause (56 s).
+
+    P on h1 (token 4) commits to 10.0; pause-host h1 10.2..60 (heal); no demand
+    until P's new owner h2 (record at 16.0, token 9) commits at 17.2; then an
+    outage 40.0 -> 45.0 on h2 (caused by something else)."""
+    p = chain(P, "c0", 0.0, steps(0.5, 10.0, 4))
+    p += chain(P, "c0", 17.0, [*steps(17.2, 40.0, 9, step=0.4), *steps(45.0, 70.0, 9)])
+    owners = [owner(0.0, P, "h1", 4), owner(12.0, P, None, 4), owner(16.0, P, "h2", 9)]
+    h = history(p, owners, fault("pause-host", 0, 10.2, 60.0, "h1"))
+    [rec] = recoveries(h)
+    # no outage before P's first commit after the fault (17.2): recovered then
+    assert (rec["seconds"], rec["outage"], rec["token"]) == (7.0, False, 9)  # 17.2 - 10.2
+    [fo] = failovers(h)
+    assert (fo["kind"], fo["seconds"]) == ("pause-host", 7.0)
 
 
 def test_failover_from_owner_loss_to_the_new_owners_first_commit() -> None:
