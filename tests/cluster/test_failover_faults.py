@@ -557,6 +557,15 @@ def test_ray_node_death_revokes_the_hosts_lease_at_once(
     before = node_entry(node_id)
     assert before is not None and before.get("Alive") is True, (
         f"{victim}'s registered node {node_id} is not listed alive before the kill: {before}")
+    # The suspect for the unexplained failures: an agent living on a Ray node left
+    # over from an earlier incarnation of the host (same host resource), so the
+    # kill below hits the current node and Ray never declares the registered one
+    # dead. The node manager port tells the two apart (each start takes new ports).
+    current = cluster.node(victim).node_manager_port
+    assert before.get("NodeManagerPort") == current, (
+        f"{victim}'s agent registered node {node_id} (node manager port "
+        f"{before.get('NodeManagerPort')}), not the host's current Ray node (port "
+        f"{current}): a node of an earlier incarnation is still alive: {before}")
     raylet = cluster.node(victim).raylet_pid()
     killed_at = time.monotonic()
     killed = cluster.kill_host(victim)
