@@ -156,6 +156,14 @@ def _state(pid: str, prefix: str) -> Callable[[Any], DeliveryState]:
     return read
 
 
+def _moves(answers: list[tuple[int, Any]], before: DeliveryState,
+           after: DeliveryState) -> None:
+    """Every answer is the state before or after the write (never ``delivered``),
+    and the first run (write before the call) and the last (write after) show each."""
+    assert all(s in (before, after) for _, s in answers), answers
+    assert answers[0][1] == after and answers[-1][1] == before, answers
+
+
 def test_a_dead_letter_settled_mid_read_is_never_reported_delivered(
         redis_target: RedisTarget, rclient: redis.Redis, prefix: str) -> None:
     def setup(p: str) -> tuple[Callable[[], None], Callable[[Any], Any]]:
@@ -163,11 +171,8 @@ def test_a_dead_letter_settled_mid_read_is_never_reported_delivered(
         pid = sender.pid
         return _dead_letter(redis_target.url, p, pid, stream, eid, fields), _state(pid, p)
 
-    answers = _every_boundary(setup, rclient, prefix)
-    assert all(s in (DeliveryState.PENDING, DeliveryState.DEAD_LETTERED) for _, s in answers), \
-        answers
-    assert answers[0][1] == DeliveryState.DEAD_LETTERED  # settled before the read
-    assert answers[-1][1] == DeliveryState.PENDING  # settled after it
+    _moves(_every_boundary(setup, rclient, prefix),
+           DeliveryState.PENDING, DeliveryState.DEAD_LETTERED)
 
 
 def test_a_redrive_moving_the_letter_mid_read_is_never_reported_delivered(
@@ -184,11 +189,8 @@ def test_a_redrive_moving_the_letter_mid_read_is_never_reported_delivered(
             assert len(letters.redrive().redriven) == 1
         return redrive, _state(pid, p)
 
-    answers = _every_boundary(setup, rclient, prefix)
-    assert all(s in (DeliveryState.PENDING, DeliveryState.DEAD_LETTERED) for _, s in answers), \
-        answers
-    assert answers[0][1] == DeliveryState.PENDING and answers[-1][1] == \
-        DeliveryState.DEAD_LETTERED
+    _moves(_every_boundary(setup, rclient, prefix),
+           DeliveryState.DEAD_LETTERED, DeliveryState.PENDING)
 
 
 def test_a_redriven_intent_dead_lettered_again_mid_read_is_never_reported_delivered(
@@ -206,11 +208,8 @@ def test_a_redriven_intent_dead_lettered_again_mid_read_is_never_reported_delive
         return _dead_letter(redis_target.url, p, pid, redrive, rid.decode(), rfields), \
             _state(pid, p)
 
-    answers = _every_boundary(setup, rclient, prefix)
-    assert all(s in (DeliveryState.PENDING, DeliveryState.DEAD_LETTERED) for _, s in answers), \
-        answers
-    assert answers[0][1] == DeliveryState.DEAD_LETTERED and answers[-1][1] == \
-        DeliveryState.PENDING
+    _moves(_every_boundary(setup, rclient, prefix),
+           DeliveryState.PENDING, DeliveryState.DEAD_LETTERED)
 
 
 def test_a_commit_mid_summary_is_never_counted_delivered(
