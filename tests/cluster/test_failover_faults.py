@@ -209,11 +209,16 @@ def processes_on_one_host(cluster: LocalCluster, url: str, token: str,
     passivate, 4 s here, before the fault) and still owned by that host."""
     versions: dict[str, int] = {}
     # Up to 8 rounds: right after a host was restored (the previous test) its
-    # activations start cold Ray workers and some of a round's processes
-    # passivate (4 s idle) or move before the check; 4 rounds ran out once.
+    # activations start cold Ray workers; a commit may fail on a busy machine.
     for _ in range(8):
         fresh = [f"svit://local/f-{uuid.uuid4().hex[:10]}" for _ in range(3 * count)]
         _commit_all(url, token, versions, fresh)
+        # Commit every one again at once: a round of creates can outlast the 4 s
+        # idle limit (cold workers after a restore), so the first of it had
+        # passivated by the count below and no host held ``count`` (ci6b, ci7d).
+        # Right after this, all of ``versions`` are live: 3 * count processes on
+        # 3 hosts, so one host owns at least ``count`` unless a commit failed.
+        _commit_all(url, token, versions, list(versions))
         by_host: dict[str, list[str]] = {}
         # Every live one counts, not only this round's: placement spreads a batch
         # over the hosts (activations under way count as load), so one round
