@@ -46,8 +46,6 @@ def test_an_actor_built_in_process_leaves_its_host_alone() -> None:
     """Unit tests and in-process use build ``ProcessActor`` directly: without
     ``niceness`` it must not lower the priority of the process it runs in (the
     whole test run went to niceness 15 when the constructor always did)."""
-    import os
-
     from svit_cluster.cluster import ClusterConfig, ProcessActor
 
     before = os.nice(0)
