@@ -32,7 +32,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -407,13 +407,23 @@ class ProcessController:
             return status
 
     def _durable_commit(
-        self, transition: Transition, receipt: Receipt | None, intents: Any
+        self, transition: Transition, receipt: Receipt | None, intents: Any,
+        completion: Mapping[str, Any] | None = None,
     ) -> Change:
+        """The one place that commits: the fenced backend write, then memory.
+
+        ``completion`` (a reasoning turn's end) is passed only when given: a
+        backend without signals takes no such argument.
+        """
         try:
             with tracing.span("svit.commit", attributes={
                     "svit.process_id": self._process.id, "svit.token": self._token,
                     "svit.version": transition.record.process_version_after}):
-                self._backend.commit(transition, receipt, intents)
+                if completion is None:
+                    self._backend.commit(transition, receipt, intents)
+                else:
+                    commit: Callable[..., None] = self._backend.commit
+                    commit(transition, receipt, intents, completion=completion)
         except FencedError:
             raise
         except UnavailableError:
@@ -491,6 +501,37 @@ class ProcessController:
 
         with self._lock:
             return self._at_durable_head(step)
+
+    def complete_turn(
+        self, expected_head_hash: str, *, stage: Callable[[WorkingCopy], None],
+        completion: Callable[[Transition], Mapping[str, Any]],
+    ) -> Change:
+        """Acknowledge the inbox head and publish a turn's completion, in one commit.
+
+        The reasoning loop's end of turn (``svit_cluster.reasoning``): the head
+        is removed (``inbox.ack``), ``stage`` adds the host's writes (the
+        ``/thread/session`` record), and the backend stores the ``completion``
+        signal (``completion(transition)``: its payload, which names the
+        version) atomically with the entry, so a completion exists if and only
+        if its acknowledge committed. The backend must accept ``completion``
+        (``emits_signals``).
+
+        Unlike :meth:`ack_inbox`, a moved durable head is not retried: the turn
+        was built on the head it saw, so the caller stops as fenced.
+
+        Raises:
+            ConflictError: (``inbox_conflict``) the head is not ``expected_head_hash``.
+            FencedError: a newer owner holds the process, or the durable head moved.
+            UnavailableError: as :meth:`execute`.
+        """
+        with self._lock:
+            self._ensure_synced()
+            transition = prepare_inbox_ack(self._process, expected_head_hash, stage)
+            try:
+                return self._durable_commit(transition, None, (), completion(transition))
+            except _HeadMoved as exc:
+                raise FencedError(f"durable head moved: {exc.cause.message}",
+                                  **exc.cause.fields) from exc.cause
 
     def close_inbox(self) -> tuple[bool, int]:
         """Close ``/inbox`` for good (reference: a closed inbox refuses new messages).

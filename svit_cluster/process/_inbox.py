@@ -96,11 +96,16 @@ def _delivered_at(item: tuple[str, object]) -> int:
     return value if isinstance(value, int) else 0
 
 
-def prepare_inbox_ack(process: Process, expected_head_hash: str) -> Transition:
+def prepare_inbox_ack(process: Process, expected_head_hash: str,
+                      stage: Callable[[WorkingCopy], None] | None = None) -> Transition:
     """Seal the removal of the inbox head, which must hash to ``expected_head_hash``.
+
+    ``stage``, when given, adds the host's own writes to the same transition
+    after the removal (the reasoning loop's ``/thread/session`` record).
 
     Raises:
         ConflictError: (``inbox_conflict``) empty inbox or another head.
+        InvalidInput, LimitExceeded: ``stage`` refused a write.
     """
     head = process.inbox_head_hash()
     if head is None or head != expected_head_hash:
@@ -108,6 +113,8 @@ def prepare_inbox_ack(process: Process, expected_head_hash: str) -> Transition:
                             code=ErrorCode.INBOX_CONFLICT)
     wc = process.working_copy()
     wc.remove_front("/inbox")
+    if stage is not None:
+        stage(wc)
     return process.seal(wc, "inbox.ack")
 
 

@@ -41,7 +41,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from svit_cluster.control import ProcessController
 from svit_cluster.errors import (
@@ -83,15 +83,6 @@ class EventLog(Protocol):
     def failed(self, payload: Mapping[str, Any]) -> str: ...
 
     def recent(self, session: str, limit: int) -> list[EventRecord]: ...
-
-
-class CompletionBackend(Protocol):
-    """A commit backend that publishes signals and accepts a completion."""
-
-    emits_signals: bool
-
-    def commit(self, transition: Transition, receipt: Any = None, intents: Any = (), *,
-               completion: Mapping[str, Any] | None = None) -> None: ...
 
 
 class LoopState:
@@ -481,30 +472,24 @@ class TurnLoop:
 
     def _ack(self, item: _Item, reply: str, message_id: str | None, first: int, last: int
              ) -> None:
-        """Acknowledge exactly ``item``'s head and publish the completion, in one commit."""
-        backend = cast(CompletionBackend, self.ctrl.backend)
-        with self.ctrl.locked():
-            proc = self.ctrl.process
-            if proc.inbox_head_hash() != item.head_hash:
-                raise ConflictError("inbox head does not match the expected hash",
-                                    code=ErrorCode.INBOX_CONFLICT)
-            wc = proc.working_copy()
-            wc.remove_front("/inbox")
+        """Acknowledge exactly ``item``'s head and publish the completion, in one commit
+        (through the controller, the process's only committer)."""
+        process_id = self.ctrl.process.id
+
+        def stage(wc: WorkingCopy) -> None:
             wc.host_set("/thread/session", {
-                "format": SESSION_FORMAT, "id": item.session, "process": proc.id,
+                "format": SESSION_FORMAT, "id": item.session, "process": process_id,
                 "turns": item.turn, "last_seq": last})
-            transition = proc.seal(wc, "inbox.ack")
-            completion = {
+
+        def completion(transition: Transition) -> dict[str, Any]:
+            return {
                 "session": item.session, "turn": item.turn, "inbox_hash": item.head_hash,
                 "message_id": message_id, "version": transition.record.process_version_after,
                 "response": {"role": "assistant", "content": reply},
                 "events": {"first": first, "last": last},
             }
-            try:
-                backend.commit(transition, None, (), completion=completion)
-            except ConflictError as exc:
-                raise FencedError(f"durable head moved: {exc.message}") from exc
-            proc.commit(transition)
+
+        self.ctrl.complete_turn(item.head_hash, stage=stage, completion=completion)
 
 
 def _check_text(item: _Item, text: str, what: str) -> None:

@@ -525,7 +525,7 @@ class RedisBackend:
     # -- commit (CommitBackend) -------------------------------------------------------
 
     #: This backend appends observer signals with every commit and accepts a
-    #: ``completion`` (see ``svit_cluster.events.CompletionBackend``).
+    #: ``completion`` (``ProcessController.complete_turn``, the reasoning loop's end of turn).
     emits_signals = True
 
     def _commit_args(

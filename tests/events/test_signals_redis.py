@@ -6,9 +6,10 @@ import pytest
 import redis
 
 import svit_cluster.events as events
-from svit_cluster.errors import ConflictError, FencedError, InvalidInput
+from svit_cluster.control import ProcessController
+from svit_cluster.errors import ConflictError, ErrorCode, FencedError, InvalidInput
 from svit_cluster.events import RedisEventLog, SignalKind, fork_events, project_message
-from svit_cluster.process import Process
+from svit_cluster.process import Process, Transition, WorkingCopy, to_plain_json
 from svit_cluster.store import RedisBackend, StoreConfig
 
 pytestmark = pytest.mark.servers
@@ -95,6 +96,45 @@ def test_completion_follows_its_acknowledge_in_the_same_step(
     sigs = RedisEventLog(rclient, pid, 1, prefix=prefix).signals()
     assert [s.kind for s in sigs] == ["committed", "committed", "completion"]
     assert sigs[1].data["version"] == 2 and sigs[2].data["turn"] == 1
+
+
+def test_a_turn_completes_through_the_controller_in_one_fenced_commit(
+    rclient: redis.Redis, pid: str, prefix: str
+) -> None:
+    """The reasoning loop's end of turn is ``ProcessController.complete_turn``
+    (issue 18: one committer): the inbox acknowledge, the host's staged write and
+    the completion land together; a wrong head or a fenced owner leaves neither."""
+    backend, proc = new_log(rclient, pid, prefix)
+    ctrl = ProcessController(proc, backend, token=1)
+    ctrl.append_inbox("first")
+    ctrl.append_inbox("second")
+    head = ctrl.process.inbox_head_hash()
+    assert head is not None
+
+    def stage(wc: WorkingCopy) -> None:
+        wc.host_set("/thread/session", {"turns": 1})
+
+    def completion(transition: Transition) -> dict[str, object]:
+        return {"turn": 1, "version": transition.record.process_version_after}
+
+    with pytest.raises(ConflictError) as wrong:
+        ctrl.complete_turn("0" * 64, stage=stage, completion=completion)
+    assert wrong.value.code == ErrorCode.INBOX_CONFLICT
+    change = ctrl.complete_turn(head, stage=stage, completion=completion)
+    assert change.version == ctrl.process.version == 3
+    assert to_plain_json(ctrl.process.read("/inbox")) == ["second"]
+    assert to_plain_json(ctrl.process.read("/thread/session")) == {"turns": 1}
+    sigs = RedisEventLog(rclient, pid, 1, prefix=prefix).signals()
+    assert [s.kind for s in sigs] == ["committed"] * 3 + ["completion"]
+    assert sigs[-1].data == {"turn": 1, "version": 3}
+
+    RedisBackend(rclient, pid, 2, StoreConfig(prefix=prefix)).claim()  # a newer owner
+    with pytest.raises(FencedError):
+        ctrl.complete_turn(ctrl.process.inbox_head_hash() or "", stage=stage,
+                           completion=completion)
+    assert RedisEventLog(rclient, pid, 1, prefix=prefix).signals() == sigs  # none added
+    durable = backend.head()
+    assert durable is not None and durable.version == 3  # nothing landed
 
 
 def test_a_new_session_makes_the_previous_sessions_log_expire(
