@@ -55,7 +55,6 @@ from svit_cluster.errors import (
     OutcomeUnknownError,
     SvitError,
     UnavailableError,
-    error_from_wire,
 )
 from svit_cluster.events import BoundedFeed, Lagged, Signal
 from svit_cluster.process import PROTOCOL, Value, decode_value, encode_value
@@ -147,7 +146,7 @@ def _raise_for(resp: httpx.Response) -> None:
                 413: ErrorCode.PAYLOAD_TOO_LARGE, 502: ErrorCode.UNAVAILABLE,
                 503: ErrorCode.UNAVAILABLE, 504: ErrorCode.UNAVAILABLE,
                 }.get(resp.status_code, ErrorCode.INTERNAL)
-    raise error_from_wire(code, message, fields)
+    raise SvitError.from_wire({"code": code, "message": message, "fields": fields})
 
 
 _KNOWN_CODES = frozenset(str(c) for c in ErrorCode)

@@ -20,6 +20,7 @@ Causes (see ``STYLE.md`` §5):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -55,7 +56,6 @@ __all__ = [
     "Unauthenticated",
     "UnavailableError",
     "error_class",
-    "error_from_wire",
     "sanitize_message",
 ]
 
@@ -125,6 +125,12 @@ def sanitize_message(message: str, max_bytes: int = MAX_MESSAGE_BYTES) -> str:
 class SvitError(Exception):
     """Root of every error svit_cluster raises on purpose.
 
+    One wire format: :meth:`to_wire` gives ``{code, message, fields}``,
+    :meth:`from_wire` rebuilds the class registered for ``code`` (every hop --
+    actor to gateway, gateway to SDK -- uses these two), and :attr:`http_status`
+    is the status the gateway answers with. Each class declares its code and
+    status itself; the code -> class registry is built from the classes.
+
     Attributes:
         code: the stable :class:`ErrorCode`.
         message: sanitized text, at most 1024 UTF-8 bytes.
@@ -133,6 +139,8 @@ class SvitError(Exception):
     """
 
     default_code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+    #: The gateway's HTTP status for this error (subclasses inherit or override).
+    http_status: ClassVar[int] = 500
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Register ``cls`` as *the* class of the code it declares (``default_code``).
@@ -166,9 +174,30 @@ class SvitError(Exception):
         """The JSON-safe ``fields`` (str, int, float, bool, None, lists/maps of them)."""
         return {k: v for k, v in self.fields.items() if _json_safe(v)}
 
-    def to_dict(self) -> dict[str, Any]:
-        """``{code, message, fields}``: the error's full wire form (see :func:`error_from_wire`)."""
+    def to_wire(self) -> dict[str, Any]:
+        """``{code, message, fields}``: the error's full wire form (see :meth:`from_wire`)."""
         return {"code": str(self.code), "message": self.message, "fields": self.wire_fields()}
+
+    @staticmethod
+    def from_wire(wire: Mapping[str, Any]) -> SvitError:
+        """Rebuild the typed error from its wire form ``{code, message, fields}``.
+
+        The class is the one registered for ``code`` (:func:`error_class`).
+        Unknown or missing codes become :class:`InternalError` with
+        ``fields["wire_code"]`` set to the code received; a missing message
+        is the code. Field names that collide with the constructor's keywords
+        (``message``, ``code``) are dropped, as is a ``fields`` that is not a map.
+        """
+        code = str(wire.get("code", "internal"))
+        message = str(wire.get("message", code))
+        raw = wire.get("fields")
+        extra = {k: v for k, v in (raw if isinstance(raw, Mapping) else {}).items()
+                 if k not in ("message", "code")}
+        try:
+            ecode = ErrorCode(code)
+        except ValueError:
+            return InternalError(message, wire_code=code[:64], **extra)
+        return error_class(ecode)(message, code=ecode, **extra)
 
 
 _REGISTRY: dict[ErrorCode, type[SvitError]] = {}
@@ -198,32 +227,18 @@ def error_class(code: str | ErrorCode) -> type[SvitError]:
         return InternalError
 
 
-def error_from_wire(code: str, message: str, fields: dict[str, Any] | None = None,
-                    ) -> SvitError:
-    """Rebuild the typed error from its wire form ``{code, message, fields}``.
-
-    Unknown codes become :class:`InternalError` with ``fields["wire_code"]`` set to
-    the code received. Field names that collide with the constructor's keywords
-    (``message``, ``code``) are dropped.
-    """
-    extra = {k: v for k, v in (fields or {}).items() if k not in ("message", "code")}
-    try:
-        ecode = ErrorCode(code)
-    except ValueError:
-        return InternalError(message, wire_code=str(code)[:64], **extra)
-    return error_class(ecode)(message, code=ecode, **extra)
-
-
 class InvalidInput(SvitError):
     """The caller's input is malformed or not allowed; retrying it unchanged fails again."""
 
     default_code = ErrorCode.INVALID_VALUE
+    http_status = 400
 
 
 class NotFound(InvalidInput):
     """A named thing (script, process, key to remove) does not exist."""
 
     default_code = ErrorCode.NOT_FOUND
+    http_status = 404
 
 
 class ConfigurationError(InvalidInput):
@@ -240,6 +255,7 @@ class ConflictError(SvitError):
     """
 
     default_code = ErrorCode.CONFLICT
+    http_status = 409
 
 
 class FencedError(SvitError):
@@ -250,6 +266,7 @@ class FencedError(SvitError):
     """
 
     default_code = ErrorCode.FENCED
+    http_status = 503
 
 
 class UnavailableError(SvitError):
@@ -260,12 +277,14 @@ class UnavailableError(SvitError):
     """
 
     default_code = ErrorCode.UNAVAILABLE
+    http_status = 503
 
 
 class LimitExceeded(SvitError):
     """A configured bound (size, depth, count, fuel, time) was exceeded. Nothing changed."""
 
     default_code = ErrorCode.RESOURCE_LIMIT_EXCEEDED
+    http_status = 400
 
 
 class ScriptFailed(SvitError):
@@ -393,15 +412,18 @@ class Unauthenticated(SvitError):
     """No bearer token, or an unknown one (HTTP 401). Set ``SVIT_TOKEN`` or pass ``token``."""
 
     default_code = ErrorCode.UNAUTHENTICATED
+    http_status = 401
 
 
 class Forbidden(SvitError):
     """The token may not act on this process or route (HTTP 403)."""
 
     default_code = ErrorCode.FORBIDDEN
+    http_status = 403
 
 
 class PayloadTooLarge(LimitExceeded):
     """The request body exceeds the gateway's byte cap (HTTP 413)."""
 
     default_code = ErrorCode.PAYLOAD_TOO_LARGE
+    http_status = 413

@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 
 
 def error_dict(exc: SvitError) -> dict[str, Any]:
-    """``{"error": {"code", "message", "fields"}}`` for a project error."""
-    return {"error": exc.to_dict()}
+    """A Ray result carrying a project error: ``{"error": exc.to_wire()}``
+    (the gateway's :func:`~svit_cluster.cluster._router.raise_error_dict` inverts it)."""
+    return {"error": exc.to_wire()}
 
 
 class ProcessActor:

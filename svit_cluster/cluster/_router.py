@@ -31,7 +31,6 @@ from svit_cluster.errors import (
     InternalError,
     SvitError,
     UnavailableError,
-    error_from_wire,
 )
 from svit_cluster.gateway import GatewayMetrics
 from svit_cluster.process import Script, Value, decode_value
@@ -42,18 +41,13 @@ log = logging.getLogger(__name__)
 
 
 def raise_error_dict(result: dict[str, Any]) -> dict[str, Any]:
-    """Return ``result`` unless it is ``{"error": ...}``; then raise the matching error.
-
-    The class comes from the code registry (:func:`svit_cluster.errors.error_from_wire`),
-    with the error's ``fields``.
-    """
+    """Return ``result`` unless it is ``{"error": wire}``; then raise
+    :meth:`SvitError.from_wire(wire) <svit_cluster.errors.SvitError.from_wire>`
+    (the class registered for its code, with its fields)."""
     err = result.get("error")
     if err is None:
         return result
-    code = str(err.get("code", "internal"))
-    fields = err.get("fields")
-    raise error_from_wire(code, str(err.get("message", code)),
-                          fields if isinstance(fields, dict) else None)
+    raise SvitError.from_wire(err if isinstance(err, dict) else {"message": str(err)})
 
 
 def _create_outcome_unknown(process_id: str, why: str) -> UnavailableError:

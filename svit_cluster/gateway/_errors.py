@@ -1,4 +1,4 @@
-"""JSON error bodies with stable codes, and the SvitError -> HTTP status mapping."""
+"""JSON error bodies with stable codes (each error class names its own HTTP status)."""
 
 from __future__ import annotations
 
@@ -6,40 +6,12 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from svit_cluster.errors import (
-    ConflictError,
-    CorruptData,
-    ErrorCode,
-    FencedError,
-    InvalidInput,
-    LimitExceeded,
-    NotFound,
-    SvitError,
-    UnavailableError,
-    sanitize_message,
-)
+from svit_cluster.errors import ErrorCode, FencedError, SvitError, sanitize_message
 
-__all__ = ["RETRY_AFTER_S", "error_response", "status_for"]
+__all__ = ["RETRY_AFTER_S", "error_response", "from_exception"]
 
 #: Seconds a client should wait before retrying an ``unavailable`` answer.
 RETRY_AFTER_S = 1
-
-
-def status_for(exc: SvitError) -> int:
-    """HTTP status for a project error (400, 404, 409, 413, 503, 500)."""
-    if exc.code == ErrorCode.PAYLOAD_TOO_LARGE:
-        return 413
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, LimitExceeded | InvalidInput):
-        return 400
-    if isinstance(exc, ConflictError):
-        return 409
-    if isinstance(exc, FencedError | UnavailableError):
-        return 503
-    if isinstance(exc, CorruptData):
-        return 500
-    return 500
 
 
 def error_response(
@@ -50,7 +22,7 @@ def error_response(
 
     ``unavailable`` answers carry ``Retry-After`` (seconds) and ``retry: true``.
     The SDK rebuilds the typed error from ``code`` and the ``fields`` map
-    (:func:`svit_cluster.errors.error_from_wire`).
+    (:meth:`svit_cluster.errors.SvitError.from_wire`).
     """
     body: dict[str, Any] = {"code": code, "message": sanitize_message(message)}
     body.update(fields)
@@ -62,12 +34,13 @@ def error_response(
 
 
 def from_exception(exc: SvitError) -> JSONResponse:
-    """The JSON error response for ``exc``; fenced becomes ``unavailable`` (retry).
+    """The JSON error response for ``exc`` with its class's ``http_status``;
+    fenced becomes ``unavailable`` (retry).
 
     The error's JSON-safe ``fields`` travel as ``error.fields`` (a fenced
     answer keeps ``token``/``fence`` there, plus ``fenced: true``).
     """
-    status = status_for(exc)
+    status = exc.http_status
     fields = exc.wire_fields()
     if isinstance(exc, FencedError):
         code: ErrorCode = ErrorCode.UNAVAILABLE

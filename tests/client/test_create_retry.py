@@ -149,10 +149,10 @@ class ClaimedButNotCreated(httpx.BaseTransport):
         self.creates += 1
         if self.creates == 1:
             error = UnavailableError("host lease is lost; not starting new work")
-            return httpx.Response(503, json={"error": error.to_dict()}, request=request)
+            return httpx.Response(503, json={"error": error.to_wire()}, request=request)
         if self.creates == 2:
             error = ConflictError("process svit://acme/claimed already exists")
-            return httpx.Response(409, json={"error": error.to_dict()}, request=request)
+            return httpx.Response(409, json={"error": error.to_wire()}, request=request)
         return self.inner.handle_request(request)
 
 

@@ -93,7 +93,8 @@ def test_code_over_http_is_typed_with_fields(base: str, code: ErrorCode) -> None
     assert exc.message == f"raised {code}"
     for key, value in FIELDS.items():
         assert exc.fields[key] == value, (code, key)
-    assert isinstance(exc.fields["status"], int) and exc.fields["status"] >= 400
+    # The status is the raised class's own ``http_status`` (one table: the classes).
+    assert exc.fields["status"] == error_class(code).http_status >= 400, code
 
 
 @pytest.mark.parametrize("code", list(ErrorCode), ids=str)
@@ -104,6 +105,21 @@ def test_code_through_the_ray_actor_error_dict(code: ErrorCode) -> None:
         raise_error_dict(error_dict(original))
     assert type(info.value) is type(original) and info.value.code == code
     assert info.value.fields == FIELDS
+
+
+def test_wire_form_round_trips_and_unknown_codes_are_internal() -> None:
+    for code in ErrorCode:
+        original = error_class(code)("boom", code=code, **FIELDS)
+        again = E.SvitError.from_wire(original.to_wire())
+        assert type(again) is type(original) and again.to_wire() == original.to_wire()
+    odd = E.SvitError.from_wire({"code": "from-a-newer-server", "message": "hi",
+                                 "fields": {"code": "x", "n": 1}})
+    assert type(odd) is E.InternalError and odd.message == "hi"
+    assert odd.fields == {"wire_code": "from-a-newer-server", "n": 1}
+    bare = E.SvitError.from_wire({"fields": ["not", "a", "map"]})
+    assert type(bare) is E.InternalError and bare.fields == {}
+    with pytest.raises(E.InternalError):
+        raise_error_dict({"error": "a bare string from an older actor"})
 
 
 def test_natural_http_failures_are_typed(base: str) -> None:
