@@ -182,21 +182,24 @@ class SvitError(Exception):
     def from_wire(wire: Mapping[str, Any]) -> SvitError:
         """Rebuild the typed error from its wire form ``{code, message, fields}``.
 
-        The class is the one registered for ``code`` (:func:`error_class`).
-        Unknown or missing codes become :class:`InternalError` with
-        ``fields["wire_code"]`` set to the code received; a missing message
-        is the code. Field names that collide with the constructor's keywords
-        (``message``, ``code``) are dropped, as is a ``fields`` that is not a map.
+        The class is the one registered for ``code`` (:func:`error_class`); a
+        missing code is ``internal`` and a missing message is the code. An
+        unknown code becomes :class:`InternalError` with ``fields["wire_code"]``
+        set to the code received (a newer peer's code is kept, not lost).
+        Never raises: a ``fields`` that is not a map is dropped, and so are
+        field names that are not strings or collide with the constructor
+        (``self``, ``message``, ``code``).
         """
         code = str(wire.get("code", "internal"))
         message = str(wire.get("message", code))
         raw = wire.get("fields")
         extra = {k: v for k, v in (raw if isinstance(raw, Mapping) else {}).items()
-                 if k not in ("message", "code")}
+                 if isinstance(k, str) and k not in ("self", "message", "code")}
         try:
             ecode = ErrorCode(code)
         except ValueError:
-            return InternalError(message, wire_code=code[:64], **extra)
+            extra["wire_code"] = code[:64]
+            return InternalError(message, **extra)
         return error_class(ecode)(message, code=ecode, **extra)
 
 

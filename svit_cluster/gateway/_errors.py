@@ -47,6 +47,8 @@ def from_exception(exc: SvitError) -> JSONResponse:
         fields["fenced"] = True
     else:
         code = exc.code
+    # A 401 names its scheme, as the auth middleware's own 401 does (RFC 9110 11.6.1).
+    headers = {"WWW-Authenticate": 'Bearer realm="svit"'} if status == 401 else None
     if fields:
-        return error_response(status, str(code), exc.message, fields=fields)
-    return error_response(status, str(code), exc.message)
+        return error_response(status, str(code), exc.message, headers=headers, fields=fields)
+    return error_response(status, str(code), exc.message, headers=headers)

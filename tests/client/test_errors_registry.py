@@ -118,6 +118,8 @@ def test_wire_form_round_trips_and_unknown_codes_are_internal() -> None:
     assert odd.fields == {"wire_code": "from-a-newer-server", "n": 1}
     bare = E.SvitError.from_wire({"fields": ["not", "a", "map"]})
     assert type(bare) is E.InternalError and bare.fields == {}
+    clash = E.SvitError.from_wire({"code": "newer", "fields": {"wire_code": "x", "self": 1}})
+    assert type(clash) is E.InternalError and clash.fields == {"wire_code": "newer"}
     with pytest.raises(E.InternalError):
         raise_error_dict({"error": "a bare string from an older actor"})
 
