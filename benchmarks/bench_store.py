@@ -13,6 +13,11 @@ object. Starts its own redis-server with the launcher (AOF on) and stops it.
   client-side work of ``RedisBackend.commit`` (encoding the record: ~10 us).
   Measured with ``appendfsync always`` (the durable default; the fsync
   dominates) and ``appendfsync no`` (isolates the script's own cost).
+  A fourth interleaved phase runs a minimal script that only does the same
+  ``XADD`` through ``EVALSHA``; ``breakdown_us`` splits the fenced round trip
+  into the bare ``XADD``, the ``EVALSHA`` call overhead (minimal script minus
+  bare ``XADD``) and the script body (fenced minus minimal script), and
+  ``commit_breakdown`` adds the fsync share (``always`` minus ``no``).
 * **commit_16_clients**: the same comparison with 16 threads, each on its
   own process log and connection (one connection pool), the fenced phase and
   the bare ``XADD`` phase alternated in batches; ``ratio`` = fenced / bare
@@ -93,7 +98,9 @@ def _commit_round_trips(client: RedisClient, n: int, batch: int) -> dict[str, An
     payloads = [t.record.encode() + b"\n" + r.response + _FINGERPRINT.encode()
                 for t, r in zip(chain, receipts, strict=True)]
     bare_key = f"bench:{{{backend.process_id}}}:bare"
-    full_s = script_s = bare_s = 0.0
+    minimal = client.register_script(_MINIMAL_XADD)
+    minimal_key = f"bench:{{{backend.process_id}}}:minimal"
+    full_s = script_s = bare_s = minimal_s = 0.0
     for start in range(0, n, batch):
         stop = min(n, start + batch)
         t0 = time.perf_counter()
@@ -107,11 +114,18 @@ def _commit_round_trips(client: RedisClient, n: int, batch: int) -> dict[str, An
             client.xadd(bare_key, {"record": payloads[i], "token": b"1",
                                    "version": str(i + 1).encode()})
         t3 = time.perf_counter()
+        for i in range(start, stop):
+            minimal(keys=[minimal_key], args=[payloads[i], b"1", str(i + 1).encode()])
+        t4 = time.perf_counter()
         full_s += t1 - t0
         script_s += t2 - t1
         bare_s += t3 - t2
+        minimal_s += t4 - t3
     assert raw.restore() is not None and backend.restore() is not None  # both chains verify
-    client.delete(bare_key, *backend.keys.all(), *raw.keys.all())
+    if client.xlen(minimal_key) != n or client.xlen(bare_key) != n:
+        raise RuntimeError("the minimal script or the bare XADD did not append every entry")
+    client.delete(bare_key, minimal_key, *backend.keys.all(), *raw.keys.all())
+    fenced_us, bare_us, minimal_us = (x / n * 1e6 for x in (script_s, bare_s, minimal_s))
     return {
         "n": n,
         "payload_bytes_mean": round(statistics.fmean(len(p) for p in payloads)),
@@ -121,8 +135,24 @@ def _commit_round_trips(client: RedisClient, n: int, batch: int) -> dict[str, An
         "fenced_round_trip_us": round(script_s / n * 1e6, 1),
         "bare_xadd_us": round(bare_s / n * 1e6, 1),
         "backend_commit_us": round(full_s / n * 1e6, 1),
+        "minimal_script_us": round(minimal_us, 1),
         "ratio": round(script_s / bare_s, 3),
         "end_to_end_ratio": round(full_s / bare_s, 3),
+        "breakdown_us": {"bare_xadd": round(bare_us, 1),
+                         "evalsha_overhead": round(minimal_us - bare_us, 1),
+                         "script_body": round(fenced_us - minimal_us, 1)},
+    }
+
+
+def _fsync_breakdown(commit: dict[str, Any]) -> dict[str, Any]:
+    """What fsync adds per round trip: ``appendfsync always`` minus ``no`` (us)."""
+    durable, lazy = commit["appendfsync_always"], commit["appendfsync_no"]
+    return {
+        "fenced_round_trip_us": durable["fenced_round_trip_us"],
+        "fsync_us_fenced": round(durable["fenced_round_trip_us"]
+                                 - lazy["fenced_round_trip_us"], 1),
+        "fsync_us_bare": round(durable["bare_xadd_us"] - lazy["bare_xadd_us"], 1),
+        "no_fsync": lazy["breakdown_us"],
     }
 
 
@@ -168,6 +198,12 @@ def _commit_concurrent(client: RedisClient, clients: int, n: int, batch: int
             "fenced_round_trips_per_s": round(total / fenced_s),
             "bare_xadd_round_trips_per_s": round(total / bare_s),
             "ratio": round(fenced_s / bare_s, 3)}
+
+
+#: Only the XADD of the fenced script, through EVALSHA: its cost minus a bare
+#: XADD's is the scripting call overhead, not the fence logic.
+_MINIMAL_XADD = """return redis.call('XADD', KEYS[1], '*', 'record', ARGV[1],
+  'token', ARGV[2], 'version', ARGV[3])"""
 
 
 _COUNTER = """(define (main input)
@@ -328,6 +364,7 @@ def run(*, quick: bool, restore: bool = True) -> dict[str, Any]:
         "commit_ratio_durable": commit["appendfsync_always"]["ratio"],
         "commit_ratio_no_fsync": commit["appendfsync_no"]["ratio"],
         "commit_ratio_target": 1.3,
+        "commit_breakdown": _fsync_breakdown(commit),
         "commit_16_clients": concurrent,
         "commit_ratio_16_clients": concurrent["ratio"],
         "controller": controller,
