@@ -202,6 +202,7 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
                   "hosts": sorted(doc["hosts"]), "cluster_json": str(cluster.path),
                   "reasoner": reasoner_kind}, text)
 
+
 def _invoked_as() -> str:
     """How to call this CLI again in a hint: ``svit-cluster`` when that name on PATH
     is the program running, else the path it was started by (``.venv/bin/svit-cluster``
