@@ -196,11 +196,27 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
                    f"{', '.join(sorted(doc['hosts']))}")
         click.echo(f"reasoner: {reasoner_line}")
         click.echo(f"admin token in {cluster.path} (tokens.admin); to use it:")
-        click.echo(f'  eval "$(svit-cluster env --state-dir {state_dir})"')
+        click.echo(f'  eval "$({_invoked_as()} env --state-dir {state_dir})"')
 
     emit(output, {"cluster": doc["cluster"], "gateway_url": doc["gateway"]["url"],
                   "hosts": sorted(doc["hosts"]), "cluster_json": str(cluster.path),
                   "reasoner": reasoner_kind}, text)
+
+
+def _invoked_as() -> str:
+    """How to call this CLI again in a hint: ``svit-cluster`` when that name on PATH
+    is the program running, else the path it was started by (``.venv/bin/svit-cluster``
+    in a venv that is not activated)."""
+    import shutil
+
+    argv0 = Path(sys.argv[0])
+    if argv0.name != "svit-cluster":
+        return "svit-cluster"  # python -m, or a test runner
+    found = shutil.which(argv0.name)
+    if found is not None and Path(found).resolve() == argv0.resolve():
+        return argv0.name
+    return str(sys.argv[0])
+
 
 def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str,
                      instructions: str | None) -> dict[str, Any]:

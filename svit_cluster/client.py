@@ -140,13 +140,24 @@ def _raise_for(resp: httpx.Response) -> None:
     if retry_after is not None:
         fields["retry_after_s"] = retry_after
     if code not in _KNOWN_CODES:
-        # No (or an unknown) JSON error: classify by status (a proxy's 502, a 404 route).
-        code = {401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN,
-                404: ErrorCode.NOT_FOUND, 409: ErrorCode.CONFLICT,
-                413: ErrorCode.PAYLOAD_TOO_LARGE, 502: ErrorCode.UNAVAILABLE,
-                503: ErrorCode.UNAVAILABLE, 504: ErrorCode.UNAVAILABLE,
-                }.get(resp.status_code, ErrorCode.INTERNAL)
+        # No JSON error (a proxy's HTML page) or a code this SDK does not know (a
+        # newer gateway's): the HTTP status decides the class, so that a proxy's
+        # 503 stays retryable; an unknown code is kept in ``fields["wire_code"]``.
+        if code:
+            fields["wire_code"] = code[:64]
+        code = _CODE_FOR_STATUS.get(resp.status_code, ErrorCode.INTERNAL)
     raise SvitError.from_wire({"code": code, "message": message, "fields": fields})
+
+
+#: The class of an error answer that carries no code this SDK knows, by HTTP
+#: status. 429 (a rate limiter in front of the gateway, e.g. an ingress) and the
+#: proxy statuses 502/503/504 are ``unavailable``: retried, honouring
+#: ``Retry-After``. Any other status is ``internal``.
+_CODE_FOR_STATUS = {
+    401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN, 404: ErrorCode.NOT_FOUND,
+    409: ErrorCode.CONFLICT, 413: ErrorCode.PAYLOAD_TOO_LARGE, 429: ErrorCode.UNAVAILABLE,
+    502: ErrorCode.UNAVAILABLE, 503: ErrorCode.UNAVAILABLE, 504: ErrorCode.UNAVAILABLE,
+}
 
 
 _KNOWN_CODES = frozenset(str(c) for c in ErrorCode)

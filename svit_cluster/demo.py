@@ -291,8 +291,8 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
                                   request_id=new_request_id())
                 res.new_token = c.last_owner_token
             res.new_host = _owner_host(cluster, STALE_ID)
-            console.print(f"new owner {res.new_host} (token {res.new_token}): "
-                          f"{resp.outcome.status}")
+            console.print(f"new owner of the frozen process: {res.new_host} (token "
+                          f"{res.new_token}); its +1: {resp.outcome.status}")
             _signal(procs["actors"], signal.SIGCONT)
             console.print(f"[yellow]woke the old actor[/] on {res.old_host} (its host agent "
                           "still frozen)")
@@ -310,8 +310,8 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
         finally:
             res.paused_s = time.monotonic() - paused_at
             _signal(frozen, signal.SIGCONT)
-            console.print(f"[yellow]resumed the old owner[/] on {res.old_host} after "
-                          f"{res.paused_s:.1f} s")
+            console.print(f"[yellow]woke the old host agent[/] on {res.old_host} too (the "
+                          f"owner was frozen {res.paused_s:.1f} s in all)")
     finally:
         redis_client.close()
     for r in res.refusals:
@@ -333,7 +333,7 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
     With ``json_summary`` the tables and progress go to stderr and one JSON
     document ``{ok, checks: [{name, ok, detail}], metrics: {...}}`` to stdout.
     """
-    console = Console(stderr=json_summary)
+    console = Console(stderr=json_summary, soft_wrap=True)  # no mid-line breaks when piped
     summary: dict[str, Any] = {"ok": False, "checks": [], "metrics": {}}
     tmp = None
     if state_dir is None:
@@ -443,17 +443,24 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
              stale.count_detail),
             ("stale-owner log chain verifies", stale.log_ok, stale.log_detail),
         ]
-        table = Table(title="svit-cluster demo")
+        table = Table(title="svit-cluster demo", caption=(
+            "conflicts: a racing client's expected version was already taken, so it "
+            "observed and recomputed (normal when clients race). fenced answers: requests "
+            "the gateway answered 'fenced' (an owner lost its token). A stale owner's "
+            "write is refused by the Redis fence (its token is below the process's "
+            "fence) or, before it reaches Redis, by its own lease guard (its lease is "
+            "known lost). unavailable answers: the gateway said retry; the SDK did, "
+            "with the same request id."))
         table.add_column("metric")
         table.add_column("value", justify="right")
         table.add_row("commits (acknowledged)", str(tally.commits))
-        table.add_row("conflicts (recomputed)", str(tally.conflicts))
-        table.add_row("fenced answers (gateway)", f"{fenced:.0f}")
+        table.add_row(f"conflicts ({clients} racing clients recomputed)", str(tally.conflicts))
+        table.add_row("fenced answers (gateway to clients)", f"{fenced:.0f}")
         table.add_row("stale-owner writes refused by the fence", str(stale.by_fence))
         table.add_row("stale-owner writes refused by its lease guard", str(stale.by_self))
-        table.add_row("unavailable answers (retried)", f"{unavailable:.0f}")
-        table.add_row("killed host", str(victim))
-        table.add_row("new owner", str(new_owner))
+        table.add_row("unavailable answers (retried by the SDK)", f"{unavailable:.0f}")
+        table.add_row("counter: killed owner host", str(victim))
+        table.add_row("counter: new owner host", str(new_owner))
         table.add_row("failover (kill -> first commit)",
                       f"{failover_s:.2f} s" if failover_s is not None else "n/a")
         table.add_row("lease TTL", f"{lease_ttl_s} s")
