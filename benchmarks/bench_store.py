@@ -125,16 +125,17 @@ def _commit_round_trips(client: RedisClient, n: int, batch: int) -> dict[str, An
     if client.xlen(minimal_key) != n or client.xlen(bare_key) != n:
         raise RuntimeError("the minimal script or the bare XADD did not append every entry")
     client.delete(bare_key, minimal_key, *backend.keys.all(), *raw.keys.all())
-    fenced_us, bare_us, minimal_us = (x / n * 1e6 for x in (script_s, bare_s, minimal_s))
+    fenced_us, bare_us, minimal_us, full_us = (
+        x / n * 1e6 for x in (script_s, bare_s, minimal_s, full_s))
     return {
         "n": n,
         "payload_bytes_mean": round(statistics.fmean(len(p) for p in payloads)),
         "fenced_round_trips_per_s": round(n / script_s),
         "bare_xadd_round_trips_per_s": round(n / bare_s),
         "backend_commits_per_s": round(n / full_s),
-        "fenced_round_trip_us": round(script_s / n * 1e6, 1),
-        "bare_xadd_us": round(bare_s / n * 1e6, 1),
-        "backend_commit_us": round(full_s / n * 1e6, 1),
+        "fenced_round_trip_us": round(fenced_us, 1),
+        "bare_xadd_us": round(bare_us, 1),
+        "backend_commit_us": round(full_us, 1),
         "minimal_script_us": round(minimal_us, 1),
         "ratio": round(script_s / bare_s, 3),
         "end_to_end_ratio": round(full_s / bare_s, 3),
