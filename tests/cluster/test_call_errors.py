@@ -229,3 +229,61 @@ async def test_an_actor_is_not_registered_under_a_lease_replaced_during_activati
     assert a.killed == [handle]  # type: ignore[attr-defined]
     assert len(FakeOwners.released) == 1
     assert "serve" not in handle.methods
+
+
+class RecordingOwners:
+    """Owners whose claim succeeds at once (token 7) and notes what ran before it."""
+
+    def __init__(self, lease: Any, **_: Any) -> None:
+        self.lease = lease
+
+    async def claim(self, process_id: str, fences: Any) -> Any:
+        class Own:
+            token = 7
+            address = "svit:h1:spare"
+
+        return Own()
+
+    async def release(self, ownership: Any) -> bool:
+        return True
+
+
+async def test_a_taken_spare_is_replaced_only_after_the_activation_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 18 (cold activation): a Ray worker started beside an activation took a
+    core from it, so the agent starts the replacement spare SPARE_REFILL_DELAY_S
+    after the activation that took a spare has ended, not when it took it."""
+    import svit_cluster.ownership
+    from svit_cluster.cluster import _agent
+
+    a = agent()
+    a._spares = [("svit:h1:spare", FakeHandle({"status": "serving", "version": 0})),
+                 ("svit:h1:other", FakeHandle({"status": "serving", "version": 0}))]
+    a._fences = lambda: None  # type: ignore[method-assign]
+    a._start_watch = lambda *_: None  # type: ignore[method-assign,assignment]
+    monkeypatch.setattr(svit_cluster.ownership, "Owners", RecordingOwners)
+    monkeypatch.setattr(_agent, "SPARE_REFILL_DELAY_S", 0.2, raising=False)
+    refills: list[float] = []
+    loop = asyncio.get_running_loop()
+    a._refill_loop = lambda: _record(refills, loop.time())  # type: ignore[method-assign]
+
+    started = loop.time()
+    result = await a.activate("p1")
+    ended = loop.time()
+    assert result["status"] == "serving", result
+    assert len(a._spares) == 1 and "p1" in a.actors
+    assert refills == [], "the replacement spare started during the activation"
+    await asyncio.sleep(0.35)
+    assert len(refills) == 1 and refills[0] - ended >= 0.19, (started, ended, refills)
+
+    # A refill still pending when the host shuts down never runs.
+    assert (await a.activate("p2"))["status"] == "serving"
+    assert a._refill_timer is not None
+    a.actors, a._spares, a.lease = {}, [], None  # nothing for shutdown to release or revoke
+    await a.shutdown("test")
+    await asyncio.sleep(0.35)
+    assert len(refills) == 1
+
+
+async def _record(refills: list[float], now: float) -> None:
+    refills.append(now)
