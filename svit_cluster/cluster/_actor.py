@@ -146,6 +146,25 @@ class ProcessActor:
             raise UnavailableError(f"{self.process_id} is not served now: {self._suspended}; "
                                    "retry", lease_state="suspended")
 
+    async def bind_start_serve(self, process_id: str, token: int,
+                               create: dict[str, Any] | None = None) -> dict[str, Any]:
+        """:meth:`bind`, :meth:`start` and :meth:`serve` in one Ray call: what the
+        agent does with a warm spare once it owns ``process_id`` under ``token``
+        (one Ray round trip instead of three on the cold activation path,
+        issue 18).
+
+        Returns:
+            :meth:`start`'s answer plus :meth:`serve`'s (``"direct"``) on
+            success; an error dict from :meth:`start`, or ``unavailable`` when
+            this actor is already bound (a spare is bound once).
+        """
+        if not await self.bind(process_id, token):
+            return error_dict(UnavailableError(f"actor already bound to {self.process_id}"))
+        result = await self.start(create)
+        if "error" in result:
+            return result
+        return {**result, **await self.serve()}
+
     async def start(self, create: dict[str, Any] | None = None) -> dict[str, Any]:
         """Claim the fence, then create or restore the process.
 
@@ -261,13 +280,22 @@ class ProcessActor:
         """The last 256 port calls of this actor (``PortCall.to_dict``, with the token)."""
         return list(self._port_calls)
 
-    async def serve(self) -> None:
+    async def serve(self) -> dict[str, Any]:
         """Start the passivation watchdog and the reasoning loop (called by the
         agent after ``start``). The loop resumes pending inbox items at once.
 
         The idle clock starts now: a warm spare may have waited longer than
         ``passivate_after_s`` to be bound, and must not passivate before the
-        request that activated it arrives."""
+        request that activated it arrives.
+
+        Returns:
+            ``{"direct": {"host", "port", "secret", "token"}}`` (the
+            :meth:`direct_endpoint` answer) when the direct transport is on and
+            listening, else ``{}``. The agent passes it on in its activation
+            answer, so the gateway's first request to a new owner goes over the
+            socket instead of a Ray name lookup and a Ray call first (issue 18:
+            cold activation).
+        """
         if self._watchdog is None:
             self._last_used = time.monotonic()
             self._watchdog = asyncio.get_running_loop().create_task(self._idle_loop())
@@ -281,6 +309,10 @@ class ProcessActor:
                                       config=rcfg, on_fenced=self._loop_fenced,
                                       attempt_tag=str(self.token))
                 self._loop.start()
+        if not self.cfg.direct_transport:
+            return {}
+        endpoint = await self.direct_endpoint()
+        return {} if "error" in endpoint else {"direct": endpoint}
 
     def _loop_fenced(self) -> None:
         if self._closed is None:

@@ -552,13 +552,12 @@ class HostAgent:
             raise
         try:
             self._same_lease(lease)
-            await self._while_held(lease, handle.bind.remote(process_id, ownership.token),
-                                   timeout_s=60)
+            # bind + start (fence claim, restore) + serve in one Ray call; the
+            # answer carries the actor's direct endpoint ("direct") for the gateway
             result: dict[str, Any] = await self._while_held(
-                lease, handle.start.remote(create), timeout_s=60)
+                lease, handle.bind_start_serve.remote(process_id, ownership.token, create),
+                timeout_s=60)
             if "error" not in result:
-                self._same_lease(lease)
-                await self._while_held(lease, handle.serve.remote(), timeout_s=60)
                 self._same_lease(lease)  # nothing after this line awaits
         except SvitError as exc:
             result = error_dict(exc)

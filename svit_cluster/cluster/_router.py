@@ -256,21 +256,33 @@ class RayRouter:
         name = route.actor
         try:
             answer = await self._call(name, "direct_endpoint", timeout_s=self.cfg.call_timeout_s)
-            if "error" in answer:
-                return None  # not serving yet or any more: this call goes over Ray
-            if answer.get("token") != route.token:
-                return None  # not the route's owner: never cache it
-            client = DirectClient(DirectEndpoint.from_dict(answer))
+            if "error" in answer or answer.get("token") != route.token:
+                return None  # not serving (yet or any more), or not the route's owner
+            return self._adopt_endpoint(route, answer)
         except SvitError:
             return None
-        except (KeyError, TypeError, ValueError):
-            log.warning("actor %s answered a malformed direct endpoint", name)
-            client = None
         finally:
             self._direct_asking.pop(name, None)
+
+    def _adopt_endpoint(self, route: Route, endpoint: Any) -> DirectClient | None:
+        """Cache a direct client for ``route``'s actor from ``endpoint`` (a
+        ``ProcessActor.direct_endpoint`` answer, from that call or carried in
+        the activation answer); only an endpoint of the route's own token is
+        ever cached. Returns the client, or None (nothing cached)."""
+        if not self.cfg.direct_transport or not isinstance(endpoint, dict) \
+                or endpoint.get("token") != route.token:
+            return None
+        try:
+            client: DirectClient | None = DirectClient(DirectEndpoint.from_dict(endpoint))
+        except (KeyError, TypeError, ValueError):
+            log.warning("actor %s answered a malformed direct endpoint", route.actor)
+            client = None
         if len(self._direct) >= 4 * len(self.cache.routes) + 64:
             self._prune_direct()
-        self._direct[name] = client
+        old = self._direct.get(route.actor)
+        if old is not None and old is not client:
+            old.close()
+        self._direct[route.actor] = client
         return client
 
     def _prune_direct(self) -> None:
@@ -471,6 +483,9 @@ class RayRouter:
         if activated.token is None or activated.actor is None:
             raise InternalError(f"activation of {process_id} answered no token or actor")
         route = Route(process_id, host, activated.token, activated.actor)
+        if activated.extra and route.actor not in self._direct:
+            # the new owner's socket, from the agent: no Ray lookup before the first request
+            self._adopt_endpoint(route, activated.extra.get("direct"))
         previous = self._seen.get(process_id)
         if previous is not None and previous.host not in self.cache.hosts and self.metrics:
             self.metrics.failovers.inc()

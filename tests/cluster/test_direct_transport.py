@@ -319,3 +319,46 @@ async def test_a_direct_call_in_flight_is_abandoned_the_moment_its_owner_record_
     assert loop.time() - started < 1.0
     assert route.actor not in router._direct  # the connection went with it
     assert router.cache._movers == {}
+
+
+class _Agent:
+    """A host agent whose activation answer carries ``actor``'s direct endpoint,
+    as ``HostAgent`` passes on ``ProcessActor.serve``'s answer."""
+
+    def __init__(self, actor: DirectActor, *, endpoint_token: int) -> None:
+        self.actor = actor
+        self.endpoint_token = endpoint_token
+
+    async def activate(self, process_id: str, create: Any) -> dict[str, Any]:
+        endpoint = {**await self.actor.direct_endpoint(), "token": self.endpoint_token}
+        return {"status": "serving", "host": "a", "token": 7, "actor": "svit:a:p",
+                "version": 3, "direct": endpoint}
+
+
+@pytest.mark.parametrize("endpoint_token", [7, 8])
+async def test_the_first_request_to_a_new_owner_goes_direct_from_the_activation_answer(
+        endpoint_token: int) -> None:
+    """Issue 18 (cold activation): the agent's activation answer carries the new
+    actor's endpoint, so the first request needs no Ray name lookup and no Ray
+    call; an endpoint of another token than the route's is never used."""
+    from svit_cluster.cluster import agent_name
+
+    actor = DirectActor(token=7)
+    router = _router(actor, "unused")
+    router._handles = {agent_name("a"): _Handle(_Agent(actor, endpoint_token=endpoint_token))}
+    router.cache.hosts["a"] = {"host": "a"}
+    route = await router._place("svit://t/p", None)
+    assert (route.host, route.token, route.actor) == ("a", 7, "svit:a:p")
+    if endpoint_token == 7:
+        answer = await router._control_call(route, b"first", "tenant", None)
+        assert answer == {"response": b"R:firsttenant", "host": "a", "token": 7}
+        assert actor.via == ["direct"]
+        assert route.actor not in router._handles  # never looked up over Ray
+    else:
+        router._handles[route.actor] = _Handle(actor)
+        await router._control_call(route, b"first", "tenant", None)
+        assert actor.via == ["ray"]
+    actor.server.close()
+    for client in router._direct.values():
+        if client is not None:
+            client.close()
