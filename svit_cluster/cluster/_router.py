@@ -268,7 +268,13 @@ class RayRouter:
         """Cache a direct client for ``route``'s actor from ``endpoint`` (a
         ``ProcessActor.direct_endpoint`` answer, from that call or carried in
         the activation answer); only an endpoint of the route's own token is
-        ever cached. Returns the client, or None (nothing cached)."""
+        ever cached.
+
+        Returns:
+            The client; or None: nothing cached (transport off, no endpoint,
+            another token's), or a malformed endpoint, for which None is cached
+            so that the actor stays on Ray.
+        """
         if not self.cfg.direct_transport or not isinstance(endpoint, dict) \
                 or endpoint.get("token") != route.token:
             return None
