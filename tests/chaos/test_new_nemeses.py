@@ -324,7 +324,9 @@ class DyingNodeTarget(FakeTarget):
 
 
 @pytest.mark.parametrize(("spec", "first"), [
-    (NemesisSpec("stop-raylet", host="h1"), ["raylet h1 SIGSTOP", "raylet h1 SIGCONT"]),
+    # stop-raylet first checks that its host is up (host_already_down)
+    (NemesisSpec("stop-raylet", host="h1"),
+     ["alive? h1", "raylet h1 SIGSTOP", "raylet h1 SIGCONT"]),
     (NemesisSpec("pause-host", host="h1"), ["pause h1", "resume h1"]),
 ])
 async def test_a_node_that_died_while_stopped_is_restarted_at_heal(
@@ -340,3 +342,31 @@ async def test_a_node_that_survived_is_left_alone() -> None:
     nemesis_ctx = NemesisContext(target, HistoryWriter(), [])  # type: ignore[arg-type]
     assert restart_if_died(nemesis_ctx, "h1", settle_s=0.3, poll_s=0.05) == {"node_died": False}
     assert "restart h1" not in target.calls and target.calls.count("alive? h1") >= 2
+
+
+@dataclass
+class DownTarget(FakeTarget):
+    """A target whose hosts another fault has taken down (no raylet)."""
+
+    def host_alive(self, host: str) -> bool:
+        return False
+
+    def kill_agent(self, host: str) -> list[int]:
+        raise HarnessError(f"no HostAgent worker of {host} process found", stage="inject")
+
+    def signal_raylet(self, host: str, sig: int) -> list[int]:
+        raise HarnessError(f"no raylet of {host} process found", stage="inject")
+
+
+@pytest.mark.parametrize("kind", ["kill-agent", "stop-raylet"])
+async def test_a_host_fault_on_a_host_already_down_is_skipped_not_an_error(kind: str) -> None:
+    """Seen in a ten-minute random run (seed 12): kill-agent h1 was injected 29 s
+    after its window's start, when etcd-restart-dead-host had killed h1; the
+    inject raised and the run was inconclusive. Now the window is recorded as
+    skipped and its heal neither signals nor restarts anything."""
+    target = DownTarget()
+    events = await run_windows(target, Window(1.0, 3.0, NemesisSpec(kind, host="h1")))
+    assert target.calls == []  # no signal, no restart: the other fault's heal restarts h1
+    assert [e["phase"] for e in events] == ["inject", "heal"]
+    assert "already down" in events[0]["detail"]["skipped"]
+    assert events[1]["detail"] == {"skipped": True}
