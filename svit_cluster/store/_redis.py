@@ -37,6 +37,7 @@ from redis.exceptions import (
     MovedError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     ResponseError,
     TryAgainError,
@@ -276,6 +277,16 @@ def _where(url: str) -> str:
     return "redis " + url.rsplit("@", 1)[-1].split("://", 1)[-1]
 
 
+def _node(conn: Any, where: str) -> str:
+    """The server one connection talks to, for messages: ``redis host:port/db``
+    (a cluster client connects to many nodes, and the one that refused must be
+    named, not the startup node of the URL); ``where`` when it has no address."""
+    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
+    if host is None or port is None:
+        return where
+    return f"redis {host}:{port}/{getattr(conn, 'db', 0) or 0}"
+
+
 def _policy_checking_connect(allow_unverified: bool, where: str) -> Callable[[Any], None]:
     def on_connect(conn: Any) -> None:
         conn.on_connect()  # handshake (AUTH, SELECT) as redis-py would do it
@@ -284,7 +295,8 @@ def _policy_checking_connect(allow_unverified: bool, where: str) -> Callable[[An
             conn.send_command(*args)
             return conn.read_response()
 
-        check_eviction_policy(execute, allow_unverified=allow_unverified, where=where)
+        check_eviction_policy(execute, allow_unverified=allow_unverified,
+                              where=_node(conn, where))
 
     return on_connect
 
@@ -307,7 +319,7 @@ def async_policy_check(url: str, *, allow_unverified: bool | None = None
             reply: Any = await conn.read_response()
         except ResponseError as exc:
             reply = exc
-        judge_policy_reply(reply, allow_unverified=allow, where=where)
+        judge_policy_reply(reply, allow_unverified=allow, where=_node(conn, where))
 
     return on_connect
 
@@ -334,11 +346,15 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
 
     Every new connection, to every cluster node too (the first one and each one
     after a reconnect) checks the eviction policy
-    (:func:`check_eviction_policy`) before it is used; a refusal surfaces as
-    ``unavailable`` (``reason`` ``eviction_policy``) from the call that needed
-    the connection. Construction of a single-node client sends nothing (a
-    cluster client reads the slot map); call :func:`verify_eviction_policy`
-    to check eagerly at start-up.
+    (:func:`check_eviction_policy`) before it is used; a refusal names the node
+    that refused and surfaces as ``unavailable`` (``reason``
+    ``eviction_policy``) from the call that needed the connection.
+    Construction of a single-node client sends nothing. A cluster client is
+    built by talking to two nodes: the startup node (the slot map) and
+    redis-py's default node (the first master of that map, for the ``COMMAND``
+    table; the same node unless a failover moved slot 0); a refusal by either
+    is raised by this function. Call :func:`verify_eviction_policy` to check
+    every node eagerly at start-up.
 
     Args:
         url: ``redis://host:port/db`` (db 0 for a cluster); for a cluster it
@@ -353,9 +369,10 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
 
     Raises:
         ValueError: ``timeout_s`` is not positive; a malformed URL (from redis-py).
-        redis.exceptions.RedisError: (cluster only: the client reads the slot
-            map at construction) no startup node answered, or the startup
-            node's policy is refused (``EvictionPolicyError``).
+        EvictionPolicyError: (cluster only) the startup node or the default
+            node refused (see above), naming it.
+        redis.exceptions.RedisClusterException: (cluster only) no startup node
+            answered, or the nodes do not agree on a slot map.
     """
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
@@ -366,15 +383,23 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         from redis.cluster import ClusterNode
 
         first, extra = split_startup_nodes(url)
-        return RedisCluster.from_url(
-            first,
-            startup_nodes=[ClusterNode(h, p) for h, p in extra]  # type: ignore[no-untyped-call]
-            or None,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            redis_connect_func=on_connect,
-        )
+        try:
+            return RedisCluster.from_url(
+                first,
+                startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]
+                               for h, p in extra] or None,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                retry=Retry(NoBackoff(), 0),
+                redis_connect_func=on_connect,
+            )
+        except RedisClusterException as exc:
+            # redis-py reports a refused startup node as "cannot be connected.
+            # Please provide at least one reachable node"; it was reachable
+            refused = exc.__cause__
+            if isinstance(refused, EvictionPolicyError):
+                raise EvictionPolicyError(str(refused), refused.policy) from exc
+            raise
     return redis.Redis.from_url(
         url,
         socket_timeout=timeout_s,
@@ -502,7 +527,7 @@ def verify_eviction_policy(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     except EvictionPolicyError as exc:
         raise ConfigurationError(str(exc), setting="maxmemory-policy",
                                  value=exc.policy) from exc
-    except RedisError as exc:
+    except (RedisError, RedisClusterException) as exc:  # the latter: no startup node answered
         raise UnavailableError(f"{_where(url)} unreachable: {type(exc).__name__}: {exc}",
                                op="verify_eviction_policy",
                                reason=failure_reason(exc)) from exc

@@ -13,9 +13,14 @@ import pytest
 import redis
 
 from svit_cluster.errors import ConfigurationError, UnavailableError
-from svit_cluster.local import RedisClusterServer
+from svit_cluster.local import RedisClusterServer, free_port
 from svit_cluster.store import ProcessKeys, RedisBackend, StoreConfig, connect
-from svit_cluster.store._redis import CLUSTER_ENV, async_connect, verify_eviction_policy
+from svit_cluster.store._redis import (
+    CLUSTER_ENV,
+    EvictionPolicyError,
+    async_connect,
+    verify_eviction_policy,
+)
 from tests.store._support import unique
 
 pytestmark = pytest.mark.servers
@@ -30,14 +35,28 @@ def _pid_on(cluster: RedisClusterServer, port: int, prefix: str) -> str:
     raise AssertionError("no process id found for that master")
 
 
+def _ports_read_at_construction(url: str) -> set[int]:
+    """The nodes a cluster client talks to while it is built: the startup node
+    of ``url`` (the slot map) and redis-py's default node, the first master of
+    that map (the ``COMMAND`` table). Which master is first changes when other
+    tests fail a master over, so it is asked, not assumed."""
+    plain = redis.RedisCluster.from_url(url)
+    try:
+        default = plain.get_default_node().port
+    finally:
+        plain.close()
+    return {int(url.rsplit(":", 1)[1].split("/")[0]), int(default)}
+
+
 @pytest.fixture
 def lru_master(redis_cluster_server: RedisClusterServer) -> Iterator[int]:
-    """One master of the shared cluster (not the startup node of its URL, which a
-    cluster client reads the slot map from) set to ``allkeys-lru`` for this test."""
-    startup = int(redis_cluster_server.url.rsplit(":", 1)[1].split("/")[0])
+    """One master of the shared cluster that a client does not read while it is
+    built (:func:`_ports_read_at_construction`), set to ``allkeys-lru`` for
+    this test."""
+    read_at_construction = _ports_read_at_construction(redis_cluster_server.url)
     port = next(port for port in (
         redis_cluster_server.master_of(ProcessKeys(f"svit://t/{unique('x')}", "p").fence).port
-        for _ in range(500)) if port != startup)
+        for _ in range(500)) if port not in read_at_construction)
     raw = redis.Redis(port=port)
     raw.config_set("maxmemory-policy", "allkeys-lru")
     try:
@@ -81,6 +100,7 @@ def test_every_cluster_node_connection_checks_the_eviction_policy(
     with pytest.raises(UnavailableError) as refused:
         RedisBackend(client, bad, 1, config).claim()
     assert refused.value.fields["reason"] == "eviction_policy"
+    assert f":{lru_master}/" in str(refused.value)  # the node that refused, not the URL's
     client.close()
     with pytest.raises(ConfigurationError, match="allkeys-lru"):
         verify_eviction_policy(redis_cluster_server.url, cluster=True)
@@ -97,3 +117,29 @@ async def test_async_cluster_client_checks_every_node(
             await client.get(bad)
     finally:
         await client.aclose()
+
+
+def test_a_node_read_while_the_client_is_built_refuses_by_name(
+    redis_cluster_server: RedisClusterServer,
+) -> None:
+    """The startup node refuses: ``connect`` raises ``EvictionPolicyError`` naming
+    it, not redis-py's "cannot be connected ... provide at least one reachable
+    node" (it was reachable)."""
+    url = redis_cluster_server.url
+    startup = int(url.rsplit(":", 1)[1].split("/")[0])
+    raw = redis.Redis(port=startup)
+    raw.config_set("maxmemory-policy", "volatile-lru")
+    try:
+        with pytest.raises(EvictionPolicyError, match=f":{startup}/0: maxmemory-policy is "
+                                                      "volatile-lru") as refused:
+            connect(url, cluster=True)
+        assert refused.value.policy == "volatile-lru"
+    finally:
+        raw.config_set("maxmemory-policy", "noeviction")
+        raw.close()
+
+
+def test_verify_reports_an_unreachable_cluster_as_unavailable() -> None:
+    with pytest.raises(UnavailableError, match="unreachable"):
+        verify_eviction_policy(f"redis://127.0.0.1:{free_port()}/0", cluster=True,
+                               timeout_s=1.0)
