@@ -15,6 +15,8 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -148,6 +150,10 @@ class LocalCluster:
     etcd_cluster: EtcdClusterServer | None = None
     _proxy_factory: ProxyFactory | None = field(default=None, repr=False)
     _unsafe_disable_fencing: bool = field(default=False, repr=False)
+    #: Held while ``doc`` is written out, and while a host takes its ports and
+    #: starts: a chaos harness heals several hosts at once from daemon threads.
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False,
+                                   compare=False)
 
     @property
     def path(self) -> Path:
@@ -388,10 +394,22 @@ class LocalCluster:
         raise UnavailableError(f"cluster not healthy after {timeout_s} s: {last}")
 
     def _save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.doc, indent=2, sort_keys=True))
-        tmp.chmod(0o600)
-        tmp.replace(self.path)
+        """Write ``doc`` to ``cluster.json`` atomically (a private temporary file,
+        mode 0600, then rename), one writer at a time. Two threads that shared
+        one ``cluster.tmp`` made the second rename fail with FileNotFoundError
+        (a ten-minute chaos run healing two hosts at once)."""
+        with self._lock:
+            text = json.dumps(self.doc, indent=2, sort_keys=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cluster.",
+                                       suffix=".tmp")  # mode 0600
+            try:
+                with os.fdopen(fd, "w") as out:
+                    out.write(text)
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
 
     # -- load / down / faults ------------------------------------------------------------
 
@@ -491,11 +509,15 @@ class LocalCluster:
         Raises:
             UnavailableError: the node or its agent did not come up in time.
         """
-        ports = PortAllocator(base=int(self.doc.get("next_port", 25000)))
-        node.start(ports)
-        self.doc["next_port"] = ports.next_port
-        self.doc["hosts"][name] = {**node.to_json(), **extra}
-        self._save()
+        # One host at a time takes ports from next_port and starts its node:
+        # two at once took the same range (and Ray wants nodes started one
+        # after another). The agent start and the wait below run unlocked.
+        with self._lock:
+            ports = PortAllocator(base=int(self.doc.get("next_port", 25000)))
+            node.start(ports)
+            self.doc["next_port"] = ports.next_port
+            self.doc["hosts"][name] = {**node.to_json(), **extra}
+            self._save()
         deadline = time.monotonic() + timeout_s
         while True:
             try:
