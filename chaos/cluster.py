@@ -25,7 +25,9 @@ import contextlib
 import inspect
 import os
 import signal
+import threading
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,6 +265,9 @@ class LocalClusterTarget:
         self.cluster = cluster
         self.hub = hub
         self._ttl = lease_ttl_s
+        #: host -> restarts under way (heals run in daemon threads, several at once)
+        self._restarting: Counter[str] = Counter()
+        self._restarting_lock = threading.Lock()
 
     @property
     def lease_ttl_s(self) -> float:
@@ -278,8 +283,20 @@ class LocalClusterTarget:
         restart = getattr(self.cluster, "restart_host", None)
         if restart is None:
             return False
-        restart(host)
+        with self._restarting_lock:
+            self._restarting[host] += 1
+        try:
+            restart(host)
+        finally:
+            with self._restarting_lock:
+                self._restarting[host] -= 1
         return True
+
+    def host_restarting(self, host: str) -> bool:
+        """True while a :meth:`restart_host` of ``host`` is under way (its raylet
+        may be up while its agent is not yet)."""
+        with self._restarting_lock:
+            return self._restarting[host] > 0
 
     def pause_host(self, host: str) -> Any:
         return self.cluster.pause_host(host)

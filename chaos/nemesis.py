@@ -890,9 +890,16 @@ def host_already_down(ctx: NemesisContext, host: str) -> dict[str, Any] | None:
     and the whole run was inconclusive: in a ten-minute random run (seed 12),
     ``kill-agent h1`` (window 35) came on time, about 17 s after
     ``etcd-restart-dead-host h1`` (window 31) had killed h1, whose restart was
-    still under way.
+    still under way. A host that a heal is restarting (``host_restarting``)
+    counts as down too: in a five-minute run (seed 12) ``pause-host h1``'s heal
+    was restarting h1 (its node had died while stopped) when ``kill-agent h1``
+    came, and h1 had a raylet but no agent yet.
     """
-    alive = getattr(ctx.target, "host_alive", None)  # optional hook, as restart_if_died
+    restarting = getattr(ctx.target, "host_restarting", None)  # optional hooks,
+    if restarting is not None and restarting(host):             # as restart_if_died
+        # its raylet may be up while its agent is not yet: nothing to act on
+        return {"skipped": f"host {host} is being restarted (another fault's heal)"}
+    alive = getattr(ctx.target, "host_alive", None)
     if alive is None or alive(host):
         return None
     return {"skipped": f"host {host} is already down (another fault)"}
