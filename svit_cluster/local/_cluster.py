@@ -397,7 +397,7 @@ class LocalCluster:
         """Write ``doc`` to ``cluster.json`` atomically (a private temporary file,
         mode 0600, then rename), one writer at a time. Two threads that shared
         one ``cluster.tmp`` made the second rename fail with FileNotFoundError
-        (a ten-minute chaos run healing two hosts at once)."""
+        (a five-minute chaos run, seed 12, healing two hosts at once)."""
         with self._lock:
             text = json.dumps(self.doc, indent=2, sort_keys=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cluster.",
