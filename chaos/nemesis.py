@@ -629,7 +629,7 @@ class KillHost(Nemesis):
 
     def heal(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
-        return {"restarted": bool(ctx.target.restart_host(self.spec.host))}
+        return restart_host(ctx, self.spec.host)
 
 
 def restart_if_died(ctx: NemesisContext, host: str, *, settle_s: float = 3.0,
@@ -652,7 +652,7 @@ def restart_if_died(ctx: NemesisContext, host: str, *, settle_s: float = 3.0,
         if time.monotonic() >= deadline:
             return {"node_died": False}
         time.sleep(poll_s)
-    return {"node_died": True, "restarted": bool(ctx.target.restart_host(host))}
+    return {"node_died": True, **restart_host(ctx, host)}
 
 
 class PauseHost(Nemesis):
@@ -855,30 +855,6 @@ class PauseOwner(Nemesis):
                 "write": write, **restart_if_died(ctx, host)}
 
 
-class StopRaylet(Nemesis):
-    """SIGSTOP the host's raylet alone: its workers (the host agent among them) keep
-    running, so the host may keep its lease while Ray already reports the node dead.
-    Heal SIGCONTs it and restarts the host if the raylet then exits (Ray had
-    declared the node dead; see :func:`restart_if_died`)."""
-
-    heal_timeout_factor = 4.0
-    skipped = False
-
-    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
-        assert self.spec.host
-        if (down := host_already_down(ctx, self.spec.host)) is not None:
-            self.skipped = True
-            return down
-        return {"stopped": ctx.target.signal_raylet(self.spec.host, signal.SIGSTOP)}
-
-    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
-        assert self.spec.host
-        if self.skipped:
-            return {"skipped": True}
-        resumed = ctx.target.signal_raylet(self.spec.host, signal.SIGCONT)
-        return {"resumed": resumed, **restart_if_died(ctx, self.spec.host)}
-
-
 def host_already_down(ctx: NemesisContext, host: str) -> dict[str, Any] | None:
     """The inject detail of a host fault that finds its host already down, or None.
 
@@ -905,32 +881,77 @@ def host_already_down(ctx: NemesisContext, host: str) -> dict[str, Any] | None:
     return {"skipped": f"host {host} is already down (another fault)"}
 
 
+class _OnLiveHost(Nemesis):
+    """A fault on a live host's processes: when :func:`host_already_down` finds
+    its host down or restarting, the window is recorded as skipped and its heal
+    does nothing. Subclasses define :meth:`act` and :meth:`undo`."""
+
+    skipped = False
+
+    @abstractmethod
+    def act(self, ctx: NemesisContext, host: str) -> dict[str, Any]:
+        """Inject the fault on live ``host``."""
+
+    @abstractmethod
+    def undo(self, ctx: NemesisContext, host: str) -> dict[str, Any]:
+        """Heal what :meth:`act` did."""
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        if (down := host_already_down(ctx, self.spec.host)) is not None:
+            self.skipped = True
+            return down
+        return self.act(ctx, self.spec.host)
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        if self.skipped:
+            return {"skipped": True}
+        return self.undo(ctx, self.spec.host)
+
+
+class StopRaylet(_OnLiveHost):
+    """SIGSTOP the host's raylet alone: its workers (the host agent among them) keep
+    running, so the host may keep its lease while Ray already reports the node dead.
+    Heal SIGCONTs it and restarts the host if the raylet then exits (Ray had
+    declared the node dead; see :func:`restart_if_died`)."""
+
+    heal_timeout_factor = 4.0
+
+    def act(self, ctx: NemesisContext, host: str) -> dict[str, Any]:
+        return {"stopped": ctx.target.signal_raylet(host, signal.SIGSTOP)}
+
+    def undo(self, ctx: NemesisContext, host: str) -> dict[str, Any]:
+        resumed = ctx.target.signal_raylet(host, signal.SIGCONT)
+        return {"resumed": resumed, **restart_if_died(ctx, host)}
+
+
+def restart_host(ctx: NemesisContext, host: str) -> dict[str, Any]:
+    """Restart ``host`` (if the cluster can), as after ``kill-host``."""
+    return {"restarted": bool(ctx.target.restart_host(host))}
+
+
 class _RestartHost(Nemesis):
-    """Heal by restarting the host (if the cluster can), as after ``kill-host``."""
+    """Heal by :func:`restart_host`."""
 
     heal_timeout_factor = 4.0
 
     def heal(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
-        return {"restarted": bool(ctx.target.restart_host(self.spec.host))}
+        return restart_host(ctx, self.spec.host)
 
 
-class KillAgent(_RestartHost):
-    """SIGKILL the host agent's worker process only (raylet and process actors stay)."""
+class KillAgent(_OnLiveHost):
+    """SIGKILL the host agent's worker process only (raylet and process actors stay);
+    heal restarts the host (:func:`restart_host`)."""
 
-    skipped = False
+    heal_timeout_factor = _RestartHost.heal_timeout_factor
 
-    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
-        assert self.spec.host
-        if (down := host_already_down(ctx, self.spec.host)) is not None:
-            self.skipped = True  # see host_already_down
-            return down
-        return {"killed": ctx.target.kill_agent(self.spec.host)}
+    def act(self, ctx: NemesisContext, host: str) -> dict[str, Any]:
+        return {"killed": ctx.target.kill_agent(host)}
 
-    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
-        if self.skipped:
-            return {"skipped": True}
-        return super().heal(ctx)
+    def undo(self, ctx: NemesisContext, host: str) -> dict[str, Any]:
+        return restart_host(ctx, host)
 
 
 class TermHost(_RestartHost):

@@ -1,7 +1,7 @@
 """Two host restarts at once (a chaos harness heals from daemon threads) must not
 break ``cluster.json`` nor hand two nodes the same ports.
 
-A ten-minute chaos run (seed 12) ended inconclusive on ``heal pause-host h1
+A five-minute chaos run (seed 12) ended inconclusive on ``heal pause-host h1
 failed: FileNotFoundError: .../cluster.tmp``: two heals wrote the one shared
 temporary file, and the second rename found it gone. The logic under test is the
 local cluster's own bookkeeping, so the node here records the ports it takes

@@ -35,17 +35,21 @@ def _pid_on(cluster: RedisClusterServer, port: int, prefix: str) -> str:
     raise AssertionError("no process id found for that master")
 
 
+def _startup_port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
 def _ports_read_at_construction(url: str) -> set[int]:
     """The nodes a cluster client talks to while it is built: the startup node
     of ``url`` (the slot map) and redis-py's default node, the first master of
-    that map (the ``COMMAND`` table). Which master is first changes when other
-    tests fail a master over, so it is asked, not assumed."""
+    that map (the ``COMMAND`` table). Which master is first changes when a
+    failover moves slot 0, so it is asked, not assumed."""
     plain = redis.RedisCluster.from_url(url)
     try:
         default = plain.get_default_node().port
     finally:
         plain.close()
-    return {int(url.rsplit(":", 1)[1].split("/")[0]), int(default)}
+    return {_startup_port(url), int(default)}
 
 
 @pytest.fixture
@@ -126,7 +130,7 @@ def test_a_node_read_while_the_client_is_built_refuses_by_name(
     it, not redis-py's "cannot be connected ... provide at least one reachable
     node" (it was reachable)."""
     url = redis_cluster_server.url
-    startup = int(url.rsplit(":", 1)[1].split("/")[0])
+    startup = _startup_port(url)
     raw = redis.Redis(port=startup)
     raw.config_set("maxmemory-policy", "volatile-lru")
     try:
