@@ -147,12 +147,19 @@ def cli() -> None:
                    "(e.g. 3x1) instead of one redis-server.")
 @click.option("--etcd-members", default=1, show_default=True, type=click.IntRange(1, 7),
               help="etcd members (1, 3, 5 or 7).")
+@click.option("--max-active-per-host", "max_active_per_host", default=0, show_default=True,
+              type=click.IntRange(0, 100_000),
+              help="Process actors one host runs at once (its residency budget); at the "
+                   "budget the least recently used idle process passivates for a new one. "
+                   "0: derived from the host's share of this machine (16 per CPU, at most "
+                   "half its memory at 96 MiB each; see docs/capacity.md).")
 @output_option
 def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
        passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...],
        reasoner_kind: str, reasoner_url: str | None, model: str | None,
        reasoner_key_env: str, instructions: str | None, ports_file: Path | None,
-       redis_cluster: str | None, etcd_members: int, output: str) -> None:
+       redis_cluster: str | None, etcd_members: int, max_active_per_host: int,
+       output: str) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
     Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
@@ -184,7 +191,8 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
                         reasoner=reasoner,
                         ports=ports if isinstance(ports, dict) else {"invalid": ports},
                         redis_masters=masters, redis_replicas=replicas,
-                        etcd_members=etcd_members),
+                        etcd_members=etcd_members,
+                        max_active_per_host=max_active_per_host),
             progress=step,
         )
     doc = cluster.doc
@@ -412,7 +420,14 @@ def env(state_dir: Path, output: str) -> None:
 @output_option
 def status(state_dir: Path, output: str) -> None:
     """Hosts, leases, owners and live actors of the local cluster (a diagnostic: exit 0
-    whenever it could report; use `healthcheck` for a pass/fail check)."""
+    whenever it could report; use `healthcheck` for a pass/fail check).
+
+    \b
+    Per host: its process and lease; from its agent (through the gateway's
+    GET /v1/admin/hosts): active actors / residency budget, warm spares, the
+    summed PSS of its actors, the keepalive lag, the idle age of its least
+    recently used process, processes passivated at the budget, leases lost.
+    """
     from svit_cluster.local import LocalCluster, cluster_status
 
     info = cluster_status(LocalCluster.load(state_dir))
@@ -424,6 +439,19 @@ def status(state_dir: Path, output: str) -> None:
     for host in info["hosts"]:
         click.echo(f"  {host['name']}: process {'up' if host['alive'] else 'DOWN'}, "
                    f"lease {host.get('lease') or '-'}, owners {host.get('owners', 0)}")
+        agent = host.get("agent")
+        if agent and agent.get("answered"):
+            lru = agent.get("lru_idle_s")
+            click.echo(
+                f"      actors {agent.get('actors')}/{agent.get('max_active')}, spares "
+                f"{agent.get('spares')}, PSS {agent.get('pss_mib') or 0:.0f} MiB, keepalive lag "
+                f"{agent.get('keepalive_lag_s') or 0:.3f} s (max "
+                f"{agent.get('max_keepalive_lag_s') or 0:.3f}), LRU idle "
+                f"{'-' if lru is None else f'{lru:.0f} s'}, passivated at budget "
+                f"{agent.get('evictions', 0)}, lost leases {len(agent.get('lost_leases') or [])}")
+        elif agent is not None or info.get("agents_error"):
+            click.echo("      agent: no answer" + (f" ({info['agents_error']})"
+                                                   if info.get("agents_error") else ""))
     click.echo(f"owners: {len(info['owners'])}")
     for svc in ("redis", "etcd"):
         procs = info[svc].get("nodes" if svc == "redis" else "members", [])

@@ -622,6 +622,28 @@ class SvitClient(_Base):
                     "recovered": True}
         return result
 
+    def set_passivation(self, process_id: str, passivate_after_s: float | None, *,
+                        timeout_s: float | None = None) -> dict[str, Any]:
+        """Set how long ``process_id`` stays active while idle
+        (``PUT /v1/processes/residency``): after ``passivate_after_s`` idle
+        seconds (1 to 604800) it releases its actor; None restores the
+        cluster's default. Stored with the process, it follows it to every host.
+        An agent that waits on a person for hours should not hold a worker of
+        its host's budget meanwhile: give it a short timeout.
+
+        Returns:
+            ``{"process_id", "passivate_after_s": effective seconds, "default": bool}``.
+
+        Raises:
+            InvalidInput: (400) out of range. NotFound: (404) no such process.
+            UnavailableError: (503) still unknown after every attempt (retrying
+                is safe: setting a value twice is harmless).
+        """
+        result: dict[str, Any] = self._call(
+            "PUT", "/v1/processes/residency", timeout_s=timeout_s,
+            json={"process_id": process_id, "passivate_after_s": passivate_after_s})
+        return result
+
     def send_raw(self, body: bytes, *, timeout_s: float | None = None) -> ControlResponse:
         """POST one encoded request; retried byte-for-byte on transport errors."""
         return decode_response(self._call("POST", "/v1/control", content=body,
@@ -875,6 +897,14 @@ class AsyncSvitClient(_Base):
                 raise
             return {"process_id": process_id, "deleted": True, "version": None,
                     "recovered": True}
+        return result
+
+    async def set_passivation(self, process_id: str, passivate_after_s: float | None, *,
+                              timeout_s: float | None = None) -> dict[str, Any]:
+        """Async form of :meth:`SvitClient.set_passivation`."""
+        result: dict[str, Any] = await self._call(
+            "PUT", "/v1/processes/residency", timeout_s=timeout_s,
+            json={"process_id": process_id, "passivate_after_s": passivate_after_s})
         return result
 
     async def send_raw(self, body: bytes, *, timeout_s: float | None = None

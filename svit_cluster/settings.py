@@ -155,6 +155,13 @@ class ClusterSettings(StoreSettings):
             reasoner_instructions: ``SVIT_REASONER_*``: the reasoning loop's
             settings (``svit_cluster.reasoning.ReasonerConfig`` fields); unset
             ones keep that class's defaults.
+        max_active_per_host: ``SVIT_MAX_ACTIVE_PER_HOST``: a host's residency
+            budget of process actors (0, default: derived from its node's
+            CPUs and memory; ``ClusterConfig.max_active_per_host``).
+        max_actors_pss_mib: ``SVIT_MAX_ACTORS_PSS_MIB``: summed PSS (MiB) of a
+            host's process actors at which it counts as full (0: half its memory).
+        max_starting_per_host: ``SVIT_MAX_STARTING_PER_HOST``: Ray workers a
+            host starts at once (0: half its CPUs, at least 1).
     """
 
     cluster: str = Field(default="default", min_length=1)
@@ -171,6 +178,9 @@ class ClusterSettings(StoreSettings):
     reasoner_model: str | None = None
     reasoner_api_key_env: str | None = None
     reasoner_instructions: str | None = None
+    max_active_per_host: int = Field(default=0, ge=0, le=100_000)
+    max_actors_pss_mib: float = Field(default=0.0, ge=0)
+    max_starting_per_host: int = Field(default=0, ge=0, le=64)
 
     @field_validator("etcd_endpoints")
     @classmethod

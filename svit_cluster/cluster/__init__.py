@@ -11,8 +11,11 @@ Public names, by importance:
 * :func:`start_agents` -- create the detached agents (used by ``svit-cluster up``).
 * :class:`Activated`, :class:`ServeStatus`, :class:`ServedActor` -- typed shapes
   of the agent's activation answer and of a served process.
+* :class:`Budget`, :func:`derive_budget`, :func:`node_memory_bytes` -- a host's
+  residency budget (how many process actors it runs) and how it is derived.
 
-Only :class:`ClusterConfig` and :func:`host_resource` load with the package; every
+Only :class:`ClusterConfig`, :func:`host_resource` and the budget helpers load
+with the package; every
 other name loads on first use (PEP 562). Each active process is its own Ray worker,
 which imports this package to unpickle :class:`ProcessActor`: it must not pay for
 the agent's etcd client (aetcd, grpc, prometheus_client, tenacity) nor the
@@ -24,6 +27,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from svit_cluster.cluster._config import WORKER_NICENESS_ENV, ClusterConfig, host_resource
+from svit_cluster.cluster._residency import Budget, derive_budget, node_memory_bytes
 
 if TYPE_CHECKING:
     from svit_cluster.cluster._actor import ProcessActor
@@ -54,6 +58,7 @@ _LAZY = {
 __all__ = [
     "WORKER_NICENESS_ENV",
     "Activated",
+    "Budget",
     "ClusterConfig",
     "HostAgent",
     "ProcessActor",
@@ -65,8 +70,10 @@ __all__ = [
     "actor_name",
     "agent_name",
     "check_heartbeat",
+    "derive_budget",
     "host_resource",
     "hosts_prefix",
+    "node_memory_bytes",
     "start_agents",
 ]
 

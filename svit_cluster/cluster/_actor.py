@@ -1,11 +1,21 @@
 """The data path: one Ray actor per active Svit process.
 
-A :class:`ProcessActor` is created by its host agent *after* the agent won the
-etcd ownership transaction, so it starts with a fencing token. Before it
-serves it claims the Redis fence with that token and restores (snapshot +
-tail, hash chain verified). Every commit then goes through the fenced Redis
-commit log; a newer owner's claim makes any later commit of this actor fail
-with ``fenced``, after which the actor stops serving for good.
+A :class:`ProcessActor` serves one process under one fencing token at a time
+(a *binding*). Its host agent binds it only *after* winning the etcd ownership
+transaction; before it serves, the actor claims the Redis fence with that token
+and restores (snapshot + tail, hash chain verified). Every commit then goes
+through the fenced Redis commit log; a newer owner's claim makes any later
+commit of this binding fail with ``fenced``, after which it stops serving.
+
+A binding ends when the process passivates (idle, or chosen as the host's least
+recently used at its residency budget) or is deleted: :meth:`ProcessActor.unbind`
+drops every piece of the process's state, and the agent may then bind the same
+worker to another process (its Ray worker is reused instead of a new one
+started: a worker start costs about a second of CPU). Every request therefore
+names the token it was routed for, and the actor refuses one that is not its
+current binding's (``unavailable``, ``route_moved``): a gateway's stale route
+can never reach another process's state. Ownership and commits are untouched
+by reuse: a binding's token is checked by the fence exactly like a new actor's.
 
 Calls return plain dicts (``{"error": {...}}`` on failure) so that errors cross
 the Ray boundary without pickling exception classes.
@@ -46,11 +56,13 @@ def error_dict(exc: SvitError) -> dict[str, Any]:
 
 
 class ProcessActor:
-    """Serves one process for one fencing token (wrapped with ``ray.remote`` by the agent).
+    """Serves one process under one fencing token at a time (wrapped with
+    ``ray.remote`` by the agent).
 
     The agent may create an actor ahead of need (a warm *spare*, with
     ``process_id=""`` and ``token=0``) and :meth:`bind` it to a process once it
-    owns one, so that activation and failover do not wait for a new Ray worker.
+    owns one, so that activation and failover do not wait for a new Ray
+    worker; after :meth:`unbind` it is a spare again.
 
     Args:
         config: :meth:`ClusterConfig.to_dict` output.
@@ -76,33 +88,47 @@ class ProcessActor:
         self.process_id = process_id
         self.token = token
         self.agent_name = agent_name
-        self._ctrl: ProcessController | None = None
-        self._closed: str | None = None
         #: Why the host lease is SUSPENDED (refusing work until it is HELD again),
-        #: and the sequence number of the last lease notice (older ones are ignored).
+        #: and the sequence number of the last lease notice (older ones are
+        #: ignored). Host-wide, so kept across bindings.
         self._suspended: str | None = None
         self._lease_seq = 0
+        self._client: Any = None  # the pooled Redis client, opened by warm or start
+        #: Bindings this worker has served (its agent stops reusing it past a bound).
+        self.bindings = 0
+        self._reset_binding()
+
+    def _reset_binding(self) -> None:
+        """Forget everything of the current binding (process state, loop, socket)."""
+        self._ctrl: ProcessController | None = None
+        self._closed: str | None = None
         self._last_used = time.monotonic()
         self._inflight = 0
         self._watchdog: asyncio.Task[None] | None = None
         self._backend: Any = None
-        self._client: Any = None  # the pooled Redis client, opened by warm or start
         self._events: Any = None
         self._loop: Any = None  # svit_cluster.reasoning.TurnLoop, once serving
         self._port_calls: deque[dict[str, Any]] = deque(maxlen=256)
         self._direct: DirectServer | None = None
+        #: Set when this binding ends; :meth:`watch` calls of it return then.
+        self._ended = asyncio.Event()
+        #: This binding's idle timeout (s): the process's own setting, else the cluster's.
+        self.passivate_after_s = self.cfg.passivate_after_s
 
     # -- lifecycle --------------------------------------------------------------------
 
-    async def warm(self) -> bool:
+    async def warm(self) -> int:
         """Do now what every ``start`` would otherwise do first, so a spare binds in
         milliseconds: import the data-path modules, read the store's environment
         settings (``StoreConfig`` defaults) and open this host's pooled Redis client
         with one connection (its eviction-policy check included). A Redis that
         cannot be reached now is only logged: ``start`` connects again.
+
+        Returns:
+            This worker's process id (the agent reads its memory from ``/proc``).
         """
         await asyncio.to_thread(self._warm_sync)
-        return True
+        return os.getpid()
 
     def _warm_sync(self) -> None:
         import svit_cluster.events
@@ -128,16 +154,67 @@ class ProcessActor:
             self.cfg.redis_allow_unverified_eviction_policy), cluster=self.cfg.redis_cluster)
 
     async def bind(self, process_id: str, token: int) -> bool:
-        """Give a spare its process and fencing token (once; then call :meth:`start`).
+        """Give a spare its process and fencing token (then call :meth:`start`).
 
         Returns:
-            False if this actor is already bound.
+            False if this actor is bound now (a binding ends with :meth:`unbind`).
         """
         if self.token:
             return False
+        self._reset_binding()
         self.process_id = process_id
         self.token = token
+        self.bindings += 1
         return True
+
+    async def unbind(self, token: int, only_if_idle: bool = True) -> dict[str, Any]:
+        """End the binding of ``token``: stop serving its process for good and
+        drop all of its state; the actor is a spare again.
+
+        With ``only_if_idle`` (least-recently-used passivation), nothing happens
+        while a request is in flight or a reasoning turn runs: the check and
+        the end of the binding happen in one step of the actor's event loop,
+        so no request can start in between. Requests that arrive later name
+        ``token`` and are refused (``unavailable``, ``route_moved``).
+
+        The caller (the agent) then releases the etcd ownership record. Commits
+        of this binding cannot happen after this returns: none is in flight,
+        and every new request is refused.
+
+        Returns:
+            ``{"unbound": True}``; or ``{"unbound": False, "busy": True}`` (in
+            use: try another) or ``{"unbound": False, "token": current}`` (not
+            bound to ``token``).
+        """
+        if token != self.token or not token:
+            return {"unbound": False, "token": self.token}
+        loop = self._loop
+        if only_if_idle and (self._inflight > 0 or (loop is not None and loop.busy)):
+            return {"unbound": False, "busy": True}
+        if self._closed is None:
+            self._closed = "passivated"
+        self._ended.set()
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None and watchdog is not asyncio.current_task():
+            watchdog.cancel()
+        if self._direct is not None:
+            self._direct.close()
+        await self._stop_loop()
+        self._reset_binding()
+        self.process_id, self.token = "", 0
+        return {"unbound": True}
+
+    async def residency(self) -> dict[str, Any]:
+        """What the agent's least-recently-used choice needs, without waking anything:
+        ``{"token", "process_id", "idle_s", "inflight", "busy", "pid", "bindings"}``
+        (``idle_s``: seconds since the last request ended or a reasoning turn
+        ran; ``busy``: a reasoning turn runs now)."""
+        loop = self._loop
+        busy = loop is not None and loop.busy
+        return {"token": self.token, "process_id": self.process_id,
+                "idle_s": 0.0 if busy else time.monotonic() - self._last_used,
+                "inflight": self._inflight, "busy": busy, "pid": os.getpid(),
+                "bindings": self.bindings}
 
     def _guard(self) -> None:
         if self._closed is not None:
@@ -163,7 +240,7 @@ class ProcessActor:
         result = await self.start(create)
         if "error" in result:
             return result
-        return {**result, **await self.serve()}
+        return {**result, **await self.serve(), "pid": os.getpid()}
 
     async def start(self, create: dict[str, Any] | None = None) -> dict[str, Any]:
         """Claim the fence, then create or restore the process.
@@ -231,6 +308,8 @@ class ProcessActor:
                                   scripts=create.get("scripts") or {})
             backend.create(proc)
         self._backend = backend
+        self.passivate_after_s = backend.residency().get("passivate_after_s",
+                                                         self.cfg.passivate_after_s)
         self._ctrl = ProcessController(proc, backend, ports=self._registry(), token=self.token)
         # Replace /ports by this host's grants before serving (a stale catalog
         # from a snapshot, a fork or another host never stays).
@@ -317,7 +396,7 @@ class ProcessActor:
     def _loop_fenced(self) -> None:
         if self._closed is None:
             self._closed = "fenced"
-            asyncio.get_running_loop().create_task(self._leave("fenced"))
+            asyncio.get_running_loop().create_task(self._leave("fenced", self.token))
 
     async def _stop_loop(self) -> None:
         loop, self._loop = self._loop, None
@@ -334,7 +413,7 @@ class ProcessActor:
         looks again within ``period``; so it never passivates earlier than the
         old one-second poll did, at most one ``passivate_after_s`` later.
         """
-        period = max(0.05, min(1.0, self.cfg.passivate_after_s / 4))
+        period = max(0.05, min(1.0, self.passivate_after_s / 4))
         turns = -1
         while self._closed is None:
             now = time.monotonic()
@@ -347,34 +426,44 @@ class ProcessActor:
             if loop is not None and loop.busy:
                 delay = period
             else:
-                delay = self._last_used + self.cfg.passivate_after_s - now
+                delay = self._last_used + self.passivate_after_s - now
                 if delay <= 0:
                     if self._inflight == 0:
                         self._closed = "passivated"
-                        await self._leave("passivated")
+                        await self._leave("passivated", self.token)
                         return
                     delay = period  # a request is under way: its end moves the deadline
             await asyncio.sleep(max(delay, 0.05))
 
-    async def watch(self) -> None:
-        """Never answer while this worker lives.
+    async def watch(self, token: int) -> bool:
+        """Answer only when the binding of ``token`` ends (at once if it is not
+        the current one); never while it lasts and the worker lives.
 
-        The agent keeps one such call outstanding per served actor: when the
+        The agent keeps one such call outstanding per served process: when the
         worker dies (a crash, Ray's memory monitor, ``ray.kill``), Ray fails the
-        call with ``RayActorError`` at once and the agent releases the ownership
-        (issue 18 item 2: an event instead of the agent polling every actor
-        every 2 s). The call waits on an event that nothing sets: it holds one
-        of the actor's ``max_concurrency`` slots and costs nothing while idle.
-        """
-        await asyncio.Event().wait()
+        call with ``RayActorError`` at once and the agent releases the
+        ownership, instead of polling every actor. The call holds one of the
+        actor's ``max_concurrency`` slots and costs nothing while idle; it
+        returns when the binding ends, so a reused worker never piles up the
+        calls of earlier bindings.
 
-    async def _leave(self, reason: str) -> None:
-        """Ask the agent to release ownership (if still ours) and kill this actor."""
+        Returns:
+            False (the binding of ``token`` is over).
+        """
+        if token == self.token and token:
+            await self._ended.wait()
+        return False
+
+    async def _leave(self, reason: str, token: int) -> None:
+        """Ask the agent to release the binding of ``token`` (if it is still the
+        current one; the agent then reuses or stops this worker)."""
         import ray
 
+        if token != self.token or not token:
+            return  # that binding already ended
         try:
             agent = ray.get_actor(self.agent_name, namespace=self.cfg.namespace)
-            agent.release.remote(self.process_id, self.token, reason)
+            agent.release.remote(self.process_id, token, reason)
         except Exception:  # the agent may be gone with its host; the lease expiry cleans up
             log.warning("could not reach agent %s to release %s", self.agent_name,
                         self.process_id)
@@ -411,12 +500,18 @@ class ProcessActor:
 
     # -- requests ---------------------------------------------------------------------
 
-    async def _run(self, fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+    async def _run(self, token: int, fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+        if token != self.token or not token:
+            return error_dict(UnavailableError(
+                f"this actor does not serve owner token {token} (now {self.token or 'none'}); "
+                "its route moved, retry", route_moved=True))
         if self._closed == "deleted":
             return error_dict(NotFound(f"process {self.process_id} was deleted"))
         if self._closed is not None or self._ctrl is None:
+            # nothing ran: the router may send it to the current owner at once
             return error_dict(UnavailableError(f"{self.process_id} is not served here: "
-                                               f"{self._closed or 'starting'}"))
+                                               f"{self._closed or 'starting'}",
+                                               route_moved=True))
         if self._suspended is not None:
             return error_dict(UnavailableError(f"{self.process_id} is not served now: "
                                                f"{self._suspended}; retry",
@@ -428,7 +523,7 @@ class ProcessActor:
         except FencedError as exc:
             self._closed = "fenced"
             await self._stop_loop()
-            await self._leave("fenced")
+            await self._leave("fenced", token)
             return error_dict(exc)
         except SvitError as exc:
             return error_dict(exc)
@@ -436,10 +531,12 @@ class ProcessActor:
             self._inflight -= 1
             self._last_used = time.monotonic()
 
-    async def control(self, body: bytes, partition: str, trace: str | None = None
+    async def control(self, token: int, body: bytes, partition: str, trace: str | None = None
                       ) -> dict[str, Any]:
-        """Run one svit-control@1 request. Returns ``ControlAnswer.to_result()``:
-        ``{"response": bytes (encoded once, here), "status", "code", "host", "token"}``.
+        """Run one svit-control@1 request routed to owner ``token``. Returns
+        ``ControlAnswer.to_result()``: ``{"response": bytes (encoded once, here),
+        "status", "code", "host", "token"}``; ``unavailable`` (``route_moved``)
+        when ``token`` is not this actor's current binding.
 
         ``trace`` is the caller's W3C ``traceparent`` (the gateway span): the
         activation and its commit run as its children (:mod:`svit_cluster.tracing`);
@@ -455,7 +552,7 @@ class ProcessActor:
             return ControlAnswer.of(response, token=self.token, host=self.host).to_result()
 
         with tracing.use_traceparent(trace):  # to_thread copies the context
-            return await self._run(run)
+            return await self._run(token, run)
 
     async def direct_endpoint(self) -> dict[str, Any]:
         """Open (once) the direct transport for :meth:`control` and return where it is.
@@ -488,16 +585,17 @@ class ProcessActor:
                               ) -> tuple[dict[str, Any], bytes]:
         """One direct-transport request: ``control`` only; the answer is
         :meth:`control`'s dict without ``"response"``, plus the response bytes."""
-        partition, trace = meta.get("partition"), meta.get("trace")
+        partition, trace, token = meta.get("partition"), meta.get("trace"), meta.get("token")
         if (meta.get("op") != "control" or not isinstance(partition, str)
+                or type(token) is not int
                 or not (trace is None or isinstance(trace, str))):
             return error_dict(InvalidInput("direct transport: bad request frame")), b""
-        result = await self.control(payload, partition, trace)
+        result = await self.control(token, payload, partition, trace)
         body = result.pop("response", b"")
         return result, body if isinstance(body, bytes) else b""
 
-    async def inbox(self, message: Any, dedup_key: str | None, trace: str | None = None
-                    ) -> dict[str, Any]:
+    async def inbox(self, token: int, message: Any, dedup_key: str | None,
+                    trace: str | None = None) -> dict[str, Any]:
         """Commit ``message`` to ``/inbox``; ``{"appended", "version"}``
         (``trace``: as :meth:`control`)."""
         def run() -> dict[str, Any]:
@@ -506,12 +604,12 @@ class ProcessActor:
             return {"appended": appended, "version": version}
 
         with tracing.use_traceparent(trace):
-            result = await self._run(run)
+            result = await self._run(token, run)
         if result.get("appended") and self._loop is not None:
             self._loop.wake()
         return result
 
-    async def inbox_drop(self, message_id: str | None, head_hash: str | None,
+    async def inbox_drop(self, token: int, message_id: str | None, head_hash: str | None,
                          reason: str) -> dict[str, Any]:
         """Dead-letter the inbox head (:meth:`ProcessController.drop_inbox_head`);
         ``{"dropped": dead_letter, "version"}``. The loop then serves the next item."""
@@ -521,40 +619,40 @@ class ProcessActor:
                                                          head_hash=head_hash)
             return {"dropped": letter, "version": version}
 
-        result = await self._run(run)
+        result = await self._run(token, run)
         if "dropped" in result and self._loop is not None:
             self._loop.wake()
         return result
 
-    async def state(self, path: str) -> dict[str, Any]:
+    async def state(self, token: int, path: str) -> dict[str, Any]:
         """``{"value": tagged, "version"}`` from one observation."""
         def run() -> dict[str, Any]:
             assert self._ctrl is not None
             value, version = self._ctrl.read_versioned(path)
             return {"value": encode_value(value), "version": version}
 
-        return await self._run(run)
+        return await self._run(token, run)
 
-    async def request_status(self, partition: str, client_id: str, request_id: str
-                             ) -> dict[str, Any]:
+    async def request_status(self, token: int, partition: str, client_id: str,
+                             request_id: str) -> dict[str, Any]:
         """``{"committed", "version", "retained_from_version"}`` of one request
         (see :meth:`ProcessController.request_status`)."""
         def run() -> dict[str, Any]:
             assert self._ctrl is not None
             return self._ctrl.request_status(client_id, request_id, tenant=partition).to_json()
 
-        return await self._run(run)
+        return await self._run(token, run)
 
-    async def snapshot(self) -> dict[str, Any]:
+    async def snapshot(self, token: int) -> dict[str, Any]:
         """``{"snapshot": bytes}`` of the current state."""
         def run() -> dict[str, Any]:
             assert self._ctrl is not None
             with self._ctrl.locked():
                 return {"snapshot": self._ctrl.process.snapshot()}
 
-        return await self._run(run)
+        return await self._run(token, run)
 
-    async def fork_snapshot(self, new_process_id: str, history: bool = False
+    async def fork_snapshot(self, token: int, new_process_id: str, history: bool = False
                             ) -> dict[str, Any]:
         """``{"snapshot": bytes}`` of a fork of the current state into ``new_process_id``.
 
@@ -574,9 +672,36 @@ class ProcessActor:
                     out["upto_seq"] = history_prefix_seq(to_plain_json(proc.read("/thread")))
                 return out
 
-        return await self._run(run)
+        return await self._run(token, run)
 
-    async def delete(self) -> dict[str, Any]:
+    async def set_residency(self, token: int, passivate_after_s: float | None
+                            ) -> dict[str, Any]:
+        """Set this process's idle timeout: it passivates after ``passivate_after_s``
+        idle seconds (None: the cluster's ``passivate_after_s``), stored with the
+        process (fenced like a commit, no new version), so every later owner on
+        any host applies it too. Takes effect at once.
+
+        Returns:
+            ``{"passivate_after_s": effective seconds, "default": bool}`` or an
+            error dict (``fenced``, ``not_found``, ``unavailable``).
+        """
+        def run() -> dict[str, Any]:
+            self._backend.set_residency("passivate_after_s", passivate_after_s)
+            return {}
+
+        result = await self._run(token, run)
+        if "error" in result:
+            return result
+        self.passivate_after_s = (self.cfg.passivate_after_s if passivate_after_s is None
+                                  else float(passivate_after_s))
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.cancel()
+            self._watchdog = asyncio.get_running_loop().create_task(self._idle_loop())
+        return {"passivate_after_s": self.passivate_after_s,
+                "default": passivate_after_s is None}
+
+    async def delete(self, token: int) -> dict[str, Any]:
         """Delete the process: fenced store delete, then stop serving for good.
 
         The reasoning loop is stopped first; the store delete runs under the
@@ -590,6 +715,8 @@ class ProcessActor:
             (``fenced``: a newer owner exists, nothing deleted; ``not_found``;
             ``unavailable``: Redis failed, outcome unknown, retry).
         """
+        if token != self.token or not token:
+            return await self._run(token, lambda: {})  # the route moved: refused
         await self._stop_loop()
 
         def run() -> dict[str, Any]:
@@ -599,16 +726,17 @@ class ProcessActor:
             self._closed = "deleted"
             return {**result, "host": self.host, "token": self.token}
 
-        result = await self._run(run)
-        if self._closed == "deleted":
-            asyncio.get_running_loop().create_task(self._leave_later("deleted", delay_s=2.0))
+        result = await self._run(token, run)
+        if self._closed == "deleted" and token == self.token:
+            asyncio.get_running_loop().create_task(
+                self._leave_later("deleted", token, delay_s=2.0))
         elif "error" in result and self._closed is None:
             await self.serve()  # not deleted (e.g. Redis down): keep serving, loop again
         return result
 
-    async def _leave_later(self, reason: str, *, delay_s: float) -> None:
+    async def _leave_later(self, reason: str, token: int, *, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
-        await self._leave(reason)
+        await self._leave(reason, token)
 
     async def info(self) -> dict[str, Any]:
         """``{"process_id", "host", "token", "closed", "version", "idle_s", "loop",

@@ -1,27 +1,34 @@
 """The control plane on each host: one :class:`HostAgent` Ray actor per Ray node.
 
-The agent holds the host's etcd lease (keepalive in the background), registers
+The agent holds the host's etcd lease -- through a lease keeper, a small OS
+process of its own (:class:`~svit_cluster.ownership.KeptLease`), so that no
+load inside the agent can starve the keepalives -- registers
 ``/svit/<cluster>/hosts/<host>`` under it, and activates processes on demand:
 it wins the ownership transaction and claims the Redis fence (token = fence
 epoch and create revision; a token below the fence after an etcd restore is
-recovered from in the same activation), then starts a
-:class:`~svit_cluster.cluster.ProcessActor` pinned to this host with a name
-that includes the token, so it can never collide with an earlier owner's actor
-still registered on a dead node.
+recovered from in the same activation), then binds a
+:class:`~svit_cluster.cluster.ProcessActor` pinned to this host to the process
+under that token. The ownership record names the actor, so routes need no
+second lookup.
 
-When the lease becomes SUSPENDED the agent fences its actors out (they stop
-starting commits); when it is LOST it kills them and rejoins with a fresh lease.
-Safety never depends on this: the Redis fence refuses any stale commit.
+**Residency.** The host runs at most its budget of process actors
+(:mod:`svit_cluster.cluster._residency`): a new activation on a full host
+passivates the least recently used idle process and binds its worker to the
+new process (reuse instead of a new Ray worker); if every actor is busy it
+answers ``unavailable`` with ``host_full`` and the gateway tries another host.
+Workers are started at most ``max_starting`` at a time, warm spares are kept
+only while the host is under its budget, and a memory guard counts the actors'
+summed PSS.
 
-Keeping actors across a rejoin (issue 15 item 5) is deliberately not done: once
-the lease is LOST its ownership keys are gone and another host may already have
-claimed the process with a higher token; keeping an actor would mean
-re-acquiring under the new lease, claiming a new fence and re-binding the live
-actor to the new token (its in-memory state may be behind the log). Instead,
-lease loss under load is made rare: keepalives run in their own thread with
-their own etcd client (:class:`~svit_cluster.ownership.HostLease`
-``keepalive_client``) and activations beyond :data:`DEFAULT_MAX_ACTIVATIONS`
-are shed, so the agent's event loop being busy no longer costs the lease.
+When the lease becomes SUSPENDED the agent pauses its actors (they refuse new
+work); when it is LOST it ends every binding (the workers stay, as spares),
+joins again with a fresh lease, and activates the processes it served again
+under new tokens. That is safe because nothing is kept but the worker: each
+process is restored from its log (snapshot + tail, hash chain verified) under
+a token that claims the Redis fence above every earlier one, and a process
+that another host claimed meanwhile stays there (its ownership record exists,
+so the claim here fails). Safety never depends on any of this: the Redis
+fence refuses any stale commit.
 """
 
 from __future__ import annotations
@@ -38,9 +45,18 @@ from typing import Any
 from svit_cluster.cluster._actor import ProcessActor, error_dict
 from svit_cluster.cluster._config import (
     AGENT_NICENESS,
+    KEEPER_NICENESS,
     PROCESS_ACTOR_NICENESS,
     ClusterConfig,
     host_resource,
+)
+from svit_cluster.cluster._residency import (
+    Budget,
+    Usage,
+    derive_budget,
+    lru_order,
+    node_memory_bytes,
+    read_pss_kib,
 )
 from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
@@ -52,8 +68,18 @@ log = logging.getLogger(__name__)
 
 #: Activations one agent runs at once before it sheds new ones with
 #: ``unavailable`` (HTTP 503 + ``Retry-After``): each starts or binds a Ray
-#: worker, and a burst of them must not starve the host (issue 15 item 5).
+#: worker, and a burst of them must not queue without bound.
 DEFAULT_MAX_ACTIVATIONS = 8
+
+#: Seconds a least-recently-used view of the served processes stays fresh: a
+#: passivation at the budget asks every actor for its idle time at most this
+#: often (one ``residency`` call each), never per activation.
+USAGE_MAX_AGE_S = 1.0
+#: Bindings one Ray worker serves before it is stopped instead of reused, so
+#: that whatever a long-lived interpreter accumulates stays bounded.
+MAX_BINDINGS_PER_WORKER = 500
+#: Seconds between two readings of the actors' PSS (the memory guard).
+MEMORY_SAMPLE_S = 10.0
 
 #: Seconds between two fallback sweeps of :meth:`HostAgent.reconcile` over the
 #: served actors. A dead actor is normally noticed at once by its outstanding
@@ -133,6 +159,35 @@ class HostAgent:
         self.lost_leases: list[str] = []
         #: Background tasks (revokes of lost leases) kept referenced until done.
         self._background: set[asyncio.Task[Any]] = set()
+        # -- residency (see svit_cluster.cluster._residency)
+        self.budget: Budget = derive_budget(
+            2, node_memory_bytes(), max_active=self.cfg.max_active_per_host,
+            max_actors_pss_mib=self.cfg.max_actors_pss_mib,
+            max_starting=self.cfg.max_starting_per_host)
+        self._start_gate: asyncio.Semaphore | None = None
+        #: Ray workers being started now, and workers taken by activations not yet
+        #: registered as served (both counted against the budget).
+        self.starting = 0
+        self._taken = 0
+        #: Worker process id and bindings served, by actor name.
+        self._pids: dict[str, int] = {}
+        self._uses: dict[str, int] = {}
+        #: Last known use of each served process (the least-recently-used view).
+        self._usage: dict[str, Usage] = {}
+        self._usage_at = 0.0
+        self._usage_refresh: asyncio.Future[None] | None = None
+        self._evicting: set[str] = set()
+        #: Summed PSS (MiB) of this host's actors at the last reading, and its time.
+        self.pss_mib = 0.0
+        self._pss_at = 0.0
+        self._memory_task: asyncio.Task[None] | None = None
+        #: Processes served when the last lease was lost (activated again after the rejoin).
+        self._parked: list[str] = []
+        self.evictions = 0
+        self.worker_starts = 0
+        self.worker_reuses = 0
+        self.host_full = 0
+        self._residency_metrics: Any = None
 
     # -- lease ---------------------------------------------------------------------------
 
@@ -153,13 +208,41 @@ class HostAgent:
                         self.host, os.nice(0), AGENT_NICENESS, AGENT_NICENESS)
         if self.lease is None:
             await asyncio.to_thread(self._check_redis)
+            self.budget = await asyncio.to_thread(self._node_budget)
+            log.info("host %s: residency budget %d process actors, %.0f MiB PSS, %d starts "
+                     "at once (%s)", self.host, self.budget.max_active,
+                     self.budget.max_actors_pss_mib, self.budget.max_starting,
+                     self.budget.basis)
             await self._join()
             loop = asyncio.get_running_loop()
             self._rejoin = loop.create_task(self._rejoin_loop())
             self._reconcile_task = loop.create_task(self._reconcile_loop())
+            self._memory_task = loop.create_task(self._memory_loop())
             self._shut_down = False
             self._refill()
         return await self.status()
+
+    def _node_budget(self) -> Budget:
+        """The residency budget from this host's Ray node resources (``CPU``,
+        ``memory``), the configured values kept (blocking: Ray's GCS)."""
+        cpus, memory = float(os.cpu_count() or 1), node_memory_bytes()
+        try:
+            import ray
+
+            if not ray.is_initialized():  # no Ray (tests): the machine's figures
+                raise LookupError("Ray is not initialized")
+            node_id = ray.get_runtime_context().get_node_id()
+            for node in ray.nodes():  # type: ignore[no-untyped-call]
+                if node.get("NodeID") == node_id:
+                    res = node.get("Resources") or {}
+                    cpus = float(res.get("CPU", cpus)) or cpus
+                    memory = int(res.get("memory", memory)) or memory
+                    break
+        except Exception:  # no Ray (tests): the machine's figures
+            log.debug("no Ray node resources; budget from the machine", exc_info=True)
+        return derive_budget(cpus, memory, max_active=self.cfg.max_active_per_host,
+                             max_actors_pss_mib=self.cfg.max_actors_pss_mib,
+                             max_starting=self.cfg.max_starting_per_host)
 
     def _check_redis(self) -> None:
         from svit_cluster.store import verify_eviction_policy
@@ -173,7 +256,7 @@ class HostAgent:
             log.warning("could not check the eviction policy of the commit log's Redis: %s",
                         exc)
 
-    # -- warm spares ---------------------------------------------------------------------
+    # -- workers: warm spares, paced starts, reuse ---------------------------------------
 
     def _new_actor(self) -> tuple[str, Any]:
         import ray
@@ -192,6 +275,49 @@ class HostAgent:
                  PROCESS_ACTOR_NICENESS)
         return name, handle
 
+    def _workers(self) -> int:
+        """Process actors this host runs, is starting or is binding (what the
+        budget bounds)."""
+        return len(self.actors) + len(self._spares) + self.starting + self._taken
+
+    def _memory_full(self) -> bool:
+        return self.pss_mib >= self.budget.max_actors_pss_mib
+
+    def _has_room(self) -> bool:
+        """One more Ray worker fits the budget (count and memory)."""
+        return self._workers() < self.budget.max_active and not self._memory_full()
+
+    async def _start_worker(self, *, take: bool = False) -> tuple[str, Any]:
+        """Start one process-actor worker and wait until it is warm, at most
+        ``budget.max_starting`` at a time (the rest wait here, in order). With
+        ``take`` the new worker counts as taken by an activation.
+
+        Raises:
+            UnavailableError: the worker did not come up within 60 s (it is killed).
+        """
+        if self._start_gate is None:
+            self._start_gate = asyncio.Semaphore(self.budget.max_starting)
+        self.starting += 1
+        started = False
+        try:
+            async with self._start_gate:
+                name, handle = await asyncio.to_thread(self._new_actor)
+                try:
+                    pid = await asyncio.wait_for(handle.warm.remote(), timeout=60)
+                except Exception as exc:
+                    self._kill(handle)
+                    raise UnavailableError(f"a new process actor on host {self.host} did not "
+                                           f"start: {type(exc).__name__}") from exc
+                self.worker_starts += 1
+                if isinstance(pid, int):
+                    self._pids[name] = pid
+                started = True
+                return name, handle
+        finally:
+            if started and take:
+                self._taken += 1  # in the same step: never uncounted
+            self.starting -= 1
+
     def _refill(self) -> None:
         self._refill_timer = None
         if self._shut_down:
@@ -199,39 +325,52 @@ class HostAgent:
         if self._refilling is None or self._refilling.done():
             self._refilling = asyncio.get_running_loop().create_task(self._refill_loop())
 
-    async def _refill_loop(self) -> None:
-        """Keep ``spare_target`` warm actors; a failure only costs a cold activation.
+    def _spares_wanted(self) -> int:
+        """Spares to start now: up to ``spare_target``, and only into free room
+        of the budget (a host at its budget keeps none: reuse replaces them)."""
+        room = self.budget.max_active - self._workers()
+        if self._memory_full() or self._shut_down:
+            room = 0
+        return max(0, min(self.spare_target - len(self._spares), room))
 
-        The missing spares are started together (one failover can take
-        several at once), each in its own thread: creating a named actor waits
-        for the GCS, never on the event loop, which must keep serving.
-        """
-        while (missing := self.spare_target - len(self._spares)) > 0:
-            made = await asyncio.gather(*(asyncio.to_thread(self._new_actor)
-                                          for _ in range(missing)))
-            warmed = await asyncio.gather(
-                *(asyncio.wait_for(handle.warm.remote(), timeout=60) for _n, handle in made),
-                return_exceptions=True)
-            failed = False
-            for (name, handle), ok in zip(made, warmed, strict=True):
-                if isinstance(ok, BaseException):
-                    failed = True
-                    self._kill(handle)
-                else:
-                    self._spares.append((name, handle))
-            if failed:
+    async def _refill_loop(self) -> None:
+        """Keep ``spare_target`` warm actors while there is room; a failure only
+        costs a cold activation. One start at a time: each is counted (in
+        :attr:`starting`) in the same step as the room was checked, so a
+        concurrent activation never sees room that a refill already took."""
+        while self._spares_wanted() > 0:
+            try:
+                name, handle = await self._start_worker()
+            except UnavailableError:
                 log.warning("warming a spare actor on %s failed", self.host)
                 return
+            if self._shut_down:
+                self._kill_worker(name, handle)
+            else:
+                self._spares.append((name, handle))
 
-    async def _take_actor(self) -> tuple[str, Any]:
+    async def _take_actor(self, exclude: str = "") -> tuple[str, Any]:
+        """A worker for a new binding: a warm spare; else a new worker while the
+        budget has room; else the worker of the least recently used idle
+        process (passivated for it, never ``exclude``).
+
+        Raises:
+            UnavailableError: ``host_full`` (every actor busy), or a worker
+                failed to start.
+        """
         # The spare is replaced SPARE_REFILL_DELAY_S after the activation that
         # took it has ended (:meth:`activate`), not at once: see that constant.
         if self._spares:
+            self._taken += 1
             return self._spares.pop()
-        return await asyncio.to_thread(self._new_actor)
+        if self._has_room():
+            return await self._start_worker(take=True)
+        return await self._evict_for(exclude)
 
-    @staticmethod
-    def _kill(handle: Any) -> None:
+    def _reusable(self, name: str) -> bool:
+        return self._uses.get(name, 0) < MAX_BINDINGS_PER_WORKER
+
+    def _kill(self, handle: Any) -> None:
         import ray
 
         try:
@@ -239,45 +378,212 @@ class HostAgent:
         except Exception:
             log.exception("killing an actor failed")
 
-    async def _join(self) -> None:
-        """Grant a lease and register the host under it.
+    def _kill_worker(self, name: str, handle: Any) -> None:
+        """Stop a worker for good and forget its bookkeeping."""
+        self._pids.pop(name, None)
+        self._uses.pop(name, None)
+        self._kill(handle)
 
-        The lease's keepalives run in their own thread with their own etcd
-        client (a busy or blocked agent event loop cannot starve them), and are
-        sent only while :class:`HostHealth` finds the raylet running and Ray's
-        node table lists this node alive (issue 15 items 1 and 5); the moment
-        it does not (checked every 0.2 s), the lease is revoked, so a
-        half-dead host's processes move at once instead of after the TTL
-        (issue 15 item 2).
+    # -- least-recently-used passivation --------------------------------------------------
+
+    async def _fresh_usage(self) -> dict[str, Usage]:
+        """The served processes' last use, asked of their actors at most every
+        :data:`USAGE_MAX_AGE_S` (one concurrent ``residency`` call each; an
+        actor that does not answer within 1 s counts as busy)."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._usage_at < USAGE_MAX_AGE_S:
+            return self._usage
+        if self._usage_refresh is not None:
+            await asyncio.shield(self._usage_refresh)
+            return self._usage
+        fut: asyncio.Future[None] = loop.create_future()
+        self._usage_refresh = fut
+        try:
+            served = list(self.actors.items())
+            answers = await asyncio.gather(
+                *(asyncio.wait_for(s.handle.residency.remote(), 1.0) for _p, s in served),
+                return_exceptions=True)
+            now = loop.time()
+            usage: dict[str, Usage] = {}
+            for (pid, s), got in zip(served, answers, strict=True):
+                if isinstance(got, dict) and got.get("token") == s.token:
+                    busy = bool(got.get("busy")) or int(got.get("inflight") or 0) > 0
+                    usage[pid] = Usage(pid, float(got.get("idle_s") or 0.0), now, busy)
+                else:  # slow, dead or rebinding: not a candidate this round
+                    usage[pid] = Usage(pid, 0.0, now, True)
+            self._usage, self._usage_at = usage, now
+        finally:
+            self._usage_refresh = None
+            fut.set_result(None)
+        return self._usage
+
+    async def _evict_for(self, exclude: str) -> tuple[str, Any]:
+        """Passivate the least recently used idle process and hand back its worker
+        (or, past its reuse bound, a new one in its place).
+
+        Raises:
+            UnavailableError: ``host_full``: no served process is idle (each has
+                a request in flight or a reasoning turn running); placement
+                tries another host.
+        """
+        loop = asyncio.get_running_loop()
+        for _round in range(2):
+            usage = await self._fresh_usage()
+            locked = {p for p, lk in self._locks.items() if lk.locked()}
+            skip = {exclude} | self._evicting | locked
+            for pid in lru_order(usage, loop.time(), exclude=skip):
+                worker = await self._passivate(pid, "least recently used at the budget",
+                                               take=True)
+                if worker is None:
+                    continue
+                self.evictions += 1
+                name, handle = worker
+                if self._reusable(name):
+                    return worker
+                self._kill_worker(name, handle)
+                self._taken -= 1
+                return await self._start_worker(take=True)
+            self._usage_at = 0.0  # the view may be stale: look once more
+        self.host_full += 1
+        n = len(self.actors)
+        raise UnavailableError(
+            f"host {self.host} is full: {n} of {self.budget.max_active} process actors, "
+            "all in use; retry", host_full=True, active=n, max_active=self.budget.max_active)
+
+    async def _passivate(self, process_id: str, reason: str, *, take: bool = False
+                         ) -> tuple[str, Any] | None:
+        """End ``process_id``'s binding here if it is idle now, release its
+        ownership record, and return its worker (None: busy, gone, or its
+        record could not be released, in which case the worker is stopped).
+        With ``take`` the worker counts as taken by an activation from the
+        moment it stops being served."""
+        import ray
+
+        served = self.actors.get(process_id)
+        if served is None or process_id in self._evicting:
+            return None
+        self._evicting.add(process_id)
+        try:
+            try:
+                answer = await asyncio.wait_for(
+                    served.handle.unbind.remote(served.token, True), timeout=5)
+            except TimeoutError:
+                self._usage[process_id] = Usage(process_id, 0.0, time.monotonic(), True)
+                return None
+            except ray.exceptions.RayActorError:
+                await self.release(process_id, served.token, "actor died")
+                return None
+            if not answer.get("unbound"):
+                self._usage[process_id] = Usage(process_id, 0.0, time.monotonic(), True)
+                return None
+            if self.actors.get(process_id) is served:
+                del self.actors[process_id]
+            if take:
+                self._taken += 1
+            self._forget_served(process_id)
+            name = served.ownership.address
+            try:
+                await served.owners.release(served.ownership)
+            except SvitError:
+                # The record names this worker; it must not serve another
+                # process while that record stands (the lease expiry cleans up).
+                log.exception("release of passivated %s failed; stopping its worker",
+                              process_id)
+                if take:
+                    self._taken -= 1
+                self._kill_worker(name, served.handle)
+                return None
+            log.info("host %s passivated %s (%s)", self.host, process_id, reason)
+            return name, served.handle
+        finally:
+            self._evicting.discard(process_id)
+
+    def _forget_served(self, process_id: str) -> None:
+        self._usage.pop(process_id, None)
+        task = self._watches.pop(process_id, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def _memory_loop(self, period_s: float = MEMORY_SAMPLE_S) -> None:
+        """Never dies: read the actors' summed PSS; over the memory budget, stop
+        spares, then passivate least-recently-used idle processes (their workers
+        stopped) until under it."""
+        while True:
+            try:
+                await asyncio.sleep(period_s)
+                await self.check_memory()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("memory round on %s failed", self.host)
+
+    async def check_memory(self) -> float:
+        """Read the summed PSS (MiB) of this host's actors now, and act on the
+        memory budget (see :meth:`_memory_loop`). Returns the reading."""
+        names = [s.ownership.address for s in self.actors.values()] + \
+            [n for n, _h in self._spares]
+        pids = {n: self._pids[n] for n in names if n in self._pids}
+
+        def read() -> dict[str, float]:
+            out = {}
+            for name, pid in pids.items():
+                kib = read_pss_kib(pid)
+                if kib is not None:
+                    out[name] = kib / 1024
+            return out
+
+        by_name = await asyncio.to_thread(read)
+        self.pss_mib = round(sum(by_name.values()), 1)
+        self._pss_at = time.monotonic()
+        while self._memory_full() and self._spares:
+            name, handle = self._spares.pop()
+            self.pss_mib -= by_name.get(name, 0.0)
+            self._kill_worker(name, handle)
+        if self._memory_full():
+            usage = await self._fresh_usage()
+            for pid in lru_order(usage, asyncio.get_running_loop().time()):
+                if not self._memory_full():
+                    break
+                worker = await self._passivate(pid, "over the memory budget")
+                if worker is not None:
+                    self.evictions += 1
+                    self.pss_mib -= by_name.get(worker[0], 0.0)
+                    self._kill_worker(*worker)
+        return self.pss_mib
+
+    async def _join(self) -> None:
+        """Grant a lease through a new lease keeper and register the host under it.
+
+        The keeper (:class:`~svit_cluster.ownership.KeptLease`) is a process of
+        its own at :data:`KEEPER_NICENESS` with its own etcd connection, so
+        nothing this agent does can starve the keepalives. It watches this
+        agent and the raylet: one gone or stopped revokes the lease at once,
+        so a half-dead host's processes move at once instead of after the TTL;
+        so does Ray declaring this node dead (:class:`HostHealth` polls the node
+        table and reports it to the keeper).
 
         Raises:
             UnavailableError: the host is unhealthy (no lease is granted) or
                 etcd could not grant a lease.
         """
         from svit_cluster.cluster._health import HostHealth
-        from svit_cluster.ownership import HostLease, LeaseMetrics, open_client
+        from svit_cluster.ownership import KeptLease, open_client
 
         if self._health is None:
             self._health = HostHealth.of_this_worker()
+            self._health.on_problem = self._report_unhealthy
             self._health.start()
-            self._lease_metrics = LeaseMetrics()
-            from prometheus_client import Counter
-
-            self._shed_metric = Counter(
-                "svit_agent_shed_activations",
-                "Activations this host agent refused (503 + Retry-After) because "
-                "max_activations were under way.", registry=self._lease_metrics.registry)
         reason = await asyncio.to_thread(self._health.problem)
         if reason is not None:
             raise UnavailableError(f"host {self.host} cannot serve: {reason}")
         endpoint = self.cfg.etcd_for(self.host)
         client = open_client(endpoint)
-        lease = HostLease(client, ttl_s=self.cfg.lease_ttl_s,
+        watch = {"agent": os.getpid()}
+        if self._health.raylet_pid is not None:
+            watch["raylet"] = self._health.raylet_pid
+        lease = KeptLease(client, endpoint, ttl_s=self.cfg.lease_ttl_s,
                           safety_margin_s=min(1.0, self.cfg.lease_ttl_s / 4),
-                          keepalive_client=lambda: open_client(endpoint),
-                          health_check=self._health.problem,
-                          revoke_when_unhealthy=True,
-                          metrics=self._lease_metrics)
+                          watch=watch, niceness=KEEPER_NICENESS)
         await lease.grant()
         lease.add_listener(self._on_lease)
         lease.add_listener(functools.partial(self._on_own_lease, lease))
@@ -288,14 +594,25 @@ class HostAgent:
                             "incarnation": self.incarnation + 1,
                             "node_id": self._health.node_id,
                             "actor_id": _own_actor_id()}).encode()
-        await asyncio.wait_for(
-            client.put(host_key(self.cfg.cluster, self.host), value,
-                       lease=lease.lease_id),
-            timeout=5,
-        )
+        try:
+            await asyncio.wait_for(
+                client.put(host_key(self.cfg.cluster, self.host), value,
+                           lease=lease.lease_id),
+                timeout=5,
+            )
+        except BaseException:
+            await lease.close()
+            raise
         self.lease = lease
         self.incarnation += 1
-        log.info("host %s joined with lease %s", self.host, lease.lease_id)
+        log.info("host %s joined with lease %s (keeper pid %s)", self.host, lease.lease_id,
+                 lease.keeper_pid)
+
+    def _report_unhealthy(self, reason: str) -> None:
+        """HostHealth's callback (its poll thread): the keeper revokes the lease."""
+        lease = self.lease
+        if lease is not None:
+            lease.report_unhealthy(reason)
 
     def _on_lease(self, state: Any) -> None:
         """SUSPENDED pauses every actor of the host, HELD resumes them, LOST ends them.
@@ -422,7 +739,8 @@ class HostAgent:
         return gone
 
     async def _rejoin_loop(self) -> None:
-        """Never dies: after LOST, kill every actor and join again with a new lease."""
+        """Never dies: after LOST, end every binding (keeping the workers), join
+        again with a new lease, and activate the parked processes again."""
         from svit_cluster.ownership import LeaseState
 
         while True:
@@ -431,16 +749,20 @@ class HostAgent:
                 if self.lease is not None and self.lease.state is LeaseState.LOST:
                     reason = f"lease {self.lease.lease_id}: {self.lease.lost_reason}"
                     self.lost_leases = [*self.lost_leases[-9:], reason]
-                    log.warning("host %s lost its lease (%s); dropping %d actors and "
+                    log.warning("host %s lost its lease (%s); parking %d actors and "
                                 "rejoining", self.host, reason, len(self.actors))
-                    self._kill_all("lease lost")
                     old, self.lease = self.lease, None
+                    await self._park_all("lease lost")
                     try:
                         await old.close()
                     except Exception:
                         log.exception("closing the old lease failed")
                 if self.lease is None:
                     await self._join()
+                    if self._parked:
+                        task = asyncio.get_running_loop().create_task(self._unpark())
+                        self._background.add(task)
+                        task.add_done_callback(self._background.discard)
             except asyncio.CancelledError:
                 raise
             except UnavailableError as exc:  # unhealthy host or etcd down: expected
@@ -450,15 +772,54 @@ class HostAgent:
                 log.exception("host %s rejoin round failed; retrying", self.host)
                 await asyncio.sleep(0.5)
 
-    def _kill_all(self, reason: str) -> None:
+    async def _park_all(self, reason: str) -> None:
+        """End the binding of every served process after the lease was LOST.
+
+        Each worker whose binding ends is kept as a spare (within the budget;
+        else stopped) and the processes are remembered for :meth:`_unpark`.
+        Their ownership records went with the lease, so nothing is released.
+        A worker that is busy (a request still in flight) or does not answer
+        within 2 s is stopped instead (its commits are fenced by any newer
+        owner either way).
+        """
         import ray
 
-        for served in list(self.actors.values()):
+        served, self.actors = dict(self.actors), {}
+        self._parked = [*self._parked, *served][-4 * self.budget.max_active:]
+        for pid in served:
+            self._forget_served(pid)
+
+        async def park(pid: str, s: ServedActor) -> None:
+            name = s.ownership.address
             try:
-                ray.kill(served.handle, no_restart=True)
-            except Exception:
-                log.exception("killing an actor failed (%s)", reason)
-        self.actors.clear()
+                answer = await asyncio.wait_for(s.handle.unbind.remote(s.token, True), 2.0)
+            except (TimeoutError, ray.exceptions.RayError):
+                answer = {}
+            if answer.get("unbound") and self._reusable(name) and \
+                    len(self._spares) < self.budget.max_active:
+                self._spares.append((name, s.handle))
+            else:
+                self._kill_worker(name, s.handle)
+
+        await asyncio.gather(*(park(p, s) for p, s in served.items()))
+        log.info("host %s parked %d processes (%s); %d spares", self.host, len(served),
+                 reason, len(self._spares))
+
+    async def _unpark(self) -> None:
+        """Activate the processes parked at the last lease loss again, a few at a
+        time, under the new lease; one that another host took meanwhile stays
+        there (its record exists: the answer is ``owned``)."""
+        parked, self._parked = self._parked, []
+        gate = asyncio.Semaphore(max(1, self.budget.max_starting))
+
+        async def one(pid: str) -> None:
+            async with gate:
+                result = await self.activate(pid)
+            if "error" in result:
+                log.info("host %s: %s not activated again after the rejoin: %s",
+                         self.host, pid, result["error"].get("code"))
+
+        await asyncio.gather(*(one(p) for p in parked if p not in self.actors))
 
     # -- activation ----------------------------------------------------------------------
 
@@ -481,8 +842,8 @@ class HostAgent:
                 # Shed before the host risks its lease: the gateway tries another
                 # host, or answers 503 with Retry-After.
                 self.shed_activations += 1
-                if self._shed_metric is not None:
-                    self._shed_metric.inc()
+                self._registry()
+                self._shed_metric.inc()
                 return error_dict(UnavailableError(
                     f"host {self.host} is overloaded ({self.inflight_activations} "
                     "activations under way); retry", overloaded=True,
@@ -502,7 +863,7 @@ class HostAgent:
         finally:
             if new:
                 self.inflight_activations -= 1
-            if len(self._spares) < self.spare_target and self._refill_timer is None:
+            if self._refill_timer is None and self._spares_wanted() > 0:
                 self._refill_timer = asyncio.get_running_loop().call_later(
                     SPARE_REFILL_DELAY_S, self._refill)
 
@@ -521,10 +882,9 @@ class HostAgent:
             UnavailableError: no lease, or the lease was lost or replaced meanwhile.
             ConflictError, InvalidInput: from the ownership transaction.
         """
-        from svit_cluster.ownership import Owners
 
         lease = self._held_lease()
-        taking = asyncio.ensure_future(self._take_actor())
+        taking = asyncio.ensure_future(self._take_actor(process_id))
         try:
             name, handle = await self._while_held(lease, taking, timeout_s=60, cancel=False)
         except BaseException:
@@ -532,6 +892,17 @@ class HostAgent:
             # creation hangs): kill the actor if it is ever created.
             taking.add_done_callback(self._kill_if_created)
             raise
+        try:
+            # every path below leaves the worker served, spare or stopped
+            return await self._bind(lease, process_id, create, name, handle)
+        finally:
+            self._taken -= 1
+
+    async def _bind(self, lease: Any, process_id: str, create: dict[str, Any] | None,
+                    name: str, handle: Any) -> dict[str, Any]:
+        """Own ``process_id`` under ``lease`` and bind the taken worker to it."""
+        from svit_cluster.ownership import Owners
+
         try:
             self._same_lease(lease)
         except BaseException:
@@ -564,13 +935,19 @@ class HostAgent:
         except Exception as exc:
             result = error_dict(UnavailableError(f"actor start failed: {type(exc).__name__}"))
         if "error" in result:
-            self._kill(handle)
+            self._kill_worker(name, handle)
             try:
                 await owners.release(ownership)
             except SvitError:
                 log.exception("release after failed start of %s", process_id)
             return result
         self.actors[process_id] = ServedActor(ownership.token, handle, owners, ownership)
+        self._uses[name] = self._uses.get(name, 0) + 1
+        if self._uses[name] > 1:
+            self.worker_reuses += 1
+        if isinstance(result.get("pid"), int):
+            self._pids[name] = result.pop("pid")
+        self._usage[process_id] = Usage(process_id, 0.0, time.monotonic(), False)
         self._start_watch(process_id, ownership.token, handle)
         self.activations += 1
         return Activated(ServeStatus.SERVING, self.host, ownership.token, name,
@@ -609,8 +986,9 @@ class HostAgent:
     def _kill_if_created(self, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
-        _name, handle = fut.result()
-        self._kill(handle)
+        name, handle = fut.result()
+        self._taken -= 1
+        self._kill_worker(name, handle)
 
     def _fences(self) -> Any:
         if self._fence_store is None:
@@ -659,15 +1037,15 @@ class HostAgent:
         """Release ``process_id`` as soon as its actor (under ``token``) dies.
 
         Keeps one ``ProcessActor.watch`` call outstanding, which only ends when
-        the worker is gone (Ray fails it with ``RayActorError``): no polling, so
-        an idle actor is never woken for this (issue 18 item 2). When the call
-        ends for any reason while this actor still serves the process here, the
-        answer comes from :meth:`reconcile` (an ``info`` probe with a timeout):
-        a live actor is watched again, a dead one is released.
+        the worker is gone (Ray fails it with ``RayActorError``) or the binding
+        ends: no polling, so an idle actor is never woken for this. When the
+        call ends for any reason while this actor still serves the process
+        here, the answer comes from :meth:`reconcile` (an ``info`` probe with a
+        timeout): a live actor is watched again, a dead one is released.
         """
         while True:
             try:
-                await handle.watch.remote()
+                await handle.watch.remote(token)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -741,24 +1119,36 @@ class HostAgent:
                 log.exception("releasing the unserved record of %s failed", process_id)
 
     async def release(self, process_id: str, token: int, reason: str = "") -> bool:
-        """Release ``process_id`` if still owned under ``token``, then kill its actor."""
-        import ray
+        """Release ``process_id`` if still served here under ``token``, then end
+        its binding: the worker becomes a warm spare when one is wanted (and it
+        is idle and not past its reuse bound), else it is stopped.
 
+        Returns:
+            True when the ownership record was deleted here.
+        """
         current = self.actors.get(process_id)
         if current is None or current.token != token:
             return False
         handle, owners, ownership = current.handle, current.owners, current.ownership
         del self.actors[process_id]
+        self._forget_served(process_id)
         released = False
         try:
             released = await owners.release(ownership)
         except SvitError:
             log.exception("release of %s failed (%s); the lease expiry cleans up",
                           process_id, reason)
-        try:
-            ray.kill(handle, no_restart=True)
-        except Exception:
-            log.exception("killing the actor of %s failed", process_id)
+        name = ownership.address
+        if released and reason != "actor died" and self._reusable(name) \
+                and self._spares_wanted() > 0:
+            try:
+                answer = await asyncio.wait_for(handle.unbind.remote(token, True), 5.0)
+            except Exception:  # dead or stuck: stopped below
+                answer = {}
+            if answer.get("unbound"):
+                self._spares.append((name, handle))
+                return released
+        self._kill_worker(name, handle)
         return released
 
     async def status(self) -> dict[str, Any]:
@@ -788,20 +1178,68 @@ class HostAgent:
             "activations": self.activations,
             "spares": len(self._spares),
             "niceness": os.nice(0),
+            **self.residency(),
+        }
+
+    def residency(self) -> dict[str, Any]:
+        """This host's residency figures (no actor is asked): ``max_active``,
+        ``max_actors_pss_mib``, ``max_starting``, ``budget_basis``,
+        ``starting``, ``pss_mib`` (summed PSS at the last reading, MiB;
+        ``pss_age_s`` its age), ``lru_idle_s`` (idle seconds of the least
+        recently used served process, from the last view; None when none),
+        ``evictions``, ``worker_starts``, ``worker_reuses``, ``host_full``
+        (activations answered full), ``keeper_pid``."""
+        now = time.monotonic()
+        idle = [u.idle_at(now) for p, u in self._usage.items() if p in self.actors]
+        lease = self.lease
+        return {
+            "max_active": self.budget.max_active,
+            "max_actors_pss_mib": self.budget.max_actors_pss_mib,
+            "max_starting": self.budget.max_starting,
+            "budget_basis": self.budget.basis,
+            "starting": self.starting,
+            "pss_mib": self.pss_mib,
+            "pss_age_s": round(now - self._pss_at, 1) if self._pss_at else None,
+            "lru_idle_s": round(max(idle), 1) if idle else None,
+            "evictions": self.evictions,
+            "worker_starts": self.worker_starts,
+            "worker_reuses": self.worker_reuses,
+            "host_full": self.host_full,
+            "keeper_pid": getattr(lease, "keeper_pid", None),
         }
 
     async def ping(self) -> bool:
         return True
 
+    def _registry(self) -> Any:
+        """This agent's Prometheus registry (made on first use)."""
+        if self._lease_metrics is None:
+            from prometheus_client import CollectorRegistry, Counter
+
+            from svit_cluster.cluster._agent_metrics import ResidencyCollector
+            from svit_cluster.ownership import KeptLeaseCollector
+
+            registry = CollectorRegistry()
+            registry.register(KeptLeaseCollector(lambda: self.lease))
+            registry.register(ResidencyCollector(self))
+            self._shed_metric = Counter(
+                "svit_agent_shed_activations",
+                "Activations this host agent refused (503 + Retry-After) because "
+                "max_activations were under way.", registry=registry)
+            self._lease_metrics = registry
+        return self._lease_metrics
+
     async def metrics(self) -> str:
         """This agent's metrics in the Prometheus text format: its lease's
-        (``svit_lease_keepalive_lag_seconds`` ...; see :class:`LeaseMetrics`) and
-        ``svit_agent_shed_activations_total`` (activations shed as overloaded)."""
+        (``svit_lease_keepalive_lag_seconds`` ...; see
+        :class:`~svit_cluster.ownership.KeptLeaseCollector`), its residency
+        (``svit_agent_active_actors``, ``svit_agent_max_active_actors``, ...;
+        see :class:`~svit_cluster.cluster._agent_metrics.ResidencyCollector`)
+        and ``svit_agent_shed_activations_total`` (activations shed as
+        overloaded)."""
         from prometheus_client import generate_latest
 
-        if self._lease_metrics is None:
-            return ""
-        return generate_latest(self._lease_metrics.registry).decode()
+        return generate_latest(self._registry()).decode()
 
     async def shutdown(self, reason: str = "host stopping") -> dict[str, Any]:
         """Give up this host before it stops (SIGTERM): release, then revoke the lease.
@@ -820,7 +1258,7 @@ class HostAgent:
         if self._refill_timer is not None:
             self._refill_timer.cancel()
             self._refill_timer = None
-        for task in (self._rejoin, self._reconcile_task, self._refilling,
+        for task in (self._rejoin, self._reconcile_task, self._refilling, self._memory_task,
                      *self._watches.values()):
             if task is not None and not task.done():
                 task.cancel()
@@ -831,8 +1269,8 @@ class HostAgent:
             if await self.release(pid, served.token, reason):
                 released += 1
         spares, self._spares = self._spares, []
-        for _name, handle in spares:
-            self._kill(handle)
+        for name, handle in spares:
+            self._kill_worker(name, handle)
         revoked = False
         lease, self.lease = self.lease, None
         if lease is not None:

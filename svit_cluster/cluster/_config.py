@@ -16,8 +16,8 @@ from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
 if TYPE_CHECKING:  # pydantic-settings loads only where the environment is read
     from svit_cluster.settings import ClusterSettings
 
-__all__ = ["AGENT_NICENESS", "PROCESS_ACTOR_NICENESS", "WORKER_NICENESS_ENV", "ClusterConfig",
-           "host_resource", "lower_priority"]
+__all__ = ["AGENT_NICENESS", "KEEPER_NICENESS", "PROCESS_ACTOR_NICENESS", "WORKER_NICENESS_ENV",
+           "ClusterConfig", "host_resource", "lower_priority"]
 
 #: Scheduling niceness of every host agent's worker. The agent holds the host's
 #: etcd lease and keeps it alive from its own thread; at Ray's default worker
@@ -31,6 +31,13 @@ AGENT_NICENESS = 0
 #: default ``worker_niceness``): below the agent, so serving load cannot starve
 #: the lease. Set by the actor itself (:func:`lower_priority`).
 PROCESS_ACTOR_NICENESS = 15
+#: Niceness the host's lease keeper asks for (``svit_cluster.ownership.KeptLease``):
+#: above the agent and far above process actors, so that neither serving load
+#: nor starting workers delay a keepalive. Going below the inherited niceness
+#: needs ``CAP_SYS_NICE`` (root has it; a Kubernetes pod needs
+#: ``securityContext.capabilities.add: [SYS_NICE]``); without it the keeper
+#: keeps the agent's niceness and logs so.
+KEEPER_NICENESS = -5
 #: The environment every Ray node of a cluster starts with (``svit_cluster.local``
 #: and ``deploy/svit-node.sh``): Ray's core worker renices itself to
 #: ``RAY_worker_niceness`` at start, so every worker starts at the agent's
@@ -129,6 +136,20 @@ class ClusterConfig:
             :mod:`svit_cluster.cluster._direct`), falling back to a Ray call
             when that socket cannot be reached (default True; cluster.json
             ``direct_transport``).
+        max_active_per_host: the residency budget: process actors (bound or
+            warm spare) one host runs at once; at the budget the least
+            recently used idle one is passivated for a new one, and a host
+            whose actors are all busy answers ``host_full``. 0 (default):
+            derived from the host's Ray node CPUs and memory
+            (:func:`svit_cluster.cluster._residency.derive_budget`).
+            ``svit-cluster up --max-active-per-host``, env
+            ``SVIT_MAX_ACTIVE_PER_HOST``, chart ``host.maxActive``.
+        max_actors_pss_mib: the memory guard: the summed PSS (MiB) of a
+            host's process actors at which it counts as full (0: half the
+            node's memory). Env ``SVIT_MAX_ACTORS_PSS_MIB``.
+        max_starting_per_host: Ray workers a host starts at once, the rest
+            wait (0: half the node's CPUs, at least 1). Env
+            ``SVIT_MAX_STARTING_PER_HOST``.
     """
 
     cluster: str = "local"
@@ -149,6 +170,9 @@ class ClusterConfig:
     reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
     ports: dict[str, Any] = field(default_factory=dict)
     direct_transport: bool = True
+    max_active_per_host: int = 0
+    max_actors_pss_mib: float = 0.0
+    max_starting_per_host: int = 0
 
     @property
     def namespace(self) -> str:
@@ -188,6 +212,9 @@ class ClusterConfig:
             reasoner=dict(doc.get("reasoner") or {}),
             ports=dict(doc.get("ports") or {}),
             direct_transport=bool(doc.get("direct_transport", True)),
+            max_active_per_host=int(doc.get("max_active_per_host", 0)),
+            max_actors_pss_mib=float(doc.get("max_actors_pss_mib", 0.0)),
+            max_starting_per_host=int(doc.get("max_starting_per_host", 0)),
         )
 
     @classmethod
@@ -231,4 +258,7 @@ class ClusterConfig:
             redis_cluster=env.redis_cluster,
             reasoner=env.reasoner(),
             ports=env.ports(),
+            max_active_per_host=env.max_active_per_host,
+            max_actors_pss_mib=env.max_actors_pss_mib,
+            max_starting_per_host=env.max_starting_per_host,
         )

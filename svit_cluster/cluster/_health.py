@@ -2,12 +2,11 @@
 
 A host's etcd lease must mean the host can serve. The host agent is an ordinary
 Ray worker process: when only its raylet is stopped (SIGSTOP) or dead, the
-agent itself keeps running and, without this check, keeps its lease alive while
-Ray has already declared the node dead and nothing on it can be reached. The
-lease's keepalive thread calls :meth:`HostHealth.problem` before every
-keepalive and skips the keepalive while it returns a reason, so the lease
-lapses after its TTL (or sooner, when a surviving agent revokes it because Ray
-declared the node dead).
+agent itself keeps running and, without a check, its lease would stay alive
+while Ray has already declared the node dead and nothing on it can be reached.
+The agent checks :meth:`HostHealth.problem` before it joins; its lease keeper
+watches the raylet process itself, and Ray's verdict reaches the keeper through
+:attr:`HostHealth.on_problem`; either revokes the lease at once.
 
 Two signals:
 
@@ -24,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -76,6 +76,9 @@ class HostHealth:
         self.node_id = node_id
         self.poll_s = poll_s
         self.node_dead = False
+        #: Called (from the poll thread) with the reason when Ray lists this node
+        #: dead; the agent has its lease keeper revoke the lease.
+        self.on_problem: Callable[[str], None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -125,5 +128,10 @@ class HostHealth:
                 # Only an explicit ``Alive: False`` is a verdict (an entry
                 # without it is no evidence, as in _placement.NodeTable).
                 if node.get("NodeID") == self.node_id and isinstance(node.get("Alive"), bool):
-                    self.node_dead = not node["Alive"]
+                    was_dead, self.node_dead = self.node_dead, not node["Alive"]
+                    if self.node_dead and not was_dead and self.on_problem is not None:
+                        try:
+                            self.on_problem(f"Ray reports node {self.node_id} dead")
+                        except Exception:  # the poll goes on
+                            log.exception("host health callback failed")
                     break

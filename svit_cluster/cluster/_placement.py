@@ -83,13 +83,22 @@ class NodeTable:
         return self.known_hosts - self.alive_hosts
 
 
-def pick_host(load: Mapping[str, int], excluded: Iterable[str] = ()) -> str | None:
-    """The least-loaded host not in ``excluded`` (ties: by name); None if none is left."""
+def pick_host(load: Mapping[str, int], excluded: Iterable[str] = (), *,
+              turn: int = 0) -> str | None:
+    """The least-loaded host not in ``excluded``; None if none is left.
+
+    Ties go round: the ``turn``-th (modulo) of the tied hosts in name order,
+    so that equally loaded hosts -- all at their residency budget, say -- take
+    new processes (and passivate their least recently used ones) in turn,
+    rather than one host doing all of it.
+    """
     skip = set(excluded)
     candidates = sorted(h for h in load if h not in skip)
     if not candidates:
         return None
-    return min(candidates, key=lambda h: load[h])
+    least = min(load[h] for h in candidates)
+    tied = [h for h in candidates if load[h] == least]
+    return tied[turn % len(tied)]
 
 
 class HostWatch:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from svit_cluster import tracing
@@ -38,6 +39,14 @@ from svit_cluster.process import Script, Value, decode_value
 __all__ = ["RayRouter", "RouteMoved", "classify_call_error", "raise_error_dict"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds placement tries a host that answered ``host_full`` only after the others.
+FULL_HOST_BACKOFF_S = 1.0
+#: Seconds a view of the hosts' status (:meth:`RayRouter.hosts`) is reused.
+HOSTS_MAX_AGE_S = 2.0
+#: ``Retry-After`` (s) of a ``cluster_full`` answer: a busy process actor at the
+#: budget frees in about one request's time, a second is a fair first wait.
+CLUSTER_FULL_RETRY_AFTER_S = 1
 
 
 def raise_error_dict(result: dict[str, Any]) -> dict[str, Any]:
@@ -152,10 +161,18 @@ class RayRouter:
         self.cache = cache
         self.metrics = metrics
         self._handles: dict[str, Any] = {}
-        #: Direct-transport clients by actor name (None: this actor is reached
-        #: over Ray only); see :mod:`svit_cluster.cluster._direct`.
-        self._direct: dict[str, DirectClient | None] = {}
-        self._direct_asking: dict[str, asyncio.Task[DirectClient | None]] = {}
+        #: Direct-transport clients by (actor name, owner token) -- a worker is
+        #: reused for other processes, each binding with its own socket -- None:
+        #: that binding is reached over Ray only; see :mod:`._direct`.
+        self._direct: dict[tuple[str, int], DirectClient | None] = {}
+        self._direct_asking: dict[tuple[str, int], asyncio.Task[DirectClient | None]] = {}
+        #: host -> monotonic time until which placement tries it last (it answered
+        #: ``host_full``: every process actor there busy at its budget).
+        self._full_until: dict[str, float] = {}
+        self._turn = 0  # rotates placement among equally loaded hosts
+        self._hosts_view: list[dict[str, Any]] | None = None
+        self._hosts_at = 0.0
+        self._hosts_asking: asyncio.Task[list[dict[str, Any]]] | None = None
         self._placing: dict[str, asyncio.Future[Route]] = {}
         #: host -> activations this router has under way there (counted as load).
         self._activating: dict[str, int] = {}
@@ -180,8 +197,8 @@ class RayRouter:
         """Stop the node watch (if started) and close the direct-transport connections."""
         for asking in list(self._direct_asking.values()):
             asking.cancel()
-        for name in list(self._direct):
-            self._drop_direct(name)
+        for key in list(self._direct):
+            self._drop_direct(key)
         task, self._node_watch = self._node_watch, None
         if task is not None:
             task.cancel()
@@ -227,7 +244,7 @@ class RayRouter:
         """
         moved = self.cache.moved(route)
         try:
-            return await self._call(route.actor, method, *args, abandon=moved)
+            return await self._call(route.actor, method, route.token, *args, abandon=moved)
         except RouteMoved:
             raise
         except UnavailableError:
@@ -244,25 +261,26 @@ class RayRouter:
         an actor never waits for it."""
         if not self.cfg.direct_transport:
             return None
-        name = route.actor
-        if name in self._direct:
-            return self._direct[name]
-        if name not in self._direct_asking:
-            self._direct_asking[name] = asyncio.get_running_loop().create_task(
+        key = (route.actor, route.token)
+        if key in self._direct:
+            return self._direct[key]
+        if key not in self._direct_asking:
+            self._direct_asking[key] = asyncio.get_running_loop().create_task(
                 self._ask_endpoint(route))
         return None
 
     async def _ask_endpoint(self, route: Route) -> DirectClient | None:
-        name = route.actor
+        key = (route.actor, route.token)
         try:
-            answer = await self._call(name, "direct_endpoint", timeout_s=self.cfg.call_timeout_s)
+            answer = await self._call(route.actor, "direct_endpoint",
+                                      timeout_s=self.cfg.call_timeout_s)
             if "error" in answer or answer.get("token") != route.token:
                 return None  # not serving (yet or any more), or not the route's owner
             return self._adopt_endpoint(route, answer)
         except SvitError:
             return None
         finally:
-            self._direct_asking.pop(name, None)
+            self._direct_asking.pop(key, None)
 
     def _adopt_endpoint(self, route: Route, endpoint: Any) -> DirectClient | None:
         """Cache a direct client for ``route``'s actor from ``endpoint`` (a
@@ -285,20 +303,21 @@ class RayRouter:
             client = None
         if len(self._direct) >= 4 * len(self.cache.routes) + 64:
             self._prune_direct()
-        old = self._direct.get(route.actor)
+        key = (route.actor, route.token)
+        old = self._direct.get(key)
         if old is not None and old is not client:
             old.close()
-        self._direct[route.actor] = client
+        self._direct[key] = client
         return client
 
     def _prune_direct(self) -> None:
-        """Forget clients of actors no route names any more (bounded memory)."""
-        live = {r.actor for r in self.cache.routes.values()}
-        for name in [n for n in self._direct if n not in live]:
-            self._drop_direct(name)
+        """Forget clients of bindings no route names any more (bounded memory)."""
+        live = {(r.actor, r.token) for r in self.cache.routes.values()}
+        for key in [k for k in self._direct if k not in live]:
+            self._drop_direct(key)
 
-    def _drop_direct(self, name: str) -> None:
-        client = self._direct.pop(name, None)
+    def _drop_direct(self, key: tuple[str, int]) -> None:
+        client = self._direct.pop(key, None)
         if client is not None:
             client.close()
 
@@ -314,8 +333,10 @@ class RayRouter:
                 unknown), or as :meth:`_call_route`.
         """
         client = self._direct_client(route)
+        key = (route.actor, route.token)
         if client is not None:
-            meta = {"op": "control", "partition": partition, "trace": trace}
+            meta = {"op": "control", "partition": partition, "trace": trace,
+                    "token": route.token}
             moved = self.cache.moved(route)
             try:
                 # Abandoned the moment the route moves, as over Ray (_call_route).
@@ -323,7 +344,7 @@ class RayRouter:
                     client.call(meta, body, timeout_s=self.cfg.call_timeout_s), moved,
                     self.cfg.call_timeout_s + 1.0, f"{route.actor}.control (direct)")
             except RouteMoved:
-                self._drop_direct(route.actor)
+                self._drop_direct(key)
                 raise
             except TimeoutError as exc:
                 await self._reconcile(route)
@@ -331,12 +352,12 @@ class RayRouter:
                                        f"{self.cfg.call_timeout_s} s; outcome unknown, "
                                        "retry with the same request id") from exc
             except DirectUnreachable as exc:
-                # Dead or restarted actor, or a broken connection: the Ray path
-                # classifies it (and reconciles); repeating the request is safe.
-                # An actor never restarts (max_restarts=0), so it stays on Ray.
+                # Dead actor, ended binding or a broken connection: the Ray
+                # path classifies it (and reconciles); repeating the request is
+                # safe. This binding stays on Ray (a new one opens a new socket).
                 log.info("direct transport to %s failed (%s); using Ray", route.actor, exc)
-                self._drop_direct(route.actor)
-                self._direct[route.actor] = None
+                self._drop_direct(key)
+                self._direct[key] = None
             else:
                 if payload:
                     answer["response"] = payload
@@ -429,6 +450,7 @@ class RayRouter:
         if not self.cache.hosts:
             raise UnavailableError("no live hosts in the cluster")
         tried: set[str] = set()
+        full: set[str] = set()  # hosts that answered host_full in this placement
         last: UnavailableError | None = None
         unknown: str | None = None  # a create attempt that may have succeeded
         while True:
@@ -439,8 +461,17 @@ class RayRouter:
             for h, n in self._activating.items():
                 if h in load:
                     load[h] += n
-            host = pick_host(load, tried | self.host_watch.excluded())
+            skip = tried | self.host_watch.excluded()
+            # A host that was full a moment ago is tried last.
+            turn, self._turn = self._turn, self._turn + 1
+            host = (pick_host(load, skip | self._recently_full(), turn=turn)
+                    or pick_host(load, skip, turn=turn))
             if host is None:
+                if full and full >= set(load) - self.host_watch.excluded():
+                    raise UnavailableError(
+                        "the cluster is full: every host is at its residency budget with "
+                        "every process actor busy; retry", cluster_full=True,
+                        retry_after_s=CLUSTER_FULL_RETRY_AFTER_S, hosts=sorted(full))
                 raise last or UnavailableError(
                     "no host can activate now (Ray reports them dead or their agents "
                     "do not answer); retry", hosts=sorted(load))
@@ -467,6 +498,9 @@ class RayRouter:
                 result = raise_error_dict(answer)
             except UnavailableError as exc:  # the agent answered but cannot serve now
                 last = exc
+                if exc.fields.get("host_full"):
+                    full.add(host)
+                    self._full_until[host] = time.monotonic() + FULL_HOST_BACKOFF_S
                 if create is not None:
                     # e.g. the actor's start timed out or the lease left HELD
                     # during it: the store may hold the process already
@@ -489,7 +523,7 @@ class RayRouter:
         if activated.token is None or activated.actor is None:
             raise InternalError(f"activation of {process_id} answered no token or actor")
         route = Route(process_id, host, activated.token, activated.actor)
-        if activated.extra and route.actor not in self._direct:
+        if activated.extra and (route.actor, route.token) not in self._direct:
             # the new owner's socket, from the agent: no Ray lookup before the first request
             self._adopt_endpoint(route, activated.extra.get("direct"))
         previous = self._seen.get(process_id)
@@ -498,6 +532,14 @@ class RayRouter:
         self._seen[process_id] = route
         self.cache.routes.setdefault(process_id, route)
         return route
+
+    def _recently_full(self) -> set[str]:
+        """Hosts that answered ``host_full`` within :data:`FULL_HOST_BACKOFF_S`."""
+        now = time.monotonic()
+        for host, until in list(self._full_until.items()):
+            if until <= now:
+                del self._full_until[host]
+        return set(self._full_until)
 
     # -- Router ---------------------------------------------------------------------
 
@@ -521,7 +563,7 @@ class RayRouter:
             # The actor stopped serving (passivated, fenced, lease lost): if
             # etcd already shows no owner, place again once; else tell the
             # client to retry while the old lease runs out.
-            self._drop_direct(route.actor)
+            self._drop_direct((route.actor, route.token))
             await asyncio.sleep(0.05)
             if self.cache.routes.get(request.process_id) in (None, route):
                 self.cache.routes.pop(request.process_id, None)
@@ -542,35 +584,57 @@ class RayRouter:
         return {"process_id": process_id, "version": 0, "host": route.host,
                 "token": route.token}
 
+    async def _call_process(self, process_id: str, method: str, *args: Any
+                            ) -> tuple[Route, dict[str, Any]]:
+        """Call ``method`` on ``process_id``'s owner (placed if needed); an answer
+        that the actor refused before running anything (``route_moved``: it no
+        longer serves that binding, e.g. passivated) is sent once more to the
+        process's current owner, placed again if the record is gone.
+
+        Raises:
+            SvitError: the (second) answer's error, as :func:`raise_error_dict`.
+        """
+        route = await self._route(process_id)
+        result = await self._call_route(route, method, *args)
+        err = result.get("error")
+        if isinstance(err, dict) and (err.get("fields") or {}).get("route_moved"):
+            await asyncio.sleep(0.05)
+            if self.cache.routes.get(process_id) in (None, route):
+                self.cache.routes.pop(process_id, None)
+            route = await self._route(process_id)
+            result = await self._call_route(route, method, *args)
+        return route, raise_error_dict(result)
+
     async def inbox(self, process_id: str, message: Value, dedup_key: str | None
                     ) -> dict[str, Any]:
-        route = await self._route(process_id)
-        return raise_error_dict(await self._call_route(route, "inbox", message, dedup_key,
-                                                       tracing.current_traceparent()))
+        return (await self._call_process(process_id, "inbox", message, dedup_key,
+                                         tracing.current_traceparent()))[1]
 
     async def inbox_drop(self, process_id: str, *, reason: str, message_id: str | None = None,
                          head_hash: str | None = None) -> dict[str, Any]:
-        route = await self._route(process_id)
-        return raise_error_dict(await self._call_route(route, "inbox_drop", message_id,
-                                                       head_hash, reason))
+        return (await self._call_process(process_id, "inbox_drop", message_id, head_hash,
+                                         reason))[1]
 
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
-        route = await self._route(process_id)
-        result = raise_error_dict(await self._call_route(route, "state", path))
+        _, result = await self._call_process(process_id, "state", path)
         return decode_value(result["value"]), int(result["version"])
 
     async def request_status(self, process_id: str, partition: str, client_id: str,
                              request_id: str) -> dict[str, Any]:
-        route = await self._route(process_id)
-        result = raise_error_dict(await self._call_route(route, "request_status", partition,
-                                                         client_id, request_id))
+        _, result = await self._call_process(process_id, "request_status", partition,
+                                             client_id, request_id)
         return {k: result[k] for k in ("committed", "version", "retained_from_version")}
 
     async def snapshot(self, process_id: str) -> bytes:
-        route = await self._route(process_id)
-        result = raise_error_dict(await self._call_route(route, "snapshot"))
+        _, result = await self._call_process(process_id, "snapshot")
         data: bytes = result["snapshot"]
         return data
+
+    async def set_residency(self, process_id: str, *, passivate_after_s: float | None
+                            ) -> dict[str, Any]:
+        """Set the process's idle timeout through its owner (see ``Router.set_residency``)."""
+        _, result = await self._call_process(process_id, "set_residency", passivate_after_s)
+        return {"process_id": process_id, **result}
 
     async def fork(self, process_id: str, new_process_id: str, *, history: bool = False
                    ) -> dict[str, Any]:
@@ -584,9 +648,8 @@ class RayRouter:
         await self.cache.ready.wait()
         if new_process_id in self.cache.routes:
             raise ConflictError(f"process {new_process_id} already exists")
-        route = await self._route(process_id)
         args: tuple[Any, ...] = (new_process_id, True) if history else (new_process_id,)
-        result = raise_error_dict(await self._call_route(route, "fork_snapshot", *args))
+        _, result = await self._call_process(process_id, "fork_snapshot", *args)
         create: dict[str, Any] = {"snapshot": result["snapshot"]}
         if history:
             create["history"] = {"parent": process_id, "upto_seq": result["upto_seq"]}
@@ -634,6 +697,37 @@ class RayRouter:
             self._signals = RedisSignalSource.from_url(self.cfg.redis_url,
                                                        cluster=self.cfg.redis_cluster)
         return self._signals
+
+    async def hosts(self) -> list[dict[str, Any]]:
+        """Each registered host's agent ``status()`` (without its process list),
+        asked at most every :data:`HOSTS_MAX_AGE_S` (concurrent calls share one
+        round); a host whose agent does not answer within 3 s is
+        ``{"host", "answered": False}``."""
+        loop = asyncio.get_running_loop()
+        if self._hosts_view is not None and loop.time() - self._hosts_at < HOSTS_MAX_AGE_S:
+            return self._hosts_view
+        if self._hosts_asking is None:
+            self._hosts_asking = loop.create_task(self._ask_hosts())
+        try:
+            return await asyncio.shield(self._hosts_asking)
+        finally:
+            if self._hosts_asking is not None and self._hosts_asking.done():
+                self._hosts_asking = None
+
+    async def _ask_hosts(self) -> list[dict[str, Any]]:
+        names = sorted(self.cache.hosts)
+
+        async def one(host: str) -> dict[str, Any]:
+            try:
+                status = await self._call(agent_name(host), "status", timeout_s=3.0)
+            except SvitError:
+                return {"host": host, "answered": False}
+            status.pop("processes", None)
+            return {**status, "host": host, "answered": True}
+
+        view = list(await asyncio.gather(*(one(h) for h in names)))
+        self._hosts_view, self._hosts_at = view, asyncio.get_running_loop().time()
+        return view
 
     async def health(self) -> dict[str, Any]:
         ready = self.cache.ready.is_set()

@@ -72,11 +72,13 @@ class RaySpawner:
         if placed.get("error", {}).get("code") == str(ErrorCode.CONFLICT):
             placed = self._get(agent.activate.remote(child, None), "activate")  # a retry
         raise_error_dict(placed)
-        actor = placed.get("actor")
-        if not actor:
+        actor, token = placed.get("actor"), placed.get("token")
+        if not actor or type(token) is not int:
             raise UnavailableError(f"spawn: {child} has no serving actor yet; retry")
         handle = ray.get_actor(str(actor), namespace=self.cfg.namespace)
         info = self._get(handle.info.remote(), "child info", self.cfg.call_timeout_s)
+        if info.get("token") != token:
+            raise UnavailableError(f"spawn: {child}'s owner moved meanwhile; retry")
         body = {
             "protocol": "svit-control@1", "client_id": _CLIENT_ID,
             "request_id": request_id[-128:], "process_id": child,
@@ -86,7 +88,7 @@ class RaySpawner:
         }
         request = decode_request(body)
         result = raise_error_dict(self._get(
-            handle.control.remote(request.model_dump_json().encode(), "",
+            handle.control.remote(token, request.model_dump_json().encode(), "",
                                   tracing.current_traceparent()), "child activation",
             self.cfg.call_timeout_s))
         outcome = decode_response(result["response"]).outcome

@@ -24,6 +24,7 @@ from svit_cluster.process import validate_process_id
 __all__ = [
     "PROCESS_ID_FIELDS",
     "Forbidden",
+    "admin_only",
     "forbidden_handler",
     "forbidden_response",
     "principal_of",
@@ -54,6 +55,15 @@ async def forbidden_handler(_: Request, exc: Exception) -> Response:
     """Exception handler for :class:`Forbidden` (registered by ``create_app``)."""
     assert isinstance(exc, Forbidden)
     return forbidden_response(exc.process_id)
+
+
+def admin_only(request: Request, what: str) -> JSONResponse | None:
+    """None when the request's principal is an admin; else the ``403 forbidden``
+    answer saying ``what`` needs an admin token."""
+    principal = request.scope.get("svit.principal")
+    if isinstance(principal, Principal) and principal.admin:
+        return None
+    return error_response(403, str(ErrorCode.FORBIDDEN), f"{what} need an admin token")
 
 
 def principal_of(request: Request) -> Principal:

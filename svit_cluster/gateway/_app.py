@@ -42,6 +42,7 @@ from svit_cluster.gateway._cors import with_cors
 from svit_cluster.gateway._deadletters import dead_letters_router
 from svit_cluster.gateway._errors import error_response, from_exception
 from svit_cluster.gateway._events import events_router
+from svit_cluster.gateway._hosts import hosts_router
 from svit_cluster.gateway._metrics import GatewayMetrics
 from svit_cluster.gateway._observe import ObserveTokens, install_log_redaction
 from svit_cluster.gateway._probes import probes_router
@@ -94,6 +95,7 @@ def create_app(
     api.state.router = router
     # One router per concern, each in its own module.
     api.include_router(dead_letters_router(redis_url))
+    api.include_router(hosts_router(router))
     api.include_router(events_router(router, observe=observe))
     api.include_router(probes_router(router, m))
     api.include_router(control_router(router, m, max_request_bytes=max_request_bytes))

@@ -18,11 +18,9 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.responses import JSONResponse
 
 from svit_cluster.errors import ErrorCode, InvalidInput, UnavailableError
-from svit_cluster.gateway._auth import Principal
-from svit_cluster.gateway._errors import error_response
+from svit_cluster.gateway._access import admin_only
 
 __all__ = ["dead_letters_router"]
 
@@ -35,13 +33,6 @@ class Redrive(BaseModel):
                                   description="dead-letter ids to re-drive")
     all: bool = Field(default=False, description="re-drive the oldest `limit` letters")
     limit: int = Field(default=1000, ge=1, le=10_000)
-
-
-def _not_admin(request: Request) -> JSONResponse | None:
-    principal = request.scope.get("svit.principal")
-    if isinstance(principal, Principal) and principal.admin:
-        return None
-    return error_response(403, str(ErrorCode.FORBIDDEN), "dead letters need an admin token")
 
 
 def dead_letters_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
@@ -72,7 +63,7 @@ def dead_letters_router(redis_url: str | None, *, prefix: str = "svit") -> APIRo
         after: str | None = Query(None, max_length=64, description="page after this id"),
     ) -> Any:
         """Dead letters, oldest first, with the total count."""
-        if (denied := _not_admin(request)) is not None:
+        if (denied := admin_only(request, "dead letters")) is not None:
             return denied
         q = letters()
         items = await asyncio.to_thread(q.list, limit=limit, after=after)
@@ -83,7 +74,7 @@ def dead_letters_router(redis_url: str | None, *, prefix: str = "svit") -> APIRo
     @router.post("/redrive")
     async def redrive(request: Request, body: Redrive) -> Any:
         """Send dead letters back to delivery (same idempotency keys)."""
-        if (denied := _not_admin(request)) is not None:
+        if (denied := admin_only(request, "dead letters")) is not None:
             return denied
         if body.ids is None and not body.all:
             raise InvalidInput('give "ids" or "all": true', code=ErrorCode.DECODE_ERROR)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -38,7 +39,9 @@ def from_exception(exc: SvitError) -> JSONResponse:
     fenced becomes ``unavailable`` (retry).
 
     The error's JSON-safe ``fields`` travel as ``error.fields`` (a fenced
-    answer keeps ``token``/``fence`` there, plus ``fenced: true``).
+    answer keeps ``token``/``fence`` there, plus ``fenced: true``). A 503
+    whose fields carry ``retry_after_s`` (seconds, 0 < s <= 3600) answers
+    that as ``Retry-After`` (rounded up); others get :data:`RETRY_AFTER_S`.
     """
     status = exc.http_status
     fields = exc.wire_fields()
@@ -49,6 +52,11 @@ def from_exception(exc: SvitError) -> JSONResponse:
         code = exc.code
     # A 401 names its scheme, as the auth middleware's own 401 does (RFC 9110 11.6.1).
     headers = {"WWW-Authenticate": 'Bearer realm="svit"'} if status == 401 else None
+    wait = fields.get("retry_after_s")
+    if status == 503 and isinstance(wait, (int, float)) and not isinstance(wait, bool) \
+            and 0 < wait <= 3600:
+        # the error's own advice (e.g. ``cluster_full``), in whole seconds
+        headers = {"Retry-After": str(max(1, math.ceil(wait)))}
     if fields:
         return error_response(status, str(code), exc.message, headers=headers, fields=fields)
     return error_response(status, str(code), exc.message, headers=headers)

@@ -36,8 +36,11 @@ def probes_router(router: Router, m: GatewayMetrics) -> APIRouter:
 
     @api.get("/metrics")
     async def metrics_endpoint() -> Response:
+        """Prometheus exposition: the gateway's own metrics and every host's lease
+        and residency (``svit_host_*``, from ``router.hosts()``)."""
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+        m.observe_hosts(await router.hosts())
         return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
     return api

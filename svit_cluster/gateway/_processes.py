@@ -75,6 +75,21 @@ class ProcessRef(BaseModel):
     process_id: str
 
 
+#: Bounds of a process's own idle timeout, seconds (a second to a week).
+MIN_PASSIVATE_AFTER_S, MAX_PASSIVATE_AFTER_S = 1.0, 7 * 24 * 3600.0
+
+
+class Residency(BaseModel):
+    """``PUT /v1/processes/residency`` body."""
+
+    model_config = ConfigDict(extra="ignore")
+    process_id: str
+    passivate_after_s: float | None = Field(
+        ge=MIN_PASSIVATE_AFTER_S, le=MAX_PASSIVATE_AFTER_S,
+        description="idle seconds before the process passivates (releases its actor); "
+                    "null: the cluster's default")
+
+
 class ForkProcess(BaseModel):
     model_config = ConfigDict(extra="ignore")
     process_id: str
@@ -105,6 +120,14 @@ def processes_router(router: Router) -> APIRouter:
             )
         info = await router.create(pid, memory, scripts)
         return JSONResponse(info, status_code=201)
+
+    @api.put("/v1/processes/residency", dependencies=[Depends(process_access)])
+    async def set_residency(body: Residency) -> JSONResponse:
+        """Set how long the process may stay active while idle (see ``docs/capacity.md``:
+        each active process holds a Ray worker of its host's budget)."""
+        pid = validate_process_id(body.process_id)
+        return JSONResponse(await router.set_residency(
+            pid, passivate_after_s=body.passivate_after_s))
 
     @api.get("/v1/processes/state", dependencies=[Depends(process_access)])
     async def state(

@@ -119,8 +119,32 @@ class Router(Protocol):
         unknown (retry)."""
         ...
 
+    async def set_residency(self, process_id: str, *, passivate_after_s: float | None
+                            ) -> dict[str, Any]:
+        """Set ``process_id``'s idle timeout: it passivates (releases its actor)
+        after ``passivate_after_s`` idle seconds; None restores the cluster's
+        default. Stored with the process, so it follows it to every host.
+
+        Returns:
+            ``{"process_id", "passivate_after_s": effective seconds, "default": bool}``.
+
+        Raises:
+            NotFound: (404) no such process. UnavailableError: (503) retry
+            (safe: setting the same value twice is harmless).
+        """
+        ...
+
     async def health(self) -> dict[str, Any]:
         """``{"ok": bool, ...details}``."""
+        ...
+
+    async def hosts(self) -> list[dict[str, Any]]:
+        """Every host that serves processes, each ``{"host", "answered", ...}``:
+        its lease (``lease_state``, ``keepalive_lag_s``, ``max_keepalive_lag_s``)
+        and residency (``actors``, ``max_active``, ``spares``, ``starting``,
+        ``pss_mib``, ``lru_idle_s``, ``evictions``, ``host_full``; see
+        ``HostAgent.status``). ``answered`` is False for a host whose agent
+        did not answer (then only ``host`` is given). May be a few seconds old."""
         ...
 
     def signal_source(self) -> SignalSource:

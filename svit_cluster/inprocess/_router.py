@@ -48,6 +48,7 @@ class InProcessRouter:
                  reasoner: Callable[[], Reasoner] | None = None,
                  reasoner_config: ReasonerConfig | None = None) -> None:
         self._controllers: dict[str, ProcessController] = {}
+        self._residency: dict[str, float] = {}
         self._max_receipts = max_receipts
         self._lock = asyncio.Lock()
         self.signals = MemorySignals()
@@ -180,5 +181,21 @@ class InProcessRouter:
                 del self._controllers[process_id]
         return {"process_id": process_id, "deleted": True, "version": version}
 
+    async def set_residency(self, process_id: str, *, passivate_after_s: float | None
+                            ) -> dict[str, Any]:
+        """Recorded per process (nothing passivates in one Python process)."""
+        self._get(process_id)
+        if passivate_after_s is None:
+            self._residency.pop(process_id, None)
+        else:
+            self._residency[process_id] = float(passivate_after_s)
+        return {"process_id": process_id, "default": passivate_after_s is None,
+                "passivate_after_s": self._residency.get(process_id)}
+
     async def health(self) -> dict[str, Any]:
         return {"ok": True, "processes": len(self._controllers)}
+
+    async def hosts(self) -> list[dict[str, Any]]:
+        """One host, this Python process: no lease, no residency budget."""
+        return [{"host": "inprocess", "answered": True, "lease_state": None,
+                 "actors": len(self._controllers), "max_active": None}]

@@ -85,6 +85,11 @@ class ClusterSpec:
         redis_replicas: replicas per master of that Redis Cluster (0..4).
         etcd_members: 1 (default) or an odd number >= 3 of etcd members
             (``up --etcd-members 3``).
+        max_active_per_host: each host's residency budget of process actors
+            (``ClusterConfig.max_active_per_host``; 0, the default, derives it
+            from the host's share of this machine: every host's Ray node
+            advertises ``cpu_count // hosts`` CPUs (at least 1) and
+            ``memory // hosts`` bytes, see :meth:`host_share`).
     """
 
     state_dir: Path
@@ -101,6 +106,14 @@ class ClusterSpec:
     redis_masters: int = 0
     redis_replicas: int = 0
     etcd_members: int = 1
+    max_active_per_host: int = 0
+
+    def host_share(self) -> tuple[int, int]:
+        """``(cpus, memory_bytes)`` one host's Ray node advertises: this machine
+        split evenly between the hosts (every host of a local cluster shares it)."""
+        from svit_cluster.cluster import node_memory_bytes
+
+        return max(1, (os.cpu_count() or 1) // self.hosts), node_memory_bytes() // self.hosts
 
     def validate(self) -> ClusterSpec:
         if self.redis_masters not in (0, 1) and not 3 <= self.redis_masters <= 16:
@@ -118,6 +131,8 @@ class ClusterSpec:
             raise ConfigurationError("snapshot_every and passivate_after_s must be positive")
         if not 0 <= self.dispatchers <= 16:
             raise ConfigurationError("dispatchers must be in 0..16")
+        if not 0 <= self.max_active_per_host <= 100_000:
+            raise ConfigurationError("max_active_per_host must be in 0..100000 (0: derived)")
         if "api_key" in self.reasoner:
             raise ConfigurationError("the reasoner's API key is never written to "
                                      "cluster.json: set api_key_env instead")
@@ -211,6 +226,7 @@ class LocalCluster:
             "lease_ttl_s": spec.lease_ttl_s,
             "snapshot_every": spec.snapshot_every,
             "passivate_after_s": spec.passivate_after_s,
+            "max_active_per_host": spec.max_active_per_host,
             "max_request_bytes": spec.max_request_bytes,
             "ports": dict(spec.ports),
             "tokens": {"admin": admin, "local": tenant},
@@ -241,8 +257,9 @@ class LocalCluster:
         for i in range(self.spec.hosts):
             name = f"h{i + 1}"
             progress(f"starting Ray host {name}")
+            cpus, memory = self.spec.host_share()
             node = RayNode(name, state / "ray", state / "logs" / f"ray-{name}.log",
-                           address=address)
+                           address=address, cpus=cpus, memory_bytes=memory)
             node.start(ports)
             entry = node.to_json()
             if self._proxy_factory is not None:
@@ -438,6 +455,7 @@ class LocalCluster:
             max_request_bytes=doc["max_request_bytes"],
             cluster=doc["cluster"],
             ports=dict(doc.get("ports") or {}),
+            max_active_per_host=int(doc.get("max_active_per_host", 0)),
         )
         return cls(spec, doc)
 
@@ -469,7 +487,8 @@ class LocalCluster:
         """
         old = self.node(name)
         old.kill()  # whatever may be left of it
-        node = RayNode(name, old.temp_dir, old.log_path, address=self.doc["ray"]["address"])
+        node = RayNode(name, old.temp_dir, old.log_path, address=self.doc["ray"]["address"],
+                       cpus=old.cpus, memory_bytes=old.memory_bytes)
         kept = self.doc["hosts"][name]
         self._start_host(name, node, timeout_s=timeout_s,
                          extra={"endpoints": kept["endpoints"]} if "endpoints" in kept else {})
@@ -496,8 +515,9 @@ class LocalCluster:
         if not name.replace("-", "").replace("_", "").isalnum():
             raise ConfigurationError(f"host name {name!r}: use letters, digits, - and _")
         state = self.spec.state_dir
+        cpus, memory = self.spec.host_share()
         node = RayNode(name, state / "ray", state / "logs" / f"ray-{name}.log",
-                       address=self.doc["ray"]["address"])
+                       address=self.doc["ray"]["address"], cpus=cpus, memory_bytes=memory)
         self._start_host(name, node, timeout_s=timeout_s, extra={})
         return name
 

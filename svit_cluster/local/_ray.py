@@ -138,6 +138,11 @@ class RayNode:
     address: str = ""
     pid: int | None = None
     node_manager_port: int = 0
+    #: CPUs and memory (bytes; 0: Ray's own reading) this host's node advertises
+    #: to Ray: its share of the machine, from which its agent derives the
+    #: residency budget.
+    cpus: int = 2
+    memory_bytes: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict[str, object]:
@@ -151,6 +156,8 @@ class RayNode:
             "node_manager_port": self.node_manager_port,
             "temp_dir": str(self.temp_dir),
             "log_path": str(self.log_path),
+            "cpus": self.cpus,
+            "memory_bytes": self.memory_bytes,
         }
 
     @classmethod
@@ -165,6 +172,8 @@ class RayNode:
             address=str(doc["address"]),
             pid=None if doc["pid"] is None else int(str(doc["pid"])),
             node_manager_port=int(str(doc["node_manager_port"])),
+            cpus=int(str(doc.get("cpus", 2))),
+            memory_bytes=int(str(doc.get("memory_bytes", 0))),
         )
 
     def command(self, ports: PortAllocator, ray_bin: str) -> list[str]:
@@ -200,9 +209,11 @@ class RayNode:
         else:
             cmd += [
                 f"--address={self.address}",
-                "--num-cpus=2",
+                f"--num-cpus={self.cpus}",
                 "--resources=" + json.dumps({host_resource(self.name): 10000}),
             ]
+            if self.memory_bytes > 0:
+                cmd.append(f"--memory={self.memory_bytes}")
         return cmd
 
     def start(self, ports: PortAllocator, *, timeout_s: float = 60.0, attempts: int = 3

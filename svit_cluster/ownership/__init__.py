@@ -3,6 +3,8 @@
 Public names, by importance:
 
 * :class:`HostLease` -- one lease per host with a background keepalive loop.
+* :class:`KeptLease` -- a host lease held by a keeper process of its own (what
+  host agents use: nothing inside the agent can starve the keepalives).
 * :class:`LeaseState` -- HELD / SUSPENDED / LOST, documented by what a holder
   may assume in each.
 * :class:`Owners` -- acquire (one ``create_revision == 0`` transaction; the
@@ -34,6 +36,7 @@ from svit_cluster.ownership._epoch import (
 )
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call, open_client
 from svit_cluster.ownership._failover import parse_endpoints
+from svit_cluster.ownership._kept import KeptLease, KeptLeaseCollector
 from svit_cluster.ownership._keys import (
     cluster_prefix,
     epoch_key,
@@ -48,6 +51,7 @@ from svit_cluster.ownership._lease import (
     HostLease,
     LeaseMetrics,
     LeaseState,
+    judge_state,
     revoke_lease_id,
 )
 from svit_cluster.ownership._owner import (
@@ -67,6 +71,8 @@ __all__ = [
     "MAX_REVISION",
     "Fences",
     "HostLease",
+    "KeptLease",
+    "KeptLeaseCollector",
     "LeaseMetrics",
     "LeaseState",
     "OwnerRecord",
@@ -79,6 +85,7 @@ __all__ = [
     "fencing_token",
     "host_key",
     "hosts_prefix",
+    "judge_state",
     "open_client",
     "owner_key",
     "owners_prefix",

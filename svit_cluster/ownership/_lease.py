@@ -39,7 +39,8 @@ from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call
 from svit_cluster.ownership._failover import FailoverClient
 
-__all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState", "revoke_lease_id"]
+__all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState", "deadline_reason",
+           "judge_state", "revoke_lease_id"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,28 @@ class LeaseState(StrEnum):
     LOST = "lost"
 
 
+def judge_state(now: float, *, deadline: float, last_ok: float, failing: bool,
+                interval_s: float) -> LeaseState:
+    """The state of a granted, not (yet) latched-LOST lease at monotonic time ``now``.
+
+    LOST at or after the local ``deadline``; SUSPENDED while keepalives fail or
+    none succeeded for two intervals; HELD otherwise. Shared by
+    :class:`HostLease` and the keeper's view of it
+    (:class:`svit_cluster.ownership.KeptLease`), so both judge alike.
+    """
+    if now >= deadline:
+        return LeaseState.LOST
+    if failing or now >= last_ok + 2 * interval_s:
+        return LeaseState.SUSPENDED
+    return LeaseState.HELD
+
+
+def deadline_reason(now: float, deadline: float, last_ok: float) -> str:
+    """Why a lease judged at ``now`` is LOST by its local deadline (for ``lost_reason``)."""
+    return (f"local deadline passed {now - deadline:.2f} s ago, "
+            f"{now - last_ok:.2f} s after the last keepalive was sent")
+
+
 class HostLease:
     """The host's etcd lease with a background keepalive loop.
 
@@ -151,6 +174,10 @@ class HostLease:
             cannot serve, so its processes need not wait for expiry (issue 15
             item 2). Default False (keepalives are only skipped).
         health_poll_s: period of that check in seconds (default 0.2).
+        on_round: called (on the keepalive loop, so it must be quick and must
+            not raise) after the grant, after every keepalive round, and when
+            the lease becomes LOST: the lease keeper publishes its state then
+            (:mod:`svit_cluster.ownership._keeper`).
 
     Raises:
         ConfigurationError: an option is out of range.
@@ -172,6 +199,7 @@ class HostLease:
         metrics: LeaseMetrics | None = None,
         revoke_when_unhealthy: bool = False,
         health_poll_s: float = 0.2,
+        on_round: Callable[[], None] | None = None,
     ) -> None:
         if type(ttl_s) is not int or ttl_s < 1:
             raise ConfigurationError(f"ttl_s must be a positive integer, got {ttl_s!r}")
@@ -217,11 +245,14 @@ class HostLease:
             raise ConfigurationError("health_poll_s must be positive")
         self.revoke_when_unhealthy = revoke_when_unhealthy and health_check is not None
         self.health_poll_s = health_poll_s
+        self._on_round = on_round
         #: True once this object revoked the lease on etcd (:meth:`revoke`, or the
         #: unhealthy-host revoke): its keys are gone, nobody needs to revoke it again.
         self.revoked = False
         #: Reason the last health check gave, or None while healthy.
         self.unhealthy: str | None = None
+        #: Keepalive rounds started (each one a lag sample).
+        self.keepalive_rounds = 0
         #: Start lag (s) of the most recent keepalive round, and the largest seen.
         self.last_keepalive_lag_s = 0.0
         self.max_keepalive_lag_s = 0.0
@@ -249,14 +280,12 @@ class HostLease:
         if self._lost or self.lease_id is None:
             return LeaseState.LOST
         now = self._clock()
-        if now >= self._deadline:
+        state = judge_state(now, deadline=self._deadline, last_ok=self._last_ok,
+                            failing=self._failing, interval_s=self.keepalive_interval_s)
+        if state is LeaseState.LOST:
             # latched: a late keepalive reply must not revive it
-            self._lose(f"local deadline passed {now - self._deadline:.2f} s ago, "
-                       f"{now - self._last_ok:.2f} s after the last keepalive was sent")
-            return LeaseState.LOST
-        if self._failing or now >= self._last_ok + 2 * self.keepalive_interval_s:
-            return LeaseState.SUSPENDED
-        return LeaseState.HELD
+            self._lose(deadline_reason(now, self._deadline, self._last_ok))
+        return state
 
     def _lose(self, reason: str) -> None:
         """Latch LOST, keeping the first reason (read by :attr:`lost_reason`)."""
@@ -268,6 +297,21 @@ class HostLease:
     def deadline(self) -> float:
         """Local monotonic time (s) after which the lease is treated as LOST."""
         return self._deadline
+
+    @property
+    def last_ok(self) -> float:
+        """Local monotonic send time (s) of the last successful keepalive (or the grant)."""
+        return self._last_ok
+
+    @property
+    def failing(self) -> bool:
+        """True while keepalives fail (or are paused or skipped as unhealthy)."""
+        return self._failing
+
+    @property
+    def lost(self) -> bool:
+        """True once LOST was latched (by :attr:`state`, etcd, a revoke or the loop ending)."""
+        return self._lost
 
     def ensure_held(self) -> None:
         """Refuse to start new work unless HELD (self-fencing; callable from any thread).
@@ -382,11 +426,20 @@ class HostLease:
         if self.metrics is not None:
             self.metrics.age.labels(str(self.lease_id)).set_function(
                 lambda: max(0.0, self._clock() - self._last_ok))
+        self._observed()
         if self._keepalive_client_factory is None:
             self._task = self._owner_loop.create_task(self._keepalive_loop())
         else:
             self._granted.set()  # the keepalive thread starts its loop
         return self
+
+    def _observed(self) -> None:
+        """Tell ``on_round`` that a round ended or the state moved."""
+        if self._on_round is not None:
+            try:
+                self._on_round()
+            except Exception:  # an observer must not kill the keepalive loop
+                log.exception("lease %s round observer failed", self.lease_id)
 
     # -- keepalive thread -----------------------------------------------------------
 
@@ -501,12 +554,14 @@ class HostLease:
                 await self._revoke_unhealthy()
                 return
             lag = max(0.0, self._clock() - due)
+            self.keepalive_rounds += 1
             self.last_keepalive_lag_s = lag
             self.max_keepalive_lag_s = max(self.max_keepalive_lag_s, lag)
             if self.metrics is not None:
                 self.metrics.lag.observe(lag)
             if self._paused:
                 self._failing = True
+                self._observed()
                 await self._signal()
                 continue
             if self._unhealthy_now():
@@ -514,6 +569,7 @@ class HostLease:
                 if self.revoke_when_unhealthy:
                     await self._revoke_unhealthy()
                     return
+                self._observed()
                 await self._signal()
                 continue
             self._retry_soon = False
@@ -533,10 +589,12 @@ class HostLease:
             except Exception:
                 self._failing = self._retry_soon = True
                 log.exception("lease %s keepalive round crashed", self.lease_id)
+            self._observed()
             await self._signal()
         if self._closing:
             return
         self._lose("keepalive loop ended")
+        self._observed()
         await self._signal()
 
     async def _sleep_watching_health(self, delay: float) -> bool:
@@ -559,12 +617,14 @@ class HostLease:
         if etcd cannot be reached the lease lapses after its TTL)."""
         self._failing = True
         self._lose(f"host unhealthy: {self.unhealthy}")
+        self._observed()
         await self._signal()
         client = self._ka_client if self._ka_client is not None else self.client
         try:
             await etcd_call("lease_revoke", client.revoke_lease(self.lease_id),
                             timeout_s=self.request_timeout_s, outcome="unknown")
             self.revoked = True
+            self._observed()
             log.warning("lease %s revoked: host unhealthy (%s)", self.lease_id, self.unhealthy)
         except UnavailableError as exc:
             log.warning("lease %s: host unhealthy (%s); revoke failed (%s), it lapses "

@@ -112,6 +112,12 @@ class ProcessKeys:
         """
         return self._key("hold")
 
+    @property
+    def residency(self) -> str:
+        """Hash: the process's residency settings (``passivate_after_s``), read by
+        every owner at start; outside the process state (no version, no hash)."""
+        return self._key("residency")
+
     def events(self, session: str) -> str:
         """Stream of one session's canonical events; entry id ``<seq>-0``.
 
@@ -138,4 +144,5 @@ class ProcessKeys:
             self.signals,
             self.session,
             self.hold,
+            self.residency,
         )

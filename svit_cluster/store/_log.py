@@ -688,14 +688,55 @@ class RedisBackend:
             self._since_snapshot = 0
             self._tail_bytes = 0
 
+    def residency(self) -> dict[str, float]:
+        """The process's residency settings (``{"passivate_after_s": s}`` when
+        set; ``{}`` when none). A malformed stored value is left out.
+
+        Raises:
+            UnavailableError: Redis failed.
+        """
+        with redis_boundary("residency", self.process_id, outcome="none"):
+            raw = self._client.hgetall(self.keys.residency)
+        out: dict[str, float] = {}
+        for key, value in (raw or {}).items():
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            try:
+                out[name] = float(value)
+            except (TypeError, ValueError):
+                continue
+        return out
+
+    def set_residency(self, name: str, value: float | None) -> None:
+        """Set (or with None remove) residency setting ``name``, fenced like a
+        commit: only the current owner may. Not a transition: the version does
+        not move. Safe to retry.
+
+        Raises:
+            FencedError: a newer owner holds the process.
+            NotFound: the process is not in the store.
+            UnavailableError: Redis failed (retry).
+        """
+        self._check_guard()
+        keys = self.keys
+        with redis_boundary("set_residency", self.process_id, outcome="unknown"):
+            reply = self._run("set_residency", self._scripts.set_residency,
+                              [keys.fence, keys.head, keys.residency],
+                              [self.token, name, "" if value is None else repr(float(value))])
+        status, rest = _status(reply)
+        if status == "fenced":
+            raise self._fenced(rest[0], "set_residency")
+        if status == "missing":
+            raise NotFound(f"unknown process {self.process_id}", process_id=self.process_id)
+
     def delete(self) -> dict[str, Any]:
         """Delete the process from the store, fenced like a commit.
 
         Removes the stream, head, snapshot, receipts, outbox (intents not yet
-        delivered are dropped), signals, the session pointer and the current
-        session's events stream, in one script. The fence key stays, raised to
-        this token: it is the tombstone that keeps refusing every write of an
-        older owner, so a stale owner cannot resurrect the process (see
+        delivered are dropped), signals, the session pointer, the residency
+        settings and the current session's events stream, in one script. The
+        fence key stays, raised to this token: it is the tombstone that keeps
+        refusing every write of an older owner, so a stale owner cannot
+        resurrect the process (see
         ``DELETE`` in ``_scripts``). Not removed: the fence key itself, the
         events streams of earlier reasoning sessions, and the dispatcher's
         per-stream bookkeeping (``<outbox>:lease-token``, ``:dead-settled``).
@@ -721,7 +762,7 @@ class RedisBackend:
                 "delete", self._scripts.delete,
                 [keys.fence, keys.head, keys.snapshot, keys.stream, keys.receipts,
                  keys.receipts_order, keys.outbox, keys.signals, keys.session, keys.hold,
-                 *extra],
+                 keys.residency, *extra],
                 [self.token],
             )
         status, rest = _status(reply)

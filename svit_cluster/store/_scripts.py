@@ -22,7 +22,7 @@ from redis.commands.core import Script
 from svit_cluster.store._redis import RedisClient
 
 __all__ = ["ADD_SIGNAL", "CLAIM", "CLAIM_LOAD", "COMMIT", "CREATE", "DELETE", "GET_RECEIPT_SYNCED",
-           "PUT_RECEIPT", "SNAPSHOT", "Scripts", "commit_source"]
+           "PUT_RECEIPT", "SET_RESIDENCY", "SNAPSHOT", "Scripts", "commit_source"]
 
 # Shared helpers, prepended to the scripts that need them.
 _FENCE = """
@@ -273,6 +273,25 @@ return {'ok'}
 # KEYS: fence, head, snapshot, then every other key to remove (stream, receipts,
 #       receipts_order, outbox, signals, session, the session's events stream)
 # ARGV: token
+# KEYS: fence, head, residency settings. ARGV: token, field, value ('' removes it).
+# Fenced like a commit: only the current owner changes a setting; the process
+# must exist (a head).
+SET_RESIDENCY = _FENCE + """
+local fence_raw, fence_ok = fence_check(KEYS[1], ARGV[1])
+if not fence_ok then
+  return {'fenced', fence_raw}
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return {'missing'}
+end
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[3], ARGV[2])
+else
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+end
+return {'ok'}
+"""
+
 DELETE = _FENCE + """
 local fence_raw, fence_ok = fence_check(KEYS[1], ARGV[1])
 if not fence_ok then
@@ -309,6 +328,7 @@ class Scripts:
     create: Script
     snapshot: Script
     delete: Script
+    set_residency: Script
 
     @classmethod
     def register(cls, client: RedisClient) -> Scripts:
@@ -322,5 +342,6 @@ class Scripts:
             create=client.register_script(CREATE),
             snapshot=client.register_script(SNAPSHOT),
             delete=client.register_script(DELETE),
+            set_residency=client.register_script(SET_RESIDENCY),
         )
 

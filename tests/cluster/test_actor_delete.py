@@ -29,7 +29,7 @@ def _actor(cfg: dict[str, Any], host: str, pid: str, token: int,
            left: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch) -> ProcessActor:
     actor = ProcessActor(cfg, host, pid, token, f"agent-{host}")
 
-    async def leave(reason: str) -> None:
+    async def leave(reason: str, *_: Any) -> None:
         left.append((host, reason))
 
     monkeypatch.setattr(actor, "_leave", leave)
@@ -43,19 +43,19 @@ async def test_only_the_current_owner_deletes_and_the_delete_is_final(
     left: list[tuple[str, str]] = []
     a = _actor(cfg, "h1", pid, 5, left, monkeypatch)
     assert (await a.start({"memory": {"n": 0}, "scripts": {}}))["status"] == "serving"
-    assert (await a.inbox("one", None))["appended"] is True
+    assert (await a.inbox(5, "one", None))["appended"] is True
     b = _actor(cfg, "h2", pid, 9, left, monkeypatch)
     assert (await b.start(None))["status"] == "serving"  # B claimed the fence
 
-    refused = await a.delete()
+    refused = await a.delete(5)
     assert refused["error"]["code"] == "fenced", refused
-    assert (await b.state("/memory/n"))["version"] == 1  # nothing was removed
+    assert (await b.state(9, "/memory/n"))["version"] == 1  # nothing was removed
 
-    done = await b.delete()
+    done = await b.delete(9)
     assert (done["version"], done["token"]) == (1, 9), done
-    assert (await b.state("/"))["error"]["code"] == "not_found"
-    assert (await b.delete())["error"]["code"] == "not_found"
-    assert "error" in await a.inbox("zombie", None)  # the stale owner stays refused
+    assert (await b.state(9, "/"))["error"]["code"] == "not_found"
+    assert (await b.delete(9))["error"]["code"] == "not_found"
+    assert "error" in await a.inbox(5, "zombie", None)  # the stale owner stays refused
     c = _actor(cfg, "h3", pid, 12, left, monkeypatch)
     assert (await c.start(None))["error"]["code"] == "not_found"
 

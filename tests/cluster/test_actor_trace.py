@@ -42,12 +42,12 @@ async def test_actor_records_the_callers_trace_in_the_commit(redis_server: Any) 
                                  "scripts": {"inc": Script(INCREMENT)}})
     assert started["status"] == "serving", started
     version = int(started["version"])
-    result = await actor.control(_body(pid, version, "r1"), "tenant:t", INCOMING)
+    result = await actor.control(7, _body(pid, version, "r1"), "tenant:t", INCOMING)
     assert decode_response(result["response"]).outcome.status == "committed"
-    result = await actor.inbox({"hello": 1}, None, f"00-{'b' * 32}-00f067aa0ba902b7-00")
+    result = await actor.inbox(7, {"hello": 1}, None, f"00-{'b' * 32}-00f067aa0ba902b7-00")
     assert result.get("appended") is True, result
     # untraced (an older router, or a call without a trace): no field
-    result = await actor.control(_body(pid, version + 2, "r2"), "tenant:t")
+    result = await actor.control(7, _body(pid, version + 2, "r2"), "tenant:t")
     assert decode_response(result["response"]).outcome.status == "committed"
 
     client = connect(redis_server.url, timeout_s=5)

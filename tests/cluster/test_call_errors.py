@@ -169,7 +169,7 @@ async def test_activate_after_the_lease_was_reset_during_an_await_is_unavailable
     a = agent()
     spare = ("svit:h1:spare", FakeHandle({"status": "serving"}))
 
-    async def take() -> tuple[str, Any]:
+    async def take(*_: Any) -> tuple[str, Any]:
         await asyncio.sleep(0)
         a.lease = None  # the rejoin loop dropped the lost lease meanwhile
         return spare
@@ -216,7 +216,7 @@ async def test_an_actor_is_not_registered_under_a_lease_replaced_during_activati
     AGENT[:] = [a]
     handle = FakeHandle({"status": "serving", "version": 0})
 
-    async def take() -> tuple[str, Any]:
+    async def take(*_: Any) -> tuple[str, Any]:
         return ("svit:h1:x", handle)
 
     a._take_actor = take  # type: ignore[method-assign]

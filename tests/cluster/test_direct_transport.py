@@ -209,17 +209,21 @@ class DirectActor:
     def __init__(self, token: int) -> None:
         self.token = token
         self.via: list[str] = []
+        #: the owner token each call was routed for (the actor refuses another's)
+        self.tokens: list[int] = []
         self.server = DirectServer(self._direct, "127.0.0.1")
 
-    async def control(self, body: bytes, partition: str, trace: str | None = None,
-                      via: str = "ray") -> dict[str, Any]:
+    async def control(self, token: int, body: bytes, partition: str,
+                      trace: str | None = None, via: str = "ray") -> dict[str, Any]:
         self.via.append(via)
+        self.tokens.append(token)
         return {"response": b"R:" + body + partition.encode(), "host": "a",
                 "token": self.token}
 
     async def _direct(self, meta: dict[str, Any], payload: bytes
                       ) -> tuple[dict[str, Any], bytes]:
-        result = await self.control(payload, meta["partition"], meta["trace"], via="direct")
+        result = await self.control(meta["token"], payload, meta["partition"], meta["trace"],
+                                    via="direct")
         return result, result.pop("response")
 
     async def direct_endpoint(self) -> dict[str, Any]:
@@ -258,9 +262,10 @@ async def test_router_sends_control_direct_and_falls_back_to_ray_when_the_socket
     answer = await router._control_call(route, b"late", "tenant", None)
     assert answer["response"] == b"R:latetenant"
     assert actor.via == ["ray", "direct", "direct", "ray"]
-    assert router._direct[route.actor] is None  # this actor stays on Ray from now on
+    assert router._direct[route.actor, 7] is None  # this binding stays on Ray from now on
     await router._control_call(route, b"more", "tenant", None)
     assert actor.via[-1] == "ray"
+    assert set(actor.tokens) == {7}  # every call, either way, named the route's token
 
 
 async def test_router_never_uses_an_endpoint_of_another_token_or_when_turned_off() -> None:
@@ -272,7 +277,7 @@ async def test_router_never_uses_an_endpoint_of_another_token_or_when_turned_off
     await router._control_call(route, b"x", "t", None)
     await asyncio.gather(*router._direct_asking.values())
     await router._control_call(route, b"y", "t", None)
-    assert actor.via == ["ray", "ray"] and route.actor not in router._direct
+    assert actor.via == ["ray", "ray"] and (route.actor, 7) not in router._direct
 
     actor = DirectActor(token=7)
     router = _router(actor, route.actor, direct_transport=False)
@@ -299,7 +304,7 @@ async def test_a_direct_call_in_flight_is_abandoned_the_moment_its_owner_record_
     router.cache._apply(key, json.dumps({"host": "a", "address": route.actor}).encode(), 7)
     await router._control_call(route, b"first", "t", None)  # over Ray; endpoint asked
     await asyncio.gather(*router._direct_asking.values())
-    assert router._direct[route.actor] is not None
+    assert router._direct[route.actor, 7] is not None
 
     paused = asyncio.Event()
 
@@ -317,7 +322,7 @@ async def test_a_direct_call_in_flight_is_abandoned_the_moment_its_owner_record_
     with pytest.raises(RouteMoved):
         await asyncio.wait_for(call, 2.0)
     assert loop.time() - started < 1.0
-    assert route.actor not in router._direct  # the connection went with it
+    assert (route.actor, 7) not in router._direct  # the connection went with it
     assert router.cache._movers == {}
 
 

@@ -68,11 +68,17 @@ class FakeOwners:
         return True
 
 
+class _Ownership(str):
+    """A stand-in ownership record: compares as its label, names its actor."""
+
+    address = "svit:h1:actor"
+
+
 def _agent_serving(pid: str) -> tuple[HostAgent, FakeActorHandle, FakeOwners]:
     agent = HostAgent(ClusterConfig().to_dict(), "h1")
     agent._kill = lambda handle: None  # type: ignore[method-assign]
     handle, owners = FakeActorHandle(), FakeOwners()
-    agent.actors[pid] = ServedActor(7, handle, owners, "ownership")  # type: ignore[arg-type]
+    agent.actors[pid] = ServedActor(7, handle, owners, _Ownership("ownership"))  # type: ignore[arg-type]
     return agent, handle, owners
 
 
@@ -115,7 +121,7 @@ async def test_a_released_actor_is_not_released_twice_by_its_watch() -> None:
     await asyncio.sleep(0.01)
     assert await agent.release(pid, 7, "passivated")
     newer, newer_owners = FakeActorHandle(), FakeOwners()
-    agent.actors[pid] = ServedActor(8, newer, newer_owners, "newer")  # type: ignore[arg-type]
+    agent.actors[pid] = ServedActor(8, newer, newer_owners, _Ownership("newer"))  # type: ignore[arg-type]
     handle.die()
     await asyncio.sleep(0.1)
     assert owners.released == ["ownership"]
@@ -132,7 +138,7 @@ async def _watch_idle(actor: ProcessActor, monkeypatch: Any) -> tuple[list[float
         sleeps.append(delay)
         return await real_sleep(delay, *args)
 
-    async def leave(reason: str) -> None:
+    async def leave(reason: str, *_: Any) -> None:
         left.append(reason)
 
     monkeypatch.setattr(actor, "_leave", leave)
@@ -161,7 +167,7 @@ async def test_a_request_moves_the_passivation_deadline(monkeypatch: Any) -> Non
 
     async def use_at(delay: float) -> float:
         await asyncio.sleep(delay)
-        assert await actor._run(lambda: {"ok": True}) == {"ok": True}
+        assert await actor._run(1, lambda: {"ok": True}) == {"ok": True}
         return time.monotonic()
 
     user = asyncio.get_running_loop().create_task(use_at(0.5))
@@ -181,7 +187,7 @@ async def test_a_warm_spare_bound_late_does_not_passivate_before_its_first_reque
     actor = ProcessActor(config, "h1", "svit://t/p", 1, "agent:h1")
     left: list[str] = []
 
-    async def leave(reason: str) -> None:
+    async def leave(reason: str, *_: Any) -> None:
         left.append(reason)
 
     monkeypatch.setattr(actor, "_leave", leave)

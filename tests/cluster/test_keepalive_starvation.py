@@ -114,7 +114,7 @@ async def test_an_activation_gives_up_when_the_host_stops_being_able_to_serve(
     await agent.start()
     hang = asyncio.Event()
 
-    async def take_actor_that_never_starts() -> tuple[str, object]:
+    async def take_actor_that_never_starts(*_: object) -> tuple[str, object]:
         await hang.wait()  # stands in for actor creation on a stopped raylet
         raise AssertionError("unreachable")
 

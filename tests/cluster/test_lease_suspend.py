@@ -57,9 +57,9 @@ async def test_a_suspended_actor_refuses_work_and_serves_again_when_resumed() ->
     actor._ctrl = object()  # type: ignore[assignment]  # a stand-in: never called here
     work = lambda: {"ok": True}  # noqa: E731
 
-    assert await actor._run(work) == {"ok": True}
+    assert await actor._run(1, work) == {"ok": True}
     await actor.suspend("host lease suspended", 5)
-    refused = await actor._run(work)
+    refused = await actor._run(1, work)
     assert refused.get("error", {}).get("code") == "unavailable", refused
     try:
         actor._guard()
@@ -68,12 +68,12 @@ async def test_a_suspended_actor_refuses_work_and_serves_again_when_resumed() ->
     else:
         raise AssertionError("the guard let a commit through while suspended")
     await actor.resume(4)  # an older notice than the suspension: ignored
-    assert (await actor._run(work)).get("error") is not None
+    assert (await actor._run(1, work)).get("error") is not None
     await actor.resume(6)
-    assert await actor._run(work) == {"ok": True}
+    assert await actor._run(1, work) == {"ok": True}
     actor._guard()  # no error: committing is allowed again
     await actor.fence_out("host lease lost")
     await actor.resume(7)  # LOST is for good
-    assert (await actor._run(work)).get("error") is not None
+    assert (await actor._run(1, work)).get("error") is not None
     if actor._watchdog is not None:
         actor._watchdog.cancel()

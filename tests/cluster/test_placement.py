@@ -56,6 +56,15 @@ def test_pick_host_least_loaded_not_excluded() -> None:
     assert pick_host(load, {"a", "b", "c"}) is None
 
 
+def test_pick_host_takes_equally_loaded_hosts_in_turn() -> None:
+    """Hosts at the same load (all at their residency budget) share new
+    placements instead of the first by name taking every one."""
+    load = {"a": 8, "b": 8, "c": 8, "d": 9}
+    assert [pick_host(load, turn=t) for t in range(4)] == ["a", "b", "c", "a"]
+    assert [pick_host(load, {"a"}, turn=t) for t in range(2)] == ["b", "c"]
+    assert pick_host({"a": 1, "b": 2}, turn=5) == "a"  # no tie: the least loaded
+
+
 def test_host_watch_suspect_expires_and_dead_stays() -> None:
     now = [100.0]
     watch = HostWatch(suspect_s=5, clock=lambda: now[0])
