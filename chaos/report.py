@@ -36,7 +36,7 @@ _COLORS = {
     "cut-redis": "#8c564b", "slow-link": "#bcbd22", "kill-redis": "#e377c2",
     "kill-etcd": "#17becf", "stale-owner": "#7f7f7f", "pause-owner": "#2ca02c",
     "stop-raylet": "#393b79", "kill-agent": "#e7969c", "term-host": "#843c39",
-    "pause-gcs": "#637939", "etcd-restart-dead-host": "#7b4173",
+    "pause-gcs": "#637939", "etcd-restart-dead-host": "#7b4173", "load-host": "#e6550d",
 }
 _PALETTE = ("#1f77b4", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
             "#f7b6d2", "#dbdb8d", "#9edae5")

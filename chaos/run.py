@@ -48,6 +48,7 @@ from .clock import Clock, MonotonicClock, wait_until
 from .cluster import TOPOLOGIES, ChaosCluster, Launcher, LaunchSpec, local_launcher
 from .errors import HarnessError
 from .history import HistoryWriter
+from .load import stop_all_loads
 from .logs import StoredLogs, dump_processes, write_logs
 from .nemesis import (
     NemesisContext,
@@ -479,6 +480,8 @@ def _teardown(runner: NemesisRunner | None, observer: StoreObserver | None,
     if runner is not None and runner.active:
         progress.message(f"[{name}] healing {len(runner.active)} active fault(s)")
         runner.heal_all_sync()
+    if stopped := stop_all_loads():  # a load whose heal did not run or did not end it
+        progress.message(f"[{name}] stopped load processes {stopped}")
     if observer is not None:
         observer.stop()
     hub.heal_all()
