@@ -53,7 +53,8 @@ single-server kinds (:data:`SINGLE_ONLY_KINDS`) need the single topology.
 has a stale commit to catch and the fenced leg always has one to refuse.
 
 ``load-host`` breaks nothing by itself: it is a noisy neighbour at normal
-priority, beside one host for its window.
+priority, and what it tests is whether every host keeps its etcd lease while
+the CPUs are saturated (the ``leases`` invariant, :mod:`svit_chaos.leases`).
 
 The :class:`NemesisRunner` records every inject and heal in the history, waits
 for healed services to answer (a condition, not a sleep), and **always heals

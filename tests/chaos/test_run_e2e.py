@@ -87,6 +87,8 @@ async def test_run_with_every_nemesis_and_both_controls(tmp_path: Path) -> None:
     assert loads["inject"]["host"] == "h3" and len(loads["inject"]["pids"]) == 2
     assert sorted(loads["heal"]["stopped"]) == loads["inject"]["pids"]
     assert not any(psutil.pid_exists(pid) for pid in loads["inject"]["pids"])
+    # the mini cluster registers no hosts in etcd: the report says leases were not recorded
+    assert report["host_leases"]["recorded"] is False and report["host_leases"]["lost"] == 0
     # every nemesis healed, and the files a later `check` needs are there
     windows = report["nemesis_windows"]
     assert windows and all(w["healed"] for w in windows)
