@@ -16,6 +16,10 @@ Public names, by importance:
 * :class:`Workload`, :class:`WorkloadConfig` -- the clients.
 * :mod:`svit_chaos.ports` -- the port-calling workload (``--workload ports``):
   the recording test server, the ``ports`` invariant and the report's figures.
+* :mod:`svit_chaos.load` and :mod:`svit_chaos.leases` -- the ``load-host``
+  nemesis's load processes, and the host lease losses the observer records,
+  judged against the fault windows (the ``leases`` invariant and the report's
+  ``host_leases``).
 * :class:`StoreObserver`, :class:`StaleWriter` -- fence watcher and stale owner.
 * :class:`ManualClock`, :class:`MonotonicClock` -- injectable clocks.
 * :class:`HarnessError` -- the harness failed (the run is inconclusive).

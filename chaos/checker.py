@@ -34,6 +34,11 @@ registered under a name. The defaults follow DESIGN.md §4 and issue 7:
    ``Svit-Process`` / ``Svit-Version`` / ``Svit-Call-Index`` headers and the
    request id), that answer was made for the committing request itself, and no
    key applied its effect twice (:mod:`svit_chaos.ports`).
+9. ``leases`` -- no host loses its etcd lease during a ``load-host`` window
+   (up to lease TTL + 2 s after its heal) unless a deliberate fault on that
+   host's lease keeping explains it; losses outside load windows are only
+   flagged in the report (:mod:`svit_chaos.leases`, from the observer's
+   ``host_lease`` events).
 
 Two more default checks close the loop: ``refused`` (an operation reported as
 definitely failed never commits) and ``phantom`` (no committed request id was
@@ -72,6 +77,7 @@ __all__ = [
     "check",
     "check_acked",
     "check_chain",
+    "check_leases",
     "check_memory",
     "check_outbox",
     "check_phantom",
@@ -942,6 +948,13 @@ def check_ports(ctx: Context) -> Iterator[Anomaly]:
     yield from run(ctx)
 
 
+def check_leases(ctx: Context) -> Iterator[Anomaly]:
+    """(9) Host leases under load: see :func:`svit_chaos.leases.check_leases`."""
+    from .leases import check_leases as run
+
+    yield from run(ctx)
+
+
 def _base(log: ProcessLog) -> int:
     snap = log.final_snapshot
     return snap.version if snap is not None else 0
@@ -974,6 +987,7 @@ DEFAULT_INVARIANTS: tuple[tuple[str, Invariant], ...] = (
     ("memory", check_memory),
     ("outbox", check_outbox),
     ("ports", check_ports),
+    ("leases", check_leases),
 )
 
 

@@ -25,6 +25,7 @@ from .checker import check
 from .cluster import TOPOLOGIES
 from .errors import HistoryError
 from .history import read_history
+from .leases import leases_markdown, leases_report
 from .logs import read_logs
 from .nemesis import SCENARIOS
 from .report import ports_markdown
@@ -150,6 +151,10 @@ def run_command(scenario: str | None, topology: str, wait_replicas: int | None,
     if report.get("ports"):
         console.print(ports_markdown(report["ports"]), markup=False, highlight=False,
                       soft_wrap=True)
+    for flag in (report.get("host_leases") or {}).get("flags", []):
+        console.print(f"  [yellow]flag[/] {flag}")
+    console.print(leases_markdown(report.get("host_leases")), markup=False, highlight=False,
+                  soft_wrap=True)
     if report.get("availability"):
         # plain text: the markdown tables are meant to be pasted as they are
         console.print(markdown_tables(report["availability"], max_processes=10),
@@ -198,6 +203,8 @@ def check_command(history: Path, logs_path: Path | None, as_json: bool,
             console.print(f"  [yellow]unverified[/] {u.process}: {u.message}")
         for e in result.harness_errors:
             console.print(f"  [yellow]harness[/] {e}")
+        console.print(leases_markdown(leases_report(events)), markup=False, highlight=False,
+                      soft_wrap=True)
         console.print(markdown_tables(availability_report(events, logs), max_processes=10),
                       markup=False, highlight=False, soft_wrap=True)
     sys.exit(EXIT_CODES[result.verdict])

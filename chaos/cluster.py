@@ -37,6 +37,7 @@ import psutil
 import redis
 
 from .errors import HarnessError
+from .load import HostLoad, start_load
 from .nemesis import FaultTarget, Link
 from .proxy import HubLinks
 
@@ -446,6 +447,15 @@ class LocalClusterTarget:
         head = RayNode.from_json(self.cluster.doc["ray"]["head"])
         return self._signal(self._matching(head, "gcs_server",
                                            lambda p: p.name() == "gcs_server"), sig)
+
+    def start_load(self, host: str, *, cpu: int, memory_mib: int) -> HostLoad:
+        """Start a ``load-host`` load beside host ``host``'s node (this machine).
+
+        Raises:
+            ConfigurationError: no such host, or nothing to load.
+        """
+        self.cluster.node(host)  # an unknown host raises, naming the hosts
+        return start_load(host, cpu=cpu, memory_mib=memory_mib)
 
     def owner(self, process: str) -> str | None:
         """The host of ``process``'s etcd ownership record (None: none, or etcd down)."""

@@ -32,6 +32,13 @@ Kinds and their fields:
 * ``ports`` -- in a ``--workload ports`` run, after healing: the test server's
   ``url``, ``dedup``, ``requests`` (key, token, body, applied, answer) and the
   owners' ``owner_logs`` (see ``svit_chaos.ports``).
+* ``host_lease`` -- the registration ``/svit/<cluster>/hosts/<host>`` in etcd
+  changed: ``host``, ``lease`` (the etcd lease id it is held under, null when
+  the key is gone), ``incarnation``, ``previous`` (the lease id seen before,
+  null for the first sighting or after a gap) and ``since`` (``t`` of the last
+  read that still saw ``previous``); see ``svit_chaos.leases``.
+* ``lease_reasons`` -- after healing: ``reasons``, lease id -> why the host
+  agent said it lost that lease (from the cluster's log files).
 * ``meta`` / ``note`` -- run parameters and free-form remarks.
 
 ``t`` is seconds since the writer started, from an injectable monotonic clock
@@ -59,7 +66,7 @@ Event = dict[str, Any]
 OP_KINDS = frozenset({"invoke", "ok", "fail", "info"})
 #: Every kind a history may hold.
 KINDS = OP_KINDS | frozenset({"nemesis", "fence", "owner", "final", "meta", "note",
-                                    "outbox", "ports"})
+                                    "outbox", "ports", "host_lease", "lease_reasons"})
 
 
 class HistoryWriter:

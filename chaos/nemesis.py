@@ -40,6 +40,9 @@ kill-etcd-     SIGKILL the etcd leader (the two   start the member again on its 
 leader         others elect a new one)
 partition-     isolate one etcd member (leader    rejoin it (SIGCONT)
 etcd-member    or follower) by SIGSTOP
+load-host      start ``cpu`` busy loops and a     SIGKILL and reap every load by PID, whatever
+               ``memory_mib`` MiB holder beside   became of the host meanwhile (see ``load``)
+               the host, at the agent's niceness
 ============== ================================== ===========================================
 
 The last three need ``--topology scaled`` (:data:`SCALED_KINDS`); the proxy and
@@ -48,6 +51,10 @@ single-server kinds (:data:`SINGLE_ONLY_KINDS`) need the single topology.
 ``stale-owner`` writes only if a failover happened to occur inside its window;
 ``pause-owner`` makes one happen, so the negative control (fencing off) always
 has a stale commit to catch and the fenced leg always has one to refuse.
+
+``load-host`` breaks nothing by itself: it is a noisy neighbour at normal
+priority, and what it tests is whether every host keeps its etcd lease while
+the CPUs are saturated (the ``leases`` invariant, :mod:`svit_chaos.leases`).
 
 The :class:`NemesisRunner` records every inject and heal in the history, waits
 for healed services to answer (a condition, not a sleep), and **always heals
@@ -77,6 +84,7 @@ from svit_cluster.errors import ConfigurationError
 from .clock import Clock, MonotonicClock, wait_until
 from .errors import HarnessError
 from .history import HistoryWriter
+from .load import HostLoad
 from .proxy import LinkMode
 from .stale import InFlight, StaleWriter
 
@@ -85,6 +93,8 @@ T = TypeVar("T")
 __all__ = [
     "HOST_KINDS",
     "KINDS",
+    "LOAD_CPU",
+    "LOAD_MEMORY_MIB",
     "OWNER_KINDS",
     "RESTART_KINDS",
     "SCALED_KINDS",
@@ -93,6 +103,7 @@ __all__ = [
     "SMOKE_KINDS",
     "FaultTarget",
     "Link",
+    "LoadHost",
     "Nemesis",
     "NemesisRunner",
     "NemesisSpec",
@@ -100,6 +111,7 @@ __all__ = [
     "Schedule",
     "Window",
     "build_schedule",
+    "host_state",
     "make_nemesis",
     "random_schedule",
     "restart_if_died",
@@ -110,7 +122,7 @@ SCALED_KINDS = ("kill-redis-master", "kill-etcd-leader", "partition-etcd-member"
 #: Every nemesis kind (``stale-owner`` last: it is no scenario of its own).
 KINDS = ("kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link", "kill-redis",
          "kill-etcd", "pause-owner", "stop-raylet", "kill-agent", "term-host", "pause-gcs",
-         "etcd-restart-dead-host", *SCALED_KINDS, "stale-owner")
+         "etcd-restart-dead-host", "load-host", *SCALED_KINDS, "stale-owner")
 #: Kinds that need the single topology: per-host proxies, or the one redis-server / etcd.
 SINGLE_ONLY_KINDS = frozenset({"cut-etcd", "cut-redis", "slow-link", "kill-redis",
                                "kill-etcd", "etcd-restart-dead-host"})
@@ -118,12 +130,19 @@ SINGLE_ONLY_KINDS = frozenset({"cut-etcd", "cut-redis", "slow-link", "kill-redis
 #: around the host kill and the owner pause).
 SCALED_SCENARIO_KINDS = ("kill-redis-master", "kill-etcd-leader", "partition-etcd-member",
                          "pause-owner", "kill-host")
-#: The kinds the ``smoke`` scenario runs once each (CI budget: under 120 s of workload).
+#: The kinds the ``smoke`` scenario runs once each (CI budget: under 120 s of workload at
+#: the default TTL of 3 s). ``load-host`` is last: the cool-down after it gives a lease
+#: that starved near the window's end the time to lapse at etcd before the run ends.
 SMOKE_KINDS = ("pause-owner", "kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link",
-               "kill-redis", "kill-etcd")
+               "kill-redis", "kill-etcd", "load-host")
 #: Kinds that fault one host.
 HOST_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link",
-                        "stop-raylet", "kill-agent", "term-host", "etcd-restart-dead-host"})
+                        "stop-raylet", "kill-agent", "term-host", "etcd-restart-dead-host",
+                        "load-host"})
+#: ``load-host`` busy-loop processes in the schedules: 2 saturate a 2-core machine.
+LOAD_CPU = 2
+#: ``load-host`` memory held in the schedules (MiB).
+LOAD_MEMORY_MIB = 256
 #: Kinds after which processes of the faulted host move to a new owner.
 FAILOVER_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "pause-owner",
                             "stop-raylet", "kill-agent", "term-host",
@@ -205,6 +224,10 @@ class FaultTarget(Protocol):
 
     def rejoin_etcd_member(self, name: str) -> None: ...
 
+    # load-host: processes beside a host's node (:func:`svit_chaos.load.start_load`)
+
+    def start_load(self, host: str, *, cpu: int, memory_mib: int) -> HostLoad: ...
+
 
 @dataclass(frozen=True)
 class NemesisSpec:
@@ -219,6 +242,8 @@ class NemesisSpec:
         target: ``kill-redis-master``: the index of the workload process whose
             slot's master is killed; ``partition-etcd-member``: ``leader`` or
             ``follower``.
+        cpu: busy-loop processes (``load-host``).
+        memory_mib: MiB a ``load-host`` memory process holds (0: none).
     """
 
     kind: str
@@ -227,12 +252,17 @@ class NemesisSpec:
     mode: str | None = None
     delay_ms: int = 0
     target: str | None = None
+    cpu: int = 0
+    memory_mib: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConfigurationError(f"unknown nemesis {self.kind!r}; kinds: {', '.join(KINDS)}")
         if self.kind in HOST_KINDS and not self.host:
             raise ConfigurationError(f"nemesis {self.kind} needs a host")
+        if self.kind == "load-host" and (self.cpu < 0 or self.memory_mib < 0
+                                         or self.cpu + self.memory_mib == 0):
+            raise ConfigurationError("nemesis load-host needs cpu >= 1 or memory_mib >= 1")
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in (None, 0)}
@@ -248,6 +278,8 @@ class NemesisSpec:
             parts.append(f"{self.service}+{self.delay_ms}ms")
         if self.target and self.kind == "partition-etcd-member":
             parts.append(self.target)
+        if self.kind == "load-host":
+            parts.append(f"{self.cpu}cpu+{self.memory_mib}MiB")
         return " ".join(parts)
 
 
@@ -355,6 +387,8 @@ class _Planner:
             "kill-etcd-leader": 2.0 + self.rng.uniform(0, 2.0),
             # longer than a TTL: a host stuck on that member must move to another
             "partition-etcd-member": ttl + 2.0 + self.rng.uniform(0, ttl),
+            # a saturated CPU for many TTLs: keepalives must get through all along
+            "load-host": load_duration_s(ttl),
         }[kind]
 
     def spec(self, kind: str, host: str | None) -> NemesisSpec:
@@ -367,6 +401,8 @@ class _Planner:
             return NemesisSpec(kind, target=str(self.rng.randrange(1000)))
         if kind == "partition-etcd-member":
             return NemesisSpec(kind, target=self.rng.choice(("leader", "follower")))
+        if kind == "load-host":
+            return NemesisSpec(kind, host=host, cpu=LOAD_CPU, memory_mib=LOAD_MEMORY_MIB)
         return NemesisSpec(kind, host=host)
 
     def add(self, start: float, kind: str, *, stale: bool = False) -> float | None:
@@ -526,12 +562,17 @@ def build_schedule(
     return schedule
 
 
+def load_duration_s(lease_ttl_s: float) -> float:
+    """Length of a scheduled ``load-host`` window: 20 s, and at least 5 TTLs + 5 s."""
+    return max(20.0, 5 * lease_ttl_s + 5.0)
+
+
 def smoke_duration_s(lease_ttl_s: float) -> float:
     """The shortest workload duration the ``smoke`` scenario fits in (seconds)."""
     ttl = lease_ttl_s
-    # upper bounds of every window, the gaps, warm-up and cool-down
+    # upper bounds of every window (in SMOKE_KINDS order), the gaps, warm-up and cool-down
     lengths = [2 * ttl + 1, ttl + 3, 3 * ttl + 1, 3 * ttl + 1, 2 + ttl, 2 + ttl, 3.0,
-               1 + min(2.0, ttl)]
+               1 + min(2.0, ttl), load_duration_s(ttl)]
     return 3.0 + sum(lengths) + (len(lengths) - 1) * (ttl + 2) + ttl + 3 + 1
 
 
@@ -871,14 +912,26 @@ def host_already_down(ctx: NemesisContext, host: str) -> dict[str, Any] | None:
     was restarting h1 (its node had died while stopped) when ``kill-agent h1``
     came, and h1 had a raylet but no agent yet.
     """
-    restarting = getattr(ctx.target, "host_restarting", None)  # optional hooks,
-    if restarting is not None and restarting(host):             # as restart_if_died
+    state = host_state(ctx, host)
+    if state == "restarting":
         # its raylet may be up while its agent is not yet: nothing to act on
         return {"skipped": f"host {host} is being restarted (another fault's heal)"}
+    if state == "down":
+        return {"skipped": f"host {host} is already down (another fault)"}
+    return None
+
+
+def host_state(ctx: NemesisContext, host: str) -> str:
+    """``"restarting"`` while a heal restarts ``host``, ``"down"`` when it has no
+    raylet, ``"up"``, or ``"unknown"`` when the target lacks the optional
+    ``host_restarting`` / ``host_alive`` hooks (as :func:`restart_if_died`)."""
+    restarting = getattr(ctx.target, "host_restarting", None)
+    if restarting is not None and restarting(host):
+        return "restarting"
     alive = getattr(ctx.target, "host_alive", None)
-    if alive is None or alive(host):
-        return None
-    return {"skipped": f"host {host} is already down (another fault)"}
+    if alive is None:
+        return "unknown"
+    return "up" if alive(host) else "down"
 
 
 class _OnLiveHost(Nemesis):
@@ -960,6 +1013,48 @@ class TermHost(_RestartHost):
     def inject(self, ctx: NemesisContext) -> dict[str, Any]:
         assert self.spec.host
         return {"terminated": ctx.target.term_host(self.spec.host)}
+
+
+class LoadHost(Nemesis):
+    """``load-host``: a noisy neighbour beside one host for the window, stopped by PID.
+
+    ``inject`` starts ``spec.cpu`` busy loops and a ``spec.memory_mib`` MiB
+    holder at the host agent's niceness (``target.start_load``, see
+    :mod:`svit_chaos.load` for where they run and why they are bounded);
+    ``heal`` SIGKILLs and reaps each of them by PID.
+
+    Unlike ``stop-raylet`` and ``kill-agent`` it is not skipped when its host is
+    down or restarting (:func:`host_already_down`): the loads act on the
+    machine, not on the host's processes, and run in a session of their own,
+    so another fault's kill or pause of the host leaves them running and the
+    heal stops them the same way whatever became of the host. The host's
+    state at inject and at heal is recorded (:func:`host_state`).
+    """
+
+    def __init__(self, spec: NemesisSpec) -> None:
+        super().__init__(spec)
+        self.load: HostLoad | None = None
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        state = host_state(ctx, self.spec.host)
+        self.load = ctx.target.start_load(self.spec.host, cpu=self.spec.cpu,
+                                          memory_mib=self.spec.memory_mib)
+        return {**self.load.describe(), "host_state": state}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        assert self.spec.host
+        load = self.load
+        if load is None:  # healed already, or the inject started nothing
+            return {"stopped": []}
+        detail = {**load.stop(), "pids": load.pids,
+                  "host_state": host_state(ctx, self.spec.host)}
+        if not load.running():
+            self.load = None
+        return detail
+
+    def healed(self, ctx: NemesisContext) -> bool:
+        return self.load is None or not self.load.running()
 
 
 class PauseGcs(Nemesis):
@@ -1108,6 +1203,7 @@ _CLASSES: dict[str, type[Nemesis]] = {
     "kill-redis-master": KillRedisMaster,
     "kill-etcd-leader": KillEtcdLeader,
     "partition-etcd-member": PartitionEtcdMember,
+    "load-host": LoadHost,
 }
 
 

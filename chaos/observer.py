@@ -23,7 +23,14 @@ With an etcd endpoint and a cluster name it also reads the ownership records
 ``/svit/<cluster>/owners/<process>`` (through etcd's JSON gateway, every few
 polls) and records an ``owner`` event ``{process, host, token}`` whenever a
 record appears, changes or disappears (``host: null``). The report uses them
-to attribute failovers to the faulted host.
+to attribute failovers to the faulted host. In the same rounds it reads the
+host registrations ``/svit/<cluster>/hosts/<host>`` and records a
+``host_lease`` event ``{host, lease, incarnation, previous, since}`` whenever a
+host's registration appears, moves to another etcd lease or disappears: an
+agent registers its host under its lease, so a new lease id means the old
+lease was lost (expired, revoked, or its holder restarted). ``since`` is when
+the last read that still saw the old lease was sent, so the loss happened in
+``(since, t]`` (:mod:`svit_chaos.leases` judges them).
 
 Redis or etcd being down (a nemesis) only makes a poll fail; the observer
 retries on the next tick.
@@ -37,16 +44,17 @@ import json
 import threading
 import urllib.request
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 
-from svit_cluster.ownership import owners_prefix, record_token
+from svit_cluster.ownership import hosts_prefix, owners_prefix, record_token
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
 
 from .history import HistoryWriter
 from .logs import StoredLogs, parse_snapshot_hash, parse_stream_entry
 
-__all__ = ["StoreObserver", "etcd_owners"]
+__all__ = ["StoreObserver", "etcd_hosts", "etcd_owners"]
 
 
 def etcd_owners(
@@ -63,28 +71,9 @@ def etcd_owners(
         OSError: no member answered, or each answered with an error.
         ValueError: the answer is not the expected JSON.
     """
-    members = [e.strip() for e in endpoint.split(",") if e.strip()]
-    last: OSError | None = None
-    for member in members:
-        try:
-            return _etcd_owners(member, cluster, timeout_s=timeout_s)
-        except OSError as exc:
-            last = exc
-    raise last if last is not None else OSError(f"no etcd endpoint in {endpoint!r}")
-
-
-def _etcd_owners(endpoint: str, cluster: str, *, timeout_s: float
-                 ) -> dict[str, tuple[str, int]]:
     prefix = owners_prefix(cluster)
-    end = prefix[:-1] + bytes([prefix[-1] + 1])
-    body = json.dumps({"key": base64.b64encode(prefix).decode(),
-                       "range_end": base64.b64encode(end).decode()}).encode()
-    req = urllib.request.Request(f"http://{endpoint}/v3/kv/range", data=body,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        doc = json.load(resp)
     out: dict[str, tuple[str, int]] = {}
-    for kv in doc.get("kvs", []):
+    for kv in _etcd_range(endpoint, prefix, timeout_s=timeout_s):
         key = base64.b64decode(kv["key"])[len(prefix):].decode()
         value = base64.b64decode(kv.get("value", ""))
         try:
@@ -93,6 +82,54 @@ def _etcd_owners(endpoint: str, cluster: str, *, timeout_s: float
             host = "?"
         out[key] = (host, record_token(value, int(kv["create_revision"])))
     return out
+
+
+def etcd_hosts(
+    endpoint: str, cluster: str, *, timeout_s: float = 1.0
+) -> dict[str, tuple[int, int | None]]:
+    """``{host: (lease id, incarnation)}`` of every host registration, via etcd's JSON
+    gateway (lease 0: the key has no lease; incarnation None: not in the value).
+
+    Raises:
+        OSError, ValueError: as :func:`etcd_owners`.
+    """
+    prefix = hosts_prefix(cluster)
+    out: dict[str, tuple[int, int | None]] = {}
+    for kv in _etcd_range(endpoint, prefix, timeout_s=timeout_s):
+        host = base64.b64decode(kv["key"])[len(prefix):].decode()
+        incarnation: int | None = None
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            incarnation = int(json.loads(base64.b64decode(kv.get("value", "")))["incarnation"])
+        out[host] = (int(kv.get("lease", 0)), incarnation)
+    return out
+
+
+def _etcd_range(endpoint: str, prefix: bytes, *, timeout_s: float) -> list[dict[str, Any]]:
+    """The key-values under ``prefix``, from the first of ``endpoint``'s members
+    that answers (see :func:`etcd_owners`)."""
+    members = [e.strip() for e in endpoint.split(",") if e.strip()]
+    last: OSError | None = None
+    for member in members:
+        try:
+            return _etcd_range_of(member, prefix, timeout_s=timeout_s)
+        except OSError as exc:
+            last = exc
+    raise last if last is not None else OSError(f"no etcd endpoint in {endpoint!r}")
+
+
+def _etcd_range_of(endpoint: str, prefix: bytes, *, timeout_s: float
+                   ) -> list[dict[str, Any]]:
+    end = prefix[:-1] + bytes([prefix[-1] + 1])
+    body = json.dumps({"key": base64.b64encode(prefix).decode(),
+                       "range_end": base64.b64encode(end).decode()}).encode()
+    req = urllib.request.Request(f"http://{endpoint}/v3/kv/range", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        doc = json.load(resp)
+    kvs = doc.get("kvs", []) if isinstance(doc, dict) else None
+    if not isinstance(kvs, list):
+        raise ValueError(f"etcd answered {str(doc)[:200]!r} to a range read")
+    return kvs
 
 
 class StoreObserver:
@@ -107,7 +144,8 @@ class StoreObserver:
         interval_s: poll period in seconds (default 0.05).
         etcd_endpoint, cluster: where to read ownership records (both or
             neither; default: do not read them).
-        owners_every: read ownership records every this many polls (default 4).
+        owners_every: read ownership records and host registrations every this
+            many polls (default 4).
     """
 
     def __init__(
@@ -136,6 +174,10 @@ class StoreObserver:
         self._last: dict[str, int] = {}
         self._snap: dict[str, int] = {}
         self._owners: dict[str, tuple[str, int] | None] = {}
+        #: host -> (lease id, incarnation) or None (gone) as last read
+        self._hosts: dict[str, tuple[int, int | None] | None] = {}
+        #: history ``t`` when the last successful host read was sent
+        self._hosts_read_at: float | None = None
         self.etcd_endpoint = etcd_endpoint
         self.cluster = cluster
         self.owners_every = max(1, owners_every)
@@ -163,6 +205,7 @@ class StoreObserver:
         """One poll over every process. Returns False if Redis failed for any."""
         if self.etcd_endpoint and self.cluster and self.polls % self.owners_every == 0:
             self.poll_owners()
+            self.poll_hosts()
         ok = True
         for process in self.processes:  # one process's dead slot does not blind the rest
             try:
@@ -188,6 +231,27 @@ class StoreObserver:
                 self.history.record("owner", process=process,
                                     host=now[0] if now else None,
                                     token=now[1] if now else None)
+        return True
+
+    def poll_hosts(self) -> bool:
+        """Read the host registrations once; records ``host_lease`` events on changes."""
+        assert self.etcd_endpoint and self.cluster
+        asked = self.history.elapsed()
+        try:
+            hosts = etcd_hosts(self.etcd_endpoint, self.cluster)
+        except (OSError, ValueError):
+            return False
+        for host in sorted(set(hosts) | set(self._hosts)):
+            now, before = hosts.get(host), self._hosts.get(host)
+            if host in self._hosts and now == before:
+                continue
+            self._hosts[host] = now
+            self.history.record("host_lease", host=host,
+                                lease=now[0] if now else None,
+                                incarnation=now[1] if now else None,
+                                previous=before[0] if before else None,
+                                since=self._hosts_read_at)
+        self._hosts_read_at = asked
         return True
 
     def _loop(self) -> None:

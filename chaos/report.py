@@ -25,6 +25,7 @@ from typing import Any
 from .availability import DEFAULT_THRESHOLD_S, availability_report, fault_windows, markdown_tables
 from .checker import CheckResult
 from .history import Event
+from .leases import leases_markdown, leases_report
 from .logs import StoredLogs
 from .nemesis import FAILOVER_KINDS
 
@@ -36,7 +37,7 @@ _COLORS = {
     "cut-redis": "#8c564b", "slow-link": "#bcbd22", "kill-redis": "#e377c2",
     "kill-etcd": "#17becf", "stale-owner": "#7f7f7f", "pause-owner": "#2ca02c",
     "stop-raylet": "#393b79", "kill-agent": "#e7969c", "term-host": "#843c39",
-    "pause-gcs": "#637939", "etcd-restart-dead-host": "#7b4173",
+    "pause-gcs": "#637939", "etcd-restart-dead-host": "#7b4173", "load-host": "#e6550d",
 }
 _PALETTE = ("#1f77b4", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
             "#f7b6d2", "#dbdb8d", "#9edae5")
@@ -205,6 +206,7 @@ def build_report(
         "check": {"verdict": result.verdict, "stats": result.stats},
         "controls": controls or {},
         "ports": _ports(history, logs),
+        "host_leases": leases_report(history),
     }
 
 
@@ -332,12 +334,20 @@ def write_json(path: Path, report: dict[str, Any]) -> None:
 
 
 def write_markdown(path: Path, report: dict[str, Any]) -> None:
-    """Write ``report.md``: the verdict line and the availability tables."""
+    """Write ``report.md``: the verdict line, the host leases and the availability tables."""
+    leases = report.get("host_leases") or {}
+    lost = (f", host leases lost {leases.get('lost', 0)} (in load windows "
+            f"{leases.get('lost_in_load_windows', 0)}, unexplained there "
+            f"{leases.get('unexplained_in_load_windows', 0)})" if leases.get("recorded")
+            else "")
+    flags = "".join(f"- FLAG: {f}\n" for f in leases.get("flags", []))
     head = (f"# svit-chaos report: {str(report.get('verdict')).upper()}\n\n"
             f"faults {report.get('faults_total', 0)}, acked commits "
-            f"{report.get('acked_commits', 0)}, anomalies {report.get('anomaly_count', 0)}\n\n")
+            f"{report.get('acked_commits', 0)}, anomalies {report.get('anomaly_count', 0)}"
+            f"{lost}\n\n" + (flags + "\n" if flags else ""))
     body = markdown_tables(report["availability"]) if report.get("availability") else ""
-    path.write_text(head + ports_markdown(report.get("ports")) + body, encoding="utf-8")
+    path.write_text(head + ports_markdown(report.get("ports")) + leases_markdown(leases)
+                    + body, encoding="utf-8")
 
 
 def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -410,6 +420,16 @@ def write_html(path: Path, report: dict[str, Any], png: bytes | None) -> None:
         ("Failovers", _table(availability.get("failover", {}).get("events", []),
                              ["kind", "host", "process", "t_loss", "t_new", "token_before",
                               "token_after", "seconds"])),
+        ("Host leases per host", _table(
+            [{"host": h, **{k: v for k, v in row.items() if k != "leases"},
+              "leases held": len(row["leases"])}
+             for h, row in (report.get("host_leases") or {}).get("hosts", {}).items()],
+            ["host", "leases held", "lost", "lost_in_load_windows",
+             "unexplained_in_load_windows", "unexplained_outside_load_windows"])),
+        ("Host lease losses", _table(
+            (report.get("host_leases") or {}).get("losses", []),
+            ["host", "lease", "since", "t", "replaced_by", "load_windows", "explained_by",
+             "reason"])),
         ("Controls", _table(controls, ["control", "verdict", "expected", "detail"])),
         ("Port calls", _table([{"figure": k, "value": v} for k, v in
                                (report.get("ports") or {}).items()], ["figure", "value"])),

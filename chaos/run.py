@@ -48,6 +48,8 @@ from .clock import Clock, MonotonicClock, wait_until
 from .cluster import TOPOLOGIES, ChaosCluster, Launcher, LaunchSpec, local_launcher
 from .errors import HarnessError
 from .history import HistoryWriter
+from .leases import lease_loss_reasons, lease_losses
+from .load import stop_all_loads
 from .logs import StoredLogs, dump_processes, write_logs
 from .nemesis import (
     NemesisContext,
@@ -311,6 +313,7 @@ async def run_leg(
                        processes=wl_config.process_ids(), hosts=cluster.host_names(),
                        lease_ttl_s=config.lease_ttl_s, schedule=schedule.to_json(),
                        topology=config.topology, wait_replicas=config.wait_replicas,
+                       host_leases=bool(cluster.cluster_name),
                        config={k: str(v) for k, v in asdict(config).items()
                                if k != "schedule"})
         workload = Workload(cluster.gateway_url, cluster.admin_token, history, wl_config,
@@ -346,6 +349,7 @@ async def run_leg(
         if port_server is not None:
             await _record_ports(port_server, state_dir, history, progress, clock, name)
         observer.stop()
+        await _record_lease_reasons(state_dir, history, progress, name)
         progress.message(f"[{name}] dumping logs and checking")
         collected = observer.snapshot()
         logs = await _retry_blocking(
@@ -438,6 +442,26 @@ async def _record_outbox(client: Any, workload: Workload, history: HistoryWriter
                                             error=error, summaries=summaries))
 
 
+async def _record_lease_reasons(state_dir: Path, history: HistoryWriter,
+                                progress: ProgressSink, name: str) -> None:
+    """When a host lost a lease, record why its agent said it did (from the cluster's
+    log files, before they are archived) and say so on the progress line."""
+    losses = lease_losses(history.events)
+    if not losses:
+        return
+    reasons = await asyncio.to_thread(lease_loss_reasons, state_dir)
+    history.record("lease_reasons", reasons=reasons)
+    for loss in losses:
+        where = (f"in load window {', '.join(loss.load_windows)}" if loss.load_windows
+                 else "outside load windows")
+        why = (f"explained by {', '.join(loss.explained_by)}" if loss.explained_by
+               else "NOT explained by a fault")
+        progress.message(f"[{name}] host {loss.host} lost lease {loss.lease} at "
+                         f"{loss.t:.1f} s, {where}, {why}"
+                         + (f": {reasons[str(loss.lease)]}" if str(loss.lease) in reasons
+                            else ""))
+
+
 def _port_grants(server: PortServer | None) -> dict[str, Any]:
     """The cluster's ports for a run: ``http`` to the test server only (or nothing)."""
     if server is None:
@@ -479,6 +503,8 @@ def _teardown(runner: NemesisRunner | None, observer: StoreObserver | None,
     if runner is not None and runner.active:
         progress.message(f"[{name}] healing {len(runner.active)} active fault(s)")
         runner.heal_all_sync()
+    if stopped := stop_all_loads():  # a load whose heal did not run or did not end it
+        progress.message(f"[{name}] stopped load processes {stopped}")
     if observer is not None:
         observer.stop()
     hub.heal_all()

@@ -26,6 +26,7 @@ from typing import Any
 import redis
 import uvicorn
 from svit_chaos.cluster import LaunchSpec, ScaledStores, etcd_ready, redis_ready
+from svit_chaos.load import HostLoad, start_load
 from svit_chaos.proxy import HubLinks, Link, LinkMode
 
 from svit_cluster.control import ControlAnswer, ControlRequest, ProcessController
@@ -308,6 +309,12 @@ class MiniTarget:
     def owner(self, process: str) -> str | None:
         owner = self.router._owners.get(process)
         return None if owner is None else owner.host
+
+    def start_load(self, host: str, *, cpu: int, memory_mib: int) -> HostLoad:
+        self.calls.append(f"load {host}")
+        if host not in self.hosts_:
+            raise InvalidInput(f"no host {host}")
+        return start_load(host, cpu=cpu, memory_mib=memory_mib)
 
     def link(self, host: str, service: str) -> Any:
         self.calls.append(f"link {host}/{service}")

@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from click.testing import CliRunner
 from svit_chaos.cli import main
@@ -39,6 +40,8 @@ SCHEDULE = Schedule("mini", 0, (
     Window(13.0, 1.0, NemesisSpec("kill-etcd")),
     # a stale commit on every run: pause the owner until another host committed
     Window(14.5, 2.5, NemesisSpec("pause-owner")),
+    # busy loops and held memory beside a host, stopped by PID at heal
+    Window(17.0, 2.5, NemesisSpec("load-host", host="h3", cpu=1, memory_mib=32)),
 ), 20.0)
 
 
@@ -78,6 +81,14 @@ async def test_run_with_every_nemesis_and_both_controls(tmp_path: Path) -> None:
                for a in outcome.legs["negative"].result.anomalies if a.invariant == "tokens")
     # failovers were measured after the pause and the kill
     assert report["failover"]["count"] >= 1 and report["failover"]["max_s"] < 10
+    # the load ran beside h3 and its heal stopped every load process by PID
+    loads = {e["phase"]: e["detail"] for e in main_leg.history
+             if e["kind"] == "nemesis" and e["nemesis"] == "load-host"}
+    assert loads["inject"]["host"] == "h3" and len(loads["inject"]["pids"]) == 2
+    assert sorted(loads["heal"]["stopped"]) == loads["inject"]["pids"]
+    assert not any(psutil.pid_exists(pid) for pid in loads["inject"]["pids"])
+    # the mini cluster registers no hosts in etcd: the report says leases were not recorded
+    assert report["host_leases"]["recorded"] is False and report["host_leases"]["lost"] == 0
     # every nemesis healed, and the files a later `check` needs are there
     windows = report["nemesis_windows"]
     assert windows and all(w["healed"] for w in windows)
@@ -117,6 +128,7 @@ async def test_ctrl_c_heals_everything_and_stops_every_process(tmp_path: Path) -
         Window(0.3, 60.0, NemesisSpec("pause-host", host="h1")),
         Window(0.3, 60.0, NemesisSpec("kill-redis")),
         Window(0.3, 60.0, NemesisSpec("cut-etcd", host="h2", mode="stall")),
+        Window(0.3, 60.0, NemesisSpec("load-host", host="h2", cpu=1, memory_mib=16)),
     ), 60.0)
     config = RunConfig(scenario="none", hosts=2, clients=2, processes=2, out_dir=tmp_path,
                        lease_ttl_s=1, negative_control=True, loss_control=True,
@@ -124,7 +136,8 @@ async def test_ctrl_c_heals_everything_and_stops_every_process(tmp_path: Path) -
                        final_timeout_s=5.0, heal_timeout_s=20.0, schedule=schedule)
     task = asyncio.ensure_future(run(config, launcher=launcher, install_signal_handlers=True))
     deadline = time.monotonic() + 20
-    while not (started and {"pause h1", "kill redis"} <= set(started[0].target.calls)):
+    while not (started and {"pause h1", "kill redis", "load h2"}
+               <= set(started[0].target.calls)):
         assert time.monotonic() < deadline and not task.done()
         await asyncio.sleep(0.05)
     os.kill(os.getpid(), signal.SIGINT)
@@ -137,7 +150,11 @@ async def test_ctrl_c_heals_everything_and_stops_every_process(tmp_path: Path) -
     assert cluster.redis_server.pid is None and cluster.etcd_server.pid is None
     heals = [e for e in outcome.legs["main"].history
              if e["kind"] == "nemesis" and e["phase"] == "heal"]
-    assert {e["nemesis"] for e in heals} == {"pause-host", "kill-redis", "cut-etcd"}
+    assert {e["nemesis"] for e in heals} == {"pause-host", "kill-redis", "cut-etcd",
+                                             "load-host"}
+    [load] = [e["detail"] for e in heals if e["nemesis"] == "load-host"]
+    assert len(load["pids"]) == 2 and sorted(load["stopped"]) == load["pids"]
+    assert not any(psutil.pid_exists(pid) for pid in load["pids"])
     assert not [t for t in threading.enumerate()
                 if t.name in ("svit-chaos-proxies", "svit-chaos-observer")]
 
