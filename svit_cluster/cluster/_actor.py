@@ -70,19 +70,22 @@ class ProcessActor:
         process_id: the process ("" for a spare).
         token: the fencing token from the etcd ownership record (0 for a spare).
         agent_name: the Ray name of this host's agent (for passivation).
-        niceness: lower every thread of this process to this niceness (the agent
-            passes ``PROCESS_ACTOR_NICENESS``, below its own, so serving load
-            cannot starve the host's lease; issue 15 item 5). None (the
-            default) leaves the process alone: an actor built outside its own
-            Ray worker (tests, in-process use) must not slow down its host.
+        niceness: lower every thread of this process to this niceness once it
+            is warm (the agent passes ``PROCESS_ACTOR_NICENESS``, below its own
+            and its lease keeper's, so serving load cannot starve the host's
+            lease); the start-up (imports, the Redis connection) runs at the
+            worker's own niceness, like the agent's: its starts are paced by
+            the agent, and at the lowest priority a start beside a busy
+            neighbour took tens of seconds. None (the default) leaves the
+            process alone: an actor built outside its own Ray worker (tests,
+            in-process use) must not slow down its host.
     """
 
     def __init__(
         self, config: dict[str, Any], host: str, process_id: str, token: int, agent_name: str,
         niceness: int | None = None,
     ) -> None:
-        if niceness is not None:
-            lower_priority(niceness)
+        self._niceness = niceness
         self.cfg = ClusterConfig.from_dict(config)
         self.host = host
         self.process_id = process_id
@@ -128,7 +131,14 @@ class ProcessActor:
             This worker's process id (the agent reads its memory from ``/proc``).
         """
         await asyncio.to_thread(self._warm_sync)
+        self._lower_priority()
         return os.getpid()
+
+    def _lower_priority(self) -> None:
+        """Go to the serving niceness (once; see the ``niceness`` argument)."""
+        niceness, self._niceness = self._niceness, None
+        if niceness is not None:
+            lower_priority(niceness)
 
     def _warm_sync(self) -> None:
         import svit_cluster.events
@@ -161,6 +171,7 @@ class ProcessActor:
         """
         if self.token:
             return False
+        self._lower_priority()  # a worker bound without warm-up
         self._reset_binding()
         self.process_id = process_id
         self.token = token

@@ -34,6 +34,7 @@ fence refuses any stale commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -78,8 +79,18 @@ USAGE_MAX_AGE_S = 1.0
 #: Bindings one Ray worker serves before it is stopped instead of reused, so
 #: that whatever a long-lived interpreter accumulates stays bounded.
 MAX_BINDINGS_PER_WORKER = 500
-#: Seconds between two readings of the actors' PSS (the memory guard).
-MEMORY_SAMPLE_S = 10.0
+#: Seconds between two rounds of the memory guard (the actors' PSS) and of the
+#: surplus-spare trim.
+MEMORY_SAMPLE_S = 5.0
+#: Seconds an activation waits for a worker (a spare, a start, a passivation)
+#: before it answers ``unavailable`` (``overloaded``).
+TAKE_TIMEOUT_S = 30.0
+#: Seconds a worker left over by a passivation stays warm as a surplus spare
+#: (beyond ``warm_spares``, always inside the budget) before it is stopped: a
+#: process activated again within that time binds in milliseconds instead of
+#: waiting for a Ray worker to start, and an idle host still gives its workers
+#: back.
+SPARE_LINGER_S = 60.0
 
 #: Seconds between two fallback sweeps of :meth:`HostAgent.reconcile` over the
 #: served actors. A dead actor is normally noticed at once by its outstanding
@@ -140,6 +151,7 @@ class HostAgent:
         self.activations = 0
         self.started_at = time.time()
         self._spares: list[tuple[str, Any]] = []  # warm, unbound process actors
+        self._spare_since: dict[str, float] = {}  # actor name -> when it became a spare
         self._refilling: asyncio.Task[None] | None = None
         self._refill_timer: asyncio.TimerHandle | None = None
         self._shut_down = False
@@ -165,6 +177,8 @@ class HostAgent:
             max_actors_pss_mib=self.cfg.max_actors_pss_mib,
             max_starting=self.cfg.max_starting_per_host)
         self._start_gate: asyncio.Semaphore | None = None
+        #: Set (and replaced) whenever a worker may have become available.
+        self._capacity_event = asyncio.Event()
         #: Ray workers being started now, and workers taken by activations not yet
         #: registered as served (both counted against the budget).
         self.starting = 0
@@ -347,7 +361,7 @@ class HostAgent:
             if self._shut_down:
                 self._kill_worker(name, handle)
             else:
-                self._spares.append((name, handle))
+                self._add_spare(name, handle)
 
     async def _take_actor(self, exclude: str = "") -> tuple[str, Any]:
         """A worker for a new binding: a warm spare; else a new worker while the
@@ -360,12 +374,52 @@ class HostAgent:
         """
         # The spare is replaced SPARE_REFILL_DELAY_S after the activation that
         # took it has ended (:meth:`activate`), not at once: see that constant.
-        if self._spares:
-            self._taken += 1
-            return self._spares.pop()
-        if self._has_room():
-            return await self._start_worker(take=True)
-        return await self._evict_for(exclude)
+        while True:
+            if self._spares:
+                self._taken += 1
+                name, handle = self._spares.pop()
+                self._spare_since.pop(name, None)
+                return name, handle
+            if self._has_room():
+                return await self._start_worker(take=True)
+            try:
+                return await self._evict_for(exclude)
+            except UnavailableError:
+                # Nothing idle now. Workers still starting, or bound by other
+                # activations, free up or become passivable soon: wait for
+                # that (bounded by the caller's TAKE_TIMEOUT_S); else full.
+                if not (self.starting or self._taken):
+                    self.host_full += 1
+                    raise
+            freed = self._capacity_event
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(freed.wait(), 0.5)
+
+    def _capacity_changed(self) -> None:
+        """Wake activations waiting for a worker (a spare came, a worker stopped,
+        a process became passivable)."""
+        self._capacity_event.set()
+        self._capacity_event = asyncio.Event()
+
+    def _add_spare(self, name: str, handle: Any) -> None:
+        self._spares.append((name, handle))
+        self._spare_since[name] = time.monotonic()
+        self._capacity_changed()
+
+    def _trim_spares(self, linger_s: float = SPARE_LINGER_S) -> int:
+        """Stop surplus spares (beyond ``spare_target``) unused for ``linger_s``
+        seconds, oldest first; returns how many were stopped."""
+        now = time.monotonic()
+        surplus = len(self._spares) - self.spare_target
+        stopped = 0
+        for name, handle in sorted(self._spares, key=lambda w: self._spare_since.get(w[0], now)):
+            if stopped >= surplus or now - self._spare_since.get(name, now) < linger_s:
+                break
+            self._spares.remove((name, handle))
+            self._spare_since.pop(name, None)
+            self._kill_worker(name, handle)
+            stopped += 1
+        return stopped
 
     def _reusable(self, name: str) -> bool:
         return self._uses.get(name, 0) < MAX_BINDINGS_PER_WORKER
@@ -383,6 +437,7 @@ class HostAgent:
         self._pids.pop(name, None)
         self._uses.pop(name, None)
         self._kill(handle)
+        self._capacity_changed()
 
     # -- least-recently-used passivation --------------------------------------------------
 
@@ -444,7 +499,6 @@ class HostAgent:
                 self._taken -= 1
                 return await self._start_worker(take=True)
             self._usage_at = 0.0  # the view may be stale: look once more
-        self.host_full += 1
         n = len(self.actors)
         raise UnavailableError(
             f"host {self.host} is full: {n} of {self.budget.max_active} process actors, "
@@ -505,12 +559,14 @@ class HostAgent:
             task.cancel()
 
     async def _memory_loop(self, period_s: float = MEMORY_SAMPLE_S) -> None:
-        """Never dies: read the actors' summed PSS; over the memory budget, stop
-        spares, then passivate least-recently-used idle processes (their workers
-        stopped) until under it."""
+        """Never dies: stop surplus spares that lingered (:meth:`_trim_spares`);
+        read the actors' summed PSS; over the memory budget, stop spares, then
+        passivate least-recently-used idle processes (their workers stopped)
+        until under it."""
         while True:
             try:
                 await asyncio.sleep(period_s)
+                self._trim_spares()
                 await self.check_memory()
             except asyncio.CancelledError:
                 raise
@@ -537,6 +593,7 @@ class HostAgent:
         self._pss_at = time.monotonic()
         while self._memory_full() and self._spares:
             name, handle = self._spares.pop()
+            self._spare_since.pop(name, None)
             self.pss_mib -= by_name.get(name, 0.0)
             self._kill_worker(name, handle)
         if self._memory_full():
@@ -797,7 +854,7 @@ class HostAgent:
                 answer = {}
             if answer.get("unbound") and self._reusable(name) and \
                     len(self._spares) < self.budget.max_active:
-                self._spares.append((name, s.handle))
+                self._add_spare(name, s.handle)
             else:
                 self._kill_worker(name, s.handle)
 
@@ -886,11 +943,17 @@ class HostAgent:
         lease = self._held_lease()
         taking = asyncio.ensure_future(self._take_actor(process_id))
         try:
-            name, handle = await self._while_held(lease, taking, timeout_s=60, cancel=False)
-        except BaseException:
+            name, handle = await self._while_held(lease, taking, timeout_s=TAKE_TIMEOUT_S,
+                                                  cancel=False)
+        except BaseException as exc:
             # Abandoned (lease no longer HELD, e.g. the raylet stopped and actor
-            # creation hangs): kill the actor if it is ever created.
+            # creation hangs, or no worker in time): kill the actor if it is
+            # ever created.
             taking.add_done_callback(self._kill_if_created)
+            if isinstance(exc, TimeoutError):
+                raise UnavailableError(
+                    f"host {self.host} had no process actor ready within {TAKE_TIMEOUT_S:g} s "
+                    f"({self.starting} starting); retry", overloaded=True) from exc
             raise
         try:
             # every path below leaves the worker served, spare or stopped
@@ -906,7 +969,7 @@ class HostAgent:
         try:
             self._same_lease(lease)
         except BaseException:
-            self._spares.append((name, handle))  # unused: keep it warm
+            self._add_spare(name, handle)  # unused: keep it warm
             raise
         # The ownership record names the actor, so routes never need a second lookup.
         owners = Owners(lease, cluster=self.cfg.cluster, host=self.host, address=name)
@@ -915,11 +978,11 @@ class HostAgent:
             # restored from a backup) is recovered from within this call.
             ownership = await owners.claim(process_id, self._fences())
         except ConflictError as exc:
-            self._spares.append((name, handle))  # unused: keep it warm
+            self._add_spare(name, handle)  # unused: keep it warm
             return Activated(ServeStatus.OWNED, exc.fields.get("owner_host"),
                              exc.fields.get("token"), exc.fields.get("owner_address")).to_answer()
         except BaseException:
-            self._spares.append((name, handle))
+            self._add_spare(name, handle)
             raise
         try:
             self._same_lease(lease)
@@ -950,6 +1013,7 @@ class HostAgent:
         self._usage[process_id] = Usage(process_id, 0.0, time.monotonic(), False)
         self._start_watch(process_id, ownership.token, handle)
         self.activations += 1
+        self._capacity_changed()  # a served process can be passivated for another
         return Activated(ServeStatus.SERVING, self.host, ownership.token, name,
                          result).to_answer()
 
@@ -1139,14 +1203,16 @@ class HostAgent:
             log.exception("release of %s failed (%s); the lease expiry cleans up",
                           process_id, reason)
         name = ownership.address
+        # The worker stays warm as a spare (its slot of the budget was this
+        # process's): a surplus one is stopped after SPARE_LINGER_S unused.
         if released and reason != "actor died" and self._reusable(name) \
-                and self._spares_wanted() > 0:
+                and not self._memory_full() and not self._shut_down:
             try:
                 answer = await asyncio.wait_for(handle.unbind.remote(token, True), 5.0)
             except Exception:  # dead or stuck: stopped below
                 answer = {}
             if answer.get("unbound"):
-                self._spares.append((name, handle))
+                self._add_spare(name, handle)
                 return released
         self._kill_worker(name, handle)
         return released
@@ -1269,6 +1335,7 @@ class HostAgent:
             if await self.release(pid, served.token, reason):
                 released += 1
         spares, self._spares = self._spares, []
+        self._spare_since.clear()
         for name, handle in spares:
             self._kill_worker(name, handle)
         revoked = False
