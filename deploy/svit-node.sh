@@ -29,10 +29,10 @@ set -eu
 role="${1:-}"
 [ $# -gt 0 ] && shift
 
-# Ray workers start at this niceness (Ray's default is 15): the host agent, which
-# keeps the host's etcd lease alive, stays there, and process actors lower their
-# own priority to 15, so starting workers cannot starve the lease's keepalives
-# (svit_cluster.cluster WORKER_NICENESS_ENV).
+# Ray workers start at this niceness (Ray's default is 15): the host agent and the
+# lease keeper it starts (the process that keeps the host's etcd lease alive) stay
+# there, and process actors lower their own priority to 15 once warm, so serving
+# load cannot starve the lease's keepalives (svit_cluster.cluster WORKER_NICENESS_ENV).
 export RAY_worker_niceness="${RAY_worker_niceness:-0}"
 
 temp_dir="${SVIT_RAY_TEMP_DIR:-/tmp/ray}"

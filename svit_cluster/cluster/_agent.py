@@ -180,9 +180,11 @@ class HostAgent:
         #: Set (and replaced) whenever a worker may have become available.
         self._capacity_event = asyncio.Event()
         #: Ray workers being started now, and workers taken by activations not yet
-        #: registered as served (both counted against the budget).
+        #: registered as served (both counted against the budget, like releases).
         self.starting = 0
         self._taken = 0
+        #: Served processes whose ownership record is being released.
+        self._releasing = 0
         #: Worker process id and bindings served, by actor name.
         self._pids: dict[str, int] = {}
         self._uses: dict[str, int] = {}
@@ -292,7 +294,8 @@ class HostAgent:
     def _workers(self) -> int:
         """Process actors this host runs, is starting or is binding (what the
         budget bounds)."""
-        return len(self.actors) + len(self._spares) + self.starting + self._taken
+        return (len(self.actors) + len(self._spares) + self.starting + self._taken
+                + self._releasing)
 
     def _memory_full(self) -> bool:
         return self.pss_mib >= self.budget.max_actors_pss_mib
@@ -385,10 +388,10 @@ class HostAgent:
             try:
                 return await self._evict_for(exclude)
             except UnavailableError:
-                # Nothing idle now. Workers still starting, or bound by other
-                # activations, free up or become passivable soon: wait for
-                # that (bounded by the caller's TAKE_TIMEOUT_S); else full.
-                if not (self.starting or self._taken):
+                # Nothing idle now. Workers still starting, bound by other
+                # activations or being released free up or become passivable
+                # soon: wait for that (bounded by TAKE_TIMEOUT_S); else full.
+                if not (self.starting or self._taken or self._releasing):
                     self.host_full += 1
                     raise
             freed = self._capacity_event
@@ -514,9 +517,11 @@ class HostAgent:
         import ray
 
         served = self.actors.get(process_id)
-        if served is None or process_id in self._evicting:
-            return None
+        lock = self._locks.setdefault(process_id, asyncio.Lock())
+        if served is None or process_id in self._evicting or lock.locked():
+            return None  # gone, or an activation or release of it is under way
         self._evicting.add(process_id)
+        await lock.acquire()  # free (checked above, no await since): at once
         try:
             try:
                 answer = await asyncio.wait_for(
@@ -525,13 +530,15 @@ class HostAgent:
                 self._usage[process_id] = Usage(process_id, 0.0, time.monotonic(), True)
                 return None
             except ray.exceptions.RayActorError:
-                await self.release(process_id, served.token, "actor died")
+                await self._release_locked(process_id, served.token, "actor died")
                 return None
             if not answer.get("unbound"):
                 self._usage[process_id] = Usage(process_id, 0.0, time.monotonic(), True)
                 return None
-            if self.actors.get(process_id) is served:
-                del self.actors[process_id]
+            if self.actors.get(process_id) is not served:
+                # parked meanwhile (lease lost): the parking stops this worker
+                return None
+            del self.actors[process_id]
             if take:
                 self._taken += 1
             self._forget_served(process_id)
@@ -550,6 +557,7 @@ class HostAgent:
             log.info("host %s passivated %s (%s)", self.host, process_id, reason)
             return name, served.handle
         finally:
+            lock.release()
             self._evicting.discard(process_id)
 
     def _forget_served(self, process_id: str) -> None:
@@ -1190,12 +1198,30 @@ class HostAgent:
         Returns:
             True when the ownership record was deleted here.
         """
+        # One at a time per process: a passivation at the budget of the same
+        # binding must not hand its worker to another process while this
+        # release stops it (or the reverse).
+        async with self._locks.setdefault(process_id, asyncio.Lock()):
+            return await self._release_locked(process_id, token, reason)
+
+    async def _release_locked(self, process_id: str, token: int, reason: str) -> bool:
         current = self.actors.get(process_id)
         if current is None or current.token != token:
             return False
         handle, owners, ownership = current.handle, current.owners, current.ownership
         del self.actors[process_id]
         self._forget_served(process_id)
+        # Its worker counts against the budget until its record is gone: a new
+        # activation meanwhile would make one record more than the budget.
+        self._releasing += 1
+        try:
+            return await self._end_released(process_id, token, reason, handle, owners,
+                                            ownership)
+        finally:
+            self._releasing -= 1
+
+    async def _end_released(self, process_id: str, token: int, reason: str, handle: Any,
+                            owners: Any, ownership: Any) -> bool:
         released = False
         try:
             released = await owners.release(ownership)

@@ -19,17 +19,15 @@ if TYPE_CHECKING:  # pydantic-settings loads only where the environment is read
 __all__ = ["AGENT_NICENESS", "KEEPER_NICENESS", "PROCESS_ACTOR_NICENESS", "WORKER_NICENESS_ENV",
            "ClusterConfig", "host_resource", "lower_priority"]
 
-#: Scheduling niceness of every host agent's worker. The agent holds the host's
-#: etcd lease and keeps it alive from its own thread; at Ray's default worker
-#: niceness (15) it competed on equal terms with every process-actor worker
-#: being started, and a burst of 100 new processes starved its keepalives past
-#: the local deadline (issue 15 item 5: two of three hosts lost their lease in
-#: two of three runs at TTL 3 s). At 0 it weighs as much as about 28 workers at
-#: 15 (CFS weights 1024 vs 36), like the raylet beside it.
+#: Scheduling niceness of every host agent's worker (and of the lease keeper it
+#: starts, when the host does not allow the keeper a higher priority): above the
+#: process actors it starts and serves, like the raylet beside it. At 0 it
+#: weighs as much as about 28 workers at 15 (CFS weights 1024 vs 36).
 AGENT_NICENESS = 0
-#: Scheduling niceness of every process actor's worker once it runs (Ray's
-#: default ``worker_niceness``): below the agent, so serving load cannot starve
-#: the lease. Set by the actor itself (:func:`lower_priority`).
+#: Scheduling niceness of every process actor's worker once it is warm (Ray's
+#: default ``worker_niceness``): below the agent and the lease keeper, so
+#: serving load cannot starve the lease. Set by the actor itself
+#: (:func:`lower_priority`).
 PROCESS_ACTOR_NICENESS = 15
 #: Niceness the host's lease keeper asks for (``svit_cluster.ownership.KeptLease``):
 #: above the agent and far above process actors, so that neither serving load
@@ -143,7 +141,7 @@ class ClusterConfig:
             derived from the host's Ray node CPUs and memory
             (:func:`svit_cluster.cluster._residency.derive_budget`).
             ``svit-cluster up --max-active-per-host``, env
-            ``SVIT_MAX_ACTIVE_PER_HOST``, chart ``host.maxActive``.
+            ``SVIT_MAX_ACTIVE_PER_HOST``, chart ``ray.workers.residency.maxActive``.
         max_actors_pss_mib: the memory guard: the summed PSS (MiB) of a
             host's process actors at which it counts as full (0: half the
             node's memory). Env ``SVIT_MAX_ACTORS_PSS_MIB``.

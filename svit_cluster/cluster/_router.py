@@ -44,6 +44,11 @@ log = logging.getLogger(__name__)
 FULL_HOST_BACKOFF_S = 1.0
 #: Seconds a view of the hosts' status (:meth:`RayRouter.hosts`) is reused.
 HOSTS_MAX_AGE_S = 2.0
+#: Seconds a request waits for its process's activation before it is answered
+#: ``unavailable`` (``activating``) while the activation goes on: below the
+#: SDK's default timeout (10 s), so a client gets a typed 503 with Retry-After
+#: rather than timing out.
+PLACEMENT_WAIT_S = 8.0
 #: ``Retry-After`` (s) of a ``cluster_full`` answer: a busy process actor at the
 #: budget frees in about one request's time, a second is a fair first wait.
 CLUSTER_FULL_RETRY_AFTER_S = 1
@@ -115,6 +120,33 @@ def classify_call_error(exc: BaseException, what: str) -> SvitError | None:
     return InternalError(f"internal error calling {what}: {type(exc).__name__}")
 
 
+def _fingerprint(create: dict[str, Any]) -> str:
+    """What a create (or fork) would write, exactly (a Svit integer 1 and float 1.0
+    differ), so that only the very same create joins one under way."""
+    import hashlib
+    import json
+
+    from svit_cluster.process import encode_value
+
+    def plain(obj: Any) -> Any:
+        if isinstance(obj, Script):
+            return {"source": obj.source, "documentation": obj.documentation}
+        if isinstance(obj, bytes):
+            return obj.hex()
+        raise TypeError(type(obj).__name__)
+
+    parts = {k: (encode_value(v) if k == "memory" else v) for k, v in create.items()}
+    raw = json.dumps(parts, sort_keys=True, default=plain, separators=(",", ":"))
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Done callback: mark a background placement's outcome as seen (its
+    error, if any, was already answered to the caller or will be to a retry)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 class RouteMoved(UnavailableError):
     """The route of a call in flight moved (its ownership record went or names
     another actor): the call was abandoned; its outcome is unknown."""
@@ -173,7 +205,9 @@ class RayRouter:
         self._hosts_view: list[dict[str, Any]] | None = None
         self._hosts_at = 0.0
         self._hosts_asking: asyncio.Task[list[dict[str, Any]]] | None = None
-        self._placing: dict[str, asyncio.Future[Route]] = {}
+        #: process -> its placement under way, and what it creates (a create's
+        #: fingerprint, None for an activation of an existing process).
+        self._placing: dict[str, tuple[asyncio.Future[Route], str | None]] = {}
         #: host -> activations this router has under way there (counted as load).
         self._activating: dict[str, int] = {}
         self._seen: dict[str, Route] = {}
@@ -407,11 +441,48 @@ class RayRouter:
         return await self._place(process_id, None)
 
     async def _place(self, process_id: str, create: dict[str, Any] | None) -> Route:
+        """Place ``process_id`` (activate it on a host), waiting at most
+        :data:`PLACEMENT_WAIT_S` for it.
+
+        The activation goes on after that, and a retry joins it (or, once it is
+        done, finds its route), so a slow one -- a full cluster waiting for
+        busy process actors, workers starting on a loaded host -- is answered
+        as a typed 503 before a client's own timeout instead of as a timeout.
+
+        Raises:
+            UnavailableError: not placed within :data:`PLACEMENT_WAIT_S`
+                (``activating``; retry: a create's outcome is then unknown,
+                which the SDK resolves by comparing the content), or as
+                :meth:`_place_once`.
+            ConflictError: as :meth:`_place_once`.
+        """
+        placing = asyncio.ensure_future(self._place_now(process_id, create))
+        try:
+            return await asyncio.wait_for(asyncio.shield(placing), PLACEMENT_WAIT_S)
+        except TimeoutError:
+            placing.add_done_callback(_retrieved)
+            raise UnavailableError(
+                f"{process_id} is being activated (waiting for a process actor); retry",
+                process_id=process_id, activating=True,
+                retry_after_s=CLUSTER_FULL_RETRY_AFTER_S) from None
+
+    async def _place_now(self, process_id: str, create: dict[str, Any] | None) -> Route:
+        """One placement per process at a time: an activation joins the one under
+        way; so does a create of the very same content (a client's retry after
+        :data:`PLACEMENT_WAIT_S`; a new attempt would be a second activation of
+        the same process on another host, and under load every retry added
+        one). A create of other content while one is under way is answered
+        ``unavailable``: its outcome depends on the first."""
+        fingerprint = None if create is None else _fingerprint(create)
         pending = self._placing.get(process_id)
-        if pending is not None and create is None:
-            return await asyncio.shield(pending)
+        if pending is not None:
+            fut_pending, pending_print = pending
+            if fingerprint is None or fingerprint == pending_print:
+                return await asyncio.shield(fut_pending)
+            raise UnavailableError(f"{process_id} is being created or activated by another "
+                                   "request; retry", process_id=process_id, activating=True)
         fut: asyncio.Future[Route] = asyncio.get_running_loop().create_future()
-        self._placing[process_id] = fut
+        self._placing[process_id] = (fut, fingerprint)
         try:
             route = await self._place_once(process_id, create)
             fut.set_result(route)
@@ -530,7 +601,9 @@ class RayRouter:
         if previous is not None and previous.host not in self.cache.hosts and self.metrics:
             self.metrics.failovers.inc()
         self._seen[process_id] = route
-        self.cache.routes.setdefault(process_id, route)
+        cached = self.cache.routes.get(process_id)
+        if cached is None or cached.token < route.token:  # the watch may lag behind
+            self.cache.routes[process_id] = route
         return route
 
     def _recently_full(self) -> set[str]:

@@ -148,7 +148,11 @@ class Owners:
         ``token`` is larger than any earlier token of any process in the
         cluster (after an etcd restore, only once the epoch was raised: see
         :meth:`claim`). Retrying after ``unavailable`` is safe: if the first
-        attempt won, the retry returns that same ownership (same lease, same token).
+        attempt won, the retry (same ``address``) returns that same ownership
+        (same lease, same token). A record under this host's lease that names
+        another address is replaced (a new token): its actor was given other
+        work after that earlier outcome was unknown, and a route to it would
+        never reach this process.
 
         Returns:
             The :class:`Ownership`; next, claim the Redis fence with its token
@@ -186,6 +190,14 @@ class Owners:
             found = responses[-1] if ok else responses[0]
             if found:
                 record = self._record(process_id, found[0][1])
+                if not ok and record.lease_id == lease_id and record.address != self.address:
+                    # This host's own record, naming another actor: an earlier
+                    # claim whose outcome was unknown here, its actor since
+                    # given other work. Nobody serves it: replace it.
+                    log.warning("replacing this host's record of %s naming %r (token %d)",
+                                process_id, record.address, record.token)
+                    await self._delete_if(key, record.revision)
+                    continue
                 if ok or record.lease_id == lease_id:
                     return Ownership(process_id, record.token, self.host, self.address,
                                      record.lease_id, key, record.revision)

@@ -75,6 +75,7 @@ class FakeWorker:
         return {"status": "serving", "version": 0, "pid": self.pid}
 
     async def unbind(self, token: int, only_if_idle: bool = True) -> dict[str, Any]:
+        await asyncio.sleep(self.world.unbind_s)
         if token != self.token:
             return {"unbound": False, "token": self.token}
         if only_if_idle and self.busy:
@@ -105,12 +106,17 @@ class FakeHandle:
 class World:
     def __init__(self, *, warm_s: float = 0.0) -> None:
         self.warm_s = warm_s
+        self.unbind_s = 0.0
         self.warming = 0
         self.most_warming = 0
         self.workers: dict[str, FakeWorker] = {}
         self.killed: list[str] = []
         self.bound: list[tuple[str, str]] = []
         self.released: list[str] = []
+        self.records: set[str] = set()  # ownership records that exist now
+        self.most_records = 0
+        self.release_gate = asyncio.Event()
+        self.release_gate.set()
         self.tokens = itertools.count(1)
         self._names = itertools.count(1)
 
@@ -125,10 +131,14 @@ class World:
                 self.address = address
 
             async def claim(self, process_id: str, fences: Any) -> Any:
+                world.records.add(process_id)
+                world.most_records = max(world.most_records, len(world.records))
                 return SimpleNamespace(process_id=process_id, token=next(world.tokens),
                                        address=self.address)
 
             async def release(self, ownership: Any) -> bool:
+                await world.release_gate.wait()
+                world.records.discard(ownership.process_id)
                 world.released.append(ownership.process_id)
                 return True
 
@@ -279,4 +289,56 @@ async def test_an_activation_that_gets_no_worker_in_time_is_unavailable(
     answer = await agent.activate("p1")
     assert answer["error"]["code"] == "unavailable", answer
     assert answer["error"]["fields"]["overloaded"] is True
+    await _shutdown(agent)
+
+
+async def test_a_release_racing_a_passivation_never_stops_the_reused_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """p1 passivates by itself (its actor asks for a release) while an activation
+    at the budget passivates it too and takes its worker for p3. Exactly one of
+    them owns the worker: p3 is never bound to a worker the release stopped
+    (before, the release stopped it and p3's ownership record named a dead
+    actor: "actor ... is not registered" on every request)."""
+    world = World()
+    agent = _agent(world, monkeypatch, max_active=2)
+    for pid in ("p1", "p2"):
+        await agent.activate(pid)
+    for w in world.workers.values():
+        w.idle_s = {"p1": 100.0, "p2": 1.0}[w.process_id]
+    agent._usage_at = 0.0
+    served = agent.actors["p1"]
+    world.unbind_s = 0.05  # both reach the worker while the other waits on it
+    activation = asyncio.ensure_future(agent.activate("p3"))
+    await asyncio.sleep(0.02)  # the passivation of p1 is waiting on its unbind
+    released = asyncio.ensure_future(agent.release("p1", served.token, "passivated"))
+    answer = await activation
+    await released
+    assert answer["status"] == "serving", answer
+    for pid, s in agent.actors.items():
+        assert s.ownership.address not in world.killed, (pid, world.killed)
+    assert sorted(agent.actors) == ["p2", "p3"]
+    await _shutdown(agent)
+
+
+async def test_a_process_being_released_still_counts_until_its_record_is_gone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a passivated process's ownership record is being deleted, its worker
+    still counts: a new activation waits, so a host never holds more records
+    than its budget (a real cluster showed 9 owners on a host of 8)."""
+    world = World()
+    agent = _agent(world, monkeypatch, max_active=2)
+    for pid in ("p1", "p2"):
+        await agent.activate(pid)
+    world.workers[agent.actors["p2"].ownership.address].busy = True
+    world.release_gate.clear()  # etcd slow: the release of p1 waits
+    releasing = asyncio.ensure_future(agent.release("p1", agent.actors["p1"].token,
+                                                    "passivated"))
+    await asyncio.sleep(0.02)
+    activation = asyncio.ensure_future(agent.activate("p3"))
+    await asyncio.sleep(0.3)
+    assert not activation.done() and len(world.workers) == 2 and world.most_records == 2
+    world.release_gate.set()
+    assert await releasing is True
+    assert (await activation)["status"] == "serving"
+    assert world.most_records == 2 and len(world.workers) == 2 and agent.worker_reuses == 1
     await _shutdown(agent)

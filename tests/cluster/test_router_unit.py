@@ -401,3 +401,114 @@ async def test_processes_placed_at_once_spread_over_the_hosts() -> None:
     routes = await asyncio.gather(*calls)
     assert sorted(r.host for r in routes) == ["a", "b", "c"]
     assert router._activating == {}
+
+
+# -- residency: full hosts, moved bindings ------------------------------------------------
+
+
+FULL = {"error": {"code": "unavailable", "message": "host is full",
+                  "fields": {"host_full": True, "active": 8, "max_active": 8}}}
+
+
+async def test_placement_tries_every_host_then_answers_cluster_full_with_retry_after() -> None:
+    """Each host at its budget with every actor busy answers ``host_full``; the
+    router tries them all, then answers ``cluster_full`` (a 503 whose
+    Retry-After comes from the error) -- and tries a host that was just full
+    only after the others."""
+    from svit_cluster.gateway._errors import from_exception
+
+    router, agents = fake_cluster(["a", "b", "c"])
+    for agent in agents.values():
+        agent.answer = FULL
+    with pytest.raises(UnavailableError) as info:
+        await router._place("svit://t/p", None)
+    assert info.value.fields["cluster_full"] is True
+    assert info.value.fields["hosts"] == ["a", "b", "c"]
+    assert sorted(a for agent in agents.values() for a in agent.activations) == ["svit://t/p"] * 3
+    response = from_exception(info.value)
+    assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+    body = json.loads(bytes(response.body))
+    assert body["error"]["fields"]["cluster_full"] is True
+
+    agents["a"].answer = agents["b"].answer = None  # room again on a and b
+    agents["c"].answer = None
+    for agent in agents.values():
+        agent.activations.clear()
+    router._full_until = {"a": 1e18, "b": 1e18}  # a and b were full just now, c not
+    route = await router._place("svit://t/q", None)
+    assert route.host == "c" and agents["c"].activations == ["svit://t/q"]
+
+
+async def test_a_call_refused_as_route_moved_is_sent_once_to_the_current_owner() -> None:
+    """A worker that passivated the process (and may serve another one now)
+    refuses a request routed to the old binding before running it; the router
+    places the process again and sends the request once more."""
+    router, agents = fake_cluster(["a"])
+    route = await router._route("svit://t/p")
+    moved = {"error": {"code": "unavailable", "message": "not served here",
+                       "fields": {"route_moved": True}}}
+    old = agents["a"].actors["svit://t/p"]
+    calls: list[int] = []
+
+    async def refused(token: int, message: Any, dedup_key: str | None,
+                      trace: str | None = None) -> dict[str, Any]:
+        calls.append(token)
+        return moved
+
+    old.inbox = refused  # type: ignore[method-assign]
+    router.cache.routes.pop("svit://t/p")  # its ownership record went (watch)
+    router.cache.routes["svit://t/p"] = route  # ... but this gateway has not seen it yet
+    agents["a"].actors.clear()
+    result = await router.inbox("svit://t/p", {"hi": 1}, None)
+    assert result == {"appended": True, "version": 1}
+    assert calls == [route.token] and agents["a"].activations == ["svit://t/p", "svit://t/p"]
+
+
+async def test_a_slow_activation_is_answered_503_in_time_and_a_retry_joins_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An activation slower than PLACEMENT_WAIT_S (a full host waiting for a free
+    process actor) answers ``unavailable`` (``activating``) before a client's
+    timeout; it goes on, and the retry gets its route without a second
+    activation."""
+    from svit_cluster.cluster import _router as router_module
+
+    monkeypatch.setattr(router_module, "PLACEMENT_WAIT_S", 0.2)
+    router, agents = fake_cluster(["a"])
+    agents["a"].gate = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(UnavailableError) as info:
+        await router._route("svit://t/p")
+    assert loop.time() - started < 1.0
+    assert info.value.fields["activating"] is True and info.value.fields["retry_after_s"] == 1
+    retry = asyncio.ensure_future(router._route("svit://t/p"))
+    await asyncio.sleep(0.05)
+    agents["a"].gate.set()
+    route = await retry
+    assert route.host == "a" and agents["a"].activations == ["svit://t/p"]
+
+
+async def test_a_create_retried_while_it_is_under_way_joins_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client retries its create after the 503 of PLACEMENT_WAIT_S: the retry
+    waits for the same placement instead of starting a second activation of the
+    process on another host (under load every retry added one, and hosts shed
+    hundreds of activations). A create of other content is not joined."""
+    from svit_cluster.cluster import _router as router_module
+
+    monkeypatch.setattr(router_module, "PLACEMENT_WAIT_S", 0.2)
+    router, agents = fake_cluster(["a", "b"])
+    for agent in agents.values():
+        agent.gate = asyncio.Event()
+    with pytest.raises(UnavailableError):
+        await router.create("svit://t/p", {"n": 1}, {})
+    with pytest.raises(UnavailableError) as other:
+        await router.create("svit://t/p", {"n": 1.0}, {})  # a float, not the same content
+    assert other.value.fields["activating"] is True
+    retry = asyncio.ensure_future(router.create("svit://t/p", {"n": 1}, {}))
+    await asyncio.sleep(0.05)
+    for agent in agents.values():
+        agent.gate.set()
+    info = await retry
+    assert info["process_id"] == "svit://t/p"
+    assert sum(len(agent.activations) for agent in agents.values()) == 1

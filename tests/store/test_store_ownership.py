@@ -54,6 +54,25 @@ async def test_tokens_strictly_increase_across_acquisitions(
     assert record is not None and (record.host, record.address) == ("a", "10.0.0.1:9")
 
 
+async def test_a_record_of_this_host_naming_another_actor_is_replaced(
+    make_lease: MakeLease, cluster: str, pid: str
+) -> None:
+    """An acquire whose outcome was unknown left this host's record naming actor
+    X; the host then gave X other work and acquires again for actor Y. The old
+    record must not come back as Y's ownership: routes read the address from
+    the record and would send Y's process to X forever (a real-cluster burst
+    on a loaded machine answered 'actor X is not registered' after X was
+    stopped). It is replaced, under a new, higher token."""
+    lease = await make_lease()
+    first = await Owners(lease, cluster=cluster, host="a", address="svit:a:x").acquire(pid)
+    owners_y = Owners(lease, cluster=cluster, host="a", address="svit:a:y")
+    second = await owners_y.acquire(pid)
+    assert second.token > first.token and second.address == "svit:a:y"
+    record = await owners_y.owner_of(pid)
+    assert record is not None and (record.address, record.token) == ("svit:a:y", second.token)
+    assert await owners_y.acquire(pid) == second  # the same address: still idempotent
+
+
 async def test_release_deletes_only_if_still_ours(
     make_lease: MakeLease, cluster: str, pid: str
 ) -> None:
