@@ -65,6 +65,11 @@ def test_worker_module_imports_no_web_cli_or_plotting_stack(module: str) -> None
 ACTOR_FORBIDDEN = ("aetcd", "grpc", "prometheus_client", "tenacity")
 ACTOR_FORBIDDEN_OWN = ("svit_cluster.ownership", "svit_cluster.cluster._agent",
                        "svit_cluster.cluster._router")
+#: Modules (and their submodules) a process actor must not load although their
+#: package may be loaded: OpenTelemetry's SDK (redis-py probes for its metrics part
+#: at import; ``svit_cluster.store._redispy`` keeps the probe from loading it; the
+#: OpenTelemetry API stays, redis-py and our tracing use it).
+ACTOR_FORBIDDEN_MODULES = ("opentelemetry.sdk",)
 
 #: What a spare runs (``ProcessActor.warm``) and what ``start`` imports to serve.
 _SERVING_ACTOR = (
@@ -86,17 +91,41 @@ def _actor_offenders(loaded: list[str]) -> list[str]:
         for m in loaded
         if m.split(".")[0] in FORBIDDEN + ACTOR_FORBIDDEN
         or any(m == own or m.startswith(own + ".")
-               for own in FORBIDDEN_OWN + ACTOR_FORBIDDEN_OWN)
+               for own in FORBIDDEN_OWN + ACTOR_FORBIDDEN_OWN + ACTOR_FORBIDDEN_MODULES)
     ]
 
 
 def test_a_warm_serving_actor_loads_only_the_data_path() -> None:
     """After ``warm`` and the imports of ``start`` (store, events, ports, reasoning),
     the worker has no web, CLI, etcd, metrics or settings stack (issue 18 item 3:
-    the etcd client alone added about 10 MB to each of them)."""
+    the etcd client alone added about 10 MB to each of them), and no
+    OpenTelemetry SDK: each of them is paid again by every active process."""
     loaded = _loaded_after(_SERVING_ACTOR)
     assert "svit_cluster.store" in loaded and "svit_cluster.reasoning" in loaded
+    assert "redis" in loaded
     assert _actor_offenders(loaded) == []
+
+
+def test_redis_py_loads_without_the_opentelemetry_sdk_which_stays_importable() -> None:
+    """redis-py's import-time probe for OpenTelemetry's metrics SDK (installed with
+    Ray's ``default`` extra) finds it absent while the store loads redis-py, so a
+    worker never loads the SDK; afterwards it imports as usual (an application's
+    metrics, or redis-py's own once enabled): no ``None`` entry was left behind."""
+    pytest.importorskip("opentelemetry.sdk.metrics")
+    pytest.importorskip("redis.observability.metrics")  # redis-py >= 8 has the probe
+    code = (
+        "import sys; import svit_cluster.cluster._actor; "
+        "assert 'redis' in sys.modules; "
+        "sdk = sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')); "
+        "assert sdk == [], sdk; "
+        "import opentelemetry.sdk.metrics as m; assert m.MeterProvider is not None; "
+        "import redis.observability.metrics as rm; assert rm.OTEL_AVAILABLE; "
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
 
 
 def test_the_actor_probe_detects_the_agent_stack() -> None:
