@@ -10,6 +10,7 @@ interpreter (nothing else loaded) and list what came along.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -33,10 +34,13 @@ FORBIDDEN_OWN = ("svit_cluster.gateway", "svit_cluster.local._cluster")
 
 
 def _loaded_after(module: str) -> list[str]:
-    """Modules in ``sys.modules`` after ``import module`` in a fresh interpreter."""
+    """Modules in ``sys.modules`` after ``import module`` in a fresh interpreter
+    (without ``SVIT_*`` variables: a deployment's defaults)."""
     code = f"import json, sys; import {module}; print(json.dumps(sorted(sys.modules)))"
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("SVIT_")}
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+        env=env,
     )
     loaded: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
     return loaded
@@ -59,12 +63,14 @@ def test_worker_module_imports_no_web_cli_or_plotting_stack(module: str) -> None
 
 
 #: What a process actor must not load beyond :data:`FORBIDDEN` once it is warm and
-#: serving: the agent's etcd client and metrics. The actor never talks to etcd (its
-#: agent owns the lease and the ownership records). (It does load pydantic-settings:
-#: ``StoreConfig`` reads its ``WAIT`` defaults from the environment.)
-ACTOR_FORBIDDEN = ("aetcd", "grpc", "prometheus_client", "tenacity")
+#: serving: the agent's etcd client and metrics (the actor never talks to etcd: its
+#: agent owns the lease and the ownership records), pydantic-settings and dotenv
+#: (``StoreConfig`` reads its ``WAIT`` defaults without them while those variables
+#: are unset, as here).
+ACTOR_FORBIDDEN = ("aetcd", "grpc", "prometheus_client", "tenacity", "pydantic_settings",
+                   "dotenv")
 ACTOR_FORBIDDEN_OWN = ("svit_cluster.ownership", "svit_cluster.cluster._agent",
-                       "svit_cluster.cluster._router")
+                       "svit_cluster.cluster._router", "svit_cluster.settings")
 #: Modules (and their submodules) a process actor must not load although their
 #: package may be loaded: OpenTelemetry's SDK (redis-py probes for its metrics part
 #: at import; ``svit_cluster.store._redispy`` keeps the probe from loading it; the
