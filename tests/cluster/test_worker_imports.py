@@ -134,6 +134,32 @@ def test_redis_py_loads_without_the_opentelemetry_sdk_which_stays_importable() -
     assert out.stdout.strip() == "ok"
 
 
+#: :data:`_SERVING_ACTOR`, then one traced activation (the gateway sends a
+#: ``traceparent`` with every request) through the controller.
+_TRACED_ACTIVATION = _SERVING_ACTOR + (
+    "; import json; from svit_cluster import tracing; "
+    "from svit_cluster.control import ProcessController, decode_request; "
+    "from svit_cluster.process import Process, Script; "
+    "proc = Process.create('svit://t/p', memory={'n': 0}, "
+    "scripts={'inc': Script('(define (main input) (write \"/memory/n\" 1))')}); "
+    "ctrl = ProcessController(proc); "
+    "body = json.dumps({'protocol': 'svit-control@1', 'client_id': 'c', 'request_id': 'r', "
+    "'process_id': 'svit://t/p', 'expected_version': 0, 'command': {'operation': 'activate', "
+    "'script': 'inc', 'input': {'type': 'null'}}}).encode(); "
+    "tp = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'; "
+    "ctx = tracing.use_traceparent(tp); ctx.__enter__(); "
+    "assert ctrl.execute(decode_request(body)).outcome.status == 'committed'"
+)
+
+
+def test_a_traced_activation_imports_no_opentelemetry_tracing() -> None:
+    """Nothing set OpenTelemetry up in the worker, so a traced activation keeps the
+    trace (ids propagate) without importing ``opentelemetry.trace``."""
+    loaded = _loaded_after(_TRACED_ACTIVATION)
+    assert "svit_cluster.lisp" in loaded
+    assert [m for m in loaded if m.startswith("opentelemetry.trace")] == []
+
+
 def test_the_actor_probe_detects_the_agent_stack() -> None:
     """Negative control: the agent does load the etcd client."""
     offenders = _actor_offenders(_loaded_after("svit_cluster.cluster._agent"))
