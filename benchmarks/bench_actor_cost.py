@@ -3,7 +3,7 @@
 Run::
 
     python -m benchmarks.bench_actor_cost [--quick] [--actors 100] [--idle-s 20]
-                                          [--cold 20]
+                                          [--cold 20] [--bare 10] [--compile-bytecode]
 
 Starts a one-host local cluster (the ``LocalCluster`` launcher's Ray settings),
 prints one JSON document, stops the cluster. Issue 18 item 2 and 3 targets:
@@ -15,8 +15,10 @@ process actor, cold activation p50 <= 50 ms with a warm spare.
   over ``--idle-s`` seconds of each component: the process-actor worker
   processes (Ray names them ``ray::ProcessActor``; the warm spares are
   included), the host agent, the raylet, the GCS, the gateway. Actor CPU is
-  divided by the number of active processes; the per-thread breakdown (thread
-  names, summed over all actor workers) says where it goes.
+  divided by the number of active processes (``..._per_active_process``, the
+  spares' share included) and by the number of actor workers
+  (``..._per_actor_worker``, comparable with one bare Ray actor); the per-thread
+  breakdown (thread names, summed over all actor workers) says where it goes.
 * **pss** -- PSS and USS of each actor worker from ``/proc/<pid>/smaps_rollup``
   (shared pages split fairly between the processes that map them).
 * **cold** -- ``--cold`` passive processes brought back one at a time: each is
@@ -27,7 +29,14 @@ process actor, cold activation p50 <= 50 ms with a warm spare.
   its warm spares back, so each one is served "with a warm spare".
 * **bare** -- ``--bare`` async Ray actors that import nothing of ours, with the
   process actor's options, idle in the same window: Ray's own floor per worker
-  (its core worker wakes the main thread every 10 ms to check signals).
+  (its core worker wakes the main thread every 10 ms to check signals), with
+  its own per-thread breakdown. ``vs_bare`` puts the two side by side: the
+  process actor worker's median PSS above the bare actor's, and its idle CPU
+  above the bare actor's in percent (per worker and per active process).
+* **bytecode** -- whether the workers load svit_cluster's cached bytecode or
+  compile its sources at import (``--compile-bytecode`` caches it first, as a
+  wheel install does; an editable checkout run with ``PYTHONDONTWRITEBYTECODE``
+  has none, and compiling leaves garbage in every worker's heap).
 """
 
 from __future__ import annotations
@@ -185,7 +194,29 @@ def _start_bare(n: int, host: str) -> list[Any]:
     return handles
 
 
-def run(actors: int, idle_s: float, cold: int, bare: int = 0) -> dict[str, Any]:
+def _bytecode(compile_first: bool) -> str:
+    """How the workers get svit_cluster's bytecode: ``"cached"`` (``__pycache__``
+    holds it, as after a wheel install), ``"written at first import"``, or
+    ``"compiled in every worker"`` (no cache and ``PYTHONDONTWRITEBYTECODE`` set:
+    each worker compiles every module it imports; its heap keeps most of what
+    compiling freed).
+    ``compile_first`` compiles the package's bytecode before (``compileall``)."""
+    import compileall
+    import importlib.util
+
+    import svit_cluster
+
+    root = Path(svit_cluster.__file__).parent
+    if compile_first:
+        compileall.compile_dir(str(root), quiet=1)
+    if Path(importlib.util.cache_from_source(str(root / "cluster" / "_actor.py"))).exists():
+        return "cached"
+    return ("compiled in every worker" if os.environ.get("PYTHONDONTWRITEBYTECODE")
+            else "written at first import")
+
+
+def run(actors: int, idle_s: float, cold: int, bare: int = 0,
+        compile_first: bool = False) -> dict[str, Any]:
     import ray
 
     from svit_cluster.client import SvitClient, new_request_id
@@ -195,7 +226,7 @@ def run(actors: int, idle_s: float, cold: int, bare: int = 0) -> dict[str, Any]:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     from svit_cluster.errors import UnavailableError
 
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"svit_cluster_bytecode": _bytecode(compile_first)}
     with tempfile.TemporaryDirectory(prefix="svit-bac-", dir="/tmp") as tmp:
         for attempt in range(3):  # a loaded machine sometimes misses a start timeout
             try:
@@ -264,18 +295,29 @@ def run(actors: int, idle_s: float, cold: int, bare: int = 0) -> dict[str, Any]:
             finally:
                 cluster.down()
     cpu_ms_s: dict[str, float] = {}
-    threads: dict[str, float] = defaultdict(float)
+    threads: dict[str, dict[str, float]] = {"actors": defaultdict(float),
+                                            "bare_ray_actors": defaultdict(float)}
     for comp, procs in after.items():
         total = 0.0
         for p, th in procs.items():
             for name, sec in th.items():
                 d = sec - before[comp].get(p, {}).get(name, 0.0)
                 total += d
-                if comp == "actors":
-                    threads[name] += d
+                if comp in threads:
+                    threads[comp][name] += d
         cpu_ms_s[comp] = round(total * 1000 / wall, 2)
+
+    def by_thread(comp: str, per: int) -> dict[str, float]:
+        return {k: round(v * 1000 / wall / max(1, per), 3)
+                for k, v in sorted(threads[comp].items(), key=lambda kv: -kv[1]) if v > 0}
+
     pss = [m["pss"] for m in mem]
     uss = [m["uss"] for m in mem]
+    workers = len(comps["actors"])
+    worker_cpu = cpu_ms_s["actors"] / max(1, workers)
+    bare_cpu = cpu_ms_s.get("bare_ray_actors", 0.0) / max(1, len(bare_mem))
+    pss_median = statistics.median(pss) / 2**20
+    bare_pss = statistics.median(bare_mem) / 2**20 if bare_mem else None
     result.update({
         "active_processes": actors,
         "actor_worker_processes": len(comps["actors"]),
@@ -283,17 +325,23 @@ def run(actors: int, idle_s: float, cold: int, bare: int = 0) -> dict[str, Any]:
         "idle_cpu_ms_per_s_per_active_process": round(
             cpu_ms_s["actors"] / max(1, actors), 3),
         "idle_cpu_ms_per_s_by_component": cpu_ms_s,
-        "idle_cpu_ms_per_s_per_active_process_by_thread": {
-            k: round(v * 1000 / wall / max(1, actors), 3)
-            for k, v in sorted(threads.items(), key=lambda kv: -kv[1]) if v > 0},
+        "idle_cpu_ms_per_s_per_active_process_by_thread": by_thread("actors", actors),
+        "idle_cpu_ms_per_s_per_actor_worker": round(worker_cpu, 3),
         "bare_ray_actors": len(bare_mem),
-        "bare_ray_actor_idle_cpu_ms_per_s": round(
-            cpu_ms_s.get("bare_ray_actors", 0.0) / max(1, len(bare_mem)), 3),
-        "bare_ray_actor_pss_mib_median": round(statistics.median(bare_mem) / 2**20, 1)
-        if bare_mem else None,
-        "pss_mib_per_actor_worker_median": round(statistics.median(pss) / 2**20, 1),
+        "bare_ray_actor_idle_cpu_ms_per_s": round(bare_cpu, 3),
+        "bare_ray_actor_idle_cpu_ms_per_s_by_thread": by_thread("bare_ray_actors",
+                                                                len(bare_mem)),
+        "bare_ray_actor_pss_mib_median": round(bare_pss, 1) if bare_pss is not None else None,
+        "pss_mib_per_actor_worker_median": round(pss_median, 1),
         "pss_mib_per_actor_worker_mean": round(statistics.fmean(pss) / 2**20, 1),
         "uss_mib_per_actor_worker_median": round(statistics.median(uss) / 2**20, 1),
+        # side by side, same window: what a process actor's worker costs above a
+        # bare Ray actor's (the target: at most +10 MiB PSS and +10 % idle CPU)
+        "vs_bare": None if bare_pss is None or bare_cpu <= 0 else {
+            "pss_mib_above": round(pss_median - bare_pss, 1),
+            "idle_cpu_per_worker_pct_above": round((worker_cpu / bare_cpu - 1) * 100, 1),
+            "idle_cpu_per_active_process_pct_above": round(
+                (cpu_ms_s["actors"] / max(1, actors) / bare_cpu - 1) * 100, 1)},
         "cold_activations": len(cold_ms),
         "cold_activation_ms_p50": round(_pct(cold_ms, 0.5), 1) if cold_ms else None,
         "cold_activation_ms_p90": round(_pct(cold_ms, 0.9), 1) if cold_ms else None,
@@ -310,6 +358,10 @@ def main() -> int:
     ap.add_argument("--cold", type=int, default=20)
     ap.add_argument("--bare", type=int, default=10,
                     help="bare Ray actors idling alongside (Ray's own per-worker floor)")
+    ap.add_argument("--compile-bytecode", action="store_true",
+                    help="compile svit_cluster's bytecode first, as a wheel install does "
+                         "(else, with PYTHONDONTWRITEBYTECODE set, each worker compiles "
+                         "the sources it imports)")
     args = ap.parse_args()
     actors, idle_s, cold, bare = ((10, 5.0, 3, 2) if args.quick
                                   else (args.actors, args.idle_s, args.cold, args.bare))
@@ -323,7 +375,8 @@ def main() -> int:
     try:
         with contextlib.redirect_stdout(sys.stderr):
             out = {"bench": "actor_cost", "quick": args.quick,
-                   **run(actors, idle_s, cold, bare), "elapsed_s": 0.0}
+                   **run(actors, idle_s, cold, bare, args.compile_bytecode),
+                   "elapsed_s": 0.0}
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)

@@ -7,8 +7,16 @@ does not load pydantic-settings and dotenv for a constant (issue 18 item 3).
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_SNAPSHOT_EVERY"]
+__all__ = ["DEFAULT_SNAPSHOT_EVERY", "DEFAULT_WAIT_REPLICAS", "DEFAULT_WAIT_TIMEOUT_MS"]
 
 #: Commits between snapshots (``SVIT_SNAPSHOT_EVERY``); re-exported by ``settings``
 #: and ``store``.
 DEFAULT_SNAPSHOT_EVERY = 100
+
+#: Replicas a write script waits for (``SVIT_REDIS_WAIT_REPLICAS``; 0: no ``WAIT``),
+#: the default of ``StoreSettings.redis_wait_replicas`` and ``StoreConfig.wait_replicas``.
+DEFAULT_WAIT_REPLICAS = 0
+
+#: That ``WAIT``'s deadline in milliseconds (``SVIT_REDIS_WAIT_TIMEOUT_MS``), the
+#: default of ``StoreSettings.redis_wait_timeout_ms`` and ``StoreConfig.wait_timeout_ms``.
+DEFAULT_WAIT_TIMEOUT_MS = 1000

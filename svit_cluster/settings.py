@@ -44,7 +44,11 @@ from typing import Annotated, Any, TypeVar
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from svit_cluster.defaults import DEFAULT_SNAPSHOT_EVERY
+from svit_cluster.defaults import (
+    DEFAULT_SNAPSHOT_EVERY,
+    DEFAULT_WAIT_REPLICAS,
+    DEFAULT_WAIT_TIMEOUT_MS,
+)
 from svit_cluster.errors import ConfigurationError
 
 __all__ = [
@@ -129,8 +133,8 @@ class StoreSettings(_Settings):
 
     redis_cluster: bool = False
     redis_allow_unverified_eviction_policy: bool = False
-    redis_wait_replicas: int = Field(default=0, ge=0, le=16)
-    redis_wait_timeout_ms: int = Field(default=1000, ge=1, le=60_000)
+    redis_wait_replicas: int = Field(default=DEFAULT_WAIT_REPLICAS, ge=0, le=16)
+    redis_wait_timeout_ms: int = Field(default=DEFAULT_WAIT_TIMEOUT_MS, ge=1, le=60_000)
 
 
 class ClusterSettings(StoreSettings):

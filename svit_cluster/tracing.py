@@ -17,16 +17,22 @@ The current context lives in a :class:`~contextvars.ContextVar`, so it follows
 ``await`` and :func:`asyncio.to_thread` within one process.
 
 OpenTelemetry is optional (``pip install 'svit-cluster[otel]'``). This module never
-imports it at import time (Ray workers stay light); :func:`span` imports
-``opentelemetry.trace`` on first use and creates a real span when a tracer
-provider records it (the global one, or the one given to :func:`configure`).
-Without OpenTelemetry, or with a provider that does not record, every hop still
-gets its own random span id, so the ``traceparent`` sent on stays valid.
+imports it at import time (Ray workers stay light); :func:`span` creates a real
+span when a tracer provider records it (the global one, or the one given to
+:func:`configure`). It imports ``opentelemetry.trace`` only once tracing can be
+set up in this process: a provider given to :func:`configure`,
+``opentelemetry.trace`` already imported (setting a global provider imports it),
+or ``OTEL_PYTHON_TRACER_PROVIDER`` set (OpenTelemetry builds that provider on
+first use). Otherwise the global provider is OpenTelemetry's no-op proxy, whose
+spans never record, and the hop comes out the same without it. Without
+OpenTelemetry, or with a provider that does not record, every hop still gets
+its own random span id, so the ``traceparent`` sent on stays valid.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import secrets
 import sys
@@ -227,9 +233,16 @@ class Hop:
             self._span.set_attribute(key, value)
 
 
+#: OpenTelemetry's environment variable naming a tracer provider to build on first use.
+_OTEL_PROVIDER_ENV = "OTEL_PYTHON_TRACER_PROVIDER"
+
+
 def _tracer() -> Any:
     if not _CONFIG.enabled:
         return None
+    if (_CONFIG.provider is None and "opentelemetry.trace" not in sys.modules
+            and not os.environ.get(_OTEL_PROVIDER_ENV)):
+        return None  # no provider can be set: the no-op proxy's spans never record
     try:
         from opentelemetry import trace
     except ImportError:

@@ -25,6 +25,9 @@ The test-only fencing-off switch (and its unfenced backend factory) lives in
 Durability under other Redis settings: see ``README.md`` in this package.
 """
 
+# First: redis-py loads through _redispy (without OpenTelemetry's metrics SDK)
+# before any module below imports it.
+from svit_cluster.store import _redispy  # noqa: F401
 from svit_cluster.store._factory import BackendFactory, load_backend_factory
 from svit_cluster.store._fences import RedisFences
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys

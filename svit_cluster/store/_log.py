@@ -56,7 +56,11 @@ from svit_cluster.control import (
 
 # Commits between snapshots unless configured (StoreConfig, ClusterConfig,
 # ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
-from svit_cluster.defaults import DEFAULT_SNAPSHOT_EVERY
+from svit_cluster.defaults import (
+    DEFAULT_SNAPSHOT_EVERY,
+    DEFAULT_WAIT_REPLICAS,
+    DEFAULT_WAIT_TIMEOUT_MS,
+)
 from svit_cluster.errors import (
     ConfigurationError,
     ConflictError,
@@ -109,15 +113,23 @@ WAIT_REPLICAS_ENV = "SVIT_REDIS_WAIT_REPLICAS"
 WAIT_TIMEOUT_ENV = "SVIT_REDIS_WAIT_TIMEOUT_MS"
 
 
+def _wait_set() -> bool:
+    """Whether :data:`WAIT_REPLICAS_ENV` or :data:`WAIT_TIMEOUT_ENV` is set (to a
+    non-empty value, in any case: what pydantic-settings reads)."""
+    names = (WAIT_REPLICAS_ENV, WAIT_TIMEOUT_ENV)
+    return any(value and key.upper() in names for key, value in os.environ.items())
+
+
 def _store_settings() -> Any:
-    """``StoreSettings`` of the current ``SVIT_*`` environment, read once per
-    distinct environment (reading it costs about 20 ms, and every process
-    actor's ``start`` makes a :class:`StoreConfig`: issue 18, cold activation).
+    """``StoreSettings`` of the current ``SVIT_*`` environment (names in any case,
+    as pydantic-settings matches them), read once per distinct environment
+    (reading it costs about 20 ms, and every process actor's ``start`` makes a
+    :class:`StoreConfig`: issue 18, cold activation).
 
     Raises:
         ConfigurationError: a variable does not parse or is out of range.
     """
-    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("SVIT_")))
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("SVIT_")))
     return _store_settings_of(env)
 
 
@@ -128,12 +140,20 @@ def _store_settings_of(env: tuple[tuple[str, str], ...]) -> Any:
     return load_settings(StoreSettings)
 
 
+# Neither WAIT variable set: the StoreSettings fields hold their defaults, taken
+# here from svit_cluster.defaults; pydantic-settings (about 30 modules, with
+# dotenv) is then never loaded for them, so a process actor's worker does not
+# carry it. Set, StoreSettings reads and validates them (with its other fields).
 def _wait_replicas_default() -> int:
+    if not _wait_set():
+        return DEFAULT_WAIT_REPLICAS
     value: int = _store_settings().redis_wait_replicas
     return value
 
 
 def _wait_timeout_default() -> int:
+    if not _wait_set():
+        return DEFAULT_WAIT_TIMEOUT_MS
     value: int = _store_settings().redis_wait_timeout_ms
     return value
 

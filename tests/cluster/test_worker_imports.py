@@ -10,6 +10,7 @@ interpreter (nothing else loaded) and list what came along.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -33,10 +34,13 @@ FORBIDDEN_OWN = ("svit_cluster.gateway", "svit_cluster.local._cluster")
 
 
 def _loaded_after(module: str) -> list[str]:
-    """Modules in ``sys.modules`` after ``import module`` in a fresh interpreter."""
+    """Modules in ``sys.modules`` after ``import module`` in a fresh interpreter
+    (without ``SVIT_*`` variables: a deployment's defaults)."""
     code = f"import json, sys; import {module}; print(json.dumps(sorted(sys.modules)))"
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("SVIT_")}
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+        env=env,
     )
     loaded: list[str] = json.loads(out.stdout.strip().splitlines()[-1])
     return loaded
@@ -59,12 +63,19 @@ def test_worker_module_imports_no_web_cli_or_plotting_stack(module: str) -> None
 
 
 #: What a process actor must not load beyond :data:`FORBIDDEN` once it is warm and
-#: serving: the agent's etcd client and metrics. The actor never talks to etcd (its
-#: agent owns the lease and the ownership records). (It does load pydantic-settings:
-#: ``StoreConfig`` reads its ``WAIT`` defaults from the environment.)
-ACTOR_FORBIDDEN = ("aetcd", "grpc", "prometheus_client", "tenacity")
+#: serving: the agent's etcd client and metrics (the actor never talks to etcd: its
+#: agent owns the lease and the ownership records), pydantic-settings and dotenv
+#: (``StoreConfig`` reads its ``WAIT`` defaults without them while those variables
+#: are unset, as here).
+ACTOR_FORBIDDEN = ("aetcd", "grpc", "prometheus_client", "tenacity", "pydantic_settings",
+                   "dotenv")
 ACTOR_FORBIDDEN_OWN = ("svit_cluster.ownership", "svit_cluster.cluster._agent",
-                       "svit_cluster.cluster._router")
+                       "svit_cluster.cluster._router", "svit_cluster.settings")
+#: Modules (and their submodules) a process actor must not load although their
+#: package may be loaded: OpenTelemetry's SDK (redis-py probes for its metrics part
+#: at import; ``svit_cluster.store._redispy`` keeps the probe from loading it; the
+#: OpenTelemetry API stays, redis-py and our tracing use it).
+ACTOR_FORBIDDEN_MODULES = ("opentelemetry.sdk",)
 
 #: What a spare runs (``ProcessActor.warm``) and what ``start`` imports to serve.
 _SERVING_ACTOR = (
@@ -86,17 +97,67 @@ def _actor_offenders(loaded: list[str]) -> list[str]:
         for m in loaded
         if m.split(".")[0] in FORBIDDEN + ACTOR_FORBIDDEN
         or any(m == own or m.startswith(own + ".")
-               for own in FORBIDDEN_OWN + ACTOR_FORBIDDEN_OWN)
+               for own in FORBIDDEN_OWN + ACTOR_FORBIDDEN_OWN + ACTOR_FORBIDDEN_MODULES)
     ]
 
 
 def test_a_warm_serving_actor_loads_only_the_data_path() -> None:
     """After ``warm`` and the imports of ``start`` (store, events, ports, reasoning),
     the worker has no web, CLI, etcd, metrics or settings stack (issue 18 item 3:
-    the etcd client alone added about 10 MB to each of them)."""
+    the etcd client alone added about 10 MB to each of them), and no
+    OpenTelemetry SDK: each of them is paid again by every active process."""
     loaded = _loaded_after(_SERVING_ACTOR)
     assert "svit_cluster.store" in loaded and "svit_cluster.reasoning" in loaded
+    assert "redis" in loaded
     assert _actor_offenders(loaded) == []
+
+
+def test_redis_py_loads_without_the_opentelemetry_sdk_which_stays_importable() -> None:
+    """redis-py's import-time probe for OpenTelemetry's metrics SDK (installed with
+    Ray's ``default`` extra) finds it absent while the store loads redis-py, so a
+    worker never loads the SDK; afterwards it imports as usual (an application's
+    metrics, or redis-py's own once enabled): no ``None`` entry was left behind."""
+    pytest.importorskip("opentelemetry.sdk.metrics")
+    pytest.importorskip("redis.observability.metrics")  # redis-py >= 8 has the probe
+    code = (
+        "import sys; import svit_cluster.cluster._actor; "
+        "assert 'redis' in sys.modules; "
+        "sdk = sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')); "
+        "assert sdk == [], sdk; "
+        "import opentelemetry.sdk.metrics as m; assert m.MeterProvider is not None; "
+        "import redis.observability.metrics as rm; assert rm.OTEL_AVAILABLE; "
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+#: :data:`_SERVING_ACTOR`, then one traced activation (the gateway sends a
+#: ``traceparent`` with every request) through the controller.
+_TRACED_ACTIVATION = _SERVING_ACTOR + (
+    "; import json; from svit_cluster import tracing; "
+    "from svit_cluster.control import ProcessController, decode_request; "
+    "from svit_cluster.process import Process, Script; "
+    "proc = Process.create('svit://t/p', memory={'n': 0}, "
+    "scripts={'inc': Script('(define (main input) (write \"/memory/n\" 1))')}); "
+    "ctrl = ProcessController(proc); "
+    "body = json.dumps({'protocol': 'svit-control@1', 'client_id': 'c', 'request_id': 'r', "
+    "'process_id': 'svit://t/p', 'expected_version': 0, 'command': {'operation': 'activate', "
+    "'script': 'inc', 'input': {'type': 'null'}}}).encode(); "
+    "tp = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'; "
+    "ctx = tracing.use_traceparent(tp); ctx.__enter__(); "
+    "assert ctrl.execute(decode_request(body)).outcome.status == 'committed'"
+)
+
+
+def test_a_traced_activation_imports_no_opentelemetry_tracing() -> None:
+    """Nothing set OpenTelemetry up in the worker, so a traced activation keeps the
+    trace (ids propagate) without importing ``opentelemetry.trace``."""
+    loaded = _loaded_after(_TRACED_ACTIVATION)
+    assert "svit_cluster.lisp" in loaded
+    assert [m for m in loaded if m.startswith("opentelemetry.trace")] == []
 
 
 def test_the_actor_probe_detects_the_agent_stack() -> None:

@@ -333,3 +333,61 @@ def test_tracing_works_without_opentelemetry_installed() -> None:
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def _run(code: str, env: dict[str, str] | None = None) -> str:
+    import os
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    full.update(env or {})
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=120, env=full)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_a_global_tracer_provider_records_spans() -> None:
+    """A provider set globally (``trace.set_tracer_provider``, which imports
+    ``opentelemetry.trace``) records our spans, as one given to ``configure``."""
+    pytest.importorskip("opentelemetry.sdk.trace")
+    assert _run(f"""
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        trace.set_tracer_provider(TracerProvider())
+        from svit_cluster import tracing
+        with tracing.use_traceparent({INCOMING!r}), tracing.span("svit.activation") as hop:
+            assert hop is not None and hop.recording
+            assert hop.context.trace_id == {TRACE_ID!r}
+        print("ok")
+    """) == "ok"
+
+
+def test_a_tracer_provider_named_by_the_environment_records_spans() -> None:
+    """``OTEL_PYTHON_TRACER_PROVIDER`` names a provider that OpenTelemetry builds on
+    first use, with nothing imported before: our spans record through it."""
+    pytest.importorskip("opentelemetry.sdk.trace")
+    assert _run(f"""
+        import sys
+        from svit_cluster import tracing
+        with tracing.use_traceparent({INCOMING!r}), tracing.span("svit.activation") as hop:
+            assert hop is not None and hop.recording
+        print("ok")
+    """, {"OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"}) == "ok"
+
+
+def test_no_tracing_set_up_means_no_opentelemetry_import() -> None:
+    """OpenTelemetry installed but set up nowhere in the process (a process actor's
+    worker): a traced hop gets a child context of the same trace without importing
+    ``opentelemetry.trace`` (the global provider could only be the no-op proxy)."""
+    pytest.importorskip("opentelemetry.trace")
+    assert _run(f"""
+        import sys
+        from svit_cluster import tracing
+        with tracing.use_traceparent({INCOMING!r}), tracing.span("svit.activation") as hop:
+            assert hop is not None and not hop.recording
+            assert hop.context.trace_id == {TRACE_ID!r}
+            assert hop.context.span_id != {PARENT_ID!r}
+            assert tracing.current_traceparent() == hop.context.traceparent
+        assert "opentelemetry.trace" not in sys.modules
+        print("ok")
+    """) == "ok"
