@@ -230,8 +230,10 @@ def run(actors: int, idle_s: float, cold: int, bare: int = 0,
     with tempfile.TemporaryDirectory(prefix="svit-bac-", dir="/tmp") as tmp:
         for attempt in range(3):  # a loaded machine sometimes misses a start timeout
             try:
+                # a budget above everything this bench activates: nothing passivates
                 cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp) / str(attempt),
-                                                      hosts=1, dispatchers=0))
+                                                      hosts=1, dispatchers=0,
+                                                      max_active_per_host=actors + cold + 8))
                 break
             except UnavailableError:
                 if attempt == 2:
@@ -272,9 +274,11 @@ def run(actors: int, idle_s: float, cold: int, bare: int = 0,
                         pid, "counter", {"by": 1}, expected_version=1, request_id=rid))
                     cold_ms.append((time.perf_counter() - t0) * 1000)
                     assert resp.outcome.status == "committed", (i, resp.outcome)
-                # keep exactly `actors` active: passivate the cold ones again
+                # keep exactly `actors` active: passivate the cold ones again, and
+                # stop the workers they leave as surplus spares
                 for pid in pids[actors:]:
                     _passivate(agent, pid)
+                ray.get(agent.trim_spares.remote(0.0))
                 st = ray.get(agent.status.remote())
                 assert st["actors"] == actors, st
                 _spares_ready(agent, 1)

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .history import Event
+from .logfiles import texts_with
 
 if TYPE_CHECKING:
     from .checker import Anomaly, Context
@@ -362,17 +363,7 @@ def lease_loss_reasons(root: Path, *, max_bytes: int = 64 * 1024 * 1024) -> dict
     a lease whose holder died with it (a killed host) has no such line.
     """
     found: dict[str, str] = {}
-    if not root.exists():
-        return found
-    for path in sorted(root.rglob("*")):
-        try:
-            if not path.is_file() or path.stat().st_size > max_bytes:
-                continue
-            text = path.read_text("utf-8", errors="replace")
-        except OSError:
-            continue
-        if "lost its lease" not in text:
-            continue
+    for text in texts_with(root, "lost its lease", max_bytes=max_bytes):
         for m in _LOST.finditer(text):
             found[m.group(1)] = m.group(2)[:300]
     return found

@@ -51,6 +51,7 @@ from urllib.parse import unquote
 
 from .checker import Anomaly, Context
 from .history import Event
+from .logfiles import texts_with
 
 __all__ = ["PORT_PATH", "PortServer", "check_ports", "owner_log_lines", "ports_figures"]
 
@@ -194,17 +195,7 @@ def owner_log_lines(root: Path, *, max_bytes: int = 64 * 1024 * 1024) -> list[di
         or ``outcome unknown``); files larger than ``max_bytes`` are skipped.
     """
     found: list[dict[str, Any]] = []
-    if not root.exists():
-        return found
-    for path in sorted(root.rglob("*")):
-        try:
-            if not path.is_file() or path.stat().st_size > max_bytes:
-                continue
-            text = path.read_text("utf-8", errors="replace")
-        except OSError:
-            continue
-        if "port calls not committed" not in text:
-            continue
+    for text in texts_with(root, "port calls not committed", max_bytes=max_bytes):
         for m in _LOGGED.finditer(text):
             found.append({"cause": m.group(1), "process": m.group(2),
                           "version": int(m.group(3)), "token": int(m.group(4)),

@@ -424,6 +424,13 @@ class HostAgent:
             stopped += 1
         return stopped
 
+    async def trim_spares(self, linger_s: float = SPARE_LINGER_S) -> int:
+        """Stop the surplus spares (beyond ``warm_spares``) unused for ``linger_s``
+        seconds; returns how many. The memory loop does this every
+        :data:`MEMORY_SAMPLE_S` with :data:`SPARE_LINGER_S`; ``0`` gives every
+        surplus worker back at once."""
+        return self._trim_spares(linger_s)
+
     def _reusable(self, name: str) -> bool:
         return self._uses.get(name, 0) < MAX_BINDINGS_PER_WORKER
 
@@ -560,6 +567,16 @@ class HostAgent:
             lock.release()
             self._evicting.discard(process_id)
 
+    def _prune_locks(self) -> int:
+        """Forget the per-process locks of processes not served here and not
+        locked (nobody waits on a free lock), so they stay as many as the host's
+        active processes, not as many as it ever saw; returns how many went."""
+        idle = [p for p, lock in self._locks.items()
+                if p not in self.actors and not lock.locked()]
+        for pid in idle:
+            del self._locks[pid]
+        return len(idle)
+
     def _forget_served(self, process_id: str) -> None:
         self._usage.pop(process_id, None)
         task = self._watches.pop(process_id, None)
@@ -575,6 +592,7 @@ class HostAgent:
             try:
                 await asyncio.sleep(period_s)
                 self._trim_spares()
+                self._prune_locks()
                 await self.check_memory()
             except asyncio.CancelledError:
                 raise

@@ -210,6 +210,8 @@ class RayRouter:
         self._placing: dict[str, tuple[asyncio.Future[Route], str | None]] = {}
         #: host -> activations this router has under way there (counted as load).
         self._activating: dict[str, int] = {}
+        #: The last placement of each process (to count failovers), bounded:
+        #: those without a route are forgotten past 4 x routes + 4096 entries.
         self._seen: dict[str, Route] = {}
         self._signals: Any = None
         #: Hosts placement skips: dead per Ray's node table, or not answering.
@@ -600,6 +602,8 @@ class RayRouter:
         previous = self._seen.get(process_id)
         if previous is not None and previous.host not in self.cache.hosts and self.metrics:
             self.metrics.failovers.inc()
+        if len(self._seen) >= 4 * len(self.cache.routes) + 4096:  # bounded memory
+            self._seen = {p: r for p, r in self._seen.items() if p in self.cache.routes}
         self._seen[process_id] = route
         cached = self.cache.routes.get(process_id)
         if cached is None or cached.token < route.token:  # the watch may lag behind

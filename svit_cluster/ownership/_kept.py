@@ -36,6 +36,7 @@ from svit_cluster.ownership._lease import (
     deadline_reason,
     judge_state,
     revoke_lease_id,
+    tell_listeners,
 )
 from svit_cluster.ownership._status_file import LAG_BUCKETS_S, LeaseStatus, StatusFile
 
@@ -264,15 +265,7 @@ class KeptLease:
         if state is self._reported:
             return
         self._reported = state
-        if state is LeaseState.LOST:
-            log.warning("lease %s is now lost: %s", self.lease_id, self.lost_reason)
-        else:
-            log.info("lease %s is now %s", self.lease_id, state)
-        for listener in list(self._listeners):
-            try:
-                listener(state)
-            except Exception:  # a listener must not stop the watch
-                log.exception("lease listener failed")
+        tell_listeners(self._listeners, state, self.lease_id, self.lost_reason)
         cond = self._condition()
         async with cond:
             cond.notify_all()

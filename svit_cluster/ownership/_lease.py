@@ -40,7 +40,7 @@ from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call
 from svit_cluster.ownership._failover import FailoverClient
 
 __all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState", "deadline_reason",
-           "judge_state", "revoke_lease_id"]
+           "judge_state", "revoke_lease_id", "tell_listeners"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,22 @@ def judge_state(now: float, *, deadline: float, last_ok: float, failing: bool,
     if failing or now >= last_ok + 2 * interval_s:
         return LeaseState.SUSPENDED
     return LeaseState.HELD
+
+
+def tell_listeners(listeners: list[Listener], state: LeaseState, lease_id: int | None,
+                   lost_reason: str | None) -> None:
+    """Log a lease's new ``state`` and call each listener with it; a listener
+    that raises is logged and the others still run (it must not stop the loop
+    that tells them)."""
+    if state is LeaseState.LOST:
+        log.warning("lease %s is now lost: %s", lease_id, lost_reason)
+    else:
+        log.info("lease %s is now %s", lease_id, state)
+    for listener in list(listeners):
+        try:
+            listener(state)
+        except Exception:
+            log.exception("lease listener failed")
 
 
 def deadline_reason(now: float, deadline: float, last_ok: float) -> str:
@@ -358,15 +374,7 @@ class HostLease:
         if state is self._reported:
             return
         self._reported = state
-        if state is LeaseState.LOST:
-            log.warning("lease %s is now lost: %s", self.lease_id, self.lost_reason)
-        else:
-            log.info("lease %s is now %s", self.lease_id, state)
-        for listener in list(self._listeners):
-            try:
-                listener(state)
-            except Exception:  # a listener must not kill the keepalive loop
-                log.exception("lease listener failed")
+        tell_listeners(self._listeners, state, self.lease_id, self.lost_reason)
         cond = self._condition()
         async with cond:
             cond.notify_all()

@@ -342,3 +342,20 @@ async def test_a_process_being_released_still_counts_until_its_record_is_gone(
     assert (await activation)["status"] == "serving"
     assert world.most_records == 2 and len(world.workers) == 2 and agent.worker_reuses == 1
     await _shutdown(agent)
+
+
+async def test_the_agent_forgets_the_locks_of_processes_it_no_longer_serves(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One lock per process ever activated would grow with every process the host
+    has seen; locks of processes not served (and free) are dropped."""
+    world = World()
+    agent = _agent(world, monkeypatch, max_active=2)
+    for pid in ("p1", "p2", "p3", "p4"):
+        await agent.activate(pid)
+    assert len(agent._locks) == 4 and len(agent.actors) == 2
+    held = agent._locks.setdefault("p9", asyncio.Lock())
+    await held.acquire()  # an activation of p9 under way
+    assert agent._prune_locks() == 2
+    assert sorted(agent._locks) == sorted([*agent.actors, "p9"])
+    held.release()
+    await _shutdown(agent)
