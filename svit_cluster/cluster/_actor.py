@@ -91,10 +91,8 @@ class ProcessActor:
         self.process_id = process_id
         self.token = token
         self.agent_name = agent_name
-        #: Why the host lease is SUSPENDED (refusing work until it is HELD again),
-        #: and the sequence number of the last lease notice (older ones are
-        #: ignored). Host-wide, so kept across bindings.
-        self._suspended: str | None = None
+        #: The sequence number of the last lease notice (older ones are ignored):
+        #: host-wide, so kept across bindings.
         self._lease_seq = 0
         self._client: Any = None  # the pooled Redis client, opened by warm or start
         #: Bindings this worker has served (its agent stops reusing it past a bound).
@@ -103,6 +101,8 @@ class ProcessActor:
 
     def _reset_binding(self) -> None:
         """Forget everything of the current binding (process state, loop, socket)."""
+        #: Why the host lease is SUSPENDED (refusing work until it is HELD again).
+        self._suspended: str | None = None
         self._ctrl: ProcessController | None = None
         self._closed: str | None = None
         self._last_used = time.monotonic()
@@ -439,7 +439,9 @@ class ProcessActor:
             else:
                 delay = self._last_used + self.passivate_after_s - now
                 if delay <= 0:
-                    if self._inflight == 0:
+                    # Not while the host lease is SUSPENDED: the release could not
+                    # reach etcd, and the lease may still come back HELD.
+                    if self._inflight == 0 and self._suspended is None:
                         self._closed = "passivated"
                         await self._leave("passivated", self.token)
                         return
@@ -479,30 +481,36 @@ class ProcessActor:
             log.warning("could not reach agent %s to release %s", self.agent_name,
                         self.process_id)
 
-    async def suspend(self, reason: str, seq: int) -> None:
+    async def suspend(self, reason: str, seq: int, token: int) -> None:
         """Refuse work while the host lease is SUSPENDED (its keepalives fail but it
         cannot have expired yet, e.g. while etcd elects a new leader); the
         reasoning loop stops. :meth:`resume` undoes it when the lease is HELD
         again; LOST is :meth:`fence_out`. ``seq`` orders the agent's notices:
-        an older one than the last seen is ignored (issue 20: closing every
-        actor at each SUSPENDED made one etcd member's loss an outage)."""
-        if seq < self._lease_seq:
+        an older one than the last seen is ignored (closing every actor at each
+        SUSPENDED made one etcd member's loss an outage). A notice for another
+        binding than ``token``'s is ignored: a suspension belongs to the
+        binding it was sent to, and a reused worker starts its next binding
+        unsuspended, under the lease that was HELD when it was bound."""
+        if seq < self._lease_seq or token != self.token or not token:
             return
         self._lease_seq = seq
         self._suspended = reason
         await self._stop_loop()
 
-    async def resume(self, seq: int) -> None:
+    async def resume(self, seq: int, token: int) -> None:
         """Serve again after :meth:`suspend` (the lease is HELD again)."""
-        if seq < self._lease_seq:
+        if seq < self._lease_seq or token != self.token or not token:
             return
         self._lease_seq = seq
         self._suspended = None
         if self._closed is None and self._ctrl is not None:
             await self.serve()
 
-    async def fence_out(self, reason: str) -> None:
-        """Stop serving for good (lease LOST or ownership lost)."""
+    async def fence_out(self, reason: str, token: int) -> None:
+        """Stop serving the binding of ``token`` for good (lease LOST or ownership
+        lost); a notice for another binding is ignored."""
+        if token != self.token or not token:
+            return
         if self._closed is None:
             self._closed = reason
         if self._direct is not None:

@@ -200,6 +200,8 @@ class HostAgent:
         #: Processes served when the last lease was lost (activated again after the rejoin).
         self._parked: list[str] = []
         self.evictions = 0
+        #: Workers stopped (not kept) when a lease was LOST: busy or not answering.
+        self.dropped_at_lease_loss = 0
         self.worker_starts = 0
         self.worker_reuses = 0
         self.host_full = 0
@@ -710,11 +712,11 @@ class HostAgent:
         seq = self._lease_seq
         for served in list(self.actors.values()):
             if state is LeaseState.LOST:
-                served.handle.fence_out.remote(f"host lease {state}")
+                served.handle.fence_out.remote(f"host lease {state}", served.token)
             elif state is LeaseState.SUSPENDED:
-                served.handle.suspend.remote(f"host lease {state}", seq)
+                served.handle.suspend.remote(f"host lease {state}", seq, served.token)
             else:
-                served.handle.resume.remote(seq)
+                served.handle.resume.remote(seq, served.token)
 
     def _on_own_lease(self, lease: Any, state: Any) -> None:
         """When ``lease`` goes LOST without having been revoked, get it revoked at etcd
@@ -872,21 +874,24 @@ class HostAgent:
         for pid in served:
             self._forget_served(pid)
 
+        stopped: list[str] = []
+
         async def park(pid: str, s: ServedActor) -> None:
             name = s.ownership.address
             try:
                 answer = await asyncio.wait_for(s.handle.unbind.remote(s.token, True), 2.0)
-            except (TimeoutError, ray.exceptions.RayError):
-                answer = {}
-            if answer.get("unbound") and self._reusable(name) and \
-                    len(self._spares) < self.budget.max_active:
+            except (TimeoutError, ray.exceptions.RayError) as exc:
+                answer = {"error": type(exc).__name__}
+            if answer.get("unbound") and self._reusable(name):
                 self._add_spare(name, s.handle)
             else:
+                stopped.append(f"{pid} ({answer})")
                 self._kill_worker(name, s.handle)
 
         await asyncio.gather(*(park(p, s) for p, s in served.items()))
-        log.info("host %s parked %d processes (%s); %d spares", self.host, len(served),
-                 reason, len(self._spares))
+        self.dropped_at_lease_loss += len(stopped)
+        log.warning("host %s parked %d processes (%s); %d spares; workers stopped: %s",
+                    self.host, len(served), reason, len(self._spares), stopped or "none")
 
     async def _unpark(self) -> None:
         """Activate the processes parked at the last lease loss again, a few at a
@@ -1298,7 +1303,8 @@ class HostAgent:
         ``pss_age_s`` its age), ``lru_idle_s`` (idle seconds of the least
         recently used served process, from the last view; None when none),
         ``evictions``, ``worker_starts``, ``worker_reuses``, ``host_full``
-        (activations answered full), ``keeper_pid``."""
+        (activations answered full), ``dropped_at_lease_loss`` (workers stopped
+        instead of kept when a lease was lost), ``keeper_pid``."""
         now = time.monotonic()
         idle = [u.idle_at(now) for p, u in self._usage.items() if p in self.actors]
         lease = self.lease
@@ -1315,6 +1321,7 @@ class HostAgent:
             "worker_starts": self.worker_starts,
             "worker_reuses": self.worker_reuses,
             "host_full": self.host_full,
+            "dropped_at_lease_loss": self.dropped_at_lease_loss,
             "keeper_pid": getattr(lease, "keeper_pid", None),
         }
 

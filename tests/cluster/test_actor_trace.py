@@ -60,4 +60,4 @@ async def test_actor_records_the_callers_trace_in_the_commit(redis_server: Any) 
     assert traced[0].split("-")[2] != "00f067aa0ba902b7"  # the commit's own span id
     assert traced[1] is not None and traced[1].split("-")[1] == "b" * 32
     assert traced[2] is None
-    await actor.fence_out("test over")
+    await actor.fence_out("test over", 7)

@@ -197,3 +197,27 @@ async def test_a_warm_spare_bound_late_does_not_passivate_before_its_first_reque
     assert left == [] and actor._closed is None  # still serving, half an idle period in
     await asyncio.sleep(0.6)
     assert left == ["passivated"]  # and it does passivate once really idle
+
+
+async def test_an_actor_does_not_passivate_while_its_hosts_lease_is_suspended(
+    monkeypatch: Any,
+) -> None:
+    """A SUSPENDED lease means etcd is out of reach: a passivation could not
+    release the ownership record, and its worker would be stopped for nothing
+    (a process idle through an etcd outage was lost to the host's rejoin). It
+    passivates once the lease is HELD again."""
+    config = ClusterConfig(passivate_after_s=0.3, reasoner={"enabled": False}).to_dict()
+    actor = ProcessActor(config, "h1", "svit://t/p", 1, "agent:h1")
+    left: list[str] = []
+
+    async def leave(reason: str, *_: Any) -> None:
+        left.append(reason)
+
+    monkeypatch.setattr(actor, "_leave", leave)
+    await actor.serve()
+    await actor.suspend("host lease suspended", 1, 1)
+    await asyncio.sleep(0.8)
+    assert left == [] and actor._closed is None
+    await actor.resume(2, 1)
+    await asyncio.sleep(0.6)
+    assert left == ["passivated"]

@@ -47,8 +47,9 @@ def test_the_agent_suspends_resumes_and_fences_out_on_lease_states() -> None:
     agent._on_lease(LeaseState.SUSPENDED)
     agent._on_lease(LeaseState.LOST)
     assert [entry[0] for entry in handle.log] == ["suspend", "resume", "suspend", "fence_out"]
-    seqs = [entry[-1] for entry in handle.log[:3]]
+    seqs = [entry[-2] for entry in handle.log[:3]]
     assert seqs == sorted(seqs) and len(set(seqs)) == 3  # notices carry increasing numbers
+    assert {entry[-1] for entry in handle.log} == {1}  # each names the binding it is for
 
 
 async def test_a_suspended_actor_refuses_work_and_serves_again_when_resumed() -> None:
@@ -58,7 +59,7 @@ async def test_a_suspended_actor_refuses_work_and_serves_again_when_resumed() ->
     work = lambda: {"ok": True}  # noqa: E731
 
     assert await actor._run(1, work) == {"ok": True}
-    await actor.suspend("host lease suspended", 5)
+    await actor.suspend("host lease suspended", 5, 1)
     refused = await actor._run(1, work)
     assert refused.get("error", {}).get("code") == "unavailable", refused
     try:
@@ -67,13 +68,32 @@ async def test_a_suspended_actor_refuses_work_and_serves_again_when_resumed() ->
         assert exc.fields.get("lease_state") == "suspended"
     else:
         raise AssertionError("the guard let a commit through while suspended")
-    await actor.resume(4)  # an older notice than the suspension: ignored
+    await actor.resume(4, 1)  # an older notice than the suspension: ignored
     assert (await actor._run(1, work)).get("error") is not None
-    await actor.resume(6)
+    await actor.resume(6, 1)
     assert await actor._run(1, work) == {"ok": True}
     actor._guard()  # no error: committing is allowed again
-    await actor.fence_out("host lease lost")
-    await actor.resume(7)  # LOST is for good
+    await actor.fence_out("host lease lost", 1)
+    await actor.resume(7, 1)  # LOST is for good
     assert (await actor._run(1, work)).get("error") is not None
     if actor._watchdog is not None:
         actor._watchdog.cancel()
+
+
+async def test_a_reused_worker_starts_its_next_binding_unsuspended() -> None:
+    """A worker parked at a lost lease was suspended under it; bound again under
+    the new (HELD) lease it must serve, and a late notice for its old binding
+    must not suspend the new one (every request of the rebound process was
+    refused as suspended, and its start failed the fence guard)."""
+    config = ClusterConfig(reasoner={"enabled": False}).to_dict()
+    actor = ProcessActor(config, "h1", "svit://t/p", 1, "svit:h1:agent")
+    actor._ctrl = object()  # type: ignore[assignment]  # a stand-in: never called here
+    await actor.suspend("host lease suspended", 5, 1)
+    await actor.fence_out("host lease lost", 1)
+    assert (await actor.unbind(1)) == {"unbound": True}
+    assert await actor.bind("svit://t/q", 2)
+    actor._guard()  # no error: the new binding is not suspended
+    await actor.suspend("host lease suspended", 9, 1)  # late, for the old binding
+    await actor.fence_out("host lease lost", 1)
+    actor._guard()
+    assert actor._closed is None
