@@ -305,6 +305,8 @@ def drive_burst(cluster: LocalCluster) -> dict[str, Any]:
         assert after[host]["incarnation"] == before[host]["incarnation"], (host, after[host])
         assert after[host]["lease_id"] == leases[host], (host, after[host])
         assert after[host]["lost_leases"] == before[host]["lost_leases"], (host, after[host])
+        # no actor dropped: none stopped at a lost lease
+        assert after[host]["dropped_at_lease_loss"] == before[host]["dropped_at_lease_loss"]
         assert lag[host] is not None and lag[host] < ttl / 2, (host, lag[host])
     assert not [e for e in errors if "UNTYPED" in e or ": internal:" in e], errors
     assert not errors, errors
