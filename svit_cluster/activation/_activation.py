@@ -6,7 +6,9 @@ Steps, in order:
 2. validate the input against the process limits;
 3. run ``main(input)`` in a fresh interpreter against a working copy;
 4. validate the output, and compile every staged script;
-5. stamp outbox intents ``<sender>:<new version>:<index>`` onto ``/system/outbox``;
+5. stamp outbox intents ``<sender>:<new version>:<index>`` onto ``/system/outbox``,
+   first removing its oldest entries past ``OUTBOX_WINDOW`` (the intents of
+   this activation always stay);
 6. seal: version N -> N+1 with every change, or nothing at all.
 
 :func:`prepare_activation` does 1-6 without committing; the caller commits the
@@ -32,6 +34,7 @@ from svit_cluster.errors import (
 )
 from svit_cluster.lisp import Meter, Program, compile_script
 from svit_cluster.process import (
+    OUTBOX_WINDOW,
     ArrayNode,
     MapNode,
     Node,
@@ -301,8 +304,7 @@ def prepare_activation(
         staged = get_node(wc.root, ("lib", name))
         if isinstance(staged, ScriptNode):
             compile_script(staged.script.source, name=name, limits=lim)
-    for intent in session.messages:
-        wc.append("/system/outbox", intent)
+    _stamp_outbox(wc, session.messages)
     transition = process.seal(wc, "activation")
     return ActivationResult(
         output=output,
@@ -315,6 +317,23 @@ def prepare_activation(
         transition=transition,
         port_calls=tuple(session.port_calls),
     )
+
+
+def _stamp_outbox(wc: WorkingCopy, intents: list[dict[str, Any]]) -> None:
+    """Append ``intents`` to ``/system/outbox``, keeping the newest ``OUTBOX_WINDOW``.
+
+    The oldest entries go first (one ``remove_front`` each, recorded with the
+    activation and so replayed exactly), then the new ones are appended: the
+    tree never holds more than the window plus this activation's intents.
+    """
+    if not intents:
+        return
+    outbox = get_node(wc.root, ("system", "outbox"))
+    held = len(outbox.items) if isinstance(outbox, ArrayNode) else 0
+    for _ in range(min(held, max(0, held + len(intents) - OUTBOX_WINDOW))):
+        wc.remove_front("/system/outbox")
+    for intent in intents:
+        wc.append("/system/outbox", intent)
 
 
 def activate(

@@ -26,6 +26,7 @@ from svit_cluster.process._inbox import (
 )
 from svit_cluster.process._namespace import (
     LANGUAGE,
+    OUTBOX_WINDOW,
     PORT_DESCRIPTOR_FIELDS,
     PROTOCOL,
     SNAPSHOT_FORMAT,
@@ -81,6 +82,7 @@ __all__ = [
     "LANGUAGE",
     "LEGACY_TRANSACTION_FORMAT",
     "MAX_SNAPSHOT_BYTES",
+    "OUTBOX_WINDOW",
     "PORT_DESCRIPTOR_FIELDS",
     "PROTOCOL",
     "ROOT_KEYS",

@@ -33,6 +33,7 @@ __all__ = [
     "INTENT_FIELDS",
     "LANGUAGE",
     "MAX_VERSION",
+    "OUTBOX_WINDOW",
     "PORT_DESCRIPTOR_FIELDS",
     "PROTOCOL",
     "RESERVED_ROOTS",
@@ -58,6 +59,15 @@ MAX_VERSION = 2**63 - 1
 #: The fields of one ``/system/outbox`` intent (stamped by the activation), as
 #: the reference names them.
 INTENT_FIELDS = frozenset({"message_id", "to", "body"})
+
+#: Intents ``/system/outbox`` keeps: the newest ones, committed in the window
+#: of the activations that sent them (docs/conformance.md D9). The outbox
+#: stream in the store, written by the same commit, is what the dispatcher
+#: delivers from, so an intent that leaves the window is neither lost nor
+#: undelivered; its delivery status and the log keep its record. The window
+#: bounds the state (and every snapshot) of a process that sends forever,
+#: and keeps an append O(window), not O(intents ever sent).
+OUTBOX_WINDOW = 256
 
 #: The fields of an intent committed before ``id`` became ``message_id``; restore
 #: still accepts them (those processes exist in logs written by older versions).
