@@ -27,11 +27,16 @@ a request whose last message is a tool result gets a final text answer. So an
 agent doing tool-calling turns gets "call, then answer" on every turn, for as
 long as it runs: one tool call and two requests per turn. The tool is the
 offered one whose name and description share most words with the whole
-conversation (ties: the first offered, ``discover`` for our loop), and its
-arguments are generated from the tool's JSON Schema: strings are
-``"mock-<property>"`` (e.g. ``{"path": "mock-path"}``), so our tools answer
-with an ``{"error": ...}`` result, which the model reads, and the turn still
-completes. ``tool_mode="off"`` answers every request with text.
+conversation, system prompt included (with our generated system prompt that
+is ``write`` whatever the user says), and its arguments are generated from
+the tool's JSON Schema: strings are ``"mock-<property>"``, e.g. ``write
+{"path": "mock-path", "value": "mock-value"}``. Our tools answer that with an
+``{"error": {"code": "invalid_path", ...}}`` result and commit nothing; the
+model reads it and the turn completes (``reply`` text ``"Mock response from
+<model>."``). LLMock cannot make the call depend on the process (a real path,
+a committing write) and keep "then answer": a scripted reply is taken by the
+next request whatever its last message is. ``tool_mode="off"`` answers every
+request with text.
 
 Queued behaviours (:meth:`LLMServer.script`, the JSON of LLMock's
 ``POST /_llmock/scenario``) override that for the next matching requests:

@@ -263,6 +263,12 @@ async def test_automatic_tool_turns_go_on_for_every_message(
     # the answer step of each turn follows a tool result; later turns carry the history
     assert [r["body"]["messages"][-1]["role"] for r in requests] == ["user", "tool"] * 3
     assert len(requests[4]["body"]["messages"]) > len(requests[0]["body"]["messages"])
+    # LLMock's pick: the tool sharing most words with the conversation (our system
+    # prompt makes it `write`), arguments from its schema; refused, nothing committed
+    acts = [e["data"] for e in events(owner, pid) if e["kind"] == "act"]
+    assert [(a["name"], a["result"]["error"]["code"]) for a in acts] == \
+        [("write", "invalid_path")] * 3
+    assert owner.ctrl.read_versioned("/memory/count")[0] == 0
     assert inbox(owner) == []
 
 
