@@ -40,7 +40,8 @@ class ReasonerConfig:
             (1..4096, default 64).
         retry_after_s: seconds before a failed turn is retried (default 30,
             doubling up to ``max_retry_after_s`` = 300); a new inbox message
-            retries at once.
+            retries at once, except within the wait a refusing model server
+            asked for (``Retry-After``, capped at ``max_retry_after_s``).
         client_id: svit-control@1 client id of the reasoner's ``exec`` calls.
         system_prompt: tool guidance replacing the generated one (default
             empty: the generated prompt, see ``reasoning._thread``); the

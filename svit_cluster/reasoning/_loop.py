@@ -31,7 +31,9 @@ inbox item, even when a turn re-runs after a failover (its canonical events
 are then appended again by the new owner; a stale owner's appends and acks
 are refused by the fence). A failed turn leaves the item committed, publishes
 a sanitized ``failed`` signal, and is retried after a back-off or at once when
-a new message arrives.
+a new message arrives -- but never before the wait the model server asked for
+(``TurnFailed.retry_after_s``, from a 429's or 503's ``Retry-After``; at most
+``max_retry_after_s``), since a retry inside that window is refused again.
 """
 
 from __future__ import annotations
@@ -167,6 +169,8 @@ class TurnLoop:
         self._attempts = itertools.count(1)
         self._tag = attempt_tag
         self._task: asyncio.Task[None] | None = None
+        #: seconds the last failed turn's reasoner asked to wait (0: none)
+        self._hold_s = 0.0
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -239,7 +243,12 @@ class TurnLoop:
                 self.state = LoopState.IDLE
             else:
                 self.state = LoopState.BACKOFF
-                await self._wait(backoff)
+                hold_s, self._hold_s = self._hold_s, 0.0
+                clock = asyncio.get_running_loop()
+                hold_until = clock.time() + hold_s
+                await self._wait(max(backoff, hold_s))
+                # a new message ends the back-off, not the server's Retry-After
+                await asyncio.sleep(max(0.0, hold_until - clock.time()))
                 backoff = min(backoff * 2, self.config.max_retry_after_s)
 
     def _fenced(self) -> None:
@@ -357,6 +366,7 @@ class TurnLoop:
                       type(exc).__name__)
             failure = TurnFailed("internal", "the turn failed with an internal error")
         self.turns_failed += 1
+        self._hold_s = min(failure.retry_after_s or 0.0, self.config.max_retry_after_s)
         if self.state == LoopState.RUNNING:
             self.state = LoopState.BACKOFF  # before observers can see the failure
         await self._publish_failed(item, failure)

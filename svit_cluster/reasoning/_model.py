@@ -93,6 +93,9 @@ class TurnFailed(SvitError):
         cause: a short stable cause (``reasoner_timeout``, ``reasoner_malformed``,
             ``reasoner_failed``, ``invalid_inbox``, ``turn_limit``,
             ``turn_timeout``, ``unavailable``, ``inbox_conflict``, ``internal``).
+        retry_after_s: seconds before the turn may be tried again, as the
+            model server asked (its ``Retry-After``), or None. The loop never
+            retries sooner, not even when a new message arrives.
 
     The message is composed by this package from fixed text and validated
     values only, so it may be shown to observers.
@@ -100,13 +103,16 @@ class TurnFailed(SvitError):
 
     default_code = ErrorCode.INTERNAL
 
-    def __init__(self, cause: str, message: str, **fields: Any) -> None:
+    def __init__(self, cause: str, message: str, *, retry_after_s: float | None = None,
+                 **fields: Any) -> None:
         super().__init__(message, **fields)
         self.cause = cause
+        self.retry_after_s = retry_after_s
 
 
 class ReasonerError(TurnFailed):
     """A reasoner failed in a way it recognized (its message is safe to show)."""
 
-    def __init__(self, message: str, *, cause: str = "reasoner_failed", **fields: Any) -> None:
-        super().__init__(cause, message, **fields)
+    def __init__(self, message: str, *, cause: str = "reasoner_failed",
+                 retry_after_s: float | None = None, **fields: Any) -> None:
+        super().__init__(cause, message, retry_after_s=retry_after_s, **fields)

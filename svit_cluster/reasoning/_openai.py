@@ -4,11 +4,18 @@
 bearer key; reads ``choices[0].message`` (``content`` and ``tool_calls``). The
 key is sent only in the ``Authorization`` header: it is never logged, never in
 ``repr``, and never in an error message (HTTP error bodies are not echoed).
+
+A refusal that asks for a wait (``retry-after-ms`` or ``Retry-After``, as
+OpenAI sends with 429 and 503) carries that wait to the loop, which does not
+retry the turn sooner.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import time
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -16,7 +23,43 @@ import httpx
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.reasoning._model import ReasonerError, ReasonReply, ReasonRequest
 
-__all__ = ["OpenAICompatReasoner"]
+__all__ = ["OpenAICompatReasoner", "retry_after_s"]
+
+#: The longest wait read from a response, in seconds (the loop caps it again
+#: at ``ReasonerConfig.max_retry_after_s``).
+MAX_RETRY_AFTER_S = 86400.0
+
+
+def retry_after_s(headers: httpx.Headers) -> float | None:
+    """The wait a refusal asks for, in seconds (0 .. :data:`MAX_RETRY_AFTER_S`).
+
+    ``retry-after-ms`` (milliseconds; OpenAI's header) wins over ``Retry-After``
+    (delay seconds, or an HTTP date: RFC 9110 section 10.2.3). None when
+    neither is present or readable.
+    """
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        wait = _finite(raw_ms)
+        if wait is not None:
+            return min(max(wait / 1000.0, 0.0), MAX_RETRY_AFTER_S)
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    wait = _finite(raw)
+    if wait is None:
+        try:
+            wait = parsedate_to_datetime(raw).timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    return min(max(wait, 0.0), MAX_RETRY_AFTER_S)
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _to_openai(message: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +114,9 @@ class OpenAICompatReasoner:
 
         Raises:
             ReasonerError: ``reasoner_timeout`` (HTTP timeout),
-                ``reasoner_failed`` (unreachable, HTTP status >= 400, not JSON),
+                ``reasoner_failed`` (unreachable, an HTTP status other than 2xx --
+                redirects are not followed --, not JSON; a refusal's
+                ``Retry-After`` is its ``retry_after_s``),
                 ``reasoner_malformed`` (no ``choices[0].message`` of the right shape).
         """
         body: dict[str, Any] = {"model": self.model,
@@ -85,8 +130,11 @@ class OpenAICompatReasoner:
                                 cause="reasoner_timeout") from None
         except httpx.HTTPError:
             raise ReasonerError("the reasoner could not be reached") from None
-        if resp.status_code >= 400:
-            raise ReasonerError(f"the reasoner answered HTTP {resp.status_code}")
+        if resp.status_code >= 300:
+            wait = retry_after_s(resp.headers)
+            hint = "" if wait is None else f" (retry after {wait:g} s)"
+            raise ReasonerError(f"the reasoner answered HTTP {resp.status_code}{hint}",
+                                retry_after_s=wait)
         try:
             doc = resp.json()
         except ValueError:
