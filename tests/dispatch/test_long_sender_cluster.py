@@ -1,0 +1,87 @@
+"""A process that sends forever, on a REAL local cluster (issue 30).
+
+One host, one dispatcher delivering webhooks to a real HTTP server, at the
+dispatcher's defaults (trimming on). One process commits 25 000 activations,
+each sending one webhook intent: every one commits and is delivered, the
+activation latency does not grow with the number of sends, and
+``/system/outbox`` in the state stays a window (docs/conformance.md D9).
+
+Before the window, each append cost O(intents ever sent) and the process
+failed for good near 20 000 sends (``resource_limit_exceeded``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from svit_cluster.client import SvitClient
+from svit_cluster.dispatch import outbox_summary
+from svit_cluster.local import ClusterSpec, LocalCluster
+from svit_cluster.process import OUTBOX_WINDOW
+from svit_cluster.store import connect
+from tests.dispatch._support import WebhookStub, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.servers]
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+SENDS = 25_000
+HOOK = """(define (main input)
+  (do (send! (value-get input "/to") (value-map "n" (value-get input "/n")))
+      (write "/memory/n" (value-get input "/n"))
+      (value-get input "/n")))"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, stub: WebhookStub
+            ) -> Iterator[LocalCluster]:
+    state: Path = tmp_path_factory.mktemp("long")
+    lc = LocalCluster.up(ClusterSpec(
+        state_dir=state, hosts=1, lease_ttl_s=5, dispatchers=1,
+        dispatch_options={"webhook_hosts": [f"127.0.0.1:{stub.port}"]}))
+    try:
+        yield lc
+    finally:
+        lc.down()
+
+
+def test_a_process_sending_25000_webhooks_stays_fast_and_bounded(
+        cluster: LocalCluster, stub: WebhookStub) -> None:
+    pid = f"svit://t/long-{uuid.uuid4().hex[:8]}"
+    to = f"{stub.base}/ok"
+    durations: list[float] = []
+    with SvitClient(cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]) as admin:
+        admin.create_process(pid, memory={"n": -1}, scripts={"hook": HOOK})
+        for n in range(SENDS):
+            t0 = time.perf_counter()
+            resp = admin.activate(pid, "hook", {"to": to, "n": n}, expected_version=n)
+            durations.append(time.perf_counter() - t0)
+            assert resp.outcome.status == "committed", (n, resp.outcome)
+        assert admin.state(pid, "/memory/n") == (SENDS - 1, SENDS)
+        outbox, _ = admin.state(pid, "/system/outbox")
+    assert isinstance(outbox, list) and len(outbox) == OUTBOX_WINDOW <= 1000
+    assert outbox[-1]["message_id"] == f"{pid}:{SENDS}:0"  # type: ignore[index]
+
+    first = statistics.median(durations[:1000])
+    last = statistics.median(durations[-1000:])
+    print(f"\nLONG-SENDER first 1000 p50 {first * 1e3:.2f} ms, last 1000 p50 {last * 1e3:.2f} ms")
+    assert last <= 1.5 * first, (first, last)
+
+    rc = connect(cluster.doc["redis"]["url"])
+    try:
+        def delivered() -> bool:
+            s = outbox_summary(rc, [pid])[pid]
+            return s.committed == SENDS and s.pending == 0 and s.dead_lettered == 0
+        wait_for(delivered, what=f"{SENDS} intents delivered", timeout_s=300)
+        summary = outbox_summary(rc, [pid])[pid]
+        assert summary.delivered == SENDS and summary.retained <= 1
+    finally:
+        rc.close()
+    keys = {k for k in stub.keys_for("/ok") if k is not None and k.startswith(pid + ":")}
+    assert len(keys) == SENDS  # each intent reached the sink (retries share a key)
