@@ -1,0 +1,442 @@
+"""Soak: a 3-host local cluster under a long, steady load with host kills (issue 30).
+
+Run::
+
+    python -m benchmarks.bench_soak [--quick] [--duration-s 1200] [--agents 50]
+                                    [--sends 50000] [--kill-every-s 300]
+
+What runs, at once, on a 3-host local cluster with one outbox dispatcher
+delivering to a local webhook (a uvicorn server in this process):
+
+* **a sender**: one process whose script sends one webhook intent and writes
+  once per activation, activated in a closed loop (one client) until
+  ``--duration-s`` has passed *and* it committed ``--sends`` activations;
+* **agents**: ``--agents`` processes running reasoning turns continuously
+  while the sender runs (one client each: a message, then wait for its turn
+  to end), against an
+  OpenAI-compatible model server we did not write (LLMock, started by
+  ``benchmarks/_llm.py``, ``--model-latency-ms`` per reply): every turn is a
+  tool call, its result, then a final answer;
+* **a nemesis**: every ``--kill-every-s`` one host (h1, h2, h3 in turn) is
+  killed and restarted.
+
+Prints one JSON document with, per minute of the load: the sender's
+activation p50/p99 (ms), Redis ``used_memory``, the sender's and an average
+agent's Redis key sizes (``MEMORY USAGE`` of every key of the process),
+each host's memory (PSS of its Ray node's processes), the etcd database
+size, and the agent turns completed; then the least-squares slope of each
+series over the second half of the load (bounded structures fill to their
+caps first) in units per minute and as a share of its mean (``flat``: the
+series moved less than ``FLAT_SHARE`` of its mean over that half). At the
+end it checks, after the dispatcher drained: every acknowledged sender
+commit is in the process once (the version, the count written by the script
+and the acknowledged count agree), every
+committed intent reached the webhook, no intent is pending or dead, every
+process's stored log verifies on a read-only restore, and no agent's inbox
+still holds a message.
+
+``--quick`` (CI): 60 s, 3 agents, at least 300 sends, one host kill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from benchmarks._llm import LLMServer, start_llm_server
+from benchmarks.bench_residency import host_pss_mib, pct, slope
+from svit_cluster.chat import chat_turn
+from svit_cluster.client import AsyncSvitClient, RecoveredCommit
+from svit_cluster.dispatch import outbox_summary
+from svit_cluster.errors import OutcomeUnknownError, SvitError
+from svit_cluster.local import ClusterSpec, LocalCluster, free_port
+from svit_cluster.store import ProcessKeys, RedisBackend, connect
+
+#: A series is flat when it moved less than this share of its mean over the run.
+FLAT_SHARE = 0.10
+
+SENDER = "svit://local/soak-sender"
+HOOK = """(define (main input)
+  (do (send! (value-get input "/to") (value-map "n" (value-get input "/n")))
+      (write "/memory/n" (value-get input "/n"))
+      (value-get input "/n")))"""
+
+
+class Webhook:
+    """A real HTTP sink on a free loopback port: counts deliveries by idempotency key."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.posts = 0
+        self.keys: set[str] = set()
+        self._lock = threading.Lock()
+        app = Starlette(routes=[Route("/hook", self._hook, methods=["POST"])])
+        self._server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                     log_level="warning", lifespan="off"))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    async def _hook(self, request: Request) -> Response:
+        await request.body()
+        with self._lock:
+            self.posts += 1
+            self.keys.add(request.headers.get("idempotency-key", ""))
+        return Response(status_code=200)
+
+    def start(self) -> Webhook:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the webhook sink did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+
+@dataclass
+class Tally:
+    """What the load did, with the second (since the load started) of each event."""
+
+    started: float = field(default_factory=time.monotonic)
+    activations: list[tuple[float, float]] = field(default_factory=list)  # (t_s, seconds)
+    acked_versions: list[int] = field(default_factory=list)
+    outcome_unknown: int = 0
+    sender_errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    turns: list[float] = field(default_factory=list)  # t_s of each completed turn
+    turn_failures: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    kills: list[dict[str, Any]] = field(default_factory=list)
+    sender_done: float = float("inf")  # t_s when the sender's loop ended
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+
+async def run_sender(url: str, token: str, hook: str, tally: Tally, end: float,
+                     sends: int) -> None:
+    async with AsyncSvitClient(url, token, client_id="soak-sender", attempts=60,
+                               max_wait_s=2.0, timeout_s=60) as c:
+        await c.create_process(SENDER, memory={"n": 0}, scripts={"hook": HOOK})
+        while time.monotonic() < end or len(tally.acked_versions) < sends:
+            t0 = time.perf_counter()
+            try:
+                resp = await c.activate_until_committed(
+                    SENDER, "hook", lambda _seen, version: {"to": hook, "n": version + 1},
+                    observe_path="/memory/n")
+            except OutcomeUnknownError:
+                tally.outcome_unknown += 1
+                continue
+            except SvitError as exc:  # counted; the loop goes on (a fault window)
+                tally.sender_errors[exc.code] += 1
+                await asyncio.sleep(0.5)
+                continue
+            if isinstance(resp, RecoveredCommit):
+                version = resp.version
+            elif resp.outcome.status == "committed":
+                version = resp.outcome.activation.version
+            else:  # rejected (the script failed): nothing committed
+                failure = getattr(resp.outcome, "failure", None)
+                tally.sender_errors[f"{resp.outcome.status} {getattr(failure, 'code', '')}"] += 1
+                continue
+            tally.activations.append((tally.now(), time.perf_counter() - t0))
+            tally.acked_versions.append(version)
+        tally.sender_done = tally.now()
+
+
+async def run_agent(url: str, token: str, pid: str, tally: Tally) -> None:
+    """Turns one after another for as long as the sender runs."""
+    async with AsyncSvitClient(url, token, client_id=f"soak-{pid}", attempts=60,
+                               max_wait_s=2.0, timeout_s=60) as c:
+        await c.create_process(pid, memory={"status": "idle", "turns": 0})
+        n = 0
+        while tally.sender_done == float("inf"):
+            n += 1
+            try:
+                outcome = await chat_turn(c, pid, f"turn {n}: note it in /memory/status",
+                                          emit=lambda _line: None, timeout_s=120)
+            except TimeoutError:
+                tally.turn_failures["timeout"] += 1
+                continue
+            except SvitError as exc:
+                tally.turn_failures[exc.code] += 1
+                await asyncio.sleep(1.0)
+                continue
+            if outcome.ok:
+                tally.turns.append(tally.now())
+            else:
+                tally.turn_failures[str(getattr(outcome, "failure", None) or "failed")[:60]] += 1
+
+
+def key_bytes(client: Any, pid: str) -> int:
+    return sum(int(client.memory_usage(k, samples=0) or 0) for k in ProcessKeys(pid).all())
+
+
+async def etcd_db_bytes(endpoint: str) -> int:
+    """The etcd database size (bytes) reported by the member answering."""
+    from svit_cluster.ownership import open_client
+
+    client = open_client(endpoint)
+    try:
+        status = await asyncio.wait_for(client.status(), 5)
+        return int(status.db_size)
+    finally:
+        await client.close()
+
+
+class Sampler(threading.Thread):
+    """Every ``every_s``: Redis, key sizes, host memory, etcd size."""
+
+    def __init__(self, cluster: LocalCluster, agents: list[str], tally: Tally,
+                 every_s: float, llm: LLMServer) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.agents, self.tally, self.every_s = cluster, agents, tally, every_s
+        self.llm = llm
+        self.stop = threading.Event()
+        self.rows: list[dict[str, Any]] = []
+
+    def run(self) -> None:
+        rc = connect(self.cluster.doc["redis"]["url"])
+        try:
+            while not self.stop.wait(self.every_s):
+                try:
+                    self.llm.clear_requests()  # the mock's request journal is not ours to grow
+                    self.rows.append(self.sample(rc))
+                except Exception as exc:  # a fault window: one sample missed
+                    print(f"sample failed: {exc!r}", file=sys.stderr)
+        finally:
+            rc.close()
+
+    def sample(self, rc: Any) -> dict[str, Any]:
+        hosts = {h: host_pss_mib(self.cluster, h) for h in sorted(self.cluster.doc["hosts"])}
+        agent_bytes = [key_bytes(rc, pid) for pid in self.agents]
+        return {
+            "t_s": round(self.tally.now(), 1),
+            "redis_used_memory_mib": round(int(rc.info("memory")["used_memory"]) / 2**20, 2),
+            "sender_keys_kib": round(key_bytes(rc, SENDER) / 1024, 1),
+            "agent_keys_kib_mean": (round(statistics.mean(agent_bytes) / 1024, 1)
+                                    if agent_bytes else None),
+            "host_pss_mib": hosts,
+            "etcd_db_kib": round(asyncio.run(etcd_db_bytes(
+                self.cluster.doc["etcd"]["endpoint"])) / 1024, 1),
+        }
+
+
+def nemesis(cluster: LocalCluster, tally: Tally, every_s: float, end: float,
+            stop: threading.Event) -> None:
+    hosts = sorted(cluster.doc["hosts"])
+    turn = 0
+    while not stop.wait(every_s) and time.monotonic() < end:
+        host = hosts[turn % len(hosts)]
+        turn += 1
+        t0 = tally.now()
+        try:
+            cluster.kill_host(host)
+            cluster.restart_host(host)
+            tally.kills.append({"host": host, "t_s": round(t0, 1),
+                                "restarted_in_s": round(tally.now() - t0, 1)})
+        except Exception as exc:
+            tally.kills.append({"host": host, "t_s": round(t0, 1), "error": repr(exc)[:200]})
+
+
+def per_minute(tally: Tally, rows: list[dict[str, Any]], every_s: float) -> list[dict[str, Any]]:
+    """One row per sample window: activation p50/p99 and turns in it, plus the sample."""
+    out = []
+    prev = 0.0
+    for row in rows:
+        t = row["t_s"]
+        lat = [d for ts, d in tally.activations if prev <= ts < t]
+        p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
+        out.append({"minute": round(t / 60, 2),
+                    "activations": len(lat),
+                    "activation_p50_ms": None if p50 is None else round(p50 * 1000, 2),
+                    "activation_p99_ms": None if p99 is None else round(p99 * 1000, 2),
+                    "turns": sum(1 for ts in tally.turns if prev <= ts < t),
+                    **row})
+        prev = t
+    return out
+
+
+def trends(table: list[dict[str, Any]]) -> dict[str, Any]:
+    """Slope per minute of each series over the second half of the rows, and
+    whether it is flat there (bounded structures first fill up to their caps:
+    signals, receipts, the tail, the outbox window)."""
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in table[len(table) // 2:]:
+        for key in ("activation_p50_ms", "activation_p99_ms", "redis_used_memory_mib",
+                    "sender_keys_kib", "agent_keys_kib_mean", "etcd_db_kib", "turns"):
+            if row.get(key) is not None:
+                series[key].append((row["minute"], float(row[key])))
+        for host, mib in row["host_pss_mib"].items():
+            series[f"host_pss_mib.{host}"].append((row["minute"], float(mib)))
+    out: dict[str, Any] = {}
+    for key, points in series.items():
+        s = slope(points)
+        mean = statistics.mean(v for _, v in points)
+        span = points[-1][0] - points[0][0] if len(points) > 1 else 0.0
+        moved = None if s is None or not mean else abs(s * span) / abs(mean)
+        out[key] = {"slope_per_min": None if s is None else round(s, 3),
+                    "mean": round(mean, 2),
+                    "moved_share": None if moved is None else round(moved, 3),
+                    "flat": None if moved is None else moved < FLAT_SHARE}
+    return out
+
+
+def verify(cluster: LocalCluster, agents: list[str], tally: Tally,
+           hook: Webhook) -> dict[str, Any]:
+    """The end-of-run checks (see the module docstring); each with its figures."""
+    rc = connect(cluster.doc["redis"]["url"])
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            summary = outbox_summary(rc, [SENDER])[SENDER]
+            if summary.pending == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        sender = RedisBackend(rc, SENDER, 1).restore()
+        restored: dict[str, str] = {}
+        inbox_left: dict[str, int] = {}
+        for pid in [SENDER, *agents]:
+            try:
+                proc = RedisBackend(rc, pid, 1).restore()
+                restored[pid] = "ok" if proc is not None else "missing"
+                if proc is not None and pid != SENDER:
+                    left = proc.read("/inbox")
+                    if isinstance(left, list) and left:
+                        inbox_left[pid] = len(left)
+            except SvitError as exc:
+                restored[pid] = f"{exc.code}: {exc.message[:120]}"
+    finally:
+        rc.close()
+    acked = tally.acked_versions
+    version = sender.version if sender is not None else None
+    n = sender.read("/memory/n") if sender is not None else None
+    checks = {
+        "acked_commits_distinct": len(set(acked)) == len(acked),
+        "version_covers_acked": version is not None and (not acked or max(acked) <= version),
+        "count_written_equals_version": n == version,
+        "unknown_outcomes_account_for_the_rest": (
+            version is not None and version - len(acked) <= tally.outcome_unknown),
+        "intents_committed": summary.committed,
+        "intents_delivered": summary.delivered,
+        "intents_pending": summary.pending,
+        "intents_dead_lettered": summary.dead_lettered,
+        "webhook_unique_keys": len(hook.keys),
+        "webhook_posts": hook.posts,
+        "every_intent_reached_the_webhook": len(hook.keys) >= summary.committed,
+        "logs_verify": all(v == "ok" for v in restored.values()),
+        "restore_failures": {k: v for k, v in restored.items() if v != "ok"},
+        "agent_inboxes_not_empty": inbox_left,
+    }
+    checks["anomalies"] = sum(1 for k in ("acked_commits_distinct", "version_covers_acked",
+                                          "count_written_equals_version",
+                                          "unknown_outcomes_account_for_the_rest",
+                                          "every_intent_reached_the_webhook", "logs_verify")
+                              if not checks[k]) + (summary.pending + summary.dead_lettered > 0)
+    return checks
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="CI smoke run: 60 s, 3 agents, at least 300 sends, one host kill")
+    ap.add_argument("--duration-s", type=float, default=1200.0, help="load duration (s)")
+    ap.add_argument("--agents", type=int, default=50, help="agent processes")
+    ap.add_argument("--sends", type=int, default=50_000,
+                    help="the sender runs at least this many activations")
+    ap.add_argument("--kill-every-s", type=float, default=300.0,
+                    help="seconds between host kills (each host restarted at once)")
+    ap.add_argument("--sample-every-s", type=float, default=60.0)
+    ap.add_argument("--model-latency-ms", type=int, default=200,
+                    help="the model server's delay per reply (ms)")
+    args = ap.parse_args()
+    if args.quick:
+        args.duration_s, args.agents, args.sends = 60.0, 3, 300
+        args.kill_every_s, args.sample_every_s = 25.0, 10.0
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    hook = Webhook().start()
+    llm = start_llm_server(latency_ms=args.model_latency_ms)
+    # the hosts read the key from their environment (never from cluster.json)
+    os.environ.setdefault("SVIT_REASONER_API_KEY", "unused-by-the-mock")
+    agents = [f"svit://local/soak-agent-{i}" for i in range(args.agents)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="svit-soak-") as tmp:
+            cluster = LocalCluster.up(ClusterSpec(
+                state_dir=Path(tmp), hosts=3, lease_ttl_s=5, dispatchers=1,
+                dispatch_options={"webhook_hosts": [f"127.0.0.1:{hook.port}"]},
+                reasoner={"kind": "openai", "base_url": llm.base_url, "model": "gpt-4o-mini"}))
+            try:
+                result = run(cluster, args, hook, llm, agents)
+            finally:
+                cluster.down()
+    finally:
+        llm.stop()
+        hook.stop()
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def run(cluster: LocalCluster, args: argparse.Namespace, hook: Webhook, llm: LLMServer,
+        agents: list[str]) -> dict[str, Any]:
+    url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]
+    tally = Tally()
+    end = time.monotonic() + args.duration_s
+    sampler = Sampler(cluster, agents, tally, args.sample_every_s, llm)
+    stop = threading.Event()
+    killer = threading.Thread(target=nemesis, args=(cluster, tally, args.kill_every_s, end, stop),
+                              daemon=True)
+    sampler.start()
+    killer.start()
+
+    async def load() -> None:
+        await asyncio.gather(
+            run_sender(url, token, f"http://127.0.0.1:{hook.port}/hook", tally, end, args.sends),
+            *(run_agent(url, token, pid, tally) for pid in agents))
+
+    try:
+        asyncio.run(load())
+    finally:
+        stop.set()
+        sampler.stop.set()
+        killer.join(120)
+        sampler.join(30)
+    # rows of the load only: a client still waiting for its last turn is not load
+    rows = [r for r in sampler.rows if r["t_s"] <= tally.sender_done + args.sample_every_s / 2]
+    table = per_minute(tally, rows, args.sample_every_s)
+    return {
+        "config": {"duration_s": args.duration_s, "agents": args.agents, "sends": args.sends,
+                   "kill_every_s": args.kill_every_s, "sample_every_s": args.sample_every_s,
+                   "hosts": 3, "lease_ttl_s": 5},
+        "seconds": round(tally.now(), 1),
+        "sender_activations": len(tally.acked_versions),
+        "sender_outcome_unknown": tally.outcome_unknown,
+        "sender_errors": dict(tally.sender_errors),
+        "turns_completed": len(tally.turns),
+        "turn_failures": dict(tally.turn_failures),
+        "kills": tally.kills,
+        "per_minute": table,
+        "trends": trends(table),
+        "checks": verify(cluster, agents, tally, hook),
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
