@@ -1,6 +1,7 @@
-"""Bounds of the dispatcher's own bookkeeping in Redis: the worker set, the
-per-stream claim keys, and the ``redis-stream://`` dedup window. (Consumer
-names: ``test_worker.py::test_old_consumer_names_are_pruned``; dead letters and
+"""Bounds of the dispatcher's own bookkeeping: the worker set, the per-stream
+claim keys, the re-drive stream, the ``redis-stream://`` dedup window, and a
+worker's in-memory view of the streams. (Consumer names:
+``test_worker.py::test_old_consumer_names_are_pruned``; dead letters and
 ``:dead-settled``: ``test_dead_letter_bounds.py``.)
 
 Real redis-server and real Redis Cluster (``redis_target``/``rclient``).
@@ -11,14 +12,23 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 import pytest
 import redis
 
-from svit_cluster.dispatch import DispatchKeys, Intent, RedisStreamSink
+from svit_cluster.dispatch import (
+    DeadLetters,
+    DeliveryState,
+    DispatchKeys,
+    Intent,
+    RedisStreamSink,
+    delivery_status,
+)
 from svit_cluster.dispatch._claim import StreamClaims
 from svit_cluster.dispatch._redisutil import async_client
 from tests.conftest import RedisTarget
+from tests.dispatch._support import Sender, WebhookStub, wait_for
 
 pytestmark = pytest.mark.servers
 
@@ -89,3 +99,48 @@ async def test_the_redis_stream_sink_remembers_the_newest_window_of_ids(
     finally:
         rclient.delete(name, dedup)
         await client.aclose()
+
+
+def test_the_redrive_stream_keeps_its_unacknowledged_entries_plus_one(
+        rclient: redis.Redis, prefix: str, make_worker: Any, stub: WebhookStub) -> None:
+    keys = DispatchKeys(prefix)
+    sender = Sender(rclient, f"svit://t/{uuid.uuid4().hex[:10]}", prefix)
+    stub.rejecting = True
+    try:
+        ids = [sender.send(to=f"{stub.base}/reject", body=n)[0] for n in range(8)]
+        make_worker()
+        wait_for(lambda: DeadLetters(rclient, prefix).count() == 8, 20, "eight dead letters")
+        stub.rejecting = False
+        assert len(DeadLetters(rclient, prefix).redrive().redriven) == 8
+        wait_for(lambda: all(s.state is DeliveryState.DELIVERED for s in delivery_status(
+            rclient, [sender.pid], prefix=prefix).values()), 20, "re-driven and delivered")
+        wait_for(lambda: rclient.xlen(keys.redrive) <= 1, 10, "the re-drive stream trimmed")
+        assert rclient.xinfo_stream(keys.redrive)["entries-added"] == 8
+        assert set(ids) <= set(stub.keys_for("/reject"))
+    finally:
+        stub.rejecting = True
+
+
+def test_a_workers_view_forgets_the_stream_of_a_deleted_process(
+        rclient: redis.Redis, prefix: str, make_worker: Any) -> None:
+    """The streams, groups, claims and lag gauges a worker tracks are those that
+    exist now: a deleted process's outbox leaves them at the next scan."""
+    keys = DispatchKeys(prefix)
+    sender = Sender(rclient, f"svit://t/{uuid.uuid4().hex[:10]}", prefix)
+    sender.send(to="redis-stream://integrations:forget", body=1)
+    stream = keys.outbox(sender.pid)
+    worker = make_worker().worker
+    try:
+        wait_for(lambda: stream in worker.owned_streams, 10, "the stream owned")
+        gauge = worker.metrics.registry.get_sample_value
+        wait_for(lambda: gauge("svit_dispatch_lag", {"process": sender.pid}) == 0, 10,
+                 "its lag gauge")
+        sender.ctrl.backend.delete()  # type: ignore[attr-defined]
+        wait_for(lambda: stream not in worker.owned_streams, 10, "the stream released")
+        wait_for(lambda: stream not in worker._streams and stream not in worker._grouped,
+                 10, "the stream forgotten")
+        assert gauge("svit_dispatch_lag", {"process": sender.pid}) is None
+        assert rclient.exists(DispatchKeys.claim(stream)) == 0
+    finally:
+        rclient.delete("integrations:forget", "integrations:forget:svit-dedup",
+                       "{integrations:forget}:svit-dedup")
