@@ -21,10 +21,13 @@ removed cannot be re-driven: :meth:`DeadLetters.redrive` reports it under
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from redis.exceptions import RedisError
 
 from svit_cluster.dispatch._deadbound import (
     PRUNE_ONE_SCRIPT,
@@ -40,6 +43,8 @@ from svit_cluster.errors import InvalidInput
 from svit_cluster.store import AsyncRedisClient, RedisClient
 
 __all__ = ["DeadLetter", "DeadLetters", "RedriveResult", "write_dead_letter"]
+
+log = logging.getLogger(__name__)
 
 # KEYS: dead, redrive.  ARGV: dead-letter id, now ms.  Returns {} when the
 # letter is not there, else {settle_stream, settle_entry} ('' for a letter
@@ -267,7 +272,8 @@ class DeadLetters:
             gone for good) and the other ids not there (``missing``: already
             re-driven, or unknown). Safe to retry: a letter moves at most once.
             A moved letter's ``<stream>:dead-settled`` field is deleted (it is
-            needed only while its letter is in the dead-letter stream).
+            needed only while its letter is in the dead-letter stream; if that
+            fails, the workers' sweep deletes it once the bounds pass it).
 
         Raises:
             InvalidInput: malformed id.  UnavailableError: Redis failed (some
@@ -290,9 +296,11 @@ class DeadLetters:
             moved.append(dead_id)
             stream, entry = text(settle[0]), text(settle[1])
             if stream and entry:
-                with boundary("dead_letters.prune_settled", outcome="unknown"):
+                try:
                     self._prune_one(keys=[DispatchKeys.dead_settled(stream)],
                                     args=[entry, dead_id])
+                except RedisError as exc:  # the workers' sweep deletes it later
+                    log.debug("pruning the settle of %s failed: %s", dead_id, exc)
         if not missing:
             return RedriveResult(tuple(moved), ())
         trimmed, reason = self._trimmed(missing)
