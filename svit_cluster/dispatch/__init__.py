@@ -32,7 +32,8 @@ Guarantees (details in ``README.md`` in this package):
   its successors.
 * **Bounded.** Each source stream is trimmed below what every consumer group
   acknowledged (``DispatchConfig.trim_acked``), so it holds the unacknowledged
-  entries plus one.
+  entries plus one. The dead-letter stream keeps at most
+  ``dead_letter_max_count`` letters, none older than ``dead_letter_max_age_s``.
 """
 
 from svit_cluster.dispatch._config import DispatchConfig, read_cluster_json

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from svit_cluster.dispatch._deadbound import DEFAULT_MAX_AGE_S, DEFAULT_MAX_COUNT, DeadLetterBound
 from svit_cluster.dispatch._keys import DEFAULT_GROUP, DispatchKeys
 from svit_cluster.errors import ConfigurationError, InvalidInput
 from svit_cluster.store import DEFAULT_PREFIX
@@ -87,6 +88,12 @@ class DispatchConfig:
             what every consumer group acknowledged (``XTRIM MINID``, one
             single-key script; see ``svit_cluster.dispatch._trim``), so an outbox
             stream holds only unacknowledged entries plus one (default True).
+        dead_letter_max_count: the dead-letter stream keeps at most this many
+            letters, the oldest removed first (default 10 000).
+        dead_letter_max_age_s: and none older than this many seconds, by the
+            letter id's Redis time (default 604 800 = 7 days). Both are
+            enforced at every dead-letter write and by every scan (so also
+            while no letter arrives); see ``_deadbound.py``.
 
     Raises:
         ConfigurationError: a value is missing or out of range.
@@ -120,6 +127,8 @@ class DispatchConfig:
     metrics_port: int | None = None
     shutdown_grace_s: float = 5.0
     trim_acked: bool = True
+    dead_letter_max_count: int = DEFAULT_MAX_COUNT
+    dead_letter_max_age_s: float = DEFAULT_MAX_AGE_S
 
     def __post_init__(self) -> None:
         if not isinstance(self.redis_url, str) or not self.redis_url.startswith(
@@ -147,6 +156,7 @@ class DispatchConfig:
                 raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
         if type(self.trim_acked) is not bool:
             raise ConfigurationError(f"trim_acked must be a boolean, got {self.trim_acked!r}")
+        DeadLetterBound(self.dead_letter_max_count, self.dead_letter_max_age_s)  # validates
         if self.claim_ttl_s <= 2 * self.heartbeat_interval_s:
             raise ConfigurationError("claim_ttl_s must exceed 2 x heartbeat_interval_s")
         if self.worker_ttl_s <= self.heartbeat_interval_s:
@@ -163,6 +173,12 @@ class DispatchConfig:
                 raise ConfigurationError(
                     f"redis stream prefix {p!r} must be non-empty and outside the store prefix"
                 )
+
+    @property
+    def dead_letter_bound(self) -> DeadLetterBound:
+        """The dead-letter stream's bounds (:attr:`dead_letter_max_count`,
+        :attr:`dead_letter_max_age_s`)."""
+        return DeadLetterBound(self.dead_letter_max_count, self.dead_letter_max_age_s)
 
     @property
     def keys(self) -> DispatchKeys:

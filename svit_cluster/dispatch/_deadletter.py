@@ -12,28 +12,47 @@ Re-driving moves dead letters, in one Lua script per letter (all keys share the
 outbox stream: delivered with the same idempotency key, retried, and
 dead-lettered again if it still fails. A re-driven intent is delivered after
 later intents of its sender (ordering holds only for first deliveries).
+
+The stream is bounded (``_deadbound.py``): at most ``max_count`` letters, none
+older than ``max_age_s``; every append enforces both. A letter the bounds
+removed cannot be re-driven: :meth:`DeadLetters.redrive` reports it under
+``trimmed``, apart from the ``missing`` ids (already re-driven, or unknown).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from redis.exceptions import RedisError
+
+from svit_cluster.dispatch._deadbound import (
+    PRUNE_ONE_SCRIPT,
+    WRITE_SCRIPT,
+    DeadLetterBound,
+    Trimmed,
+    id_below,
+)
 from svit_cluster.dispatch._intent import Intent
 from svit_cluster.dispatch._keys import DispatchKeys
-from svit_cluster.dispatch._redisutil import boundary
+from svit_cluster.dispatch._redisutil import boundary, text
 from svit_cluster.errors import InvalidInput
 from svit_cluster.store import AsyncRedisClient, RedisClient
 
 __all__ = ["DeadLetter", "DeadLetters", "RedriveResult", "write_dead_letter"]
 
-# KEYS: dead, redrive.  ARGV: dead-letter id, now ms.
+log = logging.getLogger(__name__)
+
+# KEYS: dead, redrive.  ARGV: dead-letter id, now ms.  Returns {} when the
+# letter is not there, else {settle_stream, settle_entry} ('' for a letter
+# written without a claim token), so the caller can prune ``:dead-settled``.
 _MOVE = """
 local found = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
 if #found == 0 then
-  return 0
+  return {}
 end
 local f = found[1][2]
 local keep = {intent=1, version=1, source=1, stream=1, entry_id=1, committed_ms=1, intent_id=1}
@@ -50,7 +69,12 @@ table.insert(args, 'redriven_ms')
 table.insert(args, ARGV[2])
 redis.call('XADD', KEYS[2], '*', unpack(args))
 redis.call('XDEL', KEYS[1], ARGV[1])
-return 1
+local settle = {'', ''}
+for i = 1, #f, 2 do
+  if f[i] == 'settle_stream' then settle[1] = f[i + 1] end
+  if f[i] == 'settle_entry' then settle[2] = f[i + 1] end
+end
+return settle
 """
 
 
@@ -114,21 +138,44 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class RedriveResult:
-    """Outcome of :meth:`DeadLetters.redrive`: ids moved, and ids not found."""
+    """Outcome of :meth:`DeadLetters.redrive`.
+
+    Attributes:
+        redriven: ids moved to the re-drive stream.
+        missing: ids not there that no bound removed: already re-driven (a
+            retry), refused, or unknown. Nothing to do.
+        trimmed: ids the dead-letter bounds removed (below the highest id they
+            trimmed; a letter re-driven before the bounds passed it is reported
+            here too): gone for good, nothing was re-driven for them.
+        trimmed_reason: one sentence naming the bounds in force when letters
+            were last removed; ``""`` when ``trimmed`` is empty.
+    """
 
     redriven: tuple[str, ...]
     missing: tuple[str, ...]
+    trimmed: tuple[str, ...] = ()
+    trimmed_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"redriven": list(self.redriven), "missing": list(self.missing)}
+        doc: dict[str, Any] = {"redriven": list(self.redriven), "missing": list(self.missing),
+                               "trimmed": list(self.trimmed)}
+        if self.trimmed:
+            doc["trimmed_reason"] = self.trimmed_reason
+        return doc
 
 
 async def write_dead_letter(
     client: AsyncRedisClient, keys: DispatchKeys, *, intent: Intent | None,
     fields: dict[bytes, bytes], stream: str, entry_id: str, source: str, sink: str,
     reason: str, error: str, attempts: int, worker: str, claim_token: int = 0,
-) -> str:
-    """Append one dead letter (async; used by workers). Returns its id.
+    bound: DeadLetterBound | None = None,
+) -> tuple[str, Trimmed]:
+    """Append one dead letter and enforce ``bound`` in the same script (async;
+    used by workers).
+
+    Returns:
+        ``(letter id, what the bound removed)``. The new letter is the newest,
+        so the bound never removes it.
 
     ``intent`` is None when the entry could not be decoded; then the raw
     ``fields`` are kept. The original stream and entry come from the re-drive
@@ -140,10 +187,12 @@ async def write_dead_letter(
     ``settle_stream`` (= ``stream``, the source stream read) and
     ``settle_entry`` (= ``entry_id``) so readers can check that.
 
+    ``bound`` defaults to :class:`DeadLetterBound` () (10 000 letters, 7 days).
+
     Raises:
         redis.exceptions.RedisError: the write failed (the caller must not ack).
     """
-    def text(name: str, default: str) -> str:
+    def field(name: str, default: str) -> str:
         raw = fields.get(name.encode())
         return raw.decode("utf-8", errors="replace") if raw is not None else default
 
@@ -152,10 +201,10 @@ async def write_dead_letter(
         "intent_id": intent.id if intent else "",
         "to": intent.to if intent else "",
         "source": intent.source if intent else source,
-        "version": text("version", "0"),
-        "stream": text("stream", stream),
-        "entry_id": intent.origin_entry_id if intent else text("entry_id", entry_id),
-        "committed_ms": str(intent.committed_ms) if intent else text("committed_ms", "0"),
+        "version": field("version", "0"),
+        "stream": field("stream", stream),
+        "entry_id": intent.origin_entry_id if intent else field("entry_id", entry_id),
+        "committed_ms": str(intent.committed_ms) if intent else field("committed_ms", "0"),
         "sink": sink,
         "reason": reason,
         "error": error[:1024],
@@ -165,8 +214,12 @@ async def write_dead_letter(
     }
     if claim_token:
         record.update(token=claim_token, settle_stream=stream, settle_entry=entry_id)
-    new_id = await client.xadd(keys.dead, record)
-    return new_id.decode() if isinstance(new_id, bytes) else str(new_id)
+    args: list[Any] = list((bound or DeadLetterBound()).args)
+    for name, value in record.items():
+        args.extend((name, value))
+    script: Any = client.register_script(WRITE_SCRIPT)
+    reply = await script(keys=[keys.dead, keys.dead_trim], args=args)
+    return text(reply[0]), Trimmed.from_reply(reply[1:])
 
 
 class DeadLetters:
@@ -181,6 +234,7 @@ class DeadLetters:
         self.keys = DispatchKeys(prefix)
         self._client = client
         self._move = client.register_script(_MOVE)
+        self._prune_one = client.register_script(PRUNE_ONE_SCRIPT)
 
     def count(self) -> int:
         """Number of dead letters. Raises UnavailableError."""
@@ -214,8 +268,12 @@ class DeadLetters:
             limit: cap when ``ids`` is None.
 
         Returns:
-            The ids moved and the ids that were not (or no longer) there.
-            Safe to retry: a letter moves at most once.
+            The ids moved, the ids the dead-letter bounds removed (``trimmed``:
+            gone for good) and the other ids not there (``missing``: already
+            re-driven, or unknown). Safe to retry: a letter moves at most once.
+            A moved letter's ``<stream>:dead-settled`` field is deleted (it is
+            needed only while its letter is in the dead-letter stream; if that
+            fails, the workers' sweep deletes it once the bounds pass it).
 
         Raises:
             InvalidInput: malformed id.  UnavailableError: Redis failed (some
@@ -230,9 +288,40 @@ class DeadLetters:
             if not isinstance(dead_id, str) or not _valid_id(dead_id):
                 raise InvalidInput(f"bad dead-letter id {str(dead_id)[:64]!r}")
             with boundary("dead_letters.redrive", outcome="unknown"):
-                done = self._move(keys=[self.keys.dead, self.keys.redrive], args=[dead_id, now])
-            (moved if int(done) else missing).append(dead_id)
-        return RedriveResult(tuple(moved), tuple(missing))
+                settle: Any = self._move(keys=[self.keys.dead, self.keys.redrive],
+                                         args=[dead_id, now])
+            if not settle:
+                missing.append(dead_id)
+                continue
+            moved.append(dead_id)
+            stream, entry = text(settle[0]), text(settle[1])
+            if stream and entry:
+                try:
+                    self._prune_one(keys=[DispatchKeys.dead_settled(stream)],
+                                    args=[entry, dead_id])
+                except RedisError as exc:  # the workers' sweep deletes it later
+                    log.debug("pruning the settle of %s failed: %s", dead_id, exc)
+        if not missing:
+            return RedriveResult(tuple(moved), ())
+        trimmed, reason = self._trimmed(missing)
+        return RedriveResult(tuple(moved), tuple(i for i in missing if i not in trimmed),
+                             tuple(i for i in missing if i in trimmed), reason)
+
+    def _trimmed(self, missing: Sequence[str]) -> tuple[set[str], str]:
+        """The ids of ``missing`` below what the bounds removed, and why they went."""
+        with boundary("dead_letters.trimmed"):
+            raw: Any = self._client.hgetall(self.keys.dead_trim)
+        meta = {text(k): text(v) for k, v in (raw or {}).items()}
+        below = meta.get("below", "")
+        gone = {i for i in missing if below and id_below(i, below)}
+        if not gone:
+            return set(), ""
+        age_ms = meta.get("max_age_ms", "")
+        age = f"{int(age_ms) / 1000:g} s" if age_ms.isdigit() else "its maximum age"
+        reason = (f"removed by the dead-letter bounds (every letter below {below} is gone; "
+                  f"the dispatcher keeps at most {meta.get('max_count', '?')} letters, "
+                  f"none older than {age}); nothing to re-drive")
+        return gone, reason
 
 
 def _valid_id(text: str) -> bool:

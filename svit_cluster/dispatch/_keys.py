@@ -15,16 +15,19 @@ so ``{dispatch}`` never collides with a process's tag.
 | ``<stream>:dead-settled`` | hash | entry id -> its dead letter id (set by the fenced ``XACK``) |
 | ``<prefix>:{dispatch}:workers`` | zset | live worker -> heartbeat expiry (ms, Redis clock) |
 | ``<prefix>:{dispatch}:dead`` | stream | dead letters: intent, source, error, attempts, ... |
+| ``<prefix>:{dispatch}:dead-trim`` | hash | what the dead-letter bounds removed so far |
 | ``<prefix>:{dispatch}:redrive`` | stream | dead letters sent back for delivery (a source stream) |
 
 Slots on a Redis Cluster: every ``<prefix>:{<P>}:...`` key, the stream's
 ``:lease``, ``:lease-token`` and ``:dead-settled`` included, lives in the slot
 of the tag ``{<P>}`` (one process = one slot), so each claim, fenced ``XACK``
-and settle script touches one slot. The three ``{dispatch}`` keys share the
+and settle script touches one slot. The four ``{dispatch}`` keys share the
 single slot of the tag ``dispatch`` (re-drive moves a letter from ``dead`` to
-``redrive`` in one script there); the scripts that write a dead letter and
+``redrive`` in one script there; a letter is written and the bounds enforced
+in one script there); the scripts that write a dead letter and
 then settle it are two separate calls (``{dispatch}`` slot, then the
-process's slot), never one multi-slot script or ``MULTI``. An integration
+process's slot), never one multi-slot script or ``MULTI``; so are the prunes
+of ``:dead-settled`` (one script per hash, in its process's slot). An integration
 stream of ``redis-stream://<name>`` and its dedup set share ``<name>``'s slot
 (see ``RedisStreamSink``). Reads over many slots (the status API's ``HGET``
 of many ``:dead-settled`` hashes) use a non-transactional pipeline, which the
@@ -33,11 +36,15 @@ refused (``CROSSSLOT``) on a cluster, and the worker then polls each stream
 every ``poll_interval_s`` instead. The trim after acknowledgement
 (``_trim.py``) is one script on the stream's key alone.
 
-Bounds: an outbox and the re-drive stream keep their unacknowledged entries
-plus one (trimmed after each acknowledged batch); ``:dead-settled`` has one
-field per dead letter settled on that stream; ``dead`` is not bounded (an
-operator queue until re-driven; see README.md "What the dispatcher keeps in
-Redis").
+Bounds (the table of every bound: ``docs/capacity.md``, "Bounds of every
+growing structure"): an outbox and the re-drive stream keep their
+unacknowledged entries plus one (trimmed after each acknowledged batch);
+``dead`` keeps at most ``dead_letter_max_count`` letters, none older than
+``dead_letter_max_age_s`` (``_deadbound.py``); ``:dead-settled`` has one field
+per settled letter still in ``dead``; ``:lease`` expires ``claim_ttl_s`` after
+its last renewal; ``:lease-token`` is one integer per stream, kept after the
+stream is gone (a fencing counter must never restart below a token a paused
+worker may still hold).
 """
 
 from __future__ import annotations
@@ -115,6 +122,16 @@ class DispatchKeys:
     def dead(self) -> str:
         """Stream of dead letters."""
         return self._global("dead")
+
+    @property
+    def dead_trim(self) -> str:
+        """Hash: what the dead-letter bounds removed (``below``, ``total``, the bounds)."""
+        return self._global("dead-trim")
+
+    @property
+    def settled_pattern(self) -> str:
+        """``SCAN MATCH`` pattern of every ``<stream>:dead-settled`` hash."""
+        return f"{self.prefix}:{{*:dead-settled"
 
     @property
     def redrive(self) -> str:

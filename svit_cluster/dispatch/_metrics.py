@@ -26,6 +26,11 @@ class DispatchMetrics:
             acknowledged (never read + pending).
         ``svit_dispatch_trimmed_total`` -- source-stream entries removed by the
             trim after acknowledgement (every consumer group acknowledged them).
+        ``svit_dispatch_dead_trimmed_total{bound}`` -- dead letters removed by the
+            dead-letter stream's bounds (``bound``: ``age`` or ``count``) in
+            this worker's writes and scans.
+        ``svit_dispatch_settled_pruned_total`` -- ``<stream>:dead-settled``
+            fields deleted because their letter left the dead-letter stream.
         ``svit_dispatch_owned_streams`` -- streams this worker holds a claim on.
         ``svit_dispatch_delay_seconds{sink}`` -- commit -> confirmed delivery (Redis
             commit time vs this worker's clock).
@@ -56,6 +61,12 @@ class DispatchMetrics:
         self.trimmed = Counter("svit_dispatch_trimmed_total",
                                "Source-stream entries trimmed once every group acknowledged them.",
                                registry=r)
+        self.dead_trimmed = Counter("svit_dispatch_dead_trimmed_total",
+                                    "Dead letters removed by the dead-letter stream's bounds.",
+                                    ["bound"], registry=r)
+        self.settled_pruned = Counter("svit_dispatch_settled_pruned_total",
+                                      "Dead-settled fields deleted after their letter left.",
+                                      registry=r)
         self.owned = Gauge("svit_dispatch_owned_streams",
                            "Source streams this worker holds a claim on.", registry=r)
         self.delay = Histogram(

@@ -39,7 +39,9 @@ trims and restarts), so ``delivered = committed - pending - dead_lettered``,
 and names the first retained version (every intent of an older version was
 acknowledged). The rule assumes the group started at ``0`` (the dispatcher creates it so); an
 operator moving the group's id forward (``XGROUP SETID``) makes the skipped
-entries look delivered.
+entries look delivered. So does a dead letter the dead-letter bounds removed
+(count or age, see ``_deadbound.py``): with its letter gone, its intent counts
+as delivered (``svit_dispatch_dead_trimmed_total`` counts such removals).
 """
 
 from __future__ import annotations

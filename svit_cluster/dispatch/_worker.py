@@ -4,7 +4,10 @@ Control plane (loops that never die; each logs and retries on Redis errors):
 
 * **scan** -- every ``scan_interval_s``: ``SCAN MATCH <prefix>:{*}:outbox TYPE
   stream``, create the consumer group (``XGROUP CREATE … 0``; ``BUSYGROUP`` is
-  fine), refresh the lag gauges.
+  fine), refresh the lag gauges, enforce the dead-letter stream's bounds (count
+  and age, so old letters also go while none arrives) and, after letters went
+  or every ``_PRUNE_EVERY_SCANS`` scans, prune the ``:dead-settled`` fields of
+  letters no longer in the stream (``_deadbound.py``).
 * **membership** -- every ``heartbeat_interval_s``: heartbeat, renew held
   claims, take the claims of streams the hash ring now gives this worker, and
   ask runners of streams it no longer wins to hand them over.
@@ -54,6 +57,7 @@ from tenacity import (
 
 from svit_cluster.dispatch._claim import StreamClaims, shard_of
 from svit_cluster.dispatch._config import DispatchConfig
+from svit_cluster.dispatch._deadbound import BOUND_SCRIPT, PRUNE_SETTLED_SCRIPT, Trimmed
 from svit_cluster.dispatch._deadletter import write_dead_letter
 from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliveryError
 from svit_cluster.dispatch._intent import Intent, parse_entry
@@ -73,7 +77,8 @@ __all__ = ["DispatchWorker", "default_sinks", "run_worker"]
 log = logging.getLogger(__name__)
 
 _NOTIFY_BLOCK_MS = 25
-#: Old consumer names are pruned from owned streams every this many scans.
+#: Old consumer names are pruned from owned streams, and ``:dead-settled``
+#: fields of letters no longer kept from every stream, every this many scans.
 _PRUNE_EVERY_SCANS = 30
 #: ... when idle for this many claim TTLs with nothing pending.
 _PRUNE_IDLE_CLAIMS = 10.0
@@ -151,6 +156,9 @@ class DispatchWorker:
         self._registry: SinkRegistry | None = None
         self._claims: StreamClaims | None = None
         self._trim_script: Any = None
+        self._bound_script: Any = None
+        self._prune_settled_script: Any = None
+        self._prune_due = False  # a dead-letter write removed letters: prune at the next scan
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -171,6 +179,8 @@ class DispatchWorker:
                                  follow_redirects=False, trust_env=False)
         self._registry = self._sink_factory(c, client, http)
         self._trim_script = client.register_script(TRIM_ACKED_SCRIPT)
+        self._bound_script = client.register_script(BOUND_SCRIPT)
+        self._prune_settled_script = client.register_script(PRUNE_SETTLED_SCRIPT)
         self._claims = StreamClaims(client, self.keys, self.name, claim_ttl_s=c.claim_ttl_s,
                                   worker_ttl_s=c.worker_ttl_s)
         loops = [asyncio.create_task(coro, name=f"dispatch-{n}") for n, coro in (
@@ -240,6 +250,53 @@ class DispatchWorker:
         self._streams = found
         self._grouped &= found
         await self._update_lag()
+        await self._bound_dead_letters()
+
+    async def _bound_dead_letters(self) -> None:
+        """Enforce the dead-letter bounds (one script, O(1) when nothing is due),
+        then prune ``:dead-settled`` when letters went or every
+        ``_PRUNE_EVERY_SCANS`` scans."""
+        client = self._client
+        assert client is not None
+        reply = await self._bound_script(keys=[self.keys.dead, self.keys.dead_trim],
+                                         args=self.config.dead_letter_bound.args)
+        trimmed = Trimmed.from_reply(reply)
+        self._count_trimmed(trimmed)
+        due = self._prune_due or trimmed.total or self._scans % _PRUNE_EVERY_SCANS == 0
+        if trimmed.below and due:
+            self._prune_due = False
+            await self._prune_settled(trimmed.below)
+
+    async def _prune_settled(self, below: str) -> None:
+        """Delete, in every ``<stream>:dead-settled`` hash, the fields naming a
+        letter below ``below`` (the oldest kept letter's id): such a letter left
+        the dead-letter stream for good, and only a letter in the stream needs
+        its field (``delivery_status`` counts it through it). One script per
+        hash, in the hash's own slot."""
+        client = self._client
+        assert client is not None
+        pruned = 0
+        async for raw in client.scan_iter(match=self.keys.settled_pattern, count=1000,
+                                          _type="hash"):
+            pruned += int(await self._prune_settled_script(keys=[text(raw)], args=[below]))
+        if pruned:
+            self.metrics.settled_pruned.inc(pruned)
+            log.info("%s pruned %d dead-settled fields of letters below %s", self.name,
+                     pruned, below)
+
+    def _count_trimmed(self, trimmed: Trimmed) -> None:
+        if not trimmed.total:
+            return
+        self._prune_due = True
+        bound = self.config.dead_letter_bound
+        if trimmed.by_age:
+            self.metrics.dead_trimmed.labels("age").inc(trimmed.by_age)
+        if trimmed.by_count:
+            self.metrics.dead_trimmed.labels("count").inc(trimmed.by_count)
+        log.warning("%s: the dead-letter bounds removed %d letters (%d older than %g s, "
+                    "%d beyond the newest %d); every letter below %s is gone",
+                    self.name, trimmed.total, trimmed.by_age, bound.max_age_s,
+                    trimmed.by_count, bound.max_count, trimmed.below)
 
     async def _update_lag(self) -> None:
         client = self._client
@@ -544,7 +601,8 @@ class DispatchWorker:
                     ) -> None:
         """Dead-letter one entry: write the letter, then settle it (fenced ack).
 
-        The letter is written first (nothing lost if the worker dies next), then
+        The letter is written first (nothing lost if the worker dies next; the
+        dead-letter bounds are enforced in the same script), then
         :meth:`StreamClaims.settle_dead` acknowledges the entry and records the
         letter as its outcome in one script, refused when a newer claim holder
         exists or the entry was already acknowledged (delivered). A refused
@@ -556,10 +614,12 @@ class DispatchWorker:
         client, claims = self._client, self._claims
         assert client is not None and claims is not None
         reason = str(exc.fields.get("reason", "failed"))
-        dead_id = await write_dead_letter(
+        dead_id, trimmed = await write_dead_letter(
             client, self.keys, intent=intent, fields=fields, stream=st.key, entry_id=eid,
             source=st.process or "", sink=sink, reason=reason, error=exc.message,
-            attempts=attempts, worker=self.name, claim_token=st.token)
+            attempts=attempts, worker=self.name, claim_token=st.token,
+            bound=self.config.dead_letter_bound)
+        self._count_trimmed(trimmed)
         outcome = await claims.settle_dead(st.key, self.config.group, eid, st.token, dead_id)
         if outcome != "ok":
             with contextlib.suppress(RedisError, OSError):

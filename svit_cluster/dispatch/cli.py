@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from svit_cluster._cliutil import emit, fail, output_option
-from svit_cluster.errors import ConfigurationError, SvitError
+from svit_cluster.errors import ConfigurationError, NotFound, SvitError
 
 __all__ = ["dead_letters", "dispatcher"]
 
@@ -54,6 +54,12 @@ def dispatcher() -> None:
               help="Seconds before a dead worker's pending entries are reclaimed (default 30).")
 @click.option("--claim-ttl", "--lease-ttl", "claim_ttl_s", type=click.FloatRange(0.1), default=None,
               help="Per-stream claim TTL in seconds (default 10; --lease-ttl is the old name).")
+@click.option("--dead-letter-max-count", "dead_letter_max_count", type=click.IntRange(1),
+              default=None, help="Dead letters kept at most, oldest removed first "
+                                 "(default 10000).")
+@click.option("--dead-letter-max-age", "dead_letter_max_age_s", type=click.FloatRange(0.001),
+              default=None, help="Seconds a dead letter is kept at most (default 604800, "
+                                 "7 days).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")
 @click.option("--options", "options_json", default=None,
@@ -62,6 +68,7 @@ def dispatcher() -> None:
 def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
         token: str | None, worker_id: str | None, hosts: tuple[str, ...],
         max_attempts: int | None, claim_idle_s: float | None, claim_ttl_s: float | None,
+        dead_letter_max_count: int | None, dead_letter_max_age_s: float | None,
         metrics_port: int | None, options_json: str | None, log_level: str) -> None:
     """Run one dispatcher worker until SIGTERM/SIGINT."""
     from svit_cluster.dispatch import DispatchConfig, run_worker
@@ -78,6 +85,8 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
         "redis_url": redis_url, "gateway_url": gateway_url, "gateway_token": token,
         "worker_id": worker_id, "max_attempts": max_attempts, "claim_idle_s": claim_idle_s,
         "claim_ttl_s": claim_ttl_s, "metrics_port": metrics_port,
+        "dead_letter_max_count": dead_letter_max_count,
+        "dead_letter_max_age_s": dead_letter_max_age_s,
     }.items() if v is not None})
     if hosts:
         overrides["webhook_hosts"] = tuple(hosts)
@@ -231,9 +240,16 @@ def redrive(state_dir: Path | None, url: str | None, token: str | None, timeout_
     doc = _call("POST", base, tok, "/v1/admin/dead-letters/redrive", json=body,
                 timeout_s=timeout_s)
 
+    trimmed = list(doc.get("trimmed") or [])
+
     def text() -> None:
-        click.echo(f"redriven {len(doc['redriven'])}, missing {len(doc['missing'])}")
+        click.echo(f"redriven {len(doc['redriven'])}, missing {len(doc['missing'])}, "
+                   f"trimmed {len(trimmed)}")
         for missing in doc["missing"]:
             click.echo(f"  missing {missing}", err=True)
 
     emit(output, doc, text)
+    if trimmed:  # gone for good: a failed operation (exit 1), unlike a retry's "missing"
+        shown = ", ".join(trimmed[:5]) + (" ..." if len(trimmed) > 5 else "")
+        fail(NotFound(f"dead letter(s) {shown}: {doc.get('trimmed_reason') or 'removed'}",
+                      trimmed=trimmed))

@@ -273,6 +273,10 @@ def fork_events(client: RedisClient, parent_id: str, child_id: str, *,
 
     Call it before the child serves. Not atomic across the two hash slots;
     safe to retry (it refuses only a child log that has events of its own).
+    Until the child is created (``RedisBackend.create`` keeps them for good),
+    the copied events and the child's session pointer expire
+    ``OLD_SESSION_TTL_S`` (one day) after the last copy, so a fork that fails
+    after the copy and is never retried leaves nothing behind for longer.
 
     Returns:
         The number of events copied.
@@ -301,7 +305,8 @@ def fork_events(client: RedisClient, parent_id: str, child_id: str, *,
         pipe = client.pipeline(transaction=True)
         for eid, fields in entries:
             pipe.xadd(ck.events(child_session), dict(fields), id=eid)
-        pipe.set(ck.session, child_session)
+        pipe.set(ck.session, child_session, ex=OLD_SESSION_TTL_S)
+        pipe.expire(ck.events(child_session), OLD_SESSION_TTL_S)
         pipe.execute()
     return len(entries)
 

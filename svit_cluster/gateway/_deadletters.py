@@ -4,8 +4,12 @@
 "count": <total>, "next": <id to pass as after, or null>}``, oldest first.
 
 ``POST /v1/admin/dead-letters/redrive`` with ``{"ids": [...]}`` or
-``{"all": true, "limit": N}`` -- ``{"redriven": [...], "missing": [...]}``.
-Safe to retry: each letter moves at most once.
+``{"all": true, "limit": N}`` -- ``{"redriven": [...], "missing": [...],
+"trimmed": [...]}``, plus ``"trimmed_reason"`` (which bounds removed them)
+when ``trimmed`` is not empty. Safe to retry: each letter moves at most once;
+a retry lists the moved ids under ``missing``. ``trimmed`` ids were removed by
+the dead-letter stream's bounds (count and age, set on the dispatcher): gone
+for good, nothing was re-driven for them.
 
 A non-admin token gets 403 ``forbidden``; a gateway started without a Redis
 URL answers 503 ``unavailable``.

@@ -413,6 +413,13 @@ class EtcdServer(_Server):
             "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"svit={peer}",
             "--initial-cluster-state", "new",
+            # Keep one hour of history, like the chart (etcd.autoCompaction):
+            # revisions of released owner records (every passivation, every
+            # deleted process) do not pile up. Tokens are revisions, which
+            # compaction never changes; a watch that starts below the compacted
+            # revision fails, and the route cache then reloads.
+            "--auto-compaction-mode", "periodic",
+            "--auto-compaction-retention", "1h",
         ]
 
     def _ready(self) -> bool:

@@ -680,6 +680,10 @@ class RedisBackend:
     def create(self, process: Process) -> None:
         """Store ``process`` as the start of a new log (head + snapshot), fenced.
 
+        Events a history fork copied for this id beforehand (the session
+        pointer and that session's events, which expire while no create
+        follows) are kept for good by the same script.
+
         Raises:
             ConflictError: the process already exists in the store.
             FencedError: a newer owner holds the process.
@@ -691,9 +695,13 @@ class RedisBackend:
         self._check_guard()
         keys = self.keys
         with redis_boundary("create", self.process_id, outcome="unknown"):
+            session = self._client.get(keys.session)
+            history = [keys.session, keys.events(
+                session.decode() if isinstance(session, bytes) else str(session))
+            ] if session else []
             reply = self._run(
                 "create", self._scripts.create,
-                [keys.fence, keys.head, keys.snapshot],
+                [keys.fence, keys.head, keys.snapshot, *history],
                 [self.token, process.version, process.position, process.chain_head,
                  process.root_hash, process.snapshot()],
             )
@@ -758,8 +766,11 @@ class RedisBackend:
         refusing every write of an older owner, so a stale owner cannot
         resurrect the process (see
         ``DELETE`` in ``_scripts``). Not removed: the fence key itself, the
-        events streams of earlier reasoning sessions, and the dispatcher's
-        per-stream bookkeeping (``<outbox>:lease-token``, ``:dead-settled``).
+        events streams of earlier reasoning sessions (each expires
+        ``OLD_SESSION_TTL_S`` after its session ended), and the dispatcher's
+        per-stream bookkeeping: ``<outbox>:lease-token``, a fencing counter
+        kept like the fence, and ``:dead-settled``, whose fields leave with
+        their dead letters (``svit_cluster.dispatch``).
 
         Returns:
             ``{"version": int | None, "removed_keys": int}``: the head version

@@ -206,8 +206,11 @@ end
 return {'ok', raw, redis.call('LRANGE', KEYS[3], 0, -1), redis.call('HGETALL', KEYS[2])}
 """
 
-# KEYS: fence, head, snapshot
+# KEYS: fence, head, snapshot[, session, events of that session]
 # ARGV: token, version, position, chain_head, root_hash, data
+# A history fork copies the parent's events into the child's session before the
+# child exists, with a TTL so a copy whose create never comes expires; the
+# create makes them the child's for good (PERSIST of KEYS[4], KEYS[5]).
 CREATE = _FENCE + """
 local fence_raw, fence_ok = fence_check(KEYS[1], ARGV[1])
 if not fence_ok then
@@ -221,6 +224,9 @@ redis.call('HSET', KEYS[2], 'version', ARGV[2], 'chain_head', ARGV[4],
   'root_hash', ARGV[5], 'position', ARGV[3], 'token', ARGV[1])
 redis.call('HSET', KEYS[3], 'data', ARGV[6], 'version', ARGV[2], 'position', ARGV[3],
   'chain_head', ARGV[4], 'root_hash', ARGV[5], 'token', ARGV[1])
+for i = 4, #KEYS do
+  redis.call('PERSIST', KEYS[i])
+end
 return {'ok'}
 """
 

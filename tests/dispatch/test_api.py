@@ -7,11 +7,13 @@ from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 import svit_cluster.dispatch as dispatch
 from svit_cluster.dispatch import DeadLetters, DispatchConfig, DispatchKeys, DispatchWorker
 from svit_cluster.dispatch._claim import shard_of
+from svit_cluster.dispatch._deadbound import BOUND_SCRIPT, DeadLetterBound
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.gateway import Principal, TokenStore, create_app
 from svit_cluster.inprocess import InProcessRouter
@@ -40,6 +42,8 @@ def test_exported_names_are_pinned() -> None:
     {"redis_url": "http://x"}, {"max_attempts": 0}, {"claim_ttl_s": 1.0},
     {"claim_idle_s": -1}, {"webhook_hosts": ("a/b",)}, {"redis_stream_prefixes": ("svit:x",)},
     {"retry_initial_s": 2.0, "retry_max_s": 1.0}, {"batch_size": True}, {"nope": 1},
+    {"dead_letter_max_count": 0}, {"dead_letter_max_count": 1.5},
+    {"dead_letter_max_age_s": 0}, {"dead_letter_max_age_s": True},
 ])
 def test_config_rejects_bad_values(bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
@@ -104,7 +108,7 @@ def test_admin_routes_list_and_redrive(admin_client: TestClient, rclient: redis.
     assert [d["id"] for d in r.json()["dead_letters"]] == ids[2:]
     r = admin_client.post("/v1/admin/dead-letters/redrive", json={"ids": [ids[0], "9-9"]},
                           headers=auth)
-    assert r.json() == {"redriven": [ids[0]], "missing": ["9-9"]}
+    assert r.json() == {"redriven": [ids[0]], "missing": ["9-9"], "trimmed": []}
     moved = rclient.xrange(DispatchKeys("svit").redrive)
     assert len(moved) == 1 and moved[0][1][b"dead_letter_id"] == ids[0].encode()
     assert moved[0][1][b"intent_id"] == b"svit://t/a:0:0"
@@ -115,6 +119,33 @@ def test_admin_routes_list_and_redrive(admin_client: TestClient, rclient: redis.
                              headers=auth).status_code == 400
     assert admin_client.get("/v1/admin/dead-letters", params={"after": "x"},
                             headers=auth).status_code == 400
+
+
+def test_redrive_of_a_letter_the_bounds_removed_says_so(
+        admin_client: TestClient, rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = _plant(rclient, 3)
+    keys = DispatchKeys("svit")
+    rclient.delete(keys.dead_trim)
+    rclient.register_script(BOUND_SCRIPT)(keys=[keys.dead, keys.dead_trim],
+                                          args=DeadLetterBound(max_count=1).args)
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    doc = admin_client.post("/v1/admin/dead-letters/redrive", json={"ids": ids[:1]},
+                            headers=auth).json()
+    assert (doc["redriven"], doc["missing"], doc["trimmed"]) == ([], [], ids[:1])
+    assert doc["trimmed_reason"].startswith(f"removed by the dead-letter bounds (every "
+                                            f"letter below {ids[2]} is gone; the dispatcher "
+                                            "keeps at most 1 letters, none older than 604800 s")
+
+    import svit_cluster.dispatch.cli as dcli
+    from svit_cluster.cli import cli
+
+    monkeypatch.setattr(dcli, "_call", lambda *a, **k: doc)
+    result = CliRunner().invoke(cli, ["dead-letters", "redrive", ids[0], "--url", "http://gw",
+                                      "--token", ADMIN])
+    assert result.exit_code == 1
+    assert f"error: not_found: dead letter(s) {ids[0]}: removed by the dead-letter bounds" \
+        in result.stderr
 
 
 def test_admin_routes_need_an_admin_token(admin_client: TestClient) -> None:

@@ -128,7 +128,7 @@ def _dead_letter(url: str, prefix: str, pid: str, stream: str, eid: str,
             (token,) = (await StreamClaims(client, keys, "w", claim_ttl_s=60,
                                            worker_ttl_s=60).claim([stream])).values()
             assert token >= 1
-            dead_id = await write_dead_letter(
+            dead_id, _ = await write_dead_letter(
                 client, keys, intent=parse_entry(stream, eid, fields, pid), fields=fields,
                 stream=stream, entry_id=eid, source=pid, sink="webhook", reason="rejected",
                 error="HTTP 400", attempts=1, worker="w", claim_token=token)

@@ -205,6 +205,23 @@ def test_signal_retention_caps_the_stream(rclient: redis.Redis, pid: str, prefix
         StoreConfig(signal_retention=3)
 
 
+def test_max_events_caps_each_sessions_event_log(
+        rclient: redis.Redis, pid: str, prefix: str) -> None:
+    """``MAXLEN ~ max_events``: Redis keeps at most one stream node (100 entries)
+    more than the bound; the newest events are the ones kept."""
+    new_log(rclient, pid, prefix)
+    log = RedisEventLog(rclient, pid, 1, prefix=prefix, max_events=16)
+    for batch in range(40):
+        items = []
+        for i in range(10):
+            ev = {"kind": "user", "turn": batch * 10 + i, "data": {"content": "x"}}
+            items.append((ev, project_message(ev)))
+        log.append("s-1", items)
+    kept = rclient.xlen(log.keys.events("s-1"))
+    assert 16 <= kept <= 16 + 100 and kept < 400
+    assert log.last_seq("s-1") == 400 and log.recent("s-1", 1)[0].seq == 400
+
+
 def test_store_level_fork_shares_the_immutable_prefix(
     rclient: redis.Redis, pid: str, prefix: str
 ) -> None:
@@ -225,3 +242,33 @@ def test_store_level_fork_shares_the_immutable_prefix(
     assert parent.last_seq("s-parent") == 4
     with pytest.raises(ConflictError):
         fork_events(rclient, pid, child_id, prefix=prefix, upto_seq=3)
+
+
+def test_a_forked_history_expires_unless_its_child_is_created(
+    rclient: redis.Redis, pid: str, prefix: str
+) -> None:
+    """A fork that copied the parent's events and then failed, never retried,
+    leaves them for at most ``OLD_SESSION_TTL_S``; the child's create keeps them."""
+    from svit_cluster.events._model import OLD_SESSION_TTL_S
+
+    new_log(rclient, pid, prefix)
+    parent = RedisEventLog(rclient, pid, 1, prefix=prefix)
+    ev = {"kind": "user", "turn": 1, "data": {"content": "hi"}}
+    parent.append("s-parent", [(ev, project_message(ev))])
+    orphan, child_id = pid + "-orphan", pid + "-child"
+    for name in (orphan, child_id):
+        assert fork_events(rclient, pid, name, prefix=prefix) == 1
+    keys = {name: RedisEventLog(rclient, name, 1, prefix=prefix).keys for name in
+            (orphan, child_id)}
+    for name, k in keys.items():
+        session = events.session_for(name)
+        for key in (k.session, k.events(session)):
+            assert 0 < rclient.ttl(key) <= OLD_SESSION_TTL_S
+    backend = RedisBackend(rclient, child_id, 2, StoreConfig(prefix=prefix))
+    backend.claim()
+    backend.create(Process.create(child_id))
+    child = keys[child_id]
+    assert rclient.ttl(child.session) == -1
+    assert rclient.ttl(child.events(events.session_for(child_id))) == -1
+    assert 0 < rclient.ttl(keys[orphan].events(events.session_for(orphan))) \
+        <= OLD_SESSION_TTL_S

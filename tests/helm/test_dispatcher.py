@@ -108,6 +108,18 @@ def test_webhook_hosts_become_allowlist_arguments(render: Render) -> None:
     assert "--allow-webhook-host" not in _container(render())["args"]  # default: none
 
 
+def test_dead_letter_bounds_become_arguments(render: Render) -> None:
+    """dispatcher.deadLetters sets the dead-letter stream's count and age bounds."""
+    def bound(args: list[str]) -> tuple[str, str]:
+        return (args[args.index("--dead-letter-max-count") + 1],
+                args[args.index("--dead-letter-max-age") + 1])
+
+    assert bound(_container(render())["args"]) == ("10000", "604800")
+    args = _container(render(None, "dispatcher.deadLetters.maxCount=2000000",
+                             "dispatcher.deadLetters.maxAgeS=86400"))["args"]
+    assert bound(args) == ("2000000", "86400")
+
+
 def test_network_policy_egress_and_ingress(render: Render) -> None:
     manifests = render()
     policy = _named(manifests, "NetworkPolicy", f"{RELEASE}-dispatcher")

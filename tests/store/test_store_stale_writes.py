@@ -58,3 +58,22 @@ def test_guard_refusal_is_recorded(rclient: redis.Redis) -> None:
     [entry] = _entries(rclient, config.prefix)
     assert entry["by"] == "self" and entry["op"] == "guard"
     assert entry["reason"] == "host lease lost" and "fence" not in entry
+
+
+def test_the_stale_writes_stream_keeps_about_the_newest_retained(
+        rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MAXLEN ~ STALE_WRITES_RETAINED``: at most one stream node (100 entries)
+    over the bound, the newest refusals kept."""
+    from svit_cluster.store import _log
+
+    monkeypatch.setattr(_log, "STALE_WRITES_RETAINED", 20)
+    config = StoreConfig(prefix=unique("stalewrites"))
+    pid = f"svit://test/{unique('many')}"
+    old, proc = new_log(rclient, pid, 1, config)
+    RedisBackend(rclient, pid, 2, config).claim()
+    for i in range(300):
+        with pytest.raises(FencedError):
+            commit_write(old, proc, i)
+    kept = rclient.xlen(stale_writes_key(config.prefix))
+    assert 20 <= kept <= 20 + 100
+    assert _entries(rclient, config.prefix)[-1]["process_id"] == pid
