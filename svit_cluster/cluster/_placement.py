@@ -125,6 +125,10 @@ class HostWatch:
         """``host``'s agent answered: stop skipping it (Ray's verdict still applies)."""
         self._suspect.pop(host, None)
 
+    def is_dead(self, host: str) -> bool:
+        """Whether Ray's node table declared ``host`` dead (last update)."""
+        return host in self._dead
+
     def excluded(self) -> set[str]:
         """Hosts not to place on now."""
         now = self._clock()

@@ -24,6 +24,7 @@ from svit_cluster.cluster._agent import agent_name
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._direct import DirectClient, DirectEndpoint, DirectUnreachable
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
+from svit_cluster.cluster._rehome import Rehomer
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.control import ControlAnswer, ControlRequest
@@ -217,6 +218,10 @@ class RayRouter:
         #: Hosts placement skips: dead per Ray's node table, or not answering.
         self.host_watch = HostWatch(suspect_s=float(config.lease_ttl_s))
         self._node_watch: asyncio.Task[None] | None = None
+        #: Restores the processes whose owner died (see :mod:`._rehome`).
+        self.rehomer = Rehomer(self._route, self.host_watch.is_dead,
+                               grace_s=float(config.lease_ttl_s))
+        cache.on_orphaned = self.rehomer.add
 
     def start_node_watch(self, *, poll_s: float = 0.5) -> None:
         """Poll Ray's node table on the running loop: skip dead hosts in placement
@@ -240,6 +245,7 @@ class RayRouter:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.rehomer.close()
 
     # -- plumbing -------------------------------------------------------------------
 

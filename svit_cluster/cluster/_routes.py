@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,16 @@ class RouteCache:
         #: process id -> futures waiting for that process's route to move (see
         #: :meth:`moved`).
         self._movers: dict[str, list[tuple[Route, asyncio.Future[None]]]] = {}
+        #: Called with each route whose owner died rather than released it: etcd
+        #: deleted its owner record in the same revision as its host's
+        #: registration, which happens only when the host's lease expired or was
+        #: revoked (a lease's keys go in one revision; a release deletes one
+        #: record). Seen only while the watch runs: a deletion missed while it
+        #: was broken is not reported.
+        self.on_orphaned: Callable[[Route], None] | None = None
+        self._gone_revision = 0
+        self._gone_hosts: set[str] = set()
+        self._gone_routes: list[Route] = []
 
     def start(self) -> RouteCache:
         """Start the load-and-watch loop on the running event loop."""
@@ -128,12 +139,16 @@ class RouteCache:
         else:
             del self._movers[process_id]
 
-    def _apply(self, key: bytes, value: bytes | None, create_revision: int) -> None:
+    def _apply(self, key: bytes, value: bytes | None, create_revision: int,
+               deleted_at: int = 0) -> None:
+        """Apply one record; ``deleted_at``: the revision of a watched deletion."""
         kind = parse_key(self.cluster, key)
         if kind is not None and kind[0] == "owner":
             pid = kind[1]
             if value is None:
-                self.routes.pop(pid, None)
+                gone = self.routes.pop(pid, None)
+                if gone is not None and deleted_at:
+                    self._note_gone(deleted_at, route=gone)
             else:
                 try:
                     record = json.loads(value)
@@ -146,12 +161,37 @@ class RouteCache:
             host = kind[1]
             if value is None:
                 self.hosts.pop(host, None)
+                if deleted_at:
+                    self._note_gone(deleted_at, host=host)
             else:
                 try:
                     self.hosts[host] = dict(json.loads(value))
                 except (ValueError, TypeError):
                     self.hosts[host] = {"host": host}
         self.changed.set()
+
+    def _note_gone(self, revision: int, *, host: str | None = None,
+                   route: Route | None = None) -> None:
+        """Pair the deletions of one revision: an owner record deleted with its
+        host's registration is orphaned (reported once, in either order)."""
+        if revision != self._gone_revision:
+            self._gone_revision, self._gone_hosts, self._gone_routes = revision, set(), []
+        orphans: list[Route] = []
+        if host is not None:
+            self._gone_hosts.add(host)
+            orphans = [r for r in self._gone_routes if r.host == host]
+            self._gone_routes = [r for r in self._gone_routes if r.host != host]
+        elif route is not None:
+            if route.host in self._gone_hosts:
+                orphans = [route]
+            else:
+                self._gone_routes.append(route)
+        if self.on_orphaned is not None:
+            for orphan in orphans:
+                try:
+                    self.on_orphaned(orphan)
+                except Exception:  # a listener's fault must not break the watch
+                    log.exception("on_orphaned failed for %s", orphan.process_id)
 
     async def _reload(self) -> None:
         got = await asyncio.wait_for(self.client.get_prefix(self.prefix), timeout=5)
@@ -180,8 +220,10 @@ class RouteCache:
                 )
                 async for event in self._watch:
                     kv = event.kv
-                    value = None if event.kind == "DELETE" else bytes(kv.value)
-                    self._apply(bytes(kv.key), value, int(kv.create_revision))
+                    deleted = event.kind == "DELETE"
+                    self._apply(bytes(kv.key), None if deleted else bytes(kv.value),
+                                int(kv.create_revision),
+                                deleted_at=int(kv.mod_revision) if deleted else 0)
                     self.revision = max(self.revision, int(kv.mod_revision))
             except asyncio.CancelledError:
                 raise

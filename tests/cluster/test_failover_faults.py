@@ -627,3 +627,49 @@ def test_ray_node_death_revokes_the_hosts_lease_at_once(
     finally:
         cluster.restart_host(victim)
     assert cluster.wait_healthy(timeout_s=90)["hosts_live"] == 3
+
+
+def test_an_agent_turn_in_flight_on_a_killed_host_completes_without_a_new_request(
+    cluster: LocalCluster, gateway: tuple[str, str]
+) -> None:
+    """The owner dies mid-turn; the gateway restores the process on a live host
+    (its record went with the host's lease) and the new owner's loop answers
+    the queued message. Before, nothing asked for the process again: the
+    message stayed queued until some later request, and the client waited."""
+    from svit_cluster.chat import chat_turn
+    from svit_cluster.client import AsyncSvitClient
+
+    url, token = gateway
+    ttl = cluster.spec.lease_ttl_s
+    pid = f"svit://local/agent-{uuid.uuid4().hex[:8]}"
+    with SvitClient(url, token) as c:
+        c.create_process(pid, memory={"status": "idle"})
+    victim = owner_host(cluster, pid)
+    assert victim is not None
+
+    async def turn() -> Any:
+        async with AsyncSvitClient(url, token, timeout_s=60) as client:
+            return await chat_turn(client, pid, "/sleep 4", emit=lambda _line: None,
+                                   timeout_s=ttl + 4 + 25)
+
+    async def run() -> tuple[Any, float]:
+        task = asyncio.create_task(turn())
+        await asyncio.sleep(1.5)  # the turn is in flight on the victim
+        assert await asyncio.to_thread(owner_host, cluster, pid) == victim
+        killed_at = time.monotonic()
+        await asyncio.to_thread(_kill, cluster, victim)
+        outcome = await task
+        return outcome, time.monotonic() - killed_at
+
+    try:
+        outcome, took = asyncio.run(run())
+        print(f"\nAGENT-REHOME: turn completed {took:.2f} s after the kill of {victim} "
+              f"(TTL {ttl} s, the model sleeps 4 s)")
+        assert outcome.ok, outcome
+        new_owner = owner_host(cluster, pid)
+        assert new_owner is not None and new_owner != victim
+        with SvitClient(url, token) as c:
+            inbox, _ = c.state(pid, "/inbox")
+        assert inbox == []
+    finally:
+        restore(cluster, victim)
