@@ -1,4 +1,4 @@
-"""Soak: a 3-host local cluster under a long, steady load with host kills (issue 30).
+"""Soak: a 3-host local cluster under a long, steady load with host kills.
 
 Run::
 
