@@ -63,6 +63,7 @@ from benchmarks._llm import LLMServer, start_llm_server
 from benchmarks.bench_residency import host_pss_mib, pct, slope
 from svit_cluster.chat import chat_turn
 from svit_cluster.client import AsyncSvitClient, RecoveredCommit
+from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
 from svit_cluster.dispatch import outbox_summary
 from svit_cluster.errors import OutcomeUnknownError, SvitError
 from svit_cluster.local import ClusterSpec, LocalCluster, free_port
@@ -187,6 +188,23 @@ async def run_agent(url: str, token: str, pid: str, tally: Tally, end: float) ->
 
 def key_bytes(client: Any, pid: str) -> int:
     return sum(int(client.memory_usage(k, samples=0) or 0) for k in ProcessKeys(pid).all())
+
+
+def key_breakdown(client: Any, pid: str) -> dict[str, dict[str, int]]:
+    """Every Redis key of ``pid`` (its ``{P}`` hash tag): bytes and entries, so
+    the end of a run shows which structure holds what and whether it is at its cap."""
+    keys = ProcessKeys(pid)
+    out: dict[str, dict[str, int]] = {}
+    for raw in client.scan_iter(match=f"{keys.prefix}:{{{pid}}}:*", count=500):
+        key = raw.decode() if isinstance(raw, bytes) else raw
+        kind = client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        size = {"stream": client.xlen, "hash": client.hlen, "zset": client.zcard,
+                "list": client.llen, "set": client.scard}.get(kind)
+        out[key.split("}", 1)[1] or key] = {
+            "bytes": int(client.memory_usage(key, samples=0) or 0),
+            "entries": int(size(key)) if size else 1}
+    return out
 
 
 async def etcd_db_bytes(endpoint: str) -> int:
@@ -366,6 +384,11 @@ def main() -> int:
     ap.add_argument("--sample-every-s", type=float, default=60.0)
     ap.add_argument("--model-latency-ms", type=int, default=200,
                     help="the model server's delay per reply (ms)")
+    ap.add_argument("--signal-retention", type=int, default=DEFAULT_SIGNAL_RETENTION,
+                    help="observer signals kept per process (up --signal-retention); lower "
+                         "it so the caps fill within the first half of a 20-minute run")
+    ap.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS,
+                    help="reasoning events kept per session (up --max-events)")
     args = ap.parse_args()
     if args.quick:
         args.duration_s, args.agents, args.sends = 60.0, 3, 300
@@ -381,7 +404,8 @@ def main() -> int:
             cluster = LocalCluster.up(ClusterSpec(
                 state_dir=Path(tmp), hosts=3, lease_ttl_s=5, dispatchers=1,
                 dispatch_options={"webhook_hosts": [f"127.0.0.1:{hook.port}"]},
-                reasoner={"kind": "openai", "base_url": llm.base_url, "model": "gpt-4o-mini"}))
+                reasoner={"kind": "openai", "base_url": llm.base_url, "model": "gpt-4o-mini"},
+                signal_retention=args.signal_retention, max_events=args.max_events))
             try:
                 result = run(cluster, args, hook, llm, agents)
             finally:
@@ -423,7 +447,8 @@ def run(cluster: LocalCluster, args: argparse.Namespace, hook: Webhook, llm: LLM
     return {
         "config": {"duration_s": args.duration_s, "agents": args.agents, "sends": args.sends,
                    "kill_every_s": args.kill_every_s, "sample_every_s": args.sample_every_s,
-                   "hosts": 3, "lease_ttl_s": 5},
+                   "hosts": 3, "lease_ttl_s": 5, "signal_retention": args.signal_retention,
+                   "max_events": args.max_events},
         "seconds": round(tally.now(), 1),
         "sender_activations": len(tally.acked_versions),
         "sender_outcome_unknown": tally.outcome_unknown,
@@ -437,7 +462,17 @@ def run(cluster: LocalCluster, args: argparse.Namespace, hook: Webhook, llm: LLM
         "trends": trends([r for r in table if r["t_s"] <= args.duration_s + 1]),
         "trends_sender_alone": trends([r for r in table if r["t_s"] > args.duration_s + 1]),
         "checks": verify(cluster, agents, tally, hook),
+        "keys_at_end": _keys_at_end(cluster, agents),
     }
+
+
+def _keys_at_end(cluster: LocalCluster, agents: list[str]) -> dict[str, Any]:
+    rc = connect(cluster.doc["redis"]["url"])
+    try:
+        return {"sender": key_breakdown(rc, SENDER),
+                **({"agent_0": key_breakdown(rc, agents[0])} if agents else {})}
+    finally:
+        rc.close()
 
 
 if __name__ == "__main__":

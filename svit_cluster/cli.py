@@ -30,6 +30,7 @@ from svit_cluster._cliutil import (
     output_option,
     waiting,
 )
+from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
 from svit_cluster.errors import SvitError, UnavailableError
 
 __all__ = ["main"]
@@ -153,13 +154,20 @@ def cli() -> None:
                    "budget the least recently used idle process passivates for a new one. "
                    "0: derived from the host's share of this machine (16 per CPU, at most "
                    "half its memory at 96 MiB each; see docs/capacity.md).")
+@click.option("--signal-retention", default=DEFAULT_SIGNAL_RETENTION, show_default=True,
+              type=click.IntRange(16, 10_000_000),
+              help="Observer signals kept per process (a capped Redis stream).")
+@click.option("--max-events", default=DEFAULT_MAX_EVENTS, show_default=True,
+              type=click.IntRange(16, 10_000_000),
+              help="Reasoning events kept per session of a process (a capped Redis "
+                   "stream; see docs/capacity.md).")
 @output_option
 def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
        passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...],
        reasoner_kind: str, reasoner_url: str | None, model: str | None,
        reasoner_key_env: str, instructions: str | None, ports_file: Path | None,
        redis_cluster: str | None, etcd_members: int, max_active_per_host: int,
-       output: str) -> None:
+       signal_retention: int, max_events: int, output: str) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
     Writes STATE_DIR/cluster.json with the gateway URL, the tokens and every
@@ -192,7 +200,8 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
                         ports=ports if isinstance(ports, dict) else {"invalid": ports},
                         redis_masters=masters, redis_replicas=replicas,
                         etcd_members=etcd_members,
-                        max_active_per_host=max_active_per_host),
+                        max_active_per_host=max_active_per_host,
+                        signal_retention=signal_retention, max_events=max_events),
             progress=step,
         )
     doc = cluster.doc

@@ -7,7 +7,13 @@ does not load pydantic-settings and dotenv for a constant (issue 18 item 3).
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_SNAPSHOT_EVERY", "DEFAULT_WAIT_REPLICAS", "DEFAULT_WAIT_TIMEOUT_MS"]
+__all__ = [
+    "DEFAULT_MAX_EVENTS",
+    "DEFAULT_SIGNAL_RETENTION",
+    "DEFAULT_SNAPSHOT_EVERY",
+    "DEFAULT_WAIT_REPLICAS",
+    "DEFAULT_WAIT_TIMEOUT_MS",
+]
 
 #: Commits between snapshots (``SVIT_SNAPSHOT_EVERY``); re-exported by ``settings``
 #: and ``store``.
@@ -20,3 +26,11 @@ DEFAULT_WAIT_REPLICAS = 0
 #: That ``WAIT``'s deadline in milliseconds (``SVIT_REDIS_WAIT_TIMEOUT_MS``), the
 #: default of ``StoreSettings.redis_wait_timeout_ms`` and ``StoreConfig.wait_timeout_ms``.
 DEFAULT_WAIT_TIMEOUT_MS = 1000
+
+#: Observer signals kept per process (``XADD MAXLEN ~``; ``SVIT_SIGNAL_RETENTION``),
+#: re-exported by ``events``.
+DEFAULT_SIGNAL_RETENTION = 10_000
+
+#: Canonical reasoning events kept per session of a process (``XADD MAXLEN ~``;
+#: ``SVIT_MAX_EVENTS``), re-exported by ``events``.
+DEFAULT_MAX_EVENTS = 100_000

@@ -45,6 +45,8 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from svit_cluster.defaults import (
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_SIGNAL_RETENTION,
     DEFAULT_SNAPSHOT_EVERY,
     DEFAULT_WAIT_REPLICAS,
     DEFAULT_WAIT_TIMEOUT_MS,
@@ -153,6 +155,8 @@ class ClusterSettings(StoreSettings):
             process actor passivates (> 0).
         signal_retention: ``SVIT_SIGNAL_RETENTION``: observer signals kept per
             process (16..10 000 000).
+        max_events: ``SVIT_MAX_EVENTS``: canonical reasoning events kept per
+            session of a process (16..10 000 000, default 100 000).
         ports_json: ``SVIT_PORTS_JSON``: the port registry settings
             (``svit_cluster.ports.PortsConfig``) as a JSON object; validated.
         reasoner_kind, reasoner_base_url, reasoner_model, reasoner_api_key_env,
@@ -175,7 +179,8 @@ class ClusterSettings(StoreSettings):
     lease_ttl_s: int = Field(default=5, ge=1)
     snapshot_every: int = Field(default=DEFAULT_SNAPSHOT_EVERY, ge=1)
     passivate_after_s: float = Field(default=300.0, gt=0)
-    signal_retention: int = Field(default=10_000, ge=16, le=10_000_000)
+    signal_retention: int = Field(default=DEFAULT_SIGNAL_RETENTION, ge=16, le=10_000_000)
+    max_events: int = Field(default=DEFAULT_MAX_EVENTS, ge=16, le=10_000_000)
     ports_json: str = ""
     reasoner_kind: str | None = None
     reasoner_base_url: str | None = None

@@ -292,6 +292,7 @@ class ProcessActor:
         )
         self._events = RedisEventLog(client, self.process_id, self.token,
                                      signal_retention=self.cfg.signal_retention,
+                                     max_events=self.cfg.max_events,
                                      guard=self._guard)
         # The agent already claimed this token (Owners.claim, for ownership);
         # this claim is kept because it is also the receipts load (one script),

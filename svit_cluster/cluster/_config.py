@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from svit_cluster.control import DEFAULT_RECEIPTS
+from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
 
@@ -109,7 +110,11 @@ class ClusterConfig:
             (``LocalCluster.up(unsafe_disable_fencing=True)`` passes the
             unfenced test factory of ``svit_cluster.store.testing`` through the
             bootstrap driver), so production code never imports that module.
-        signal_retention: observer signals kept per process (default 10 000).
+        signal_retention: observer signals kept per process (default 10 000;
+            ``SVIT_SIGNAL_RETENTION``, cluster.json ``signal_retention``).
+        max_events: canonical reasoning events kept per session of a process
+            (``events.DEFAULT_MAX_EVENTS``, 100 000; ``SVIT_MAX_EVENTS``,
+            cluster.json ``max_events``).
         redis_allow_unverified_eviction_policy: start against a Redis whose
             ``maxmemory-policy`` cannot be read (``CONFIG`` disabled, as on some
             managed services), with a warning; the operator vouches that it is
@@ -162,7 +167,8 @@ class ClusterConfig:
     warm_spares: int = 2
     host_endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
     backend_factory: str = ""
-    signal_retention: int = 10_000
+    signal_retention: int = DEFAULT_SIGNAL_RETENTION
+    max_events: int = DEFAULT_MAX_EVENTS
     redis_allow_unverified_eviction_policy: bool = False
     redis_cluster: bool = False
     reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -206,7 +212,8 @@ class ClusterConfig:
             passivate_after_s=float(doc["passivate_after_s"]),
             host_endpoints={h: v["endpoints"] for h, v in doc.get("hosts", {}).items()
                             if v.get("endpoints")},
-            signal_retention=int(doc.get("signal_retention", 10_000)),
+            signal_retention=int(doc.get("signal_retention", DEFAULT_SIGNAL_RETENTION)),
+            max_events=int(doc.get("max_events", DEFAULT_MAX_EVENTS)),
             reasoner=dict(doc.get("reasoner") or {}),
             ports=dict(doc.get("ports") or {}),
             direct_transport=bool(doc.get("direct_transport", True)),
@@ -252,6 +259,7 @@ class ClusterConfig:
             snapshot_every=env.snapshot_every,
             passivate_after_s=env.passivate_after_s,
             signal_retention=env.signal_retention,
+            max_events=env.max_events,
             redis_allow_unverified_eviction_policy=env.redis_allow_unverified_eviction_policy,
             redis_cluster=env.redis_cluster,
             reasoner=env.reasoner(),

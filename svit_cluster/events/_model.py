@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
 from svit_cluster.errors import ErrorCode, InvalidInput
 from svit_cluster.process import Change, canonical_json
 
@@ -43,10 +44,6 @@ __all__ = [
     "validate_limit",
 ]
 
-#: Signals kept per process by default (``XADD MAXLEN ~``).
-DEFAULT_SIGNAL_RETENTION = 10_000
-#: Canonical events kept per session by default (``XADD MAXLEN ~``).
-DEFAULT_MAX_EVENTS = 100_000
 #: Seconds a previous session's event log is kept once a new session starts
 #: (``EXPIRE`` set by the first append of the new session; one day), so the
 #: events a process keeps in Redis stay bounded however many sessions it has.

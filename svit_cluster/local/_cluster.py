@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import psutil
 
+from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.gateway import DEFAULT_MAX_REQUEST_BYTES
 from svit_cluster.local._ray import PortAllocator, RayNode, ray_env, stop_nodes
@@ -107,6 +108,10 @@ class ClusterSpec:
             from the host's share of this machine: every host's Ray node
             advertises ``cpu_count // hosts`` CPUs (at least 1) and
             ``memory // hosts`` bytes, see :meth:`host_share`).
+        signal_retention: observer signals kept per process
+            (``ClusterConfig.signal_retention``; 16..10 000 000, default 10 000).
+        max_events: canonical reasoning events kept per session of a process
+            (``ClusterConfig.max_events``; 16..10 000 000, default 100 000).
     """
 
     state_dir: Path
@@ -124,6 +129,8 @@ class ClusterSpec:
     redis_replicas: int = 0
     etcd_members: int = 1
     max_active_per_host: int = 0
+    signal_retention: int = DEFAULT_SIGNAL_RETENTION
+    max_events: int = DEFAULT_MAX_EVENTS
 
     def host_share(self) -> tuple[int, int]:
         """``(cpus, memory_bytes)`` one host's Ray node advertises: this machine
@@ -150,6 +157,9 @@ class ClusterSpec:
             raise ConfigurationError("dispatchers must be in 0..16")
         if not 0 <= self.max_active_per_host <= 100_000:
             raise ConfigurationError("max_active_per_host must be in 0..100000 (0: derived)")
+        for name in ("signal_retention", "max_events"):
+            if not 16 <= getattr(self, name) <= 10_000_000:
+                raise ConfigurationError(f"{name} must be in 16..10000000")
         if "api_key" in self.reasoner:
             raise ConfigurationError("the reasoner's API key is never written to "
                                      "cluster.json: set api_key_env instead")
@@ -244,6 +254,8 @@ class LocalCluster:
             "snapshot_every": spec.snapshot_every,
             "passivate_after_s": spec.passivate_after_s,
             "max_active_per_host": spec.max_active_per_host,
+            "signal_retention": spec.signal_retention,
+            "max_events": spec.max_events,
             "max_request_bytes": spec.max_request_bytes,
             "ports": dict(spec.ports),
             "tokens": {"admin": admin, "local": tenant},
@@ -474,6 +486,8 @@ class LocalCluster:
             cluster=doc["cluster"],
             ports=dict(doc.get("ports") or {}),
             max_active_per_host=int(doc.get("max_active_per_host", 0)),
+            signal_retention=int(doc.get("signal_retention", DEFAULT_SIGNAL_RETENTION)),
+            max_events=int(doc.get("max_events", DEFAULT_MAX_EVENTS)),
         )
         return cls(spec, doc)
 

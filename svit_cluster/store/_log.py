@@ -57,6 +57,7 @@ from svit_cluster.control import (
 # Commits between snapshots unless configured (StoreConfig, ClusterConfig,
 # ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
 from svit_cluster.defaults import (
+    DEFAULT_SIGNAL_RETENTION,
     DEFAULT_SNAPSHOT_EVERY,
     DEFAULT_WAIT_REPLICAS,
     DEFAULT_WAIT_TIMEOUT_MS,
@@ -218,7 +219,7 @@ class StoreConfig:
     snapshot_max_tail_bytes: int = 4 * 1024 * 1024
     trim_margin: int = 16
     hold_max_entries: int = 100_000
-    signal_retention: int = 10_000
+    signal_retention: int = DEFAULT_SIGNAL_RETENTION
     wait_replicas: int = field(default_factory=_wait_replicas_default)
     wait_timeout_ms: int = field(default_factory=_wait_timeout_default)
 

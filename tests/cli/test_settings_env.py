@@ -44,7 +44,7 @@ def test_from_env_reads_every_cluster_variable(clean_env: pytest.MonkeyPatch) ->
         "SVIT_CLUSTER": "prod", "SVIT_ETCD_ENDPOINTS": "e0:2379, e1:2379,e2:2379",
         "SVIT_REDIS_URL": "redis://r:6379/1", "SVIT_RAY_ADDRESS": "head:6379",
         "SVIT_LEASE_TTL_S": "7", "SVIT_SNAPSHOT_EVERY": "50", "SVIT_PASSIVATE_AFTER_S": "12.5",
-        "SVIT_SIGNAL_RETENTION": "500", "SVIT_REDIS_CLUSTER": "true",
+        "SVIT_SIGNAL_RETENTION": "500", "SVIT_MAX_EVENTS": "700", "SVIT_REDIS_CLUSTER": "true",
         "SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY": "yes", "SVIT_REASONER_KIND": "openai",
         "SVIT_REASONER_MODEL": "m1", "SVIT_PORTS_JSON": "{}",
     }
@@ -54,7 +54,7 @@ def test_from_env_reads_every_cluster_variable(clean_env: pytest.MonkeyPatch) ->
     assert (config.cluster, config.etcd_endpoint, config.redis_url, config.ray_address) == (
         "prod", "e0:2379,e1:2379,e2:2379", "redis://r:6379/1", "head:6379")
     assert (config.lease_ttl_s, config.snapshot_every, config.passivate_after_s,
-            config.signal_retention) == (7, 50, 12.5, 500)
+            config.signal_retention, config.max_events) == (7, 50, 12.5, 500, 700)
     assert config.redis_cluster and config.redis_allow_unverified_eviction_policy
     assert config.reasoner == {"kind": "openai", "model": "m1"}
     assert config.ports == {}
@@ -66,6 +66,7 @@ def test_defaults_match_the_cluster_config(clean_env: pytest.MonkeyPatch) -> Non
     env = load_settings(ClusterSettings)
     plain = ClusterConfig()
     for name in ("lease_ttl_s", "snapshot_every", "passivate_after_s", "signal_retention",
+                 "max_events",
                  "redis_url", "ray_address", "redis_cluster",
                  "redis_allow_unverified_eviction_policy"):
         assert getattr(env, name) == getattr(plain, name), name
@@ -82,6 +83,7 @@ def test_defaults_match_the_cluster_config(clean_env: pytest.MonkeyPatch) -> Non
     ("SVIT_REDIS_CLUSTER", "maybe"), ("SVIT_PORTS_JSON", "[1]"),
     ("SVIT_PORTS_JSON", "{not json"), ("SVIT_PORTS_JSON", '{"nope": 1}'),
     ("SVIT_REDIS_WAIT_REPLICAS", "17"), ("SVIT_SIGNAL_RETENTION", "x"),
+    ("SVIT_MAX_EVENTS", "15"), ("SVIT_MAX_EVENTS", "10000001"),
 ])
 def test_a_bad_value_names_the_variable(clean_env: pytest.MonkeyPatch, name: str,
                                         value: str) -> None:

@@ -488,6 +488,8 @@ def test_runtime_defaults_match_the_local_cluster(render: Render) -> None:
     assert config["SVIT_SNAPSHOT_EVERY"] == "100"
     assert config["SVIT_PASSIVATE_AFTER_S"] == "300"
     assert config["SVIT_MAX_REQUEST_BYTES"] == "1048576"
+    assert config["SVIT_SIGNAL_RETENTION"] == "10000"
+    assert config["SVIT_MAX_EVENTS"] == "100000"
     assert config["SVIT_REDIS_CLUSTER"] == "false"
     assert config["SVIT_CLUSTER"] == "svit"
     assert config["SVIT_RAY_ADDRESS"] == f"{RELEASE}-ray-head.svit.svc.cluster.local:6379"
@@ -506,6 +508,8 @@ def test_runtime_values_reach_the_config_map(render: Render) -> None:
             "runtime.snapshotEvery=250",
             "runtime.passivateAfterS=60",
             "runtime.maxRequestBytes=4194304",
+            "runtime.signalRetention=500",
+            "runtime.maxEvents=2000",
         )
     )
     assert (
@@ -513,7 +517,9 @@ def test_runtime_values_reach_the_config_map(render: Render) -> None:
         config["SVIT_SNAPSHOT_EVERY"],
         config["SVIT_PASSIVATE_AFTER_S"],
         config["SVIT_MAX_REQUEST_BYTES"],
-    ) == ("10", "250", "60", "4194304")
+        config["SVIT_SIGNAL_RETENTION"],
+        config["SVIT_MAX_EVENTS"],
+    ) == ("10", "250", "60", "4194304", "500", "2000")
 
 
 @pytest.mark.parametrize("values", VALUES_CASES, ids=VALUES_IDS)
