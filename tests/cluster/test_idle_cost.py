@@ -129,31 +129,44 @@ async def test_a_released_actor_is_not_released_twice_by_its_watch() -> None:
     assert "info" not in newer.calls
 
 
-async def _watch_idle(actor: ProcessActor, monkeypatch: Any) -> tuple[list[float], list[str]]:
-    sleeps: list[float] = []
+def _recording_actor(passivate_after_s: float,
+                     monkeypatch: Any) -> tuple[ProcessActor, list[str]]:
+    """An unbound ProcessActor whose ``_leave`` only records the reason."""
+    config = ClusterConfig(passivate_after_s=passivate_after_s,
+                           reasoner={"enabled": False}).to_dict()
+    actor = ProcessActor(config, "h1", "svit://t/p", 1, "agent:h1")
     left: list[str] = []
+
+    async def leave(reason: str, *_: Any) -> None:
+        left.append(reason)
+
+    monkeypatch.setattr(actor, "_leave", leave)
+    return actor, left
+
+
+async def _watch_idle(passivate_after_s: float, monkeypatch: Any,
+                      actor_ready: Any = None) -> tuple[ProcessActor, list[float], list[str]]:
+    """Run the idle loop of a recording actor to its end, counting its sleeps."""
+    actor, left = _recording_actor(passivate_after_s, monkeypatch)
+    if actor_ready is not None:
+        actor_ready(actor)
+    sleeps: list[float] = []
     real_sleep = asyncio.sleep
 
     async def counting_sleep(delay: float, *args: Any) -> Any:
         sleeps.append(delay)
         return await real_sleep(delay, *args)
 
-    async def leave(reason: str, *_: Any) -> None:
-        left.append(reason)
-
-    monkeypatch.setattr(actor, "_leave", leave)
     monkeypatch.setattr(asyncio, "sleep", counting_sleep)
     await actor._idle_loop()
-    return sleeps, left
+    return actor, sleeps, left
 
 
 async def test_the_passivation_watchdog_sleeps_until_its_deadline(monkeypatch: Any) -> None:
     """An idle actor passivates after ``passivate_after_s`` with one or two wakeups
     (before: one every ``min(1 s, passivate_after_s / 4)``)."""
-    config = ClusterConfig(passivate_after_s=1.2, reasoner={"enabled": False}).to_dict()
-    actor = ProcessActor(config, "h1", "svit://t/p", 1, "agent:h1")
     t0 = time.monotonic()
-    sleeps, left = await asyncio.wait_for(_watch_idle(actor, monkeypatch), 5)
+    actor, sleeps, left = await asyncio.wait_for(_watch_idle(1.2, monkeypatch), 5)
     assert left == ["passivated"] and actor._closed == "passivated"
     assert time.monotonic() - t0 >= 1.1
     assert len(sleeps) <= 2, sleeps
@@ -161,17 +174,20 @@ async def test_the_passivation_watchdog_sleeps_until_its_deadline(monkeypatch: A
 
 async def test_a_request_moves_the_passivation_deadline(monkeypatch: Any) -> None:
     """A request during the idle time restarts it; the actor never passivates early."""
-    config = ClusterConfig(passivate_after_s=0.8, reasoner={"enabled": False}).to_dict()
-    actor = ProcessActor(config, "h1", "svit://t/p", 1, "agent:h1")
-    actor._ctrl = object()  # type: ignore[assignment]  # a stand-in: never called here
-
-    async def use_at(delay: float) -> float:
+    async def use_at(actor: ProcessActor, delay: float) -> float:
         await asyncio.sleep(delay)
         assert await actor._run(1, lambda: {"ok": True}) == {"ok": True}
         return time.monotonic()
 
-    user = asyncio.get_running_loop().create_task(use_at(0.5))
-    _sleeps, left = await asyncio.wait_for(_watch_idle(actor, monkeypatch), 5)
+    users: list[asyncio.Task[float]] = []
+
+    def start_user(actor: ProcessActor) -> None:
+        actor._ctrl = object()  # type: ignore[assignment]  # a stand-in: never called here
+        users.append(asyncio.get_running_loop().create_task(use_at(actor, 0.5)))
+
+    _actor, _sleeps, left = await asyncio.wait_for(
+        _watch_idle(0.8, monkeypatch, start_user), 5)
+    (user,) = users
     used = await user
     assert left == ["passivated"]
     assert time.monotonic() - used >= 0.75  # a full idle period after the request
@@ -183,14 +199,7 @@ async def test_a_warm_spare_bound_late_does_not_passivate_before_its_first_reque
     """A warm spare waits unbound for minutes, then is bound when a host dies: its
     idle clock starts at ``serve``, not at construction (a cluster run answered the
     moved process's retried requests with "passivated" for 40 s)."""
-    config = ClusterConfig(passivate_after_s=0.6, reasoner={"enabled": False}).to_dict()
-    actor = ProcessActor(config, "h1", "svit://t/p", 1, "agent:h1")
-    left: list[str] = []
-
-    async def leave(reason: str, *_: Any) -> None:
-        left.append(reason)
-
-    monkeypatch.setattr(actor, "_leave", leave)
+    actor, left = _recording_actor(0.6, monkeypatch)
     actor._last_used -= 3600  # created (warm) an hour before it was bound
     await actor.serve()
     await asyncio.sleep(0.3)
@@ -206,14 +215,7 @@ async def test_an_actor_does_not_passivate_while_its_hosts_lease_is_suspended(
     release the ownership record, and its worker would be stopped for nothing
     (a process idle through an etcd outage was lost to the host's rejoin). It
     passivates once the lease is HELD again."""
-    config = ClusterConfig(passivate_after_s=0.3, reasoner={"enabled": False}).to_dict()
-    actor = ProcessActor(config, "h1", "svit://t/p", 1, "agent:h1")
-    left: list[str] = []
-
-    async def leave(reason: str, *_: Any) -> None:
-        left.append(reason)
-
-    monkeypatch.setattr(actor, "_leave", leave)
+    actor, left = _recording_actor(0.3, monkeypatch)
     await actor.serve()
     await actor.suspend("host lease suspended", 1, 1)
     await asyncio.sleep(0.8)
