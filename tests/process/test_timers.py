@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from svit_cluster.activation import ActivationResult, activate
-from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, ScriptFailed, SvitError
+from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, ScriptFailed
 from svit_cluster.process import (
     MAX_DELAY_MS,
     MAX_PENDING_TIMERS,
@@ -402,8 +402,3 @@ def test_the_intent_json_is_exactly_the_fixed_interface() -> None:
     assert canonical_json(result.messages[0]) == (
         f'{{"cancel":"{timer}","message_id":"{PID}:2:0"}}').encode()
 
-
-def test_errors_from_the_timer_primitives_are_project_errors() -> None:
-    for source in ('(cancel! (value-map))', f'(send! "{HOOK}" 1 (value-map "delay_ms" -5))'):
-        with pytest.raises(SvitError):
-            activate(one(source), "subject", None)
