@@ -7,12 +7,18 @@ defined here) and :mod:`svit_cluster.control` (which commits the result through
 the fenced store). See ``DESIGN.md`` §1 "Activation".
 
 * :func:`prepare_activation` -- run and seal without committing;
-  :func:`activate` -- prepare and commit in memory; :class:`ActivationResult`.
+  :func:`activate` -- prepare and commit in memory; :class:`ActivationResult`;
+  :func:`wall_clock_ms`, the default clock that stamps timers.
 * The port-call contract: :class:`PortContext`, :func:`idempotency_key`,
   :class:`PortHost`.
 """
 
-from svit_cluster.activation._activation import ActivationResult, activate, prepare_activation
+from svit_cluster.activation._activation import (
+    ActivationResult,
+    activate,
+    prepare_activation,
+    wall_clock_ms,
+)
 from svit_cluster.activation._ports import PortContext, PortHost, idempotency_key
 
 __all__ = [
@@ -22,4 +28,5 @@ __all__ = [
     "activate",
     "idempotency_key",
     "prepare_activation",
+    "wall_clock_ms",
 ]

@@ -4,12 +4,26 @@ Steps, in order:
 
 1. resolve ``/lib/<script>`` (``invalid_script_name``, ``script_not_found``);
 2. validate the input against the process limits;
-3. run ``main(input)`` in a fresh interpreter against a working copy;
+3. run ``main(input)`` in a fresh interpreter against a working copy, after
+   dropping from ``/system/timers`` every timer due by the activation's
+   timestamp;
 4. validate the output, and compile every staged script;
 5. stamp outbox intents ``<sender>:<new version>:<index>`` onto ``/system/outbox``,
    first removing its oldest entries past ``OUTBOX_WINDOW`` (the intents of
-   this activation always stay);
+   this activation always stay); remove the timers this activation cancelled
+   from ``/system/timers`` and append the ones it set;
 6. seal: version N -> N+1 with every change, or nothing at all.
+
+Timers. The host takes one wall-clock timestamp per activation (``wall_clock_ms``,
+ms since the epoch). A delayed ``send!`` is stamped ``due_ms = timestamp +
+delay_ms``; guest code never sees the clock, and replay applies the recorded
+mutations, so it never re-stamps anything. ``messages`` holds, in staging order
+and sharing one index counter (and ``max_messages``):
+
+* an intent ``{"message_id", "to", "body"}``;
+* a delayed intent ``{"message_id", "to", "body", "delay_ms", "due_ms"}``;
+* a cancel ``{"message_id", "cancel"}`` naming a pending timer's id (never in
+  ``/system/outbox``; the dispatcher resolves it against the timer).
 
 :func:`prepare_activation` does 1-6 without committing; the caller commits the
 returned :class:`~svit_cluster.process.Transition` (directly, or through the
@@ -34,6 +48,8 @@ from svit_cluster.errors import (
 )
 from svit_cluster.lisp import Meter, Program, compile_script
 from svit_cluster.process import (
+    MAX_DELAY_MS,
+    MAX_PENDING_TIMERS,
     OUTBOX_WINDOW,
     ArrayNode,
     MapNode,
@@ -58,9 +74,16 @@ from svit_cluster.values import (
     validate_script_name,
 )
 
-__all__ = ["ActivationResult", "activate", "prepare_activation"]
+__all__ = ["ActivationResult", "activate", "prepare_activation", "wall_clock_ms"]
 
 _MAX_LOG_BYTES = 4096
+
+_TIMERS = "/system/timers"
+
+
+def wall_clock_ms() -> int:
+    """The host's wall clock in whole milliseconds since the Unix epoch."""
+    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +94,10 @@ class ActivationResult:
         output: ``main``'s return value.
         logs: ``log-info!`` records ``{message, fields}`` in order (``fields``
             a plain map, possibly empty; the reference's log record shape).
-        messages: outbox intents ``{message_id, to, body}`` in order.
+        messages: what ``send!`` and ``cancel!`` staged, in order: intents
+            ``{message_id, to, body}``, delayed intents ``{message_id, to,
+            body, delay_ms, due_ms}`` and cancels ``{message_id, cancel}``
+            (see the module docstring); all go to the outbox stream.
         version: the new process version.
         root_hash: hex root hash after the commit.
         changed: sorted changed paths.
@@ -101,7 +127,8 @@ class _Session:
 
     def __init__(self, process: Process, wc: WorkingCopy, meter: Meter,
                  ports: PortHost | None = None,
-                 token: int = 0) -> None:
+                 token: int = 0, now_ms: int = 0,
+                 pending: list[str] | None = None) -> None:
         self.process = process
         self.ports = ports
         self.token = token
@@ -117,6 +144,12 @@ class _Session:
         self.library_changes = 0
         self.depth = 0
         self.new_version = process.version + 1
+        #: The activation's timestamp (ms since the epoch) and the timers
+        #: pending at it (ids from ``/system/timers``, minus those cancelled here).
+        self.now_ms = now_ms
+        self.pending: set[str] = set(pending or ())
+        self.cancelled: set[str] = set()
+        self.new_timers: list[dict[str, Any]] = []
 
     # -- reads ----------------------------------------------------------------
     def read(self, path: str) -> Value:
@@ -157,7 +190,14 @@ class _Session:
         if segs[0] == "lib":
             self._count_library_change()
 
-    def send(self, to: str, body: Value) -> str:
+    def send(self, to: str, body: Value, delay_ms: int | None = None) -> str:
+        """Stage an intent (a timer with ``delay_ms``); returns its id.
+
+        Raises:
+            ScriptFailed: a bad address or ``delay_ms``.
+            LimitExceeded: ``max_messages`` staged already, a body over the
+                value bounds, or a timer past ``MAX_PENDING_TIMERS`` pending.
+        """
         if type(to) is not str:
             raise ScriptFailed("send! needs a string address")
         try:  # reference: the address must parse, else the script fails (see validate_address)
@@ -173,8 +213,47 @@ class _Session:
             max_text_bytes=self.limits.max_text_bytes,
         )
         intent_id = f"{self.process.id}:{self.new_version}:{len(self.messages)}"
-        self.messages.append({"message_id": intent_id, "to": to, "body": body})
+        intent: dict[str, Any] = {"message_id": intent_id, "to": to, "body": body}
+        if delay_ms is not None:
+            if type(delay_ms) is not int or not 0 <= delay_ms <= MAX_DELAY_MS:
+                raise ScriptFailed(f"send! delay_ms must be 0..{MAX_DELAY_MS} (MAX_DELAY_MS)")
+            if len(self.pending) + len(self.new_timers) >= MAX_PENDING_TIMERS:
+                raise LimitExceeded(
+                    f"too many pending timers (MAX_PENDING_TIMERS={MAX_PENDING_TIMERS})",
+                    limit="pending timers")
+            due_ms = self.now_ms + delay_ms
+            intent.update(delay_ms=delay_ms, due_ms=due_ms)
+            self.new_timers.append({"id": intent_id, "to": to, "due_ms": due_ms})
+        self.messages.append(intent)
         return intent_id
+
+    def cancel(self, timer_id: str) -> bool:
+        """Stage the cancel of the pending timer ``timer_id``.
+
+        Returns:
+            True when ``timer_id`` is pending (in ``/system/timers`` at this
+            activation's timestamp, not cancelled yet) and the cancel
+            ``{message_id, cancel}`` is staged; it commits with the activation
+            and removes the entry from ``/system/timers``. False, staging
+            nothing, otherwise: a timer set in this same activation is not
+            pending yet. True does not mean the cancel wins: the dispatcher
+            decides between a cancel and a firing, and reports which won.
+
+        Raises:
+            ScriptFailed: ``timer_id`` is not a string.
+            LimitExceeded: ``max_messages`` staged already (a cancel counts).
+        """
+        if type(timer_id) is not str:
+            raise ScriptFailed("cancel! needs a string timer id")
+        if timer_id not in self.pending:
+            return False
+        if len(self.messages) >= self.limits.max_messages:
+            raise LimitExceeded("too many messages (max_messages)")
+        self.pending.discard(timer_id)
+        self.cancelled.add(timer_id)
+        cancel_id = f"{self.process.id}:{self.new_version}:{len(self.messages)}"
+        self.messages.append({"message_id": cancel_id, "cancel": timer_id})
+        return True
 
     def log_info(self, message: str, fields: dict[str, Value] | None = None) -> None:
         if len(self.logs) >= self.limits.max_logs:
@@ -259,6 +338,7 @@ def prepare_activation(
     clock: Callable[[], float] = time.monotonic,
     ports: PortHost | None = None,
     token: int = 0,
+    wall_clock: Callable[[], int] = wall_clock_ms,
 ) -> ActivationResult:
     """Run one activation against a working copy and seal it, without committing.
 
@@ -270,6 +350,8 @@ def prepare_activation(
         ports: the host's :class:`~svit_cluster.ports.PortRegistry` (None: no
             port is granted).
         token: the owner's fencing token, recorded with each port call.
+        wall_clock: the host's wall clock, ms since the epoch; read once per
+            activation (timer ``due_ms`` stamps and ``/system/timers`` pruning).
 
     Returns:
         An :class:`ActivationResult` whose ``transition`` must be committed.
@@ -283,8 +365,10 @@ def prepare_activation(
             a staged script that does not compile).
     """
     wc = process.working_copy()
+    now_ms = int(wall_clock())
+    pending = _prune_timers(wc, now_ms)
     meter = Meter(process.limits, clock=clock)
-    session = _Session(process, wc, meter, ports, token)
+    session = _Session(process, wc, meter, ports, token, now_ms, pending)
     program = session._program(script)
     session._check_input(input)
     try:
@@ -304,7 +388,8 @@ def prepare_activation(
         staged = get_node(wc.root, ("lib", name))
         if isinstance(staged, ScriptNode):
             compile_script(staged.script.source, name=name, limits=lim)
-    _stamp_outbox(wc, session.messages)
+    _stamp_outbox(wc, [m for m in session.messages if "cancel" not in m])
+    _stamp_timers(wc, session.cancelled, session.new_timers)
     transition = process.seal(wc, "activation")
     return ActivationResult(
         output=output,
@@ -336,14 +421,60 @@ def _stamp_outbox(wc: WorkingCopy, intents: list[dict[str, Any]]) -> None:
         wc.append("/system/outbox", intent)
 
 
+def _timer_entries(wc: WorkingCopy) -> list[tuple[str, int]]:
+    """``(id, due_ms)`` of each ``/system/timers`` entry, in order ([] when absent)."""
+    timers = get_node(wc.root, ("system", "timers"))
+    if not isinstance(timers, ArrayNode):
+        return []
+    out: list[tuple[str, int]] = []
+    for entry in timers.items:  # {id, to, due_ms} maps: validate_root checks the shape
+        timer_id: Any = entry.get("id")  # type: ignore[attr-defined]
+        due: Any = entry.get("due_ms")  # type: ignore[attr-defined]
+        out.append((timer_id.value, due.value))
+    return out
+
+
+def _remove_timers(wc: WorkingCopy, indexes: list[int]) -> None:
+    """One ``remove /system/timers/<i>`` per index, highest first (so each index
+    still names its entry), recorded with the activation."""
+    for i in sorted(indexes, reverse=True):
+        wc.host_remove(f"{_TIMERS}/{i}")
+
+
+def _prune_timers(wc: WorkingCopy, now_ms: int) -> list[str]:
+    """Drop the timers due by ``now_ms`` (fired or firing, as far as the guest
+    can know); return the ids still pending, in order."""
+    entries = _timer_entries(wc)
+    _remove_timers(wc, [i for i, (_, due) in enumerate(entries) if due <= now_ms])
+    return [timer_id for timer_id, due in entries if due > now_ms]
+
+
+def _stamp_timers(wc: WorkingCopy, cancelled: set[str],
+                  new_timers: list[dict[str, Any]]) -> None:
+    """Remove the ``cancelled`` timers from ``/system/timers`` and append the
+    new ones ``{id, to, due_ms}``, creating the list in a root that lacks it."""
+    if cancelled:
+        entries = _timer_entries(wc)
+        _remove_timers(wc, [i for i, (timer_id, _) in enumerate(entries)
+                            if timer_id in cancelled])
+    if not new_timers:
+        return
+    if get_node(wc.root, ("system", "timers")) is None:
+        wc.host_set(_TIMERS, [])
+    for timer in new_timers:
+        wc.append(_TIMERS, timer)
+
+
 def activate(
     process: Process, script: str, input: Value, *, clock: Callable[[], float] = time.monotonic,
     ports: PortHost | None = None, token: int = 0,
+    wall_clock: Callable[[], int] = wall_clock_ms,
 ) -> ActivationResult:
     """Prepare and commit one activation (see :func:`prepare_activation`).
 
     On success the process is at ``version + 1``; on any error it is unchanged.
     """
-    result = prepare_activation(process, script, input, clock=clock, ports=ports, token=token)
+    result = prepare_activation(process, script, input, clock=clock, ports=ports, token=token,
+                                wall_clock=wall_clock)
     process.commit(result.transition)
     return result

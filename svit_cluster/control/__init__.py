@@ -4,7 +4,9 @@
 
 * :class:`ProcessController` -- the serialization point for one process.
 * :func:`decode_request`, :class:`ControlRequest`, :class:`ControlResponse` and
-  the outcome models :class:`Committed`, :class:`Conflict`, :class:`Rejected`.
+  the outcome models :class:`Committed`, :class:`Conflict`, :class:`Rejected`;
+  ``activation.messages`` entries :class:`Message`, :class:`DelayedMessage`
+  (a timer) and :class:`CancelMessage`.
 * :class:`ControlAnswer` -- a response encoded once, with its status and the
   owner's token, as hosts answer the gateway.
 * :class:`CommitBackend`, :class:`MemoryBackend`, :class:`Receipt` -- where
@@ -27,10 +29,12 @@ from svit_cluster.control._wire import (
     PROTOCOL,
     ActivateCommand,
     Activation,
+    CancelMessage,
     Committed,
     Conflict,
     ControlRequest,
     ControlResponse,
+    DelayedMessage,
     Failure,
     LogRecord,
     Message,
@@ -47,12 +51,14 @@ __all__ = [
     "PROTOCOL",
     "ActivateCommand",
     "Activation",
+    "CancelMessage",
     "CommitBackend",
     "Committed",
     "Conflict",
     "ControlAnswer",
     "ControlRequest",
     "ControlResponse",
+    "DelayedMessage",
     "Failure",
     "LogRecord",
     "MemoryBackend",

@@ -37,14 +37,17 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from svit_cluster import tracing
-from svit_cluster.activation import prepare_activation
+from svit_cluster.activation import prepare_activation, wall_clock_ms
 from svit_cluster.control._backend import CommitBackend, MemoryBackend, Receipt, RequestStatus
 from svit_cluster.control._wire import (
     Activation,
+    AnyMessage,
+    CancelMessage,
     Committed,
     Conflict,
     ControlRequest,
     ControlResponse,
+    DelayedMessage,
     Failure,
     LogRecord,
     Message,
@@ -99,6 +102,16 @@ def request_fingerprint(request: ControlRequest) -> str:
     return hashlib.sha256(canonical_json(request.model_dump(mode="json"))).hexdigest()
 
 
+def _wire_message(m: Mapping[str, Any]) -> AnyMessage:
+    """The wire form of one staged ``messages`` entry (intent, timer or cancel)."""
+    if "cancel" in m:
+        return CancelMessage(message_id=m["message_id"], cancel=m["cancel"])
+    if "delay_ms" in m:
+        return DelayedMessage(message_id=m["message_id"], to=m["to"], body=wire(m["body"]),
+                              delay_ms=m["delay_ms"], due_ms=m["due_ms"])
+    return Message(message_id=m["message_id"], to=m["to"], body=wire(m["body"]))
+
+
 class ProcessController:
     """Thread-safe svit-control@1 controller for one :class:`Process`.
 
@@ -108,6 +121,9 @@ class ProcessController:
         backend: receipts and commits; default :class:`MemoryBackend` (256
             receipts, in memory).
         clock: monotonic seconds for the activation wall-clock limit.
+        wall_clock: the host's wall clock in ms since the epoch, read once per
+            activation to stamp timers (default
+            :func:`~svit_cluster.activation.wall_clock_ms`).
         ports: the host's :class:`~svit_cluster.ports.PortRegistry` (None: no
             port is granted; ``port-call`` fails).
         token: the owner's fencing token, recorded with every port call.
@@ -121,6 +137,7 @@ class ProcessController:
         clock: Callable[[], float] = time.monotonic,
         ports: Any = None,
         token: int = 0,
+        wall_clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self._process = process
         self._ports = ports
@@ -128,6 +145,7 @@ class ProcessController:
         self._backend: CommitBackend = backend if backend is not None else MemoryBackend()
         self._lock = threading.Lock()
         self._clock = clock
+        self._wall_clock = wall_clock
         #: True after a commit whose outcome is unknown, until :meth:`_resync` succeeds.
         self._stale = False
         #: Host mutations added to every inbox append (set by the reasoning
@@ -320,7 +338,8 @@ class ProcessController:
         previous = proc.version
         try:
             result = prepare_activation(proc, cmd.script, cmd.input, clock=self._clock,
-                                        ports=self._ports, token=self._token)
+                                        ports=self._ports, token=self._token,
+                                        wall_clock=self._wall_clock)
         except SvitError as exc:
             response = self._rejected(request, exc.code, exc.message)
             backend.put_receipt(self._receipt(tenant, request, fingerprint, response),
@@ -335,10 +354,7 @@ class ProcessController:
                 )
                 for rec in result.logs
             ],
-            messages=[
-                Message(message_id=m["message_id"], to=m["to"], body=wire(m["body"]))
-                for m in result.messages
-            ],
+            messages=[_wire_message(m) for m in result.messages],
             version=result.version,
             root_hash=result.root_hash,
             changed=list(result.changed),

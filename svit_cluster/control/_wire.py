@@ -19,9 +19,11 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PlainSerializer,
     StringConstraints,
+    Tag,
     ValidationError,
     WithJsonSchema,
     model_validator,
@@ -29,6 +31,7 @@ from pydantic import (
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, SvitError
 from svit_cluster.process import (
+    MAX_DELAY_MS,
     PROTOCOL,
     Value,
     decode_value,
@@ -41,10 +44,12 @@ __all__ = [
     "PROTOCOL",
     "ActivateCommand",
     "Activation",
+    "CancelMessage",
     "Committed",
     "Conflict",
     "ControlRequest",
     "ControlResponse",
+    "DelayedMessage",
     "Failure",
     "LogRecord",
     "Message",
@@ -234,6 +239,50 @@ class Message(BaseModel):
         return data
 
 
+class DelayedMessage(Message):
+    """A delayed outbox intent (a timer), staged by ``send!`` with ``{"delay_ms" N}``.
+
+    ``delay_ms`` is ``N`` (0..``MAX_DELAY_MS``); ``due_ms`` is the host's wall
+    clock at the activation (ms since the epoch) plus ``N``: the dispatcher
+    delivers the intent no earlier. ``message_id`` is the timer id that
+    ``cancel!`` takes.
+    """
+
+    delay_ms: Annotated[int, Field(ge=0, le=MAX_DELAY_MS, strict=True)]
+    due_ms: Annotated[int, Field(ge=0, strict=True)]
+
+
+class CancelMessage(BaseModel):
+    """A cancel staged by ``cancel!``: ``cancel`` names a pending timer's id.
+
+    ``message_id`` (``<sender>:<version>:<index>``) shares the index counter
+    with the intents of the same activation. The dispatcher resolves the
+    cancel against the timer; it has no destination and no body.
+    """
+
+    model_config = _LENIENT
+    message_id: str
+    cancel: str
+
+
+def _message_kind(data: Any) -> str:
+    if isinstance(data, dict):
+        return "cancel" if "cancel" in data else "delayed" if "delay_ms" in data else "send"
+    if isinstance(data, CancelMessage):
+        return "cancel"
+    return "delayed" if isinstance(data, DelayedMessage) else "send"
+
+
+#: One entry of ``activation.messages``: an intent, a delayed intent or a cancel
+#: (told apart by the ``cancel`` and ``delay_ms`` fields).
+AnyMessage = Annotated[
+    Annotated[Message, Tag("send")]
+    | Annotated[DelayedMessage, Tag("delayed")]
+    | Annotated[CancelMessage, Tag("cancel")],
+    Discriminator(_message_kind),
+]
+
+
 class LogRecord(BaseModel):
     """One ``log-info!`` record: ``message`` and a map of tagged ``fields`` (maybe empty)."""
 
@@ -254,7 +303,7 @@ class Activation(BaseModel):
     model_config = _LENIENT
     output: TaggedValue
     logs: list[LogRecord]
-    messages: list[Message]
+    messages: list[AnyMessage]
     version: Version
     root_hash: Hash
     changed: list[str]

@@ -63,8 +63,16 @@ class GuestHost(Protocol):
     def exec(self, script: str, input: Value) -> Value:
         """Run ``/lib/<name>`` with the same meter (depth-checked) and return its output."""
 
-    def send(self, to: str, body: Value) -> str:
-        """Stage an outbox intent; returns its id."""
+    def send(self, to: str, body: Value, delay_ms: int | None = None) -> str:
+        """Stage an outbox intent; returns its id.
+
+        With ``delay_ms`` (0..``MAX_DELAY_MS``, checked by ``send!``) the
+        intent is a timer, due that long after the activation's timestamp.
+        """
+
+    def cancel(self, timer_id: str) -> bool:
+        """Stage the cancel of a pending timer; False (nothing staged) when
+        ``timer_id`` is not pending."""
 
     def log_info(self, message: str, fields: dict[str, Value] | None = None) -> None:
         """Record a log record ``{message, fields}`` (``log-info!``; ``fields`` a map)."""

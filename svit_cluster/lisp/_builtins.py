@@ -14,7 +14,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from svit_cluster.lisp._builtins_catalog import CALLERS, CATALOG, HELPERS
+from svit_cluster.lisp._builtins_catalog import BEYOND_REFERENCE, CALLERS, CATALOG, HELPERS
 from svit_cluster.lisp._builtins_core import CORE
 from svit_cluster.lisp._builtins_ketos import KETOS
 from svit_cluster.lisp._builtins_seq import SEQ
@@ -76,7 +76,9 @@ CONSTANTS: dict[str, Any] = {"*svit-version*": SVIT_VERSION}
 #: function per runtime helper of the catalog, :data:`CATALOG`); Ketos refuses a
 #: ``define`` of a new name once that scope holds ``namespace_size`` values.
 #: Ketos's own core functions (``+``, ``list``, ...) live in its system scope
-#: and do not count; neither do our extensions outside the catalog.
+#: and do not count; neither do our extensions, outside the catalog or in it
+#: (:data:`~svit_cluster.lisp._builtins_catalog.BEYOND_REFERENCE`).
 GUEST_SCOPE: frozenset[str] = frozenset(
-    [*CONSTANTS, "input", *(entry.name for entry in CATALOG)]
+    [*CONSTANTS, "input", *(entry.name for entry in CATALOG
+                            if entry.name not in BEYOND_REFERENCE)]
 )

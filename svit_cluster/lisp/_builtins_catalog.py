@@ -57,6 +57,7 @@ from svit_cluster.lisp._types import (
 from svit_cluster.values import Script
 
 __all__ = [
+    "BEYOND_REFERENCE",
     "CALLERS",
     "CATALOG",
     "HELPERS",
@@ -113,8 +114,12 @@ CATALOG: tuple[Entry, ...] = (
           "ports"),
     Entry("log-info!", "(log-info! message [fields])", "Append a record to the activation log.",
           "effects"),
-    Entry("send!", "(send! address body)",
-          "Stage a message to a process address, sent only if the activation commits.",
+    Entry("send!", "(send! address body [options])",
+          "Stage a message to a process address, sent only if the activation commits; "
+          "options {\"delay_ms\" N} make it a timer due N ms later.",
+          "effects"),
+    Entry("cancel!", "(cancel! id)",
+          "Stage the cancel of a pending timer by its send! id; false when it is not pending.",
           "effects"),
     Entry("json-parse", "(json-parse text)", "Parse JSON text into a typed value.",
           "structured-data"),
@@ -168,6 +173,13 @@ CATALOG: tuple[Entry, ...] = (
           "Call function; a recoverable error becomes an error result, limits still fail.",
           "recoverable"),
 )
+
+
+#: Catalogued helpers the reference does not have (durable timers). Guests
+#: discover them with ``runtime-builtins`` like any helper, but they are not
+#: in the reference's global scope, so they do not count against
+#: ``max_namespace_entries`` (see ``_builtins.GUEST_SCOPE``).
+BEYOND_REFERENCE = frozenset({"cancel!"})
 
 
 def b_runtime_builtins(r: Run, a: Args) -> Any:

@@ -35,7 +35,13 @@ from svit_cluster.lisp._types import (
     type_name,
     utf8len,
 )
-from svit_cluster.values import from_plain_json, strict_json_loads, to_plain_json, validate_address
+from svit_cluster.values import (
+    MAX_DELAY_MS,
+    from_plain_json,
+    strict_json_loads,
+    to_plain_json,
+    validate_address,
+)
 
 __all__ = ["SVIT", "SVIT_NOT_INLINE", "result_error", "result_ok"]
 
@@ -186,15 +192,67 @@ def b_exec(r: Run, a: Args) -> Any:
     return _incoming(r, out)
 
 
+#: The options ``send!`` knows (its optional third argument, a map).
+SEND_OPTIONS = ("delay_ms",)
+
+
+def _delay_ms(r: Run, options: Any) -> int | None:
+    """The ``delay_ms`` of ``send!``'s options map (None: no delay).
+
+    Rules: a map whose only known key is ``delay_ms``, an integer in
+    ``0..MAX_DELAY_MS`` (a boolean is not an integer); anything else fails
+    the script.
+    """
+    opts = to_value(r, options)
+    if type(opts) is not dict:
+        raise script_failed(f"send! options must be a map, got {type_name(options)}")
+    for key in opts:
+        if key not in SEND_OPTIONS:
+            raise script_failed(f"send! option {key[:200]!r} is unknown "
+                                f"(known: {', '.join(SEND_OPTIONS)})")
+    if "delay_ms" not in opts:
+        return None
+    delay = opts["delay_ms"]
+    if type(delay) is not int:
+        raise script_failed(f"send! delay_ms must be an integer, got {type_name(delay)}")
+    if not 0 <= delay <= MAX_DELAY_MS:
+        raise script_failed(f"send! delay_ms must be 0..{MAX_DELAY_MS} (MAX_DELAY_MS), "
+                            f"got {delay}")
+    return delay
+
+
 def b_send(r: Run, a: Args) -> Any:
-    arity("send!", a, 2)
+    """``(send! to body [options])``: stage an intent; returns its id.
+
+    ``options`` may carry ``"delay_ms"``: the intent becomes a timer due that
+    long after the activation (the host stamps ``due_ms``; the guest never
+    sees the clock).
+    """
+    arity("send!", a, 2, 3)
     to = expect_str("send!", a[0])
     try:  # reference: the address must parse (here: process id or external URI)
         validate_address(to)
     except SvitError as e:
         raise script_failed(f"send! address is not valid: {e.message}") from None
     body = to_value(r, a[1])
-    return _host(r, r.host.send, to, body)
+    delay = _delay_ms(r, a[2]) if len(a) == 3 else None
+    if delay is None:
+        return _host(r, r.host.send, to, body)
+    return _host(r, r.host.send, to, body, delay)
+
+
+def b_cancel(r: Run, a: Args) -> Any:
+    """``(cancel! id)``: stage the cancel of a pending timer.
+
+    True when ``id`` is in the process's pending timers (``/system/timers``)
+    and the cancel is staged; false, staging nothing, otherwise.
+    """
+    arity("cancel!", a, 1)
+    timer_id = expect_str("cancel!", a[0])
+    cancel = getattr(r.host, "cancel", None)
+    if cancel is None:
+        return False  # a host without timers holds none pending
+    return _host(r, cancel, timer_id)
 
 
 def b_log_info(r: Run, a: Args) -> Any:
@@ -400,6 +458,7 @@ SVIT: dict[str, Callable[[Run, Args], Any]] = {
     "exec": b_exec,
     "exec-safe": b_exec_safe,
     "send!": b_send,
+    "cancel!": b_cancel,
     "log-info!": b_log_info,
     "json-parse": b_json_parse,
     "json-parse-safe": b_json_parse_safe,

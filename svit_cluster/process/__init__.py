@@ -26,6 +26,7 @@ from svit_cluster.process._inbox import (
 )
 from svit_cluster.process._namespace import (
     LANGUAGE,
+    MAX_PENDING_TIMERS,
     OUTBOX_WINDOW,
     PORT_DESCRIPTOR_FIELDS,
     PROTOCOL,
@@ -55,6 +56,7 @@ from svit_cluster.process._tree import (
 from svit_cluster.process._working import Change, Transition, WorkingCopy, script_from_value
 from svit_cluster.values import (
     HARD_MAXIMA,
+    MAX_DELAY_MS,
     ROOT_KEYS,
     Limits,
     Script,
@@ -81,6 +83,8 @@ __all__ = [
     "HASH_SCHEME",
     "LANGUAGE",
     "LEGACY_TRANSACTION_FORMAT",
+    "MAX_DELAY_MS",
+    "MAX_PENDING_TIMERS",
     "MAX_SNAPSHOT_BYTES",
     "OUTBOX_WINDOW",
     "PORT_DESCRIPTOR_FIELDS",

@@ -18,6 +18,7 @@ from svit_cluster.process._tree import (
     node_from_value,
 )
 from svit_cluster.values import (
+    MAX_DELAY_MS,
     ROOT_KEYS,
     Limits,
     Script,
@@ -30,14 +31,17 @@ from svit_cluster.values import (
 )
 
 __all__ = [
+    "DELAYED_INTENT_FIELDS",
     "INTENT_FIELDS",
     "LANGUAGE",
+    "MAX_PENDING_TIMERS",
     "MAX_VERSION",
     "OUTBOX_WINDOW",
     "PORT_DESCRIPTOR_FIELDS",
     "PROTOCOL",
     "RESERVED_ROOTS",
     "SNAPSHOT_FORMAT",
+    "TIMER_FIELDS",
     "build_root",
     "check_script",
     "decode_root",
@@ -59,6 +63,25 @@ MAX_VERSION = 2**63 - 1
 #: The fields of one ``/system/outbox`` intent (stamped by the activation), as
 #: the reference names them.
 INTENT_FIELDS = frozenset({"message_id", "to", "body"})
+
+#: The fields of a delayed intent (``send!`` with ``{"delay_ms" N}``): an
+#: intent plus ``delay_ms`` (0..:data:`~svit_cluster.values.MAX_DELAY_MS`) and
+#: ``due_ms`` (the host's wall clock at the activation, ms since the epoch,
+#: plus ``delay_ms``). Delayed intents go beyond the reference, which has no
+#: timers (docs/conformance.md D10).
+DELAYED_INTENT_FIELDS = INTENT_FIELDS | {"delay_ms", "due_ms"}
+
+#: The fields of one ``/system/timers`` entry: the timer id (its intent's
+#: ``message_id``), destination and due time; never the body.
+TIMER_FIELDS = frozenset({"id", "to", "due_ms"})
+
+#: Pending timers one process may hold in ``/system/timers``; a delayed
+#: ``send!`` that would hold more fails its activation with
+#: ``resource_limit_exceeded``. The list is the guest's view of what it has
+#: pending (docs/conformance.md D10): an entry leaves it at the first
+#: activation whose timestamp reaches its ``due_ms`` (fired or firing, as far
+#: as the guest can know) or that cancels it.
+MAX_PENDING_TIMERS = 1000
 
 #: Intents ``/system/outbox`` keeps: the newest ones, committed in the window
 #: of the activations that sent them (docs/conformance.md D9). The outbox
@@ -87,7 +110,11 @@ PORT_DESCRIPTOR_FIELDS = frozenset(
 MAX_PORTS = 64
 
 #: ``/system`` keys whose content is per process (checked by shape, not equality).
-_SYSTEM_PER_PROCESS = frozenset({"lineage", "outbox"})
+_SYSTEM_PER_PROCESS = frozenset({"lineage", "outbox", "timers"})
+
+#: ``/system`` keys a root may lack: a process created before the key existed
+#: keeps its root (and hash) until its first timer adds ``/system/timers``.
+_SYSTEM_OPTIONAL = frozenset({"timers"})
 
 
 def _system(process_id: str, limits: Limits, authenticated: bool, parent: str | None) -> Value:
@@ -103,6 +130,7 @@ def _system(process_id: str, limits: Limits, authenticated: bool, parent: str | 
         "api": {"control": PROTOCOL},
         "capabilities": [],
         "outbox": [],
+        "timers": [],
     }
 
 
@@ -155,7 +183,8 @@ def build_root(
 
 
 def with_system(root: MapNode, process_id: str, limits: Limits, parent: str | None) -> MapNode:
-    """Return ``root`` with a fresh ``/system`` for a fork (new identity, empty outbox)."""
+    """Return ``root`` with a fresh ``/system`` for a fork (new identity, empty
+    outbox, no pending timers: the parent's timers fire for the parent)."""
     system = node_from_value(_system(process_id, limits, False, parent))
     return root.with_key("system", system)
 
@@ -189,7 +218,8 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
       serving host's, see ``Process.ports_transition``);
     * ``/lib`` maps valid script names to scripts of at most
       ``max_script_bytes`` that compile;
-    * ``/system`` has exactly its seven keys; ``identity`` (this address, not
+    * ``/system`` has exactly its eight keys (or seven without ``timers``, a
+      process created before timers existed); ``identity`` (this address, not
       authenticated), ``limits`` (these limits), ``runtime``, ``api`` and
       ``capabilities`` equal what this host generates;
     * ``/system/lineage`` is ``{parent}`` with a process id or null;
@@ -198,7 +228,11 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
       process created before the rename;
     * ``/system/outbox`` is an array of ``{message_id, to, body}`` maps (or the
       legacy ``{id, to, body}``) with a string id and a ``to`` that is a
-      process id or an external address (:func:`~svit_cluster.process.validate_address`).
+      process id or an external address (:func:`~svit_cluster.process.validate_address`),
+      or a delayed intent with :data:`DELAYED_INTENT_FIELDS`;
+    * ``/system/timers`` is an array of at most :data:`MAX_PENDING_TIMERS`
+      ``{id, to, due_ms}`` maps (string id, an address, an integer ``due_ms``
+      of at least 0).
 
     Args:
         root: the root node.
@@ -242,7 +276,8 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
         raise _root_error("/system", "must be a map")
     generated = node_from_value(_system(process_id, limits, False, None))
     assert isinstance(generated, MapNode)
-    if system.keys() != generated.keys():
+    if system.keys() != generated.keys() and set(system.keys()) != (
+            set(generated.keys()) - _SYSTEM_OPTIONAL):
         raise _root_error("/system", "keys must be exactly " + ",".join(generated.keys()))
     legacy_runtime = node_from_value(
         {
@@ -252,7 +287,7 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
         }
     )
     for key, want in generated.items():
-        if key in _SYSTEM_PER_PROCESS:
+        if key in _SYSTEM_PER_PROCESS or key in _SYSTEM_OPTIONAL:
             continue
         got = system.get(key)
         accepted = {want.digest, legacy_runtime.digest} if key == "runtime" else {want.digest}
@@ -275,7 +310,8 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
     for i, intent in enumerate(outbox.items):
         where = f"/system/outbox/{i}"
         keys = set(intent.keys()) if isinstance(intent, MapNode) else set()
-        if not isinstance(intent, MapNode) or keys not in (INTENT_FIELDS, _LEGACY_INTENT_FIELDS):
+        if not isinstance(intent, MapNode) or keys not in (
+                INTENT_FIELDS, DELAYED_INTENT_FIELDS, _LEGACY_INTENT_FIELDS):
             raise _root_error(where, "must be a map {" + ",".join(sorted(INTENT_FIELDS)) + "}")
         id_key = "message_id" if "message_id" in keys else "id"
         intent_id, to = intent.get(id_key), intent.get("to")
@@ -287,6 +323,41 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
             validate_address(to.value)
         except InvalidInput:
             raise _root_error(f"{where}/to", "is not a process id or external address") from None
+        if "delay_ms" in keys:
+            _check_ms(intent.get("delay_ms"), f"{where}/delay_ms", MAX_DELAY_MS)
+            _check_ms(intent.get("due_ms"), f"{where}/due_ms", None)
+    timers = system.get("timers")
+    if timers is not None:
+        _check_timers(timers)
+
+
+def _check_ms(node: Node | None, where: str, most: int | None) -> None:
+    value = node.value if isinstance(node, ScalarNode) and node.kind == "integer" else None
+    if type(value) is not int or value < 0 or (most is not None and value > most):
+        bound = "" if most is None else f" of at most {most}"
+        raise _root_error(where, f"must be an integer of at least 0{bound}")
+
+
+def _check_timers(timers: Node) -> None:
+    """Check ``/system/timers`` (see :func:`validate_root`)."""
+    if not isinstance(timers, ArrayNode):
+        raise _root_error("/system/timers", "must be an array")
+    if len(timers.items) > MAX_PENDING_TIMERS:
+        raise _root_error("/system/timers", f"holds more than {MAX_PENDING_TIMERS} timers")
+    for i, timer in enumerate(timers.items):
+        where = f"/system/timers/{i}"
+        if not isinstance(timer, MapNode) or set(timer.keys()) != TIMER_FIELDS:
+            raise _root_error(where, "must be a map {" + ",".join(sorted(TIMER_FIELDS)) + "}")
+        timer_id, to = timer.get("id"), timer.get("to")
+        if not isinstance(timer_id, ScalarNode) or timer_id.kind != "string":
+            raise _root_error(f"{where}/id", "must be a string")
+        if not isinstance(to, ScalarNode) or to.kind != "string":
+            raise _root_error(f"{where}/to", "must be an address string")
+        try:
+            validate_address(to.value)
+        except InvalidInput:
+            raise _root_error(f"{where}/to", "is not a process id or external address") from None
+        _check_ms(timer.get("due_ms"), f"{where}/due_ms", None)
 
 
 def check_port_catalog(node: Node | None) -> None:

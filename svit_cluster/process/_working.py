@@ -177,9 +177,9 @@ def apply_mutation(root: Node, mut: Mutation, limits: Limits) -> Node:
 
 
 def _host_managed(path: Path) -> bool:
-    """Paths only the host writes (``/thread/...``, ``/ports/...``): allowed in
-    records, never to guests."""
-    return len(path) >= 2 and path[0] in ("thread", "ports")
+    """Paths only the host writes (``/thread/...``, ``/ports/...``,
+    ``/system/timers`` and below): allowed in records, never to guests."""
+    return (len(path) >= 2 and path[0] in ("thread", "ports")) or path[:2] == ("system", "timers")
 
 
 def _check_writable(path: Path, text: str, *, removing: bool) -> None:
@@ -243,17 +243,18 @@ class WorkingCopy:
         return path
 
     def append(self, path_text: str, value: Value) -> None:
-        """Stage ``append`` to the array at ``path`` (host-only: inbox, outbox)."""
+        """Stage ``append`` to the array at ``path`` (host-only: inbox, outbox, timers)."""
         mut = Mutation("append", path_text, value)
         self._stage(apply_mutation(self.root, mut, self.limits), mut)
 
     def host_set(self, path_text: str, value: Value) -> None:
-        """Stage ``set`` on a host-managed path (``/thread``), bypassing guest write rules."""
+        """Stage ``set`` on a host-managed path (``/thread``, ``/system/timers``),
+        bypassing guest write rules."""
         mut = Mutation("set", path_text, value)
         self._stage(apply_mutation(self.root, mut, self.limits), mut)
 
     def host_remove(self, path_text: str) -> None:
-        """Stage ``remove`` on a host-managed path (``/thread``)."""
+        """Stage ``remove`` on a host-managed path (``/thread``, ``/system/timers/<i>``)."""
         mut = Mutation("remove", path_text)
         self._stage(apply_mutation(self.root, mut, self.limits), mut)
 

@@ -12,10 +12,11 @@ scripts with the Lisp), so neither needs the other's internals.
 * Paths and ids: :data:`Path`, :data:`ROOT_KEYS`, :func:`parse_path`,
   :func:`format_path`, :func:`validate_process_id`, :func:`validate_address`,
   :func:`validate_script_name`, :func:`is_guest_writable`.
-* Limits: :class:`Limits` and its :data:`HARD_MAXIMA`.
+* Limits: :class:`Limits` and its :data:`HARD_MAXIMA`; :data:`MAX_DELAY_MS`, the
+  largest delay of a delayed ``send!``.
 """
 
-from svit_cluster.values._limits import HARD_MAXIMA, Limits
+from svit_cluster.values._limits import HARD_MAXIMA, MAX_DELAY_MS, Limits
 from svit_cluster.values._paths import (
     ROOT_KEYS,
     Path,
@@ -47,6 +48,7 @@ __all__ = [
     "HARD_MAXIMA",
     "I64_MAX",
     "I64_MIN",
+    "MAX_DELAY_MS",
     "ROOT_KEYS",
     "Limits",
     "Path",

@@ -8,10 +8,15 @@ from typing import Any
 
 from svit_cluster.errors import ErrorCode, InvalidInput
 
-__all__ = ["HARD_MAXIMA", "Limits"]
+__all__ = ["HARD_MAXIMA", "MAX_DELAY_MS", "Limits"]
 
 _KIB = 1024
 _MIB = 1024 * 1024
+
+#: Largest ``delay_ms`` of a delayed ``send!`` (365 days, in milliseconds). A
+#: fixed bound, not a per-process limit: the dispatcher that holds a timer and
+#: every host that replays one agree on it.
+MAX_DELAY_MS = 31_536_000_000
 
 
 @dataclass(frozen=True, slots=True)

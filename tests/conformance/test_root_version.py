@@ -25,8 +25,9 @@ def test_v1_root_keys_and_language_follow_the_later_reference_version() -> None:
     assert proc.discover("/") == REFERENCE_4AF29E09_ROOT
     assert "bin" not in proc.discover("/")
     assert proc.read("/system/runtime/language") == "svit-lisp@2"
+    # the reference's seven /system keys, plus our timers (docs/conformance.md D10)
     assert proc.discover("/system") == ["api", "capabilities", "identity", "limits",
-                                        "lineage", "outbox", "runtime"]
+                                        "lineage", "outbox", "runtime", "timers"]
 
 
 def test_v1_system_api_is_our_own() -> None:

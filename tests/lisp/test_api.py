@@ -42,7 +42,8 @@ def test_environment_is_an_explicit_allowlist() -> None:
         "denom", "fract", "numer", "rat", "recip", "bytes", "is-instance", ".", ".=", "new",
         "print", "println",
     }
-    assert extras == {"exec-safe", "json-parse-safe"} | catalog_helpers | ketos_core
+    timers = {"cancel!"}  # durable timers, beyond the reference
+    assert extras == {"exec-safe", "json-parse-safe"} | catalog_helpers | ketos_core | timers
     assert CONSTANTS == {"*svit-version*": "Svit Lisp 2"}
     for forbidden in ("eval", "open", "import", "getattr", "random", "time", "env"):
         assert forbidden not in BUILTINS

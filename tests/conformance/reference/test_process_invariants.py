@@ -43,7 +43,7 @@ def fails_unchanged(proc: Process, script: str, value: Any = None) -> SvitError:
     "the newer process.rs 4af29e09 (snapshot format 10) and docs memory.md/ports.md: root "
     "`ports`, no `bin`, language `svit-lisp@2`. /system/api differs from both: ours is "
     "{control: svit-control@1}, the reference's {operations: [discover exec read remove "
-    "write]}"))
+    "write]}; /system also holds our timers (docs/conformance.md D10)"))
 def test_builder_exposes_the_conventional_namespace_and_non_authoritative_identity() -> None:
     proc = Process.create("svit://local/tests/namespace", memory={"profile": {"name": "Ada"}})
     # parts that match
