@@ -453,3 +453,27 @@ def test_list_timers_pages_in_due_order(rclient: Any, prefix: str) -> None:
         after = page.next_after
     expected = [t.decode() for t in rclient.zrange(pk.timers, 0, -1)]
     assert seen == expected
+
+
+def test_timer_outcomes_and_log_keep_their_bounds(rclient: Any, prefix: str) -> None:
+    """More outcomes than ``TIMER_DONE_KEEP`` and events than ``TIMER_LOG_MAXLEN``:
+    the newest are kept, the older ones go."""
+    from svit_cluster.dispatch._timers import TIMER_DONE_KEEP, TIMER_LOG_MAXLEN
+
+    box = Outbox(rclient, prefix)
+    pk = ProcessKeys(box.pid, prefix)
+    n = TIMER_DONE_KEEP + 200
+    ids = [f"{box.pid}:{i + 1}:0" for i in range(n)]
+    pipe = rclient.pipeline(transaction=False)
+    for i, tid in enumerate(ids):  # as parked: the zset and the intents hash
+        pipe.zadd(pk.timers, {tid: 10**13 + i})
+        pipe.hset(pk.timer_intents, tid, "{}")
+    pipe.execute()
+    for tid in ids:
+        assert cancel_timer(rclient, prefix, box.pid, tid) == CancelOutcome.CANCELLED
+    assert rclient.zcard(pk.timers) == 0 and rclient.hlen(pk.timer_intents) == 0
+    assert rclient.zcard(pk.timer_done) == TIMER_DONE_KEEP
+    assert TIMER_LOG_MAXLEN <= rclient.xlen(pk.timer_log) <= TIMER_LOG_MAXLEN + 100
+    # the newest outcome is kept, the oldest forgotten
+    assert cancel_timer(rclient, prefix, box.pid, ids[-1]) == CancelOutcome.ALREADY_CANCELLED
+    assert cancel_timer(rclient, prefix, box.pid, ids[0]) == CancelOutcome.UNKNOWN
