@@ -14,6 +14,8 @@ Public names, by importance:
   for tests and the chaos checker.
 * :class:`DeadLetters`, :class:`DeadLetter`, :class:`RedriveResult` -- list and
   re-drive what could not be delivered.
+* Durable timers: :func:`list_timers` -> :class:`TimerPage` of :class:`Timer`;
+  :func:`cancel_timer` -> :class:`CancelOutcome`; :func:`timer_log`.
 * Sinks: :class:`SinkRegistry`, :class:`Sink`, :class:`SvitInboxSink`,
   :class:`WebhookSink`, :class:`RedisStreamSink`; errors
   :class:`RetryableDeliveryError`, :class:`PermanentDeliveryError`.
@@ -58,11 +60,20 @@ from svit_cluster.dispatch._status import (
     destination_records,
     outbox_summary,
 )
+from svit_cluster.dispatch._timers import (
+    CancelOutcome,
+    Timer,
+    TimerPage,
+    cancel_timer,
+    list_timers,
+    timer_log,
+)
 from svit_cluster.dispatch._trim import trim_acked
 from svit_cluster.dispatch._worker import DispatchWorker, default_sinks, run_worker
 
 __all__ = [
     "DEFAULT_GROUP",
+    "CancelOutcome",
     "DeadLetter",
     "DeadLetters",
     "DeliveryState",
@@ -81,12 +92,17 @@ __all__ = [
     "Sink",
     "SinkRegistry",
     "SvitInboxSink",
+    "Timer",
+    "TimerPage",
     "WebhookSink",
+    "cancel_timer",
     "default_sinks",
     "delivery_status",
     "destination_records",
+    "list_timers",
     "outbox_summary",
     "read_cluster_json",
     "run_worker",
+    "timer_log",
     "trim_acked",
 ]

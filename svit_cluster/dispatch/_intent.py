@@ -4,6 +4,15 @@ The commit script writes each intent as ``XADD <prefix>:{P}:outbox * intent
 <canonical JSON {"body","message_id","to"}> version <N>`` (``svit_cluster/store``); the
 re-drive stream adds ``source``, ``stream``, ``entry_id`` and ``committed_ms``
 fields that point back at the original entry.
+
+Two more shapes of the ``intent`` field carry durable timers:
+
+* a *delayed intent* adds ``"delay_ms": N`` and ``"due_ms": D`` (ms since the
+  epoch, stamped by the host at commit); it must not be delivered before ``D``
+  (:attr:`Intent.due_ms`);
+* a *cancel entry* ``{"message_id", "cancel": "<timer id>"}`` has no ``to`` and
+  no ``body``; it cancels the pending timer with that id (:class:`CancelEntry`,
+  :func:`parse_cancel`).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from typing import Any
 from svit_cluster.dispatch._errors import PermanentDeliveryError
 from svit_cluster.process import canonical_json
 
-__all__ = ["Intent", "entry_ms", "parse_entry"]
+__all__ = ["CancelEntry", "Intent", "entry_ms", "parse_cancel", "parse_entry"]
 
 
 def entry_ms(entry_id: str) -> int:
@@ -38,6 +47,9 @@ class Intent:
         origin_entry_id: the entry id in the sender's outbox stream.
         committed_ms: Redis time of the commit, ms since the epoch.
         raw: the stored intent bytes (kept verbatim in dead letters).
+        due_ms: for a delayed intent (a timer), the time before which it must
+            not be delivered, ms since the epoch (compared with Redis ``TIME``);
+            None for an ordinary intent.
     """
 
     id: str
@@ -50,6 +62,7 @@ class Intent:
     origin_entry_id: str
     committed_ms: int
     raw: bytes
+    due_ms: int | None = None
 
     @property
     def scheme(self) -> str:
@@ -102,6 +115,10 @@ def parse_entry(stream: str, entry_id: str, fields: dict[bytes, bytes],
         raise bad("missing or oversized id")
     if not isinstance(to, str) or not to:
         raise bad("missing destination")
+    due_ms = doc.get("due_ms")
+    if "delay_ms" in doc or due_ms is not None:
+        if type(due_ms) is not int or due_ms < 0:
+            raise bad("a delayed intent without an integer due_ms")
     source = _text(fields, "source") or default_source
     if not source:
         raise bad("unknown sender")
@@ -119,4 +136,38 @@ def parse_entry(stream: str, entry_id: str, fields: dict[bytes, bytes],
         origin_entry_id=origin,
         committed_ms=int(committed) if committed and committed.isdigit() else entry_ms(origin),
         raw=raw,
+        due_ms=due_ms,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class CancelEntry:
+    """A committed cancel of a pending timer (an outbox entry without ``to``).
+
+    Attributes:
+        id: the cancel's own ``<sender>:<version>:<index>``.
+        timer_id: the id of the delayed intent it cancels.
+        entry_id: its outbox entry id.
+    """
+
+    id: str
+    timer_id: str
+    entry_id: str
+
+
+def parse_cancel(entry_id: str, fields: dict[bytes, bytes]) -> CancelEntry | None:
+    """The cancel entry in ``fields``, or None when the entry is anything else
+    (an intent, or undecodable: :func:`parse_entry` then says what is wrong)."""
+    raw = fields.get(b"intent", b"")
+    if b'"cancel"' not in raw:
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or "to" in doc:
+        return None
+    cid, timer = doc.get("message_id"), doc.get("cancel")
+    if not isinstance(cid, str) or not isinstance(timer, str) or not timer or len(timer) > 512:
+        return None
+    return CancelEntry(cid, timer, entry_id)

@@ -34,6 +34,15 @@ class DispatchMetrics:
         ``svit_dispatch_owned_streams`` -- streams this worker holds a claim on.
         ``svit_dispatch_delay_seconds{sink}`` -- commit -> confirmed delivery (Redis
             commit time vs this worker's clock).
+        ``svit_dispatch_timers_pending`` -- timers parked in the streams this
+            worker holds (as of each stream's last timer script).
+        ``svit_dispatch_timers_armed_total`` -- delayed intents parked.
+        ``svit_dispatch_timers_fired_total`` -- timers delivered (sink confirmed).
+        ``svit_dispatch_timers_cancelled_total{outcome}`` -- committed cancels
+            applied, by outcome (``cancelled``, ``too_late``,
+            ``already_cancelled``, ``unknown``).
+        ``svit_dispatch_timer_lateness_seconds`` -- confirmed delivery minus due
+            time (Redis clock), per fired timer.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -73,4 +82,19 @@ class DispatchMetrics:
             "svit_dispatch_delay_seconds", "Commit to confirmed delivery, seconds.", ["sink"],
             registry=r,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )
+        self.timers_pending = Gauge("svit_dispatch_timers_pending",
+                                    "Timers parked in the streams this worker holds.",
+                                    registry=r)
+        self.timers_armed = Counter("svit_dispatch_timers_armed_total",
+                                    "Delayed intents parked until due.", registry=r)
+        self.timers_fired = Counter("svit_dispatch_timers_fired_total",
+                                    "Timers delivered (sink confirmed).", registry=r)
+        self.timers_cancelled = Counter("svit_dispatch_timers_cancelled_total",
+                                        "Committed timer cancels, by outcome.", ["outcome"],
+                                        registry=r)
+        self.timer_lateness = Histogram(
+            "svit_dispatch_timer_lateness_seconds",
+            "Confirmed delivery of a timer minus its due time, seconds.", registry=r,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
         )

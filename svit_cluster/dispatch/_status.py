@@ -10,7 +10,16 @@ streams:
   read and in a pending list), or re-driven and not yet acknowledged again;
 * ``delivered`` -- acknowledged after its sink confirmed (at least once);
 * ``dead_lettered`` -- acknowledged after a dead letter was written, and not
-  re-driven since (the dead letter's reason and error are included).
+  re-driven since (the dead letter's reason and error are included);
+* ``cancelled`` -- a delayed intent (timer) that a cancel removed before it
+  fired (known while its outcome is among the process's newest
+  ``TIMER_DONE_KEEP``; older ones count as delivered).
+
+A timer's outbox entry is acknowledged when the dispatcher parks it; while it
+waits for its due time (``timer="parked"``, with ``due_ms``) or is being
+delivered (``timer="firing"``) it is ``pending``. A cancel entry is listed
+under its own id with ``cancels`` = the timer id, ``pending`` until the
+dispatcher applied it and ``delivered`` after.
 
 The rule, per outbox entry E with intent id I: E is *acknowledged* when the
 group's last-delivered id is >= E and E is not pending. An unacknowledged E is
@@ -46,6 +55,7 @@ as delivered (``svit_dispatch_dead_trimmed_total`` counts such removals).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -56,9 +66,10 @@ import redis
 
 from svit_cluster.dispatch._deadletter import DeadLetter
 from svit_cluster.dispatch._errors import PermanentDeliveryError
-from svit_cluster.dispatch._intent import parse_entry
+from svit_cluster.dispatch._intent import parse_cancel, parse_entry
 from svit_cluster.dispatch._keys import DEFAULT_GROUP, DispatchKeys
 from svit_cluster.dispatch._redisutil import boundary, text
+from svit_cluster.dispatch._timers import timer_view
 from svit_cluster.process import Transaction, dedup_slot
 from svit_cluster.store import DEFAULT_PREFIX, RedisBackend, RedisClient, StoreConfig
 
@@ -79,6 +90,7 @@ class DeliveryState(StrEnum):
     PENDING = "pending"
     DELIVERED = "delivered"
     DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +106,10 @@ class IntentStatus:
         state: :class:`DeliveryState`.
         redriven: the intent went through the re-drive stream at least once.
         dead_letter_id, reason, error: the current dead letter, when dead-lettered.
+        timer: for a pending delayed intent, ``parked`` (waiting for ``due_ms``)
+            or ``firing`` (being delivered); None otherwise.
+        due_ms: a delayed intent's due time (ms since the epoch), else None.
+        cancels: for a cancel entry, the id of the timer it cancels.
     """
 
     intent_id: str
@@ -106,6 +122,46 @@ class IntentStatus:
     dead_letter_id: str | None = None
     reason: str | None = None
     error: str | None = None
+    timer: str | None = None
+    due_ms: int | None = None
+    cancels: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Timers:
+    """One process's timers, read in one ``MULTI`` (one slot, one moment)."""
+
+    parked: dict[str, Any]  # timer id -> stored intent (see ``_timers.encode_parked``)
+    firing: dict[str, Any]
+    cancelled: frozenset[str]
+
+    def statuses(self, pid: str) -> list[IntentStatus]:
+        """The pending and the remembered cancelled timers as statuses (their
+        outbox entries may be trimmed; a cancelled one's destination is not kept)."""
+        out = []
+        for state, stored in (("parked", self.parked), ("firing", self.firing)):
+            for iid, raw in stored.items():
+                try:
+                    doc = json.loads(raw)
+                    out.append(IntentStatus(
+                        intent_id=iid, source=pid, version=int(doc.get("version") or 0),
+                        to=str(doc.get("to", "")), entry_id=str(doc.get("entry_id", "")),
+                        state=DeliveryState.PENDING, timer=state,
+                        due_ms=int(doc.get("due_ms") or 0)))
+                except (ValueError, TypeError, AttributeError):
+                    continue
+        for iid in self.cancelled:  # the entry is gone; the id names the version
+            version = iid.rsplit(":", 2)[-2] if iid.count(":") >= 2 else "0"
+            out.append(IntentStatus(
+                intent_id=iid, source=pid, version=int(version) if version.isdigit() else 0,
+                to="", entry_id="", state=DeliveryState.CANCELLED))
+        return out
+
+
+def _timers_view(client: RedisClient, prefix: str, pid: str) -> _Timers:
+    parked, firing, done = timer_view(client, prefix, pid)
+    return _Timers(parked, firing, frozenset(d[len("cancelled:"):] for d in done
+                                             if d.startswith("cancelled:")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,11 +275,15 @@ def delivery_status(
         #    letter (XADD to the re-drive stream, XDEL from the dead letters)
         #    in one script, so a moved letter is seen in 2 or in 3, never in
         #    neither.
-        outboxes: list[tuple[str, str, _GroupView, Any]] = []
+        # A timer's entry is acknowledged by the script that parks it, so its
+        # timers are read after its group: a timer parked in between is seen
+        # parked (or fired/cancelled later), never missed.
+        outboxes: list[tuple[str, str, _GroupView, Any, _Timers]] = []
         for pid in process_ids:
             stream = keys.outbox(pid)
-            outboxes.append((pid, stream, _group_view(client, stream, group),
-                             client.xrange(stream)))
+            view = _group_view(client, stream, group)
+            entries = client.xrange(stream)
+            outboxes.append((pid, stream, view, entries, _timers_view(client, prefix, pid)))
         redrive_view = _group_view(client, keys.redrive, group)
         dead: dict[str, DeadLetter] = {}
         dead_raw: Any = _settled_letters(client, client.xrange(keys.dead))
@@ -238,12 +298,15 @@ def delivery_status(
             redriven[iid or f"entry:{text(fields.get(b'entry_id'))}"] = text(eid)
         trimmed_known = _trimmed_candidates(dead, redrive_raw)
         out: dict[str, IntentStatus] = {}
-        for pid, stream, view, entries in outboxes:
+        for pid, stream, view, entries, timers in outboxes:
             for raw_id, fields in entries:
                 entry_id = text(raw_id)
                 status = _classify(stream, pid, entry_id, fields, view, dead, redriven,
-                                   redrive_view)
+                                   redrive_view, timers)
                 out[status.intent_id] = status
+            # Pending timers whose outbox entry was trimmed after it was parked.
+            for status in timers.statuses(pid):
+                out.setdefault(status.intent_id, status)
             # Intents whose outbox entry was trimmed (so acknowledged by every
             # group) but that a dead letter or re-drive entry still names.
             for iid, (to, version, entry_id) in trimmed_known.get(stream, {}).items():
@@ -307,16 +370,31 @@ def _intent_id(fields: dict[bytes, bytes]) -> str:
 
 def _classify(stream: str, pid: str, entry_id: str, fields: dict[bytes, bytes],
               view: _GroupView, dead: dict[str, DeadLetter], redriven: dict[str, str],
-              redrive_view: _GroupView) -> IntentStatus:
+              redrive_view: _GroupView, timers: _Timers) -> IntentStatus:
+    due_ms: int | None = None
+    cancel = parse_cancel(entry_id, fields)
+    if cancel is not None:
+        version_raw = text(fields.get(b"version"), "0")
+        state = DeliveryState.DELIVERED if view.acked(entry_id) else DeliveryState.PENDING
+        return IntentStatus(intent_id=cancel.id, source=pid,
+                            version=int(version_raw) if version_raw.isdigit() else 0,
+                            to="", entry_id=entry_id, state=state, cancels=cancel.timer_id)
     try:
         intent = parse_entry(stream, entry_id, fields, pid)
-        iid, to, version = intent.id, intent.to, intent.version
+        iid, to, version, due_ms = intent.id, intent.to, intent.version, intent.due_ms
     except PermanentDeliveryError:
         iid, to, version = f"entry:{entry_id}", "", 0
     base: dict[str, Any] = {"intent_id": iid, "source": pid, "version": version, "to": to,
-                            "entry_id": entry_id}
+                            "entry_id": entry_id, "due_ms": due_ms}
     if not view.acked(entry_id):
         return IntentStatus(state=DeliveryState.PENDING, **base)
+    if due_ms is not None:
+        if iid in timers.parked:  # parked: its outbox entry was acknowledged
+            return IntentStatus(state=DeliveryState.PENDING, timer="parked", **base)
+        if iid in timers.firing:
+            return IntentStatus(state=DeliveryState.PENDING, timer="firing", **base)
+        if iid in timers.cancelled:
+            return IntentStatus(state=DeliveryState.CANCELLED, **base)
     return _decide(base, iid, dead, redriven, redrive_view)
 
 
@@ -350,7 +428,9 @@ class OutboxSummary:
             older version was acknowledged by every consumer group.
         pending, dead_lettered: intents in those states (:func:`delivery_status`,
             which keeps both visible after trimming).
-        delivered: ``committed - pending - dead_lettered``.
+        delivered: ``committed - pending - dead_lettered - cancelled``.
+        cancelled: timers cancelled before they fired (among the retained
+            entries; counted from the process's remembered outcomes).
     """
 
     process_id: str
@@ -362,6 +442,7 @@ class OutboxSummary:
     pending: int
     dead_lettered: int
     delivered: int
+    cancelled: int = 0
 
 
 def outbox_summary(
@@ -430,11 +511,12 @@ def status_and_summary(
             first_version = int(raw) if raw.isdigit() else None
         pending = by_state[(pid, DeliveryState.PENDING)]
         dead = by_state[(pid, DeliveryState.DEAD_LETTERED)]
+        cancelled = by_state[(pid, DeliveryState.CANCELLED)]
         out[pid] = OutboxSummary(
             process_id=pid, stream=keys.outbox(pid), committed=committed, retained=retained,
             trimmed=max(0, committed - retained), first_retained_version=first_version,
             pending=pending, dead_lettered=dead,
-            delivered=max(0, committed - pending - dead))
+            delivered=max(0, committed - pending - dead - cancelled), cancelled=cancelled)
     return statuses, out
 
 

@@ -29,9 +29,20 @@ Data path: one runner task per owned stream, strictly in stream order:
    jitter (tenacity); ``XACK`` only after the sink confirmed. A permanent
    failure, or exhausted retries, writes a dead letter and then acks.
 
+Timers (``_timers.py``): a delayed intent read from an outbox stream is
+parked (fenced script: sorted set + ``XACK``), so it never blocks the stream;
+a cancel entry is applied by the fenced cancel script. Each runner keeps the
+due time of its stream's earliest timer in memory (loaded when the claim is
+taken, lowered by each park, and replaced by the head every take returns), so
+a tick sends a take only when that time has come, and waits until
+``min(earliest due, next entry)``. A new holder first redelivers what the
+previous one left in ``firing``.
+
 Guarantees: an entry leaves the pending list only after its sink confirmed or
-its dead letter was written, so a worker or host dying at any point loses
-nothing; the price is a possible redelivery, always with the same intent id.
+its dead letter was written (or, for a delayed intent, it was parked; for a
+cancel entry, the cancel was applied), so a worker or host dying at any point
+loses nothing; the price is a possible redelivery, always with the same
+intent id.
 """
 
 from __future__ import annotations
@@ -60,7 +71,7 @@ from svit_cluster.dispatch._config import DispatchConfig
 from svit_cluster.dispatch._deadbound import BOUND_SCRIPT, PRUNE_SETTLED_SCRIPT, Trimmed
 from svit_cluster.dispatch._deadletter import write_dead_letter
 from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliveryError
-from svit_cluster.dispatch._intent import Intent, parse_entry
+from svit_cluster.dispatch._intent import CancelEntry, Intent, parse_cancel, parse_entry
 from svit_cluster.dispatch._metrics import DispatchMetrics
 from svit_cluster.dispatch._redisutil import async_client, text
 from svit_cluster.dispatch._sinks import (
@@ -69,6 +80,7 @@ from svit_cluster.dispatch._sinks import (
     SvitInboxSink,
     WebhookSink,
 )
+from svit_cluster.dispatch._timers import TimerScripts, decode_parked, timer_keys
 from svit_cluster.dispatch._trim import TRIM_ACKED_SCRIPT, parse_trim_reply
 from svit_cluster.store import AsyncRedisClient
 
@@ -120,10 +132,30 @@ class _Stream:
     cursor: str | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    # Timers of an outbox stream (None for the re-drive stream):
+    timer_keys: list[str] | None = None
+    timers_loaded: bool = False  # ``firing`` redelivered and the head read under this claim
+    next_due_ms: int | None = None  # earliest pending due time known (Redis clock)
+    clock_offset_ms: float = 0.0  # Redis TIME - local wall clock, from the last reply
+    pending_timers: int = 0
+
+    def redis_now_ms(self) -> float:
+        return time.time() * 1000 + self.clock_offset_ms
+
+    def saw_redis_ms(self, redis_ms: int) -> None:
+        self.clock_offset_ms = redis_ms - time.time() * 1000
 
     def check(self) -> None:
         if time.monotonic() >= self.valid_until:
             raise ClaimLost(self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class _Firing:
+    """A timer taken for delivery: finished by the *done* script, not an ``XACK``."""
+
+    timer_id: str
+    due_ms: int
 
 
 class DispatchWorker:
@@ -158,6 +190,7 @@ class DispatchWorker:
         self._trim_script: Any = None
         self._bound_script: Any = None
         self._prune_settled_script: Any = None
+        self._timers: TimerScripts | None = None
         self._prune_due = False  # a dead-letter write removed letters: prune at the next scan
 
     # -- lifecycle ----------------------------------------------------------------
@@ -181,6 +214,7 @@ class DispatchWorker:
         self._trim_script = client.register_script(TRIM_ACKED_SCRIPT)
         self._bound_script = client.register_script(BOUND_SCRIPT)
         self._prune_settled_script = client.register_script(PRUNE_SETTLED_SCRIPT)
+        self._timers = TimerScripts(client)
         self._claims = StreamClaims(client, self.keys, self.name, claim_ttl_s=c.claim_ttl_s,
                                   worker_ttl_s=c.worker_ttl_s)
         loops = [asyncio.create_task(coro, name=f"dispatch-{n}") for n, coro in (
@@ -373,6 +407,8 @@ class DispatchWorker:
             if token and not self._stopping.is_set():
                 st = _Stream(key, self.keys.process_of(key),
                              sent + _CLAIM_SAFETY * self.config.claim_ttl_s, token)
+                if st.process is not None:
+                    st.timer_keys = timer_keys(self.config.prefix, st.process)
                 self._owned[key] = st
                 st.task = asyncio.create_task(self._run_stream(st), name=f"stream-{key}")
         self.metrics.owned.set(len(self._owned))
@@ -417,6 +453,7 @@ class DispatchWorker:
                     log.warning("%s: stream %s: %s: %s", self.name, st.key,
                                 type(exc).__name__, exc)
                     processed, wait_s = 0, self.config.poll_interval_s
+                    st.timers_loaded = False  # redeliver what is left in ``firing``
                 if processed:
                     continue
                 st.wake.clear()
@@ -430,11 +467,152 @@ class DispatchWorker:
             if st.process is not None:
                 with contextlib.suppress(KeyError):
                     self.metrics.lag.remove(st.process)
+            self._count_pending_timers()
             with contextlib.suppress(RedisError, OSError, RuntimeError):
                 await claims.release(st.key)
 
     async def _step(self, st: _Stream) -> tuple[int, float]:
-        """One round on ``st``: returns (entries handled, seconds to wait when 0)."""
+        """One round on ``st``: returns (entries and timers handled, seconds to
+        wait when 0). Due timers fire first; a tick sends no timer command
+        unless the earliest known due time has come."""
+        fired = 0
+        if st.timer_keys is not None:
+            if not st.timers_loaded:
+                fired += await self._load_timers(st)
+            if st.next_due_ms is not None and st.next_due_ms <= st.redis_now_ms():
+                fired += await self._fire_due(st)
+        processed, wait_s = await self._step_outbox(st)
+        if st.next_due_ms is not None:
+            wait_s = min(wait_s, max(0.001, (st.next_due_ms - st.redis_now_ms()) / 1000))
+        return processed + fired, wait_s
+
+    # -- timers ---------------------------------------------------------------------
+
+    def _count_pending_timers(self) -> None:
+        self.metrics.timers_pending.set(sum(s.pending_timers for s in self._owned.values()))
+
+    async def _load_timers(self, st: _Stream) -> int:
+        """Under a new claim (or after an error): read the zset's head and
+        redeliver every timer left in ``firing`` (by a crashed or stale holder,
+        or by this runner before the error), with the same idempotency key."""
+        timers = self._timers
+        assert timers is not None and st.timer_keys is not None
+        now, head, pending, firing = await timers.load(st.timer_keys)
+        st.saw_redis_ms(now)
+        st.next_due_ms = head
+        st.pending_timers = pending
+        self._count_pending_timers()
+        st.timers_loaded = True
+        if firing:
+            log.info("%s: redelivering %d firing timers of %s", self.name, len(firing), st.key)
+            await self._deliver_timers(st, firing)
+        return len(firing)
+
+    async def _fire_due(self, st: _Stream) -> int:
+        """Take the due timers (one fenced script) and deliver them."""
+        timers = self._timers
+        assert timers is not None and st.timer_keys is not None
+        st.check()
+        taken = await timers.take(st.timer_keys, st.token, self.config.batch_size)
+        if taken is None:
+            self.metrics.fenced.labels("timer_take").inc()
+            raise ClaimLost(st.key)
+        st.saw_redis_ms(taken.redis_ms)
+        st.next_due_ms = taken.head_ms
+        st.pending_timers = taken.pending
+        self._count_pending_timers()
+        if taken.timers:
+            await self._deliver_timers(st, taken.timers)
+        return len(taken.timers)
+
+    async def _deliver_timers(self, st: _Stream, items: list[tuple[str, Any]]) -> None:
+        """Deliver firing timers: by destination, like a batch (due order within one)."""
+        parsed_items = []
+        for timer_id, raw in items:
+            try:
+                fields, entry_id, due_ms = decode_parked(raw)
+                parsed: Intent | PermanentDeliveryError = parse_entry(
+                    st.key, entry_id, fields, st.process)
+            except PermanentDeliveryError as exc:
+                parsed, fields, entry_id, due_ms = exc, {b"intent": b""}, "0-0", 0
+            except (ValueError, KeyError, TypeError) as exc:
+                parsed = PermanentDeliveryError(f"stored timer {timer_id} does not decode: {exc}",
+                                                reason="malformed_intent")
+                fields, entry_id, due_ms = {b"intent": b""}, "0-0", 0
+            parsed_items.append((due_ms, timer_id, entry_id, fields, parsed))
+        parsed_items.sort(key=lambda t: (t[0], t[1]))
+        by_destination: dict[str, list[Any]] = {}
+        for due_ms, timer_id, entry_id, fields, parsed in parsed_items:
+            dest = parsed.to if isinstance(parsed, Intent) else ""
+            by_destination.setdefault(dest, []).append(
+                (entry_id, fields, parsed, _Firing(timer_id, due_ms)))
+        results = await asyncio.gather(
+            *(self._deliver_in_order(st, group, {}) for group in by_destination.values()),
+            return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _timer_done(self, st: _Stream, timer: _Firing, outcome: str, entry_id: str,
+                          dead_id: str = "") -> str:
+        """Finish a firing timer (fenced); counts it. Returns the script's answer:
+        ``ok``, ``settled`` (another holder finished it) or, for a dead letter,
+        ``fenced`` (the caller deletes the refused letter and stops).
+
+        Raises:
+            ClaimLost: a newer claim holder exists, after a delivery (it
+                redelivers the timer).
+        """
+        timers = self._timers
+        assert timers is not None and st.timer_keys is not None
+        late_ms = max(0, int(st.redis_now_ms() - timer.due_ms))
+        answer = await timers.done(st.timer_keys, st.token, timer.timer_id, outcome, entry_id,
+                                   dead_id, late_ms)
+        if answer == "fenced" and outcome == "fired":
+            self.metrics.fenced.labels("timer_done").inc()
+            raise ClaimLost(st.key)
+        if answer == "ok" and outcome == "fired":
+            self.metrics.timers_fired.inc()
+            self.metrics.timer_lateness.observe(late_ms / 1000)
+        return answer
+
+    async def _park(self, st: _Stream, eid: str, intent: Intent) -> None:
+        """Park a delayed intent and acknowledge its entry (one fenced script)."""
+        timers = self._timers
+        assert timers is not None and st.timer_keys is not None and intent.due_ms is not None
+        st.check()
+        state, redis_ms, pending = await timers.park(st.timer_keys, st.token,
+                                                     self.config.group, eid, intent)
+        if state == "fenced":
+            self.metrics.fenced.labels("timer_park").inc()
+            raise ClaimLost(st.key)
+        st.saw_redis_ms(redis_ms)
+        st.pending_timers = pending
+        self._count_pending_timers()
+        if state == "parked":
+            self.metrics.timers_armed.inc()
+            if st.next_due_ms is None or intent.due_ms < st.next_due_ms:
+                st.next_due_ms = intent.due_ms
+
+    async def _cancel(self, st: _Stream, entry: CancelEntry) -> None:
+        """Apply a committed cancel entry and acknowledge it (one fenced script)."""
+        timers = self._timers
+        assert timers is not None and st.timer_keys is not None
+        st.check()
+        outcome, pending = await timers.cancel(st.timer_keys, st.token, self.config.group,
+                                               entry.entry_id, entry.timer_id)
+        if outcome == "fenced":
+            self.metrics.fenced.labels("timer_cancel").inc()
+            raise ClaimLost(st.key)
+        st.pending_timers = pending
+        self._count_pending_timers()
+        self.metrics.timers_cancelled.labels(outcome).inc()
+        log.info("%s: cancel %s of timer %s: %s", self.name, entry.id, entry.timer_id, outcome)
+
+    # -- outbox entries -------------------------------------------------------------
+
+    async def _step_outbox(self, st: _Stream) -> tuple[int, float]:
+        """One round on the stream's entries: (entries handled, seconds to wait when 0)."""
         client, c = self._client, self.config
         assert client is not None
         pending: Any = await client.xpending_range(st.key, c.group, min="-", max="+",
@@ -503,6 +681,9 @@ class DispatchWorker:
 
     async def _deliver_batch(self, st: _Stream, entries: list[Any],
                              counts: dict[str, int]) -> None:
+        """Deliver a batch. Timer entries of an outbox stream are handled first,
+        one by one in stream order (a cancel always follows its arm): delayed
+        intents are parked, cancel entries applied; the rest is delivered."""
         by_destination: dict[str, list[tuple[str, dict[bytes, bytes], Any]]] = {}
         for raw_id, fields in entries:
             eid = text(raw_id)
@@ -511,12 +692,23 @@ class DispatchWorker:
                 log.error("%s: pending entry %s of %s no longer exists", self.name, eid, st.key)
                 await self._ack(st, eid)
                 continue
+            cancel = parse_cancel(eid, fields)
+            if cancel is not None:
+                if st.timer_keys is not None:
+                    await self._cancel(st, cancel)
+                else:  # a re-driven cancel entry has no timer to cancel
+                    await self._ack(st, eid)
+                continue
             try:
                 parsed: Intent | PermanentDeliveryError = parse_entry(
                     st.key, eid, fields, st.process)
                 dest = parsed.to if isinstance(parsed, Intent) else ""
             except PermanentDeliveryError as exc:
                 parsed, dest = exc, ""
+            if (isinstance(parsed, Intent) and parsed.due_ms is not None
+                    and st.timer_keys is not None):
+                await self._park(st, eid, parsed)
+                continue
             by_destination.setdefault(dest, []).append((eid, fields, parsed))
         results = await asyncio.gather(
             *(self._deliver_in_order(st, items, counts) for items in by_destination.values()),
@@ -528,20 +720,23 @@ class DispatchWorker:
 
     async def _deliver_in_order(self, st: _Stream, items: list[Any],
                                 counts: dict[str, int]) -> None:
-        for eid, fields, parsed in items:
-            await self._deliver_one(st, eid, fields, parsed, counts.get(eid, 1))
+        for eid, fields, parsed, *timer in items:
+            await self._deliver_one(st, eid, fields, parsed, counts.get(eid, 1),
+                                    timer[0] if timer else None)
 
     async def _deliver_one(self, st: _Stream, eid: str, fields: dict[bytes, bytes],
-                           parsed: Intent | PermanentDeliveryError, delivered_times: int
-                           ) -> None:
+                           parsed: Intent | PermanentDeliveryError, delivered_times: int,
+                           timer: _Firing | None = None) -> None:
+        """Deliver one intent, then ``XACK`` its entry (or, for a firing timer,
+        finish it with the fenced *done*); dead-letter it when it cannot be."""
         c, registry = self.config, self._registry
         assert registry is not None
         if isinstance(parsed, PermanentDeliveryError):
-            await self._dead(st, eid, fields, None, "none", parsed, attempts=0)
+            await self._dead(st, eid, fields, None, "none", parsed, attempts=0, timer=timer)
             return
         intent = parsed
         sink_name = intent.scheme or "none"
-        if delivered_times > c.max_deliveries:
+        if timer is None and delivered_times > c.max_deliveries:
             await self._dead(st, eid, fields, intent, sink_name, PermanentDeliveryError(
                 f"handed to workers {delivered_times} times without an ack", reason="poison"),
                 attempts=0)
@@ -549,7 +744,7 @@ class DispatchWorker:
         try:
             sink, limit = registry.resolve(intent)
         except PermanentDeliveryError as exc:
-            await self._dead(st, eid, fields, intent, sink_name, exc, attempts=0)
+            await self._dead(st, eid, fields, intent, sink_name, exc, attempts=0, timer=timer)
             return
         attempts = 0
 
@@ -572,9 +767,13 @@ class DispatchWorker:
         except (RetryableDeliveryError, PermanentDeliveryError) as exc:
             if isinstance(exc, RetryableDeliveryError):
                 exc = RetryableDeliveryError(exc.message, reason="exhausted")
-            await self._dead(st, eid, fields, intent, sink.name, exc, attempts=attempts)
+            await self._dead(st, eid, fields, intent, sink.name, exc, attempts=attempts,
+                             timer=timer)
             return
-        await self._ack(st, eid)
+        if timer is not None:
+            await self._timer_done(st, timer, "fired", eid)
+        else:
+            await self._ack(st, eid)
         self.metrics.delivered.labels(sink.name).inc()
         if intent.committed_ms:
             delay = max(0.0, time.time() - intent.committed_ms / 1000)
@@ -597,8 +796,8 @@ class DispatchWorker:
 
     async def _dead(self, st: _Stream, eid: str, fields: dict[bytes, bytes],
                     intent: Intent | None, sink: str,
-                    exc: PermanentDeliveryError | RetryableDeliveryError, *, attempts: int
-                    ) -> None:
+                    exc: PermanentDeliveryError | RetryableDeliveryError, *, attempts: int,
+                    timer: _Firing | None = None) -> None:
         """Dead-letter one entry: write the letter, then settle it (fenced ack).
 
         The letter is written first (nothing lost if the worker dies next; the
@@ -620,7 +819,11 @@ class DispatchWorker:
             attempts=attempts, worker=self.name, claim_token=st.token,
             bound=self.config.dead_letter_bound)
         self._count_trimmed(trimmed)
-        outcome = await claims.settle_dead(st.key, self.config.group, eid, st.token, dead_id)
+        if timer is not None:  # its entry was acknowledged at park: settle it in ``firing``
+            outcome = await self._timer_done(st, timer, "dead_lettered", eid, dead_id)
+        else:
+            outcome = await claims.settle_dead(st.key, self.config.group, eid, st.token,
+                                               dead_id)
         if outcome != "ok":
             with contextlib.suppress(RedisError, OSError):
                 await client.xdel(self.keys.dead, dead_id)

@@ -118,6 +118,34 @@ class ProcessKeys:
         every owner at start; outside the process state (no version, no hash)."""
         return self._key("residency")
 
+    @property
+    def timers(self) -> str:
+        """Sorted set: pending timer (delayed intent) id -> due time in ms since the
+        epoch; written only by the dispatcher (``svit_cluster.dispatch``)."""
+        return self._key("timers")
+
+    @property
+    def timer_intents(self) -> str:
+        """Hash: pending timer id -> the parked intent (JSON; dispatcher)."""
+        return self._key("timers:intents")
+
+    @property
+    def timer_firing(self) -> str:
+        """Hash: timer id -> the intent, while a dispatcher delivers it (dispatcher)."""
+        return self._key("timers:firing")
+
+    @property
+    def timer_done(self) -> str:
+        """Sorted set: ``fired:<id>`` / ``cancelled:<id>`` -> Redis ms of the
+        outcome, the newest ``TIMER_DONE_KEEP`` (dispatcher)."""
+        return self._key("timers:done")
+
+    @property
+    def timer_log(self) -> str:
+        """Stream of timer events (``armed``, ``fired``, ``cancelled``,
+        ``too_late``, ...), ``MAXLEN ~`` 1000 (dispatcher)."""
+        return self._key("timers:log")
+
     def events(self, session: str) -> str:
         """Stream of one session's canonical events; entry id ``<seq>-0``.
 
@@ -145,4 +173,9 @@ class ProcessKeys:
             self.session,
             self.hold,
             self.residency,
+            self.timers,
+            self.timer_intents,
+            self.timer_firing,
+            self.timer_done,
+            self.timer_log,
         )

@@ -762,7 +762,9 @@ class RedisBackend:
 
         Removes the stream, head, snapshot, receipts, outbox (intents not yet
         delivered are dropped), signals, the session pointer, the residency
-        settings and the current session's events stream, in one script. The
+        settings, the dispatcher's timer keys (pending and firing timers, their
+        outcomes and log: a deleted process's timers never fire) and the
+        current session's events stream, in one script. The
         fence key stays, raised to this token: it is the tombstone that keeps
         refusing every write of an older owner, so a stale owner cannot
         resurrect the process (see
@@ -794,7 +796,8 @@ class RedisBackend:
                 "delete", self._scripts.delete,
                 [keys.fence, keys.head, keys.snapshot, keys.stream, keys.receipts,
                  keys.receipts_order, keys.outbox, keys.signals, keys.session, keys.hold,
-                 keys.residency, *extra],
+                 keys.residency, keys.timers, keys.timer_intents, keys.timer_firing,
+                 keys.timer_done, keys.timer_log, *extra],
                 [self.token],
             )
         status, rest = _status(reply)

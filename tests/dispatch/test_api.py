@@ -32,6 +32,7 @@ def test_exported_names_are_pinned() -> None:
         "RetryableDeliveryError", "Sink", "SinkRegistry", "SvitInboxSink", "WebhookSink",
         "default_sinks", "delivery_status", "destination_records", "outbox_summary",
         "read_cluster_json", "run_worker", "trim_acked",
+        "CancelOutcome", "Timer", "TimerPage", "cancel_timer", "list_timers", "timer_log",
     ])
     for name in dispatch.__all__:
         assert getattr(dispatch, name) is not None
