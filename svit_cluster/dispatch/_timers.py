@@ -130,20 +130,25 @@ local function known(id)
 end
 """
 
-# ARGV: token, group, entry id, timer id, due_ms, intent JSON.
-# Returns {'ok', 'parked' | 'known', redis ms, pending count}.
+# ARGV: token, group, then per timer: entry id, timer id, due_ms, intent JSON.
+# Returns {'ok', redis ms, pending count, {'parked' | 'known', ...}} (one state
+# per timer, in order). One script parks a whole run of a batch's timers.
 PARK_SCRIPT = _FENCE + _HELPERS + """
 local now = now_ms()
-local id = ARGV[4]
-local state = 'known'
-if not known(id) then
-  state = 'parked'
-  redis.call('ZADD', KEYS[3], ARGV[5], id)
-  redis.call('HSET', KEYS[4], id, ARGV[6])
-  log_event('armed', id, 'due_ms', ARGV[5], 'entry', ARGV[3])
+local states = {}
+for i = 3, #ARGV, 4 do
+  local eid, id, due, intent = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local state = 'known'
+  if not known(id) then
+    state = 'parked'
+    redis.call('ZADD', KEYS[3], due, id)
+    redis.call('HSET', KEYS[4], id, intent)
+    log_event('armed', id, 'due_ms', due, 'entry', eid)
+  end
+  redis.call('XACK', KEYS[1], ARGV[2], eid)
+  states[#states + 1] = state
 end
-redis.call('XACK', KEYS[1], ARGV[2], ARGV[3])
-return {'ok', state, fmt(now), redis.call('ZCARD', KEYS[3])}
+return {'ok', fmt(now), redis.call('ZCARD', KEYS[3]), states}
 """
 
 # ARGV: token, limit.  Returns {'ok', redis ms, head due_ms ('' = none),
@@ -278,18 +283,34 @@ class TimerScripts:
 
     async def park(self, keys: list[str], token: int, group: str, entry_id: str,
                    intent: Intent) -> tuple[str, int, int]:
-        """Park ``intent`` and ``XACK`` its entry, fenced by ``token``.
+        """Park one ``intent`` and ``XACK`` its entry (see :meth:`park_many`).
 
         Returns:
             ``(state, redis ms, pending)``: state ``parked``, ``known`` (already
             pending, firing or done: only acknowledged) or ``fenced`` (a newer
             claim holder exists; nothing written).
         """
-        reply = await self._park(keys=keys, args=[token, group, entry_id, intent.id,
-                                                  intent.due_ms, encode_parked(intent)])
+        states, redis_ms, pending = await self.park_many(keys, token, group,
+                                                         [(entry_id, intent)])
+        return (states[0] if states else "fenced"), redis_ms, pending
+
+    async def park_many(self, keys: list[str], token: int, group: str,
+                        items: list[tuple[str, Intent]]) -> tuple[list[str], int, int]:
+        """Park every ``(entry id, intent)`` and ``XACK`` its entry, in one
+        script fenced by ``token`` (all or nothing).
+
+        Returns:
+            ``(states, redis ms, pending)``: one state per item, ``parked`` or
+            ``known``; ``states`` is empty when fenced (a newer claim holder
+            exists; nothing written).
+        """
+        args: list[Any] = [token, group]
+        for entry_id, intent in items:
+            args += [entry_id, intent.id, intent.due_ms, encode_parked(intent)]
+        reply = await self._park(keys=keys, args=args)
         if text(reply[0]) != "ok":
-            return "fenced", 0, 0
-        return text(reply[1]), int(reply[2]), int(reply[3])
+            return [], 0, 0
+        return [text(s) for s in reply[3] or []], int(reply[1]), int(reply[2])
 
     async def take(self, keys: list[str], token: int, limit: int) -> Taken | None:
         """Move up to ``limit`` due timers to ``firing`` (fenced; None if fenced)."""

@@ -576,23 +576,26 @@ class DispatchWorker:
             self.metrics.timer_lateness.observe(late_ms / 1000)
         return answer
 
-    async def _park(self, st: _Stream, eid: str, intent: Intent) -> None:
-        """Park a delayed intent and acknowledge its entry (one fenced script)."""
+    async def _park(self, st: _Stream, items: list[tuple[str, Intent]]) -> None:
+        """Park delayed intents and acknowledge their entries (one fenced script)."""
         timers = self._timers
-        assert timers is not None and st.timer_keys is not None and intent.due_ms is not None
+        assert timers is not None and st.timer_keys is not None
+        if not items:
+            return
         st.check()
-        state, redis_ms, pending = await timers.park(st.timer_keys, st.token,
-                                                     self.config.group, eid, intent)
-        if state == "fenced":
+        states, redis_ms, pending = await timers.park_many(st.timer_keys, st.token,
+                                                           self.config.group, items)
+        if not states:
             self.metrics.fenced.labels("timer_park").inc()
             raise ClaimLost(st.key)
         st.saw_redis_ms(redis_ms)
         st.pending_timers = pending
         self._count_pending_timers()
-        if state == "parked":
-            self.metrics.timers_armed.inc()
-            if st.next_due_ms is None or intent.due_ms < st.next_due_ms:
-                st.next_due_ms = intent.due_ms
+        for (_eid, intent), state in zip(items, states, strict=True):
+            if state == "parked" and intent.due_ms is not None:
+                self.metrics.timers_armed.inc()
+                if st.next_due_ms is None or intent.due_ms < st.next_due_ms:
+                    st.next_due_ms = intent.due_ms
 
     async def _cancel(self, st: _Stream, entry: CancelEntry) -> None:
         """Apply a committed cancel entry and acknowledge it (one fenced script)."""
@@ -683,8 +686,10 @@ class DispatchWorker:
                              counts: dict[str, int]) -> None:
         """Deliver a batch. Timer entries of an outbox stream are handled first,
         one by one in stream order (a cancel always follows its arm): delayed
-        intents are parked, cancel entries applied; the rest is delivered."""
+        intents are parked (each run of them between cancels in one script),
+        cancel entries applied; the rest is delivered."""
         by_destination: dict[str, list[tuple[str, dict[bytes, bytes], Any]]] = {}
+        parks: list[tuple[str, Intent]] = []
         for raw_id, fields in entries:
             eid = text(raw_id)
             if not fields:  # the entry was deleted from the stream (never by the store)
@@ -695,6 +700,8 @@ class DispatchWorker:
             cancel = parse_cancel(eid, fields)
             if cancel is not None:
                 if st.timer_keys is not None:
+                    await self._park(st, parks)  # the arms it may cancel come first
+                    parks = []
                     await self._cancel(st, cancel)
                 else:  # a re-driven cancel entry has no timer to cancel
                     await self._ack(st, eid)
@@ -707,9 +714,10 @@ class DispatchWorker:
                 parsed, dest = exc, ""
             if (isinstance(parsed, Intent) and parsed.due_ms is not None
                     and st.timer_keys is not None):
-                await self._park(st, eid, parsed)
+                parks.append((eid, parsed))
                 continue
             by_destination.setdefault(dest, []).append((eid, fields, parsed))
+        await self._park(st, parks)
         results = await asyncio.gather(
             *(self._deliver_in_order(st, items, counts) for items in by_destination.values()),
             return_exceptions=True,
