@@ -104,6 +104,7 @@ def cli() -> None:
       svit-cluster healthcheck           exit 0 when a gateway (URL) or agent (heartbeat) is healthy
       svit-cluster smoke --url URL       one authenticated activation against a gateway
       svit-cluster delete PID            delete a process (fenced; the helm test cleans up with it)
+      svit-cluster timers list PID       a process's pending timers (`timers cancel PID ID`)
 
     \b
     Conventions:
@@ -381,6 +382,129 @@ def inbox_drop(process_id: str, message_id: str | None, head_hash: str | None, r
     emit(output, result, lambda: click.echo(
         f"dropped {letter.get('message_id') or letter['inbox_hash']} from {process_id} "
         f"at version {result['version']} (kept in /thread/dead_letters)"))
+
+
+@cli.group()
+def timers() -> None:
+    """List and cancel a process's durable timers (delayed `send!`), through a gateway.
+
+    \b
+    A guest arms a timer with (send! to body (value-map "delay_ms" 8000)) and
+    cancels it with (cancel! id); these commands are the operator's view:
+      svit-cluster timers list svit://local/agent --state-dir .svit
+      svit-cluster timers cancel svit://local/agent svit://local/agent:7:0
+      svit-cluster timers list svit://local/agent -o json --limit 10 --after CURSOR
+
+    The token is the process's tenant or an admin (--state-dir: the local
+    cluster's admin token).
+    """
+
+
+_timeout_option = click.option("--timeout", "timeout_s", default=10.0, show_default=True,
+                               type=click.FloatRange(0.01), help="Seconds per HTTP call.")
+
+
+def _due_in(due_ms: int, now_ms: float) -> str:
+    """``2026-05-01 12:00:00.250Z (in 8.0 s)``: the due time, UTC, and how far off."""
+    import datetime
+
+    at = datetime.datetime.fromtimestamp(due_ms / 1000, tz=datetime.UTC)
+    delta_s = (due_ms - now_ms) / 1000
+    rel = f"in {delta_s:.1f} s" if delta_s >= 0 else f"{-delta_s:.1f} s ago"
+    return f"{at:%Y-%m-%d %H:%M:%S}.{at.microsecond // 1000:03d}Z ({rel})"
+
+
+@timers.command(name="list")
+@click.argument("process_id")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="Parked timers per page.")
+@click.option("--after", default=None, help="The cursor a previous page printed (`next`).")
+@_gateway_options
+@_timeout_option
+@output_option
+def timers_list(process_id: str, limit: int, after: str | None, url: str | None,
+                token: str | None, state_dir: Path | None, timeout_s: float,
+                output: str) -> None:
+    """PROCESS_ID's pending timers in due order: id, destination, due time, state.
+
+    The first page starts with the timers being delivered right now (state
+    firing). When more remain, the last line (or "next" in JSON) is the cursor
+    for --after. Exit 0 (also when there are none), 1 when refused (403),
+    3 when the gateway or its Redis is unavailable.
+
+    \b
+      svit-cluster timers list svit://local/agent --state-dir .svit
+      svit-cluster timers list svit://local/agent -o json | jq '.timers[].id'
+    """
+    import time
+
+    from svit_cluster.client import SvitClient
+    from svit_cluster.settings import resolve_gateway
+
+    base, tok = resolve_gateway(url, token, state_dir=state_dir)
+    with SvitClient(base, tok, timeout_s=timeout_s) as client:
+        page = client.timers(process_id, limit=limit, after=after)
+    doc = {"process_id": process_id, "next": page.next_after,
+           "timers": [{"id": t.id, "to": t.to, "due_ms": t.due_ms, "state": t.state,
+                       "version": t.version} for t in page.timers]}
+
+    def text() -> None:
+        if not page.timers:
+            click.echo(f"{process_id}: no pending timers")
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        now_ms = time.time() * 1000
+        table = Table(title=f"timers of {process_id}", title_justify="left")
+        for name in ("id", "to", "due (UTC)", "state", "version"):
+            table.add_column(name, no_wrap=name != "to", overflow="fold")
+        for t in page.timers:
+            table.add_row(t.id, t.to, _due_in(t.due_ms, now_ms), t.state, str(t.version))
+        Console(width=None if sys.stdout.isatty() else 200).print(table)
+        if page.next_after is not None:
+            click.echo(f"more: --after {page.next_after}")
+
+    emit(output, doc, text)
+
+
+@timers.command(name="cancel")
+@click.argument("process_id")
+@click.argument("timer_id")
+@_gateway_options
+@_timeout_option
+@output_option
+def timers_cancel(process_id: str, timer_id: str, url: str | None, token: str | None,
+                  state_dir: Path | None, timeout_s: float, output: str) -> None:
+    """Cancel TIMER_ID, a pending timer of PROCESS_ID (decided against its firing).
+
+    TIMER_ID is the delayed intent's id, PROCESS_ID:VERSION:INDEX (what send!
+    returned; `timers list` shows it). The outcome is printed:
+
+    \b
+      cancelled           removed before it fired: never delivered   (exit 0)
+      already_cancelled   an earlier cancel removed it               (exit 0)
+      too_late            firing or fired: it is, or was, delivered  (exit 1)
+      unknown             no such timer of PROCESS_ID (never armed,
+                          not parked yet, or long finished)          (exit 1)
+
+    Exit 1 also when refused (400 a timer id of another process, 403), 3
+    when the gateway or its Redis is unavailable (the cancel may or may not
+    have applied: run it again; a repeat answers already_cancelled).
+
+    \b
+      svit-cluster timers cancel svit://local/agent svit://local/agent:7:0 --state-dir .svit
+    """
+    from svit_cluster.client import SvitClient
+    from svit_cluster.settings import resolve_gateway
+
+    base, tok = resolve_gateway(url, token, state_dir=state_dir)
+    with SvitClient(base, tok, timeout_s=timeout_s) as client:
+        outcome = client.cancel_timer(process_id, timer_id)
+    emit(output, {"process_id": process_id, "timer_id": timer_id, "outcome": outcome},
+         lambda: click.echo(f"{timer_id}: {outcome}"))
+    if outcome not in ("cancelled", "already_cancelled"):
+        raise SystemExit(EXIT_FAILED)
 
 
 def _cluster_doc(state_dir: Path) -> dict[str, Any]:

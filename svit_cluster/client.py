@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 import httpx
 from tenacity import (
@@ -66,6 +66,9 @@ __all__ = [
     "Subscription",
     "SvitClient",
     "SyncSubscription",
+    "Timer",
+    "TimerCancelOutcome",
+    "TimerPage",
     "new_request_id",
     "raise_for_response",
 ]
@@ -211,6 +214,54 @@ class RecoveredCommit:
     client_id: str
     request_id: str
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """One pending durable timer of a process (a delayed ``send!``).
+
+    Attributes:
+        id: the delayed intent's id ``<process_id>:<version>:<index>`` (its
+            idempotency key at the sink; what :meth:`SvitClient.cancel_timer` takes).
+        to: destination address.
+        due_ms: not delivered before this time (ms since the epoch, Redis clock).
+        state: ``"pending"`` (parked until due) or ``"firing"`` (being delivered now).
+        version: the process version whose activation armed it.
+    """
+
+    id: str
+    to: str
+    due_ms: int
+    state: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimerPage:
+    """One page of :meth:`SvitClient.timers`: ``timers`` in due order and the
+    cursor of the next page (``next_after``, None on the last page)."""
+
+    timers: list[Timer]
+    next_after: str | None
+
+
+#: What a cancel did, decided atomically against the firing: ``cancelled``
+#: (never delivered), ``too_late`` (firing or fired), ``already_cancelled``,
+#: ``unknown`` (never parked for this process, not parked yet, or forgotten).
+TimerCancelOutcome = Literal["cancelled", "too_late", "already_cancelled", "unknown"]
+
+
+def _timer_page(doc: dict[str, Any]) -> TimerPage:
+    return TimerPage([Timer(str(t["id"]), str(t["to"]), int(t["due_ms"]), str(t["state"]),
+                            int(t["version"])) for t in doc["timers"]],
+                     doc.get("next"))
+
+
+def _timers_params(process_id: str, limit: int, after: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"process_id": process_id, "limit": limit}
+    if after is not None:
+        params["after"] = after
+    return params
 
 
 def _settle_unknown(
@@ -644,6 +695,58 @@ class SvitClient(_Base):
             json={"process_id": process_id, "passivate_after_s": passivate_after_s})
         return result
 
+    def timers(self, process_id: str, *, limit: int = 100, after: str | None = None,
+               timeout_s: float | None = None) -> TimerPage:
+        """The process's pending durable timers, in due order, one page
+        (``GET /v1/processes/timers``).
+
+        The first page starts with the timers being delivered right now
+        (``state="firing"``), then the parked ones by due time. Read-only and
+        safe to retry; a timer that fires or is cancelled between two pages is
+        not listed again.
+
+        Args:
+            limit: parked timers per page, 1..1000 (default 100).
+            after: the previous page's ``next_after``; None: the first page.
+
+        Returns:
+            :class:`TimerPage`; a process without timers (or that does not
+            exist) gives an empty page.
+
+        Raises:
+            Forbidden: (403) the token may not act on this process.
+            DecodeError: (400) ``limit`` out of range. InvalidInput: (400) a
+                malformed ``after`` cursor or process id.
+            UnavailableError: (503) Redis or the gateway unavailable after the retries.
+        """
+        doc = self._call("GET", "/v1/processes/timers", timeout_s=timeout_s,
+                         params=_timers_params(process_id, limit, after))
+        return _timer_page(doc)
+
+    def cancel_timer(self, process_id: str, timer_id: str, *,
+                     timeout_s: float | None = None) -> TimerCancelOutcome:
+        """Cancel one pending timer of ``process_id`` (``POST /v1/processes/timers/cancel``).
+
+        The dispatcher decides between this cancel and the timer's firing in
+        one atomic step, so ``"cancelled"`` means it will never be delivered
+        and a timer that is delivered never answers ``"cancelled"``.
+
+        Returns:
+            :data:`TimerCancelOutcome`. Safe to retry: a retry of a cancel that
+            applied (its reply lost, retried by this call) answers
+            ``"already_cancelled"``.
+
+        Raises:
+            InvalidInput: (400) ``timer_id`` is not ``<process_id>:<version>:<index>``
+                of this process.
+            Forbidden: (403) the token may not act on this process.
+            UnavailableError: (503) still unknown after every attempt (the
+                cancel may or may not have applied; retry).
+        """
+        doc = self._call("POST", "/v1/processes/timers/cancel", timeout_s=timeout_s,
+                         json={"process_id": process_id, "timer_id": timer_id})
+        return cast(TimerCancelOutcome, str(doc["outcome"]))
+
     def send_raw(self, body: bytes, *, timeout_s: float | None = None) -> ControlResponse:
         """POST one encoded request; retried byte-for-byte on transport errors."""
         return decode_response(self._call("POST", "/v1/control", content=body,
@@ -906,6 +1009,20 @@ class AsyncSvitClient(_Base):
             "PUT", "/v1/processes/residency", timeout_s=timeout_s,
             json={"process_id": process_id, "passivate_after_s": passivate_after_s})
         return result
+
+    async def timers(self, process_id: str, *, limit: int = 100, after: str | None = None,
+                     timeout_s: float | None = None) -> TimerPage:
+        """Async form of :meth:`SvitClient.timers`."""
+        doc = await self._call("GET", "/v1/processes/timers", timeout_s=timeout_s,
+                               params=_timers_params(process_id, limit, after))
+        return _timer_page(doc)
+
+    async def cancel_timer(self, process_id: str, timer_id: str, *,
+                           timeout_s: float | None = None) -> TimerCancelOutcome:
+        """Async form of :meth:`SvitClient.cancel_timer`."""
+        doc = await self._call("POST", "/v1/processes/timers/cancel", timeout_s=timeout_s,
+                               json={"process_id": process_id, "timer_id": timer_id})
+        return cast(TimerCancelOutcome, str(doc["outcome"]))
 
     async def send_raw(self, body: bytes, *, timeout_s: float | None = None
                        ) -> ControlResponse:

@@ -13,7 +13,8 @@ Layers, outermost first (each its own module and tests):
 
 Routes, one module per concern: ``_probes`` (health, readiness, liveness,
 metrics), ``_control`` (initialize, control), ``_processes`` (the host API),
-``_events`` (signals and history), ``_deadletters`` (the admin queue).
+``_events`` (signals and history), ``_deadletters`` (the admin queue),
+``_timers`` (a process's durable timers).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from svit_cluster.gateway._observe import ObserveTokens, install_log_redaction
 from svit_cluster.gateway._probes import probes_router
 from svit_cluster.gateway._processes import processes_router
 from svit_cluster.gateway._router import Router
+from svit_cluster.gateway._timers import timers_router
 from svit_cluster.gateway._tracing import TraceContextMiddleware
 
 __all__ = ["CAPABILITIES", "create_app"]
@@ -61,6 +63,7 @@ def create_app(
     metrics: GatewayMetrics | None = None,
     redis_url: str | None = None,
     cors_origins: Sequence[str] = (),
+    store_prefix: str = "svit",
 ) -> Any:
     """Build the gateway ASGI app.
 
@@ -69,10 +72,12 @@ def create_app(
         tokens: accepted bearer tokens (hashed).
         max_request_bytes: body cap in bytes (default 1 MiB).
         metrics: a metrics registry; a fresh one by default.
-        redis_url: the commit log's Redis, for the admin dead-letter routes
-            (``/v1/admin/dead-letters``); None: they answer 503.
+        redis_url: the commit log's Redis, for the routes that read the
+            dispatcher's keys (``/v1/admin/dead-letters``,
+            ``/v1/processes/timers``); None: they answer 503.
         cors_origins: browser origins allowed cross-origin access
             (``scheme://host[:port]`` or ``*``); empty (default): no CORS.
+        store_prefix: the store's key prefix in that Redis (default ``"svit"``).
 
     Returns:
         The ASGI app (trace context -> CORS when configured -> byte cap ->
@@ -94,7 +99,8 @@ def create_app(
     api.state.metrics = m
     api.state.router = router
     # One router per concern, each in its own module.
-    api.include_router(dead_letters_router(redis_url))
+    api.include_router(dead_letters_router(redis_url, prefix=store_prefix))
+    api.include_router(timers_router(redis_url, prefix=store_prefix))
     api.include_router(hosts_router(router))
     api.include_router(events_router(router, observe=observe))
     api.include_router(probes_router(router, m))

@@ -61,9 +61,12 @@ def test_every_result_command_has_output_and_json_alias() -> None:
     # the commands this file exercises below (kept in step with the CLI)
     # up/demo need Ray (test_up_and_down_output_json, the demo run); restart-host and
     # add-host are driven on a real cluster in tests/cluster/test_host_cli.py;
-    # kill-redis/kill-etcd need `up --redis-cluster/--etcd-members` (a Redis Cluster)
+    # kill-redis/kill-etcd need `up --redis-cluster/--etcd-members` (a Redis Cluster);
+    # timers list/cancel need a dispatcher's parked timers
+    # (tests/dispatch/test_timers_surface.py::test_cli_lists_and_cancels_with_exit_codes)
     assert set(commands) - NO_RESULT == COVERED | {"up", "demo", "restart-host", "add-host",
-                                                   "kill-redis", "kill-etcd"}
+                                                   "kill-redis", "kill-etcd",
+                                                   "timers list", "timers cancel"}
 
 
 COVERED = {"status", "env", "down", "kill-host", "pause-host", "resume-host", "healthcheck",

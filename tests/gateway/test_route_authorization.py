@@ -81,4 +81,6 @@ def test_every_process_route_refuses_another_tenant() -> None:
             "GET /v1/processes/requests", "DELETE /v1/processes",
             "POST /v1/processes/inbox", "POST /v1/processes/inbox/drop",
             "POST /v1/processes/snapshot", "POST /v1/processes/fork",
-            "GET /v1/processes/events/recent"} <= set(checked), checked
+            "GET /v1/processes/events/recent", "GET /v1/processes/timers",
+            "POST /v1/processes/timers/cancel", "GET /v1/processes/timers/log",
+            } <= set(checked), checked
