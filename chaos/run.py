@@ -153,7 +153,10 @@ class RunConfig:
         timer_every: in both legs, every this many commits per process the
             workload arms a timer to the run's sink, and every other timer meets
             a ``cancel!`` ``timer_every // 2`` commits later (0: no timers; see
-            :mod:`svit_chaos.timers`). Needs a cluster with a dispatcher.
+            :mod:`svit_chaos.timers`). Needs a cluster with a dispatcher. Runs
+            longer than two minutes arm proportionally less often, so the
+            timer log (about ``TIMER_LOG_MAXLEN`` events per process) keeps
+            every timer's events.
         timer_delay_ms: the timers' ``delay_ms`` (default 3000).
         workload: ``counter`` (the counting script) or ``ports`` (every
             activation also calls the ``http`` port against a recording test
@@ -319,7 +322,7 @@ async def run_leg(
                                    if not negative and port_server is None
                                    and getattr(cluster, "dispatchers", 0) > 0 else 0,
                                    port_url=port_server.url if port_server else "",
-                                   timer_every=config.timer_every
+                                   timer_every=_send_every(config.timer_every, duration)
                                    if port_server is None
                                    and getattr(cluster, "dispatchers", 0) > 0 else 0,
                                    timer_delay_ms=config.timer_delay_ms)

@@ -20,8 +20,8 @@ script ``op`` (:data:`SCRIPT`). One activation with input ``{"rid": R}``:
   every multiple of ``timer_every`` it arms a timer: ``send!`` of ``{rid,
   timer: c}`` to the sink with ``{"delay_ms": /memory/timer_delay_ms}``, its
   id written to ``/memory/timer``. So every other timer meets a cancel about
-  ``timer_every // 2`` commits after it was armed; whether the cancel or the
-  firing wins depends on the commit rate (the checker's ``timers`` invariant).
+  ``timer_every // 2`` commits after it was armed; the dispatcher decides
+  whether the cancel or the firing wins (the checker's ``timers`` invariant).
 
 The sink is one more process of the run (``svit://<tenant>/<run_id>-sink``,
 created by :meth:`Workload.setup` with empty memory and no script); the
