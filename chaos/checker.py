@@ -39,6 +39,12 @@ registered under a name. The defaults follow DESIGN.md §4 and issue 7:
    host's lease keeping explains it; losses outside load windows are only
    flagged in the report (:mod:`svit_chaos.leases`, from the observer's
    ``host_lease`` events).
+10. ``timers`` -- every acknowledged timer arm is delivered at the sink under
+   its own id, not before its due time, unless a cancel's outcome was
+   ``cancelled`` (then never delivered); every acknowledged cancel is applied;
+   nothing fires under a key no commit armed (:mod:`svit_chaos.timers`, from
+   the ``ok`` events and the ``timers`` event). Timers and cancel entries are
+   judged there, not by ``outbox``.
 
 Two more default checks close the loop: ``refused`` (an operation reported as
 definitely failed never commits) and ``phantom`` (no committed request id was
@@ -84,6 +90,7 @@ __all__ = [
     "check_ports",
     "check_refused",
     "check_restore",
+    "check_timers",
     "check_tokens",
     "check_unique",
     "outbox_event",
@@ -811,7 +818,10 @@ def outbox_event(sink: str, statuses: Iterable[IntentStatus], record: Destinatio
         "sink": sink, "drained": drained,
         "intents": [{"id": s.intent_id, "source": s.source, "version": s.version, "to": s.to,
                      "state": str(s.state), "redriven": s.redriven, "reason": s.reason,
-                     "error": s.error} for s in statuses],
+                     "error": s.error,
+                     **({"due_ms": s.due_ms} if s.due_ms is not None else {}),
+                     **({"cancels": s.cancels} if s.cancels is not None else {})}
+                    for s in statuses],
     }
     trimmed = {s.process_id: {"committed": s.committed, "trimmed": s.trimmed,
                               "first_retained_version": s.first_retained_version}
@@ -895,6 +905,10 @@ def check_outbox(ctx: Context) -> Iterator[Anomaly]:
                           f"intent {iid} committed at version {at} is not in the "
                           "sender's outbox stream", versions=(at,), lines=(line,))
     for iid, status in sorted(statuses.items()):
+        if "due_ms" in status or "cancels" in status or status.get("state") == "cancelled":
+            # a timer (a remembered cancelled one has no due_ms) or a cancel entry:
+            # invariant ``timers`` judges it
+            continue
         process = str(status.get("source"))
         version = status.get("version")
         versions = (version,) if isinstance(version, int) else ()
@@ -948,6 +962,14 @@ def check_ports(ctx: Context) -> Iterator[Anomaly]:
     yield from run(ctx)
 
 
+def check_timers(ctx: Context) -> Iterator[Anomaly]:
+    """(10) Durable timers: see :func:`svit_chaos.timers.check_timers` (skipped
+    without a ``timers`` history event and without acknowledged arms)."""
+    from .timers import check_timers as run
+
+    yield from run(ctx)
+
+
 def check_leases(ctx: Context) -> Iterator[Anomaly]:
     """(9) Host leases under load: see :func:`svit_chaos.leases.check_leases`."""
     from .leases import check_leases as run
@@ -988,6 +1010,7 @@ DEFAULT_INVARIANTS: tuple[tuple[str, Invariant], ...] = (
     ("outbox", check_outbox),
     ("ports", check_ports),
     ("leases", check_leases),
+    ("timers", check_timers),
 )
 
 

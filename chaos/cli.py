@@ -30,6 +30,7 @@ from .logs import read_logs
 from .nemesis import SCENARIOS
 from .report import ports_markdown
 from .run import EXIT_CODES, WORKLOADS, RunConfig, run, validate
+from .timers import timers_markdown
 from .workload import WorkloadStats
 
 __all__ = ["main"]
@@ -107,6 +108,11 @@ def main() -> None:
               show_default=True,
               help="'ports': every activation also calls the http port against a recording "
                    "test server on loopback (repeats counted, results checked).")
+@click.option("--timer-every", type=click.IntRange(0, 100000), default=10, show_default=True,
+              help="Arm a timer every N commits per process (every other one meets a "
+                   "cancel); 0: no timers.")
+@click.option("--timer-delay-ms", type=click.IntRange(0, 3_600_000), default=3000,
+              show_default=True, help="The timers' delay_ms.")
 @click.option("--port-dedup/--no-port-dedup", default=True, show_default=True,
               help="With --workload ports: the test server dedups by idempotency key "
                    "(--no-port-dedup is a negative control: the checker must fail).")
@@ -114,7 +120,8 @@ def run_command(scenario: str | None, topology: str, wait_replicas: int | None,
                 duration_s: float, seed: int, hosts: int, clients: int,
                 processes: int, out_dir: Path, lease_ttl_s: int, snapshot_every: int,
                 negative_control: bool | None, loss_control: bool | None,
-                workload: str, port_dedup: bool) -> None:
+                workload: str, port_dedup: bool, timer_every: int,
+                timer_delay_ms: int) -> None:
     """Start a local cluster behind proxies, inject faults under load, check, report."""
     console = Console(stderr=True)
     if scenario is None:
@@ -124,6 +131,7 @@ def run_command(scenario: str | None, topology: str, wait_replicas: int | None,
                        lease_ttl_s=lease_ttl_s, snapshot_every=snapshot_every,
                        negative_control=negative_control, loss_control=loss_control,
                        workload=workload, port_dedup=port_dedup,
+                       timer_every=timer_every, timer_delay_ms=timer_delay_ms,
                        topology=topology, wait_replicas=wait_replicas)
     try:
         validate(config)
@@ -150,6 +158,9 @@ def run_command(scenario: str | None, topology: str, wait_replicas: int | None,
                       f"{anomaly['message']} (lines {anomaly['lines']})")
     if report.get("ports"):
         console.print(ports_markdown(report["ports"]), markup=False, highlight=False,
+                      soft_wrap=True)
+    if report.get("timers"):
+        console.print(timers_markdown(report["timers"]), markup=False, highlight=False,
                       soft_wrap=True)
     for flag in (report.get("host_leases") or {}).get("flags", []):
         console.print(f"  [yellow]flag[/] {flag}")
@@ -205,6 +216,12 @@ def check_command(history: Path, logs_path: Path | None, as_json: bool,
             console.print(f"  [yellow]harness[/] {e}")
         console.print(leases_markdown(leases_report(events)), markup=False, highlight=False,
                       soft_wrap=True)
+        if any(ev.get("kind") == "timers" for ev in events):
+            from .checker import build_context
+            from .timers import timers_figures
+
+            console.print(timers_markdown(timers_figures(build_context(events, logs))),
+                          markup=False, highlight=False, soft_wrap=True)
         console.print(markdown_tables(availability_report(events, logs), max_processes=10),
                       markup=False, highlight=False, soft_wrap=True)
     sys.exit(EXIT_CODES[result.verdict])

@@ -522,6 +522,7 @@ def local_launcher(spec: LaunchSpec) -> ChaosCluster:
         HarnessError: ``LocalCluster.up`` lacks the ``proxy_factory`` or
             ``unsafe_disable_fencing`` keyword, or the cluster did not start.
     """
+    from svit_cluster.dispatch.testing import UNSAFE_IGNORE_CANCELS_ENV
     from svit_cluster.local import ClusterSpec, LocalCluster
 
     params = inspect.signature(LocalCluster.up).parameters
@@ -542,7 +543,10 @@ def local_launcher(spec: LaunchSpec) -> ChaosCluster:
                                etcd_members=SCALED_TOPOLOGY["etcd_members"] if scaled else 1)
     # Ray nodes, their workers, the gateway and the dispatchers inherit the
     # environment at start: WAIT reaches every writer that way.
-    env = set_env({WAIT_ENV: None if spec.wait_replicas is None else str(spec.wait_replicas)})
+    # The negative leg's dispatcher ignores committed cancels (test-only switch,
+    # read by the dispatcher worker alone): the ``timers`` invariant must catch it.
+    env = set_env({WAIT_ENV: None if spec.wait_replicas is None else str(spec.wait_replicas),
+                   UNSAFE_IGNORE_CANCELS_ENV: "1" if spec.negative_control else None})
     # LocalCluster.up sets SVIT_REDIS_CLUSTER for a Redis Cluster; undone at close
     env.setdefault("SVIT_REDIS_CLUSTER", os.environ.get("SVIT_REDIS_CLUSTER"))
     up: Any = LocalCluster.up

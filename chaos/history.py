@@ -66,7 +66,8 @@ Event = dict[str, Any]
 OP_KINDS = frozenset({"invoke", "ok", "fail", "info"})
 #: Every kind a history may hold.
 KINDS = OP_KINDS | frozenset({"nemesis", "fence", "owner", "final", "meta", "note",
-                                    "outbox", "ports", "host_lease", "lease_reasons"})
+                                    "outbox", "ports", "host_lease", "lease_reasons",
+                                    "timers"})
 
 
 class HistoryWriter:

@@ -28,6 +28,7 @@ from .history import Event
 from .leases import leases_markdown, leases_report
 from .logs import StoredLogs
 from .nemesis import FAILOVER_KINDS
+from .timers import timers_markdown
 
 __all__ = ["build_report", "failover_times", "ports_markdown", "render_timeline",
            "timeline_figure", "write_html", "write_json", "write_markdown"]
@@ -206,6 +207,7 @@ def build_report(
         "check": {"verdict": result.verdict, "stats": result.stats},
         "controls": controls or {},
         "ports": _ports(history, logs),
+        "timers": _timers(history, logs),
         "host_leases": leases_report(history),
     }
 
@@ -218,6 +220,16 @@ def _ports(history: Sequence[Event], logs: StoredLogs) -> dict[str, Any] | None:
     from .ports import ports_figures
 
     return ports_figures(build_context(history, logs))
+
+
+def _timers(history: Sequence[Event], logs: StoredLogs) -> dict[str, Any] | None:
+    """The timer figures of a run that armed timers (None otherwise)."""
+    if not any(ev.get("kind") == "timers" for ev in history):
+        return None
+    from .checker import build_context
+    from .timers import timers_figures
+
+    return timers_figures(build_context(history, logs))
 
 
 def ports_markdown(ports: dict[str, Any] | None) -> str:
@@ -346,7 +358,8 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
             f"{report.get('acked_commits', 0)}, anomalies {report.get('anomaly_count', 0)}"
             f"{lost}\n\n" + (flags + "\n" if flags else ""))
     body = markdown_tables(report["availability"]) if report.get("availability") else ""
-    path.write_text(head + ports_markdown(report.get("ports")) + leases_markdown(leases)
+    path.write_text(head + ports_markdown(report.get("ports"))
+                    + timers_markdown(report.get("timers")) + leases_markdown(leases)
                     + body, encoding="utf-8")
 
 

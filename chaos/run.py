@@ -15,6 +15,11 @@ A run is the main leg plus, when asked (always for ``smoke``), the two controls:
   (``LocalCluster.up(..., unsafe_disable_fencing=True)`` and an unfenced stale
   writer). The checker MUST report stale-token commits or divergence there;
   if stale commits landed and it reports nothing, the run fails.
+* **timers negative control** -- the same negative leg arms and cancels timers
+  while its dispatcher ignores committed cancels (the test-only
+  ``SVIT_DISPATCH_UNSAFE_IGNORE_CANCELS``, set by ``local_launcher`` for a
+  negative leg): a timer reported ``cancelled`` fires, and the ``timers``
+  invariant MUST report it; if a cancel won and nothing is reported, the run fails.
 * **lost-commit control** -- after the main leg is checked, one acknowledged
   stream entry above the snapshot is deleted from Redis, the logs are dumped
   again, and the checker MUST fail.
@@ -43,7 +48,7 @@ from typing import Any, Protocol
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys, connect
 
-from .checker import CheckResult, check, outbox_event
+from .checker import CheckResult, build_context, check, outbox_event
 from .clock import Clock, MonotonicClock, wait_until
 from .cluster import TOPOLOGIES, ChaosCluster, Launcher, LaunchSpec, local_launcher
 from .errors import HarnessError
@@ -66,6 +71,7 @@ from .proxy import HubLinks
 from .proxy_process import ProcessProxyHub
 from .report import build_report, render_timeline, write_html, write_json, write_markdown
 from .stale import StaleWriter
+from .timers import timers_event, timers_figures
 from .workload import Workload, WorkloadConfig, WorkloadStats
 
 __all__ = [
@@ -143,7 +149,15 @@ class RunConfig:
             Runs longer than two minutes send proportionally less often, so the
             sink's dedup window (``DEDUP_WINDOW`` keys) keeps every delivered id.
         outbox_timeout_s: after healing, how long to wait for the dispatcher
-            to deliver every committed intent (default 120 s).
+            to deliver every committed intent and fire every timer (default 120 s).
+        timer_every: in both legs, every this many commits per process the
+            workload arms a timer to the run's sink, and every other timer meets
+            a ``cancel!`` ``timer_every // 2`` commits later (0: no timers; see
+            :mod:`svit_chaos.timers`). Needs a cluster with a dispatcher. Runs
+            longer than two minutes arm proportionally less often, so the
+            timer log (about ``TIMER_LOG_MAXLEN`` events per process) keeps
+            every timer's events.
+        timer_delay_ms: the timers' ``delay_ms`` (default 3000).
         workload: ``counter`` (the counting script) or ``ports`` (every
             activation also calls the ``http`` port against a recording test
             server on loopback; see :mod:`svit_chaos.ports`; no intents).
@@ -181,6 +195,8 @@ class RunConfig:
     schedule: Schedule | None = None
     send_every: int = 3
     outbox_timeout_s: float = 120.0
+    timer_every: int = 10
+    timer_delay_ms: int = 3000
     workload: str = "counter"
     port_dedup: bool = True
     port_delay_s: float = 0.05
@@ -305,9 +321,15 @@ async def run_leg(
                                    send_every=_send_every(config.send_every, duration)
                                    if not negative and port_server is None
                                    and getattr(cluster, "dispatchers", 0) > 0 else 0,
-                                   port_url=port_server.url if port_server else "")
+                                   port_url=port_server.url if port_server else "",
+                                   timer_every=_send_every(config.timer_every, duration)
+                                   if port_server is None
+                                   and getattr(cluster, "dispatchers", 0) > 0 else 0,
+                                   timer_delay_ms=config.timer_delay_ms)
         history.record("meta", leg=name, scenario=scenario, seed=config.seed,
                        sink=wl_config.sink, send_every=wl_config.send_every,
+                       timer_every=wl_config.timer_every,
+                       timer_delay_ms=wl_config.timer_delay_ms,
                        workload=config.workload, port_url=wl_config.port_url,
                        negative_control=negative, duration_s=duration,
                        processes=wl_config.process_ids(), hosts=cluster.host_names(),
@@ -344,6 +366,8 @@ async def run_leg(
             ):
                 errors.append(f"{service} did not come back after healing")
         await workload.read_final(timeout_s=5.0 if negative else config.final_timeout_s)
+        if wl_config.timer_every:  # first: the outbox status then also sees them fired
+            await _record_timers(direct, workload, history, config, progress, clock, name)
         if workload.sink is not None:
             await _record_outbox(direct, workload, history, config, progress, clock, name)
         if port_server is not None:
@@ -440,6 +464,42 @@ async def _record_outbox(client: Any, workload: Workload, history: HistoryWriter
                      f"{'drained' if drained else 'NOT drained'}, {dead} dead-lettered")
     history.record("outbox", **outbox_event(sink, statuses, record, drained=drained,
                                             error=error, summaries=summaries))
+
+
+async def _record_timers(client: Any, workload: Workload, history: HistoryWriter,
+                         config: RunConfig, progress: ProgressSink, clock: Clock,
+                         name: str) -> None:
+    """Wait (bounded by ``outbox_timeout_s``) until no timer is pending, then record
+    the ``timers`` event (:func:`~svit_chaos.timers.timers_event`)."""
+    from svit_cluster.dispatch import list_timers
+
+    def pending() -> int:
+        return sum(len(list_timers(client, config.prefix, pid, limit=1000).timers)
+                   for pid in workload.processes)
+
+    deadline = clock.now() + config.outbox_timeout_s
+    next_report = clock.now()
+    left: int | None = None
+    while True:
+        try:
+            left = await asyncio.to_thread(pending)
+        except Exception as exc:  # Redis still recovering: try again until the deadline
+            progress.message(f"[{name}] timers unreadable: {exc}")
+        if left == 0 or clock.now() >= deadline:
+            break
+        if clock.now() >= next_report:
+            progress.message(f"[{name}] waiting for the dispatcher: {left} timers pending")
+            next_report = clock.now() + 5.0
+        await clock.sleep(0.5)
+    doc = await _retry_blocking(
+        lambda: timers_event(client, workload.processes, prefix=config.prefix,
+                             drained=left == 0, wall_ms=int(time.time() * 1000)),
+        timeout_s=10.0, clock=clock)
+    fired = sum(1 for p in doc["processes"].values() for e in p["log"]
+                if e.get("event") == "fired")
+    progress.message(f"[{name}] timers: {fired} fired, "
+                     f"{'drained' if left == 0 else f'{left} still pending'}")
+    history.record("timers", **doc)
 
 
 async def _record_lease_reasons(state_dir: Path, history: HistoryWriter,
@@ -605,6 +665,34 @@ def _negative_verdict(leg: LegResult) -> dict[str, Any]:
                       "nothing"}
 
 
+def _armed_timers(leg: LegResult) -> bool:
+    """The leg's workload armed timers (a cluster with a dispatcher, not the ports
+    workload): ``timer_every`` of its ``meta`` event."""
+    return any(ev.get("kind") == "meta" and ev.get("timer_every") for ev in leg.history)
+
+
+def _negative_timers_verdict(leg: LegResult) -> dict[str, Any]:
+    """The ignore-cancels control: every timer whose cancel won (``cancelled``)
+    fired anyway, so the ``timers`` invariant must report at least one."""
+    caught = [a for a in leg.result.anomalies
+              if a.invariant == "timers" and "reported cancelled and also delivered" in a.message]
+    figures = timers_figures(build_context(leg.history, leg.logs)) or {}
+    won = (figures.get("cancel_outcomes") or {}).get("cancelled", 0)
+    if caught:
+        return {"verdict": "pass", "expected": "fail",
+                "detail": f"checker reported {len(caught)} timers delivered though cancelled "
+                          f"({won} acknowledged cancels won, "
+                          f"{figures.get('armed_acked', 0)} timers armed)"}
+    if not won:
+        return {"verdict": "inconclusive", "expected": "fail",
+                "detail": f"no acknowledged cancel won ({figures.get('cancels_acked', 0)} "
+                          f"cancels, {figures.get('armed_acked', 0)} timers armed): nothing "
+                          "for the ignoring dispatcher to fire"}
+    return {"verdict": "fail", "expected": "fail",
+            "detail": f"{won} cancels won but the checker reported no cancelled timer "
+                      "delivered"}
+
+
 # -- the whole run ----------------------------------------------------------------------
 
 
@@ -711,6 +799,8 @@ async def run(
                     negative=True, loss_control=False, progress=progress, abort=abort,
                     clock=clock)
                 controls["negative"] = _negative_verdict(legs["negative"])
+                if _armed_timers(legs["negative"]):
+                    controls["negative_timers"] = _negative_timers_verdict(legs["negative"])
             except HarnessError as exc:
                 errors.append(str(exc))
                 controls["negative"] = {"verdict": "inconclusive", "expected": "fail",

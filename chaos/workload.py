@@ -12,7 +12,16 @@ script ``op`` (:data:`SCRIPT`). One activation with input ``{"rid": R}``:
   count is a multiple of ``/memory/send_every``, ``send!``s ``{rid, count}`` to it
   and writes the returned intent id to ``/memory/sent`` -- so the stored record
   of every commit that staged an intent names that intent (the checker's
-  ``outbox`` invariant derives the committed intents from the logs).
+  ``outbox`` invariant derives the committed intents from the logs);
+* when ``/memory/timer_every`` (``WorkloadConfig.timer_every``) is positive:
+  on every count ``c`` with ``c % (2 * timer_every) == timer_every // 2`` it
+  ``cancel!``s the timer it armed last (``/memory/timer``; ``cancel!`` stages a
+  cancel only while that timer is pending as far as the host knows), and on
+  every multiple of ``timer_every`` it arms a timer: ``send!`` of ``{rid,
+  timer: c}`` to the sink with ``{"delay_ms": /memory/timer_delay_ms}``, its
+  id written to ``/memory/timer``. So every other timer meets a cancel about
+  ``timer_every // 2`` commits after it was armed; the dispatcher decides
+  whether the cancel or the firing wins (the checker's ``timers`` invariant).
 
 The sink is one more process of the run (``svit://<tenant>/<run_id>-sink``,
 created by :meth:`Workload.setup` with empty memory and no script); the
@@ -56,8 +65,8 @@ from svit_cluster.process import to_plain_json
 from .clock import Clock, MonotonicClock
 from .history import HistoryWriter
 
-__all__ = ["PORT_SCRIPT", "SCRIPT", "SCRIPT_NAME", "SENT_PATH", "Workload", "WorkloadConfig",
-           "WorkloadStats", "initial_memory"]
+__all__ = ["PORT_SCRIPT", "SCRIPT", "SCRIPT_NAME", "SENT_PATH", "TIMER_PATH", "Workload",
+           "WorkloadConfig", "WorkloadStats", "initial_memory", "timer_fields"]
 
 #: Name of the script in ``/lib``.
 SCRIPT_NAME = "op"
@@ -77,6 +86,16 @@ SCRIPT = f"""(define (keep ops)
         (write "/memory/count" count)
         (if (and (/= sink "") (> every 0) (= (rem count every) 0))
             (write "/memory/sent" (send! sink (value-map "rid" rid "count" count))))
+        (if (and (/= sink "") (> (read "/memory/timer_every") 0)
+                 (= (rem count (* 2 (read "/memory/timer_every")))
+                    (read "/memory/timer_cancel_at"))
+                 (/= (read "/memory/timer") ""))
+            (cancel! (read "/memory/timer")))
+        (if (and (/= sink "") (> (read "/memory/timer_every") 0)
+                 (= (rem count (read "/memory/timer_every")) 0))
+            (write "/memory/timer"
+                   (send! sink (value-map "rid" rid "timer" count)
+                          (value-map "delay_ms" (read "/memory/timer_delay_ms")))))
         (value-map "count" count))))"""
 
 #: The ports workload's script: the same counting, plus one ``http`` port call
@@ -99,13 +118,38 @@ PORT_SCRIPT = f"""(define (keep ops)
 #: Where the script writes the id of the intent an activation staged.
 SENT_PATH = "/memory/sent"
 
+#: Where it writes the id of the timer an activation armed.
+TIMER_PATH = "/memory/timer"
+
 INITIAL_MEMORY: dict[str, Any] = {"count": 0, "last": "", "ops": [], "sink": "",
-                                  "send_every": 0, "sent": ""}
+                                  "send_every": 0, "sent": "", "timer": "", "timer_every": 0,
+                                  "timer_cancel_at": 0, "timer_delay_ms": 0}
 
 
-def initial_memory(sink: str | None, send_every: int) -> dict[str, Any]:
+def initial_memory(sink: str | None, send_every: int, timer_every: int = 0,
+                   timer_delay_ms: int = 0) -> dict[str, Any]:
     """``/memory`` of a new workload process (no intents when ``sink`` is None)."""
-    return {**INITIAL_MEMORY, "sink": sink or "", "send_every": send_every if sink else 0}
+    if not sink:
+        return dict(INITIAL_MEMORY)
+    return {**INITIAL_MEMORY, "sink": sink, "send_every": send_every,
+            "timer_every": timer_every, "timer_cancel_at": timer_every // 2,
+            "timer_delay_ms": timer_delay_ms}
+
+
+def timer_fields(messages: Sequence[Any]) -> dict[str, Any]:
+    """The ``ok`` event's record of an activation's timers, from the committed
+    intents its answer carries: ``timers`` ``[{id, due_ms}]`` (each delayed
+    ``send!``) and ``cancels`` ``[timer id]`` (each staged ``cancel!``); empty
+    when it staged neither."""
+    out: dict[str, Any] = {}
+    for m in messages:
+        due = getattr(m, "due_ms", None)
+        cancel = getattr(m, "cancel", None)
+        if isinstance(due, int):
+            out.setdefault("timers", []).append({"id": m.message_id, "due_ms": due})
+        elif isinstance(cancel, str):
+            out.setdefault("cancels", []).append(cancel)
+    return out
 
 _TRANSIENT = (httpx.TransportError, UnavailableError)
 
@@ -132,7 +176,11 @@ class WorkloadConfig:
             an intent to the run's sink process (0: no intents, no sink).
         port_url: when set, the processes run :data:`PORT_SCRIPT` (one ``http``
             port call per activation to this URL) instead of :data:`SCRIPT`;
-            ``send_every`` must then be 0.
+            ``send_every`` and ``timer_every`` must then be 0.
+        timer_every: every this many commits per process the script arms a
+            timer to the run's sink, and every other timer meets a ``cancel!``
+            ``timer_every // 2`` commits later (0: no timers).
+        timer_delay_ms: the timers' ``delay_ms`` (default 3000).
     """
 
     run_id: str
@@ -147,12 +195,17 @@ class WorkloadConfig:
     think_s: float = 0.0
     send_every: int = 0
     port_url: str = ""
+    timer_every: int = 0
+    timer_delay_ms: int = 3000
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.processes < 1:
             raise ValueError("clients and processes must be >= 1")
-        if self.port_url and self.send_every:
-            raise ValueError("the ports workload sends no intents (send_every must be 0)")
+        if self.port_url and (self.send_every or self.timer_every):
+            raise ValueError("the ports workload sends no intents (send_every and "
+                             "timer_every must be 0)")
+        if self.timer_every < 0 or self.timer_delay_ms < 0:
+            raise ValueError("timer_every and timer_delay_ms must be >= 0")
         if not self.run_id or len(self.run_id) > 40 or not all(
             c.isalnum() or c in "._-" for c in self.run_id
         ):
@@ -163,8 +216,9 @@ class WorkloadConfig:
 
     @property
     def sink(self) -> str | None:
-        """The destination of the workload's intents (same tenant), or None."""
-        return f"svit://{self.tenant}/{self.run_id}-sink" if self.send_every > 0 else None
+        """The destination of the workload's intents and timers (same tenant), or None."""
+        return (f"svit://{self.tenant}/{self.run_id}-sink"
+                if self.send_every > 0 or self.timer_every > 0 else None)
 
 
 @dataclass
@@ -238,7 +292,8 @@ class Workload:
             if self.sink is not None:
                 await self._retry(functools.partial(self._create, client, self.sink, {}, {}),
                                   timeout_s)
-            memory = initial_memory(self.sink, self.config.send_every)
+            memory = initial_memory(self.sink, self.config.send_every,
+                                    self.config.timer_every, self.config.timer_delay_ms)
             script = SCRIPT
             if self.config.port_url:
                 memory = {**memory, "port_url": self.config.port_url, "port": ""}
@@ -381,7 +436,8 @@ class Workload:
                         extra["token"] = token
                     hist.record("ok", client=name, process=pid, rid=rid, expected=expected,
                                 version=version, previous=outcome.previous_version,
-                                replayed=resp.replayed, attempts=attempts, **extra)
+                                replayed=resp.replayed, attempts=attempts, **extra,
+                                **timer_fields(outcome.activation.messages))
                     stats.ok += 1
                     stats.last_ok_t = hist.elapsed()
                     stats.per_process_ok[pid] = stats.per_process_ok.get(pid, 0) + 1

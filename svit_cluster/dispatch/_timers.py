@@ -78,6 +78,8 @@ from svit_cluster.store import DEFAULT_PREFIX, AsyncRedisClient, ProcessKeys, Re
 __all__ = [
     "TIMER_DONE_KEEP",
     "TIMER_LOG_MAXLEN",
+    "UNSAFE_IGNORE_CANCELS_ENV",
+    "UNSAFE_IGNORING_CANCEL_SCRIPT",
     "CancelOutcome",
     "Taken",
     "Timer",
@@ -228,6 +230,22 @@ return {'ok', outcome, redis.call('ZCARD', KEYS[3])}
 """
 CANCEL_SCRIPT = "if ARGV[1] ~= '' then\n" + _FENCE + "end\n" + _CANCEL_BODY
 
+#: TEST-ONLY (the chaos harness's negative control; public face:
+#: ``svit_cluster.dispatch.testing``): when this environment variable is ``1``
+#: in a dispatcher worker's environment, that worker applies committed cancels
+#: with :data:`UNSAFE_IGNORING_CANCEL_SCRIPT`, so a timer reported ``cancelled``
+#: still fires. Only the worker reads it (``DispatchWorker.run``);
+#: :func:`cancel_timer` ignores it. It breaks the rule that a timer is never
+#: both cancelled and fired.
+UNSAFE_IGNORE_CANCELS_ENV = "SVIT_DISPATCH_UNSAFE_IGNORE_CANCELS"
+_REMOVE = "if redis.call('ZREM', KEYS[3], id) == 1 then\n  redis.call('HDEL', KEYS[4], id)\n"
+assert _REMOVE in CANCEL_SCRIPT
+#: The cancel script of :data:`UNSAFE_IGNORE_CANCELS_ENV`: it answers, logs and
+#: remembers ``cancelled`` for a parked timer but leaves it parked, so *take*
+#: fires it when due (fired and reported cancelled: what ``timers`` must catch).
+UNSAFE_IGNORING_CANCEL_SCRIPT = CANCEL_SCRIPT.replace(
+    _REMOVE, "if redis.call('ZSCORE', KEYS[3], id) then\n")
+
 
 def timer_keys(prefix: str, process_id: str) -> list[str]:
     """KEYS of every timer script for ``process_id`` (one slot: ``{P}``)."""
@@ -266,11 +284,13 @@ class Taken:
 class TimerScripts:
     """The timer scripts registered on a worker's async client (``EVALSHA``)."""
 
-    def __init__(self, client: AsyncRedisClient) -> None:
+    def __init__(self, client: AsyncRedisClient, *, unsafe_ignore_cancels: bool = False) -> None:
+        """``unsafe_ignore_cancels``: TEST-ONLY, see :data:`UNSAFE_IGNORE_CANCELS_ENV`."""
         self._park = client.register_script(PARK_SCRIPT)
         self._take = client.register_script(TAKE_SCRIPT)
         self._done = client.register_script(DONE_SCRIPT)
-        self._cancel = client.register_script(CANCEL_SCRIPT)
+        self._cancel = client.register_script(
+            UNSAFE_IGNORING_CANCEL_SCRIPT if unsafe_ignore_cancels else CANCEL_SCRIPT)
         self._view = client.register_script(VIEW_SCRIPT)
 
     async def load(self, keys: list[str]) -> tuple[int, int | None, int, list[tuple[str, Any]]]:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +81,12 @@ from svit_cluster.dispatch._sinks import (
     SvitInboxSink,
     WebhookSink,
 )
-from svit_cluster.dispatch._timers import TimerScripts, decode_parked, timer_keys
+from svit_cluster.dispatch._timers import (
+    UNSAFE_IGNORE_CANCELS_ENV,
+    TimerScripts,
+    decode_parked,
+    timer_keys,
+)
 from svit_cluster.dispatch._trim import TRIM_ACKED_SCRIPT, parse_trim_reply
 from svit_cluster.store import AsyncRedisClient
 
@@ -214,7 +220,12 @@ class DispatchWorker:
         self._trim_script = client.register_script(TRIM_ACKED_SCRIPT)
         self._bound_script = client.register_script(BOUND_SCRIPT)
         self._prune_settled_script = client.register_script(PRUNE_SETTLED_SCRIPT)
-        self._timers = TimerScripts(client)
+        unsafe = os.environ.get(UNSAFE_IGNORE_CANCELS_ENV) == "1"
+        if unsafe:
+            log.warning("%s: %s=1: committed cancels are IGNORED (test-only negative "
+                        "control; cancelled timers still fire)", self.name,
+                        UNSAFE_IGNORE_CANCELS_ENV)
+        self._timers = TimerScripts(client, unsafe_ignore_cancels=unsafe)
         self._claims = StreamClaims(client, self.keys, self.name, claim_ttl_s=c.claim_ttl_s,
                                   worker_ttl_s=c.worker_ttl_s)
         loops = [asyncio.create_task(coro, name=f"dispatch-{n}") for n, coro in (

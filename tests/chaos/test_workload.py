@@ -131,3 +131,38 @@ async def test_transport_faults_are_retried_with_the_same_request_id(gateway: st
         unknown = sum(1 for e in ends if e["process"] == pid and e["kind"] == "info")
         count = final[pid][1]["count"]
         assert acked <= count <= acked + unknown
+
+
+async def test_timers_are_armed_and_cancelled_and_recorded_in_ok_events(gateway: str) -> None:
+    """``timer_every=2``: a timer on every even count, a cancel of the last one on
+    counts 5, 9, ... (count % 4 == 1); each acknowledged activation's ``ok`` event
+    names the timer it armed (with the host's ``due_ms``) and the cancel it staged."""
+    import time
+
+    history = HistoryWriter()
+    config = WorkloadConfig(run_id="wlt", clients=1, processes=1, seed=1, timer_every=2,
+                            timer_delay_ms=600_000)
+    assert config.sink == "svit://chaos/wlt-sink"
+    workload = Workload(gateway, ADMIN, history, config)
+    await workload.setup()
+    before_ms = int(time.time() * 1000)
+    await run_for(workload, 1.5)
+    after_ms = int(time.time() * 1000)
+    oks = {e["version"]: e for e in history.events if e["kind"] == "ok"}
+    assert len(oks) >= 9 and sorted(oks) == list(range(1, len(oks) + 1))
+    armed: dict[int, str] = {}
+    for count, ev in sorted(oks.items()):
+        if count % 2 == 0:
+            [timer] = ev["timers"]
+            assert timer["id"].startswith(config.process_ids()[0] + f":{count}:")
+            assert before_ms + 600_000 <= timer["due_ms"] <= after_ms + 600_000
+            armed[count] = timer["id"]
+        else:
+            assert "timers" not in ev
+        if count % 4 == 1 and count > 1:
+            assert ev["cancels"] == [armed[count - 1]]  # pending for ten minutes: staged
+        else:
+            assert "cancels" not in ev
+    final = await workload.read_final()
+    _, memory = final[config.process_ids()[0]]
+    assert memory["timer"] == armed[max(armed)]

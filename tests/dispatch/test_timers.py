@@ -477,3 +477,33 @@ def test_timer_outcomes_and_log_keep_their_bounds(rclient: Any, prefix: str) -> 
     # the newest outcome is kept, the oldest forgotten
     assert cancel_timer(rclient, prefix, box.pid, ids[-1]) == CancelOutcome.ALREADY_CANCELLED
     assert cancel_timer(rclient, prefix, box.pid, ids[0]) == CancelOutcome.UNKNOWN
+
+
+def test_the_unsafe_ignore_cancels_switch_fires_a_timer_reported_cancelled(
+        rclient: Any, prefix: str, make_worker: Any, stub: WebhookStub,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chaos harness's negative control: with the test-only switch in the
+    worker's environment, a committed cancel is answered ``cancelled`` and the
+    timer still fires (without it, ``test_a_cancel_before_due_means_never_delivered``);
+    the operator's ``cancel_timer`` is not affected."""
+    from svit_cluster.dispatch.testing import UNSAFE_IGNORE_CANCELS_ENV
+
+    monkeypatch.setenv(UNSAFE_IGNORE_CANCELS_ENV, "1")
+    box = Outbox(rclient, prefix)
+    path = f"/ok/{uuid.uuid4().hex[:8]}"
+    tid, due = box.arm(stub.base + path, 1500)
+    by_operator, _ = box.arm(stub.base + path, 1500)
+    worker = make_worker()
+    wait_for(lambda: len(list_timers(rclient, prefix, box.pid).timers) == 2, what="parked")
+    box.cancel(tid)
+    wait_for(lambda: events(rclient, prefix, box.pid).get(tid) == ["armed", "cancelled"],
+             what="the cancel's outcome")
+    assert cancel_timer(rclient, prefix, box.pid, by_operator) == CancelOutcome.CANCELLED
+    hits = wait_for(lambda: stub.hits_for(path), what="the cancelled timer's delivery")
+    assert [h.key for h in hits] == [tid]
+    assert hits[0].at * 1000 >= due
+    wait_for(lambda: events(rclient, prefix, box.pid).get(tid)
+             == ["armed", "cancelled", "fired"], what="fired after cancelled")
+    time.sleep(0.5)
+    assert stub.keys_for(path) == [tid]  # the operator's cancel still removed its timer
+    assert sample(worker, "svit_dispatch_timers_fired_total") == 1
