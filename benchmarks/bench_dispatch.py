@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from benchmarks._workers import start_workers, stop_workers
 from svit_cluster.control import ProcessController, decode_request
 from svit_cluster.dispatch import DispatchKeys
 from svit_cluster.local import RedisServer, free_port
@@ -151,28 +151,7 @@ def _start_workers(n: int, redis_url: str, prefix: str, stub_port: int, logs: Pa
     options = {"prefix": prefix, "webhook_hosts": [f"127.0.0.1:{stub_port}"],
                "webhook_concurrency": 32, "scan_interval_s": 0.5, "heartbeat_interval_s": 0.5,
                "claim_ttl_s": 3.0, "worker_ttl_s": 2.0}
-    procs = []
-    for i in range(n):
-        with open(logs / f"worker-{i}.log", "ab") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "svit_cluster.cli", "dispatcher", "run",
-                 "--redis-url", redis_url, "--worker-id", f"bench-{i}",
-                 "--options", json.dumps(options), "--log-level", "WARNING"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True))
-    return procs
-
-
-def _stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
+    return start_workers(n, redis_url, options, logs, "dispatch")
 
 
 def _commit_times(client: redis.Redis, prefix: str, pids: list[str]) -> dict[str, float]:
@@ -252,7 +231,7 @@ def run_sink(sink: str, server: RedisServer, stub: Stub, *, workers: int, sender
         latency = {"rate_intents_per_s": rate, "seconds": seconds, **_percentiles(delays)}
         return {"throughput": throughput, "latency": latency}
     finally:
-        _stop_workers(procs)
+        stop_workers(procs)
         client.close()
 
 

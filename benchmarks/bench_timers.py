@@ -27,9 +27,7 @@ import argparse
 import json
 import os
 import platform
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -39,6 +37,7 @@ from typing import Any
 import psutil
 import redis
 
+from benchmarks._workers import start_workers, stop_workers
 from svit_cluster.dispatch import DispatchKeys
 from svit_cluster.local import RedisServer
 from svit_cluster.process import canonical_json
@@ -50,28 +49,7 @@ def _start_workers(n: int, redis_url: str, prefix: str, logs: Path
     options = {"prefix": prefix, "redis_stream_concurrency": 32, "scan_interval_s": 0.5,
                "heartbeat_interval_s": 0.5, "claim_ttl_s": 3.0, "worker_ttl_s": 2.0,
                "batch_size": 256}
-    procs = []
-    for i in range(n):
-        with open(logs / f"worker-{prefix}-{i}.log", "ab") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "svit_cluster.cli", "dispatcher", "run",
-                 "--redis-url", redis_url, "--worker-id", f"bench-{prefix}-{i}",
-                 "--options", json.dumps(options), "--log-level", "WARNING"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True))
-    return procs
-
-
-def _stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
+    return start_workers(n, redis_url, options, logs, prefix)
 
 
 def _cpu_s(procs: list[psutil.Process]) -> float:
@@ -172,7 +150,7 @@ def burst(server: RedisServer, *, workers: int, processes: int, timers: int, lea
             "cpu_ms_per_timer": round(1000 * (cpu2 - cpu1) / max(len(arrived), 1), 3),
         }
     finally:
-        _stop_workers(procs)
+        stop_workers(procs)
         client.close()
 
 
@@ -221,7 +199,7 @@ def held(server: RedisServer, *, workers: int, count: int, seconds: float, logs:
             "samples": samples,
         }
     finally:
-        _stop_workers(procs)
+        stop_workers(procs)
         client.close()
 
 

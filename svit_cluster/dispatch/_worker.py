@@ -589,10 +589,10 @@ class DispatchWorker:
 
     async def _park(self, st: _Stream, items: list[tuple[str, Intent]]) -> None:
         """Park delayed intents and acknowledge their entries (one fenced script)."""
+        if not items:  # also every batch of the re-drive stream, which has no timers
+            return
         timers = self._timers
         assert timers is not None and st.timer_keys is not None
-        if not items:
-            return
         st.check()
         states, redis_ms, pending = await timers.park_many(st.timer_keys, st.token,
                                                            self.config.group, items)

@@ -313,22 +313,26 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
         if not isinstance(intent, MapNode) or keys not in (
                 INTENT_FIELDS, DELAYED_INTENT_FIELDS, _LEGACY_INTENT_FIELDS):
             raise _root_error(where, "must be a map {" + ",".join(sorted(INTENT_FIELDS)) + "}")
-        id_key = "message_id" if "message_id" in keys else "id"
-        intent_id, to = intent.get(id_key), intent.get("to")
-        if not isinstance(intent_id, ScalarNode) or intent_id.kind != "string":
-            raise _root_error(f"{where}/{id_key}", "must be a string")
-        if not isinstance(to, ScalarNode) or to.kind != "string":
-            raise _root_error(f"{where}/to", "must be an address string")
-        try:
-            validate_address(to.value)
-        except InvalidInput:
-            raise _root_error(f"{where}/to", "is not a process id or external address") from None
+        _check_id_and_address(intent, "message_id" if "message_id" in keys else "id", where)
         if "delay_ms" in keys:
             _check_ms(intent.get("delay_ms"), f"{where}/delay_ms", MAX_DELAY_MS)
             _check_ms(intent.get("due_ms"), f"{where}/due_ms", None)
     timers = system.get("timers")
     if timers is not None:
         _check_timers(timers)
+
+
+def _check_id_and_address(entry: MapNode, id_key: str, where: str) -> None:
+    """``entry[id_key]`` is a string and ``entry["to"]`` a valid address."""
+    entry_id, to = entry.get(id_key), entry.get("to")
+    if not isinstance(entry_id, ScalarNode) or entry_id.kind != "string":
+        raise _root_error(f"{where}/{id_key}", "must be a string")
+    if not isinstance(to, ScalarNode) or to.kind != "string":
+        raise _root_error(f"{where}/to", "must be an address string")
+    try:
+        validate_address(to.value)
+    except InvalidInput:
+        raise _root_error(f"{where}/to", "is not a process id or external address") from None
 
 
 def _check_ms(node: Node | None, where: str, most: int | None) -> None:
@@ -348,15 +352,7 @@ def _check_timers(timers: Node) -> None:
         where = f"/system/timers/{i}"
         if not isinstance(timer, MapNode) or set(timer.keys()) != TIMER_FIELDS:
             raise _root_error(where, "must be a map {" + ",".join(sorted(TIMER_FIELDS)) + "}")
-        timer_id, to = timer.get("id"), timer.get("to")
-        if not isinstance(timer_id, ScalarNode) or timer_id.kind != "string":
-            raise _root_error(f"{where}/id", "must be a string")
-        if not isinstance(to, ScalarNode) or to.kind != "string":
-            raise _root_error(f"{where}/to", "must be an address string")
-        try:
-            validate_address(to.value)
-        except InvalidInput:
-            raise _root_error(f"{where}/to", "is not a process id or external address") from None
+        _check_id_and_address(timer, "id", where)
         _check_ms(timer.get("due_ms"), f"{where}/due_ms", None)
 
 

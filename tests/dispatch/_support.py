@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -162,3 +163,8 @@ def wait_for(cond: Callable[[], Any], timeout_s: float = 20.0, what: str = "cond
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def new_pid(kind: str) -> str:
+    """A fresh process id ``svit://local/<kind>-<8 hex>``."""
+    return f"svit://local/{kind}-{uuid.uuid4().hex[:8]}"

@@ -15,9 +15,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
 
+from svit_cluster.client import SvitClient
 from svit_cluster.dispatch import DispatchConfig, DispatchWorker
-from svit_cluster.local import RedisServer
+from svit_cluster.local import LocalCluster, RedisServer
+from svit_cluster.store import connect
 from tests.conftest import RedisTarget
 from tests.dispatch._support import WebhookStub
 
@@ -104,3 +107,23 @@ def make_worker(redis_target: RedisTarget, prefix: str, stub: WebhookStub
         for worker in started:
             worker.stop()
 
+
+
+# For the modules that start a real LocalCluster as their module fixture ``cluster``:
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: LocalCluster) -> Iterator[SvitClient]:
+    """An admin SDK client of the module's cluster."""
+    with SvitClient(cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def rc(cluster: LocalCluster) -> Iterator[redis.Redis]:
+    """A redis-py client of the module's cluster's Redis."""
+    client = connect(cluster.doc["redis"]["url"])
+    try:
+        yield client
+    finally:
+        client.close()

@@ -10,7 +10,6 @@ import json
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,8 @@ from svit_cluster.local import ClusterSpec, LocalCluster
 from svit_cluster.local._dispatchers import kill_dispatcher, start_dispatcher
 from svit_cluster.local._status import cluster_status
 from svit_cluster.process import Transaction
-from svit_cluster.store import RedisBackend, connect
-from tests.dispatch._support import SEND, SEND_TWO, WebhookStub, wait_for
+from svit_cluster.store import RedisBackend
+from tests.dispatch._support import SEND, SEND_TWO, WebhookStub, new_pid, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -64,25 +63,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, stub: WebhookStub
         yield lc
     finally:
         lc.down()
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> Iterator[SvitClient]:
-    with SvitClient(cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def rc(cluster: LocalCluster) -> Iterator[redis.Redis]:
-    client = connect(cluster.doc["redis"]["url"])
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def new_pid(kind: str) -> str:
-    return f"svit://local/{kind}-{uuid.uuid4().hex[:8]}"
 
 
 def commit(admin: SvitClient, pid: str, inp: dict[str, Any]) -> None:

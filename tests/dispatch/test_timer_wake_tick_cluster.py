@@ -12,7 +12,6 @@ import itertools
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,8 @@ from svit_cluster.errors import SvitError
 from svit_cluster.local import ClusterSpec, LocalCluster
 from svit_cluster.local._status import cluster_status
 from svit_cluster.process import Transaction
-from svit_cluster.store import RedisBackend, connect
-from tests.dispatch._support import wait_for
+from svit_cluster.store import RedisBackend
+from tests.dispatch._support import new_pid, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -68,25 +67,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield lc
     finally:
         lc.down()
-
-
-@pytest.fixture(scope="module")
-def admin(cluster: LocalCluster) -> Iterator[SvitClient]:
-    with SvitClient(cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def rc(cluster: LocalCluster) -> Iterator[redis.Redis]:
-    client = connect(cluster.doc["redis"]["url"])
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def new_pid(kind: str) -> str:
-    return f"svit://local/{kind}-{uuid.uuid4().hex[:8]}"
 
 
 def inbox_appends(rc: redis.Redis, pid: str) -> list[str]:
