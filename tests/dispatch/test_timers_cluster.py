@@ -22,7 +22,7 @@ import redis
 from svit_cluster.client import SvitClient
 from svit_cluster.dispatch import DispatchKeys
 from svit_cluster.local import ClusterSpec, LocalCluster
-from svit_cluster.local._dispatchers import kill_dispatcher
+from svit_cluster.local._dispatchers import kill_dispatcher, start_dispatcher
 from svit_cluster.local._status import cluster_status
 from svit_cluster.store import connect
 from tests.dispatch._support import WebhookStub, wait_for
@@ -111,3 +111,45 @@ def test_200_timers_fire_once_on_time_through_a_host_and_a_dispatcher_kill(
                       "lateness_p50_s": round(lateness[len(lateness) // 2], 2),
                       "lateness_max_s": round(lateness[-1], 2)}))
     assert lateness[-1] <= 20.0, lateness[-5:]
+    start_dispatcher(cluster, worker)  # back to two workers and three hosts
+    cluster.restart_host(owner)
+
+
+def test_a_fired_one_shot_timer_does_not_fire_again_after_restarts(
+        cluster: LocalCluster, stub: WebhookStub) -> None:
+    """The fault of Service Fabric's "single fire reminders firing multiple times"
+    (microsoft/service-fabric-issues#178: a one-time reminder, handled, fired again
+    once the actor's node restarted): here, once every timer was delivered, the
+    sender's owner host and the dispatcher worker holding its stream are killed
+    and restarted, and a new holder claims the stream; no timer fires again."""
+    pid = f"svit://local/once-{uuid.uuid4().hex[:8]}"
+    to = f"{stub.base}/ok"
+    count = 20
+    with SvitClient(cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]) as admin:
+        admin.create_process(pid, memory={}, scripts={"arm": ARM})
+        admin.activate_until_committed(pid, "arm",
+                                       {"to": to, "from": 0, "n": count, "delay_ms": 1500})
+        pending, _ = admin.state(pid, "/system/timers")
+    ids = {t["id"] for t in pending}  # type: ignore[index, union-attr]
+    assert len(ids) == count
+
+    def hits() -> list[str]:
+        return [k for k in stub.keys_for("/ok") if k in ids]  # type: ignore[misc]
+
+    wait_for(lambda: set(hits()) == ids, timeout_s=60, what="every one-shot timer fired")
+    time.sleep(1.0)  # let the dispatcher finish (its done script) before the kills
+    before = len(hits())
+    rc = connect(cluster.doc["redis"]["url"])
+    try:
+        worker = _holder(rc, cluster, pid)
+        owner = cluster_status(cluster)["owners"][pid]["host"]
+        cluster.kill_host(owner)
+        assert kill_dispatcher(cluster, worker) is not None
+        start_dispatcher(cluster, worker)
+        cluster.restart_host(owner)
+        claim = DispatchKeys.claim(DispatchKeys().outbox(pid))
+        wait_for(lambda: rc.get(claim) is not None, timeout_s=60, what="a new claim holder")
+        time.sleep(5.0)  # the new holder has loaded the timer keys and ticked
+    finally:
+        rc.close()
+    assert len(hits()) == before, sorted(hits())  # nothing fired after the restarts
