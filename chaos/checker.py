@@ -868,6 +868,12 @@ def _sent_intents(ctx: Context) -> dict[str, tuple[str, int]]:
     return out
 
 
+def _intent_index(intent_id: str) -> int:
+    """The ``<index>`` of an intent id ``<sender>:<version>:<index>`` (-1 if none)."""
+    tail = intent_id.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else -1
+
+
 def check_outbox(ctx: Context) -> Iterator[Anomaly]:
     """(7) Every committed intent is dispatched at least once and recorded once at its sink."""
     events = [ev for ev in ctx.history if ev.get("kind") == "outbox"]
@@ -889,11 +895,22 @@ def check_outbox(ctx: Context) -> Iterator[Anomaly]:
     committed = _sent_intents(ctx)
     raw_trimmed = ev.get("trimmed")
     trimmed: dict[str, Any] = raw_trimmed if isinstance(raw_trimmed, dict) else {}
+    # The stream's entries are in (version, index) order and a trim removes a
+    # prefix, so an intent not listed is trimmed when it comes before the first
+    # retained entry: an older version, or the first retained version itself
+    # when a later entry of that commit is listed (one commit can stage a send
+    # and a timer or a cancel: index 0 trimmed, index 1 kept as the last entry).
+    listed_at: dict[tuple[str, int], int] = {}
+    for status in statuses.values():
+        key = (str(status.get("source")), status.get("version"))
+        if isinstance(key[1], int):
+            listed_at[key] = max(listed_at.get(key, -1), _intent_index(str(status.get("id"))))
     for iid, (sender, at) in sorted(committed.items()):
         cut = trimmed.get(sender)
         if iid not in statuses and isinstance(cut, dict):
             first = cut.get("first_retained_version")
-            if not isinstance(first, int) or at < first:
+            if (not isinstance(first, int) or at < first
+                    or (at == first and listed_at.get((sender, at), -1) > _intent_index(iid))):
                 # Trimmed: acknowledged by every consumer group and neither
                 # pending nor dead-lettered (those stay listed). It must still
                 # be recorded once at the sink, checked below like any delivery.

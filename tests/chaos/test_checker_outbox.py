@@ -166,3 +166,28 @@ def test_trimmed_intents_count_as_delivered_and_must_be_recorded_at_the_sink() -
     messages = [x.message for x in result.anomalies if x.invariant == "outbox"]
     assert sorted(m.split()[1] for m in messages) == sorted(ids[1:]), messages
     assert all("not in the sender's outbox" in m for m in messages)
+
+
+def test_an_intent_trimmed_before_a_later_entry_of_its_own_commit_counts_as_trimmed() -> None:
+    """One commit can stage a send (index 0) and a cancel (index 1); the trim keeps
+    the stream's last entry, so index 0 goes and index 1 stays at the same version
+    (a CI run of test_load_host_cluster reported such a send as not in the outbox)."""
+    history, logs, sent = build()
+    ids = [i for i, _ in sent]
+    (_, _), (_, _), (c, vc) = sent
+    cancel = IntentStatus(intent_id=f"{PID}:{vc}:1", source=PID, version=vc, to="",
+                          entry_id=f"{vc}-1", state=DeliveryState.DELIVERED,
+                          cancels=f"{PID}:1:1")
+    history.record("outbox", **outbox_event(SINK, [cancel], record(ids), drained=True,
+                                            summaries=[summary(vc)]))
+    result = check(history.events, logs)
+    assert not [x for x in result.anomalies if x.invariant == "outbox"], result.to_json()
+
+    # Negative control: nothing of that commit after the send is listed, so the
+    # send itself should have been: it is reported.
+    history, logs, sent = build()
+    history.record("outbox", **outbox_event(SINK, [], record(ids), drained=True,
+                                            summaries=[summary(vc)]))
+    result = check(history.events, logs)
+    assert [x for x in result.anomalies
+            if x.invariant == "outbox" and c in x.message and "not in the sender's" in x.message]
