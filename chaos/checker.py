@@ -902,8 +902,9 @@ def check_outbox(ctx: Context) -> Iterator[Anomaly]:
     # and a timer or a cancel: index 0 trimmed, index 1 kept as the last entry).
     listed_at: dict[tuple[str, int], int] = {}
     for status in statuses.values():
-        key = (str(status.get("source")), status.get("version"))
-        if isinstance(key[1], int):
+        version = status.get("version")
+        if isinstance(version, int):
+            key = (str(status.get("source")), version)
             listed_at[key] = max(listed_at.get(key, -1), _intent_index(str(status.get("id"))))
     for iid, (sender, at) in sorted(committed.items()):
         cut = trimmed.get(sender)
