@@ -120,10 +120,18 @@ def actor_name(host: str) -> str:
 
 
 def _own_actor_id() -> str | None:
-    """Hex id of the Ray actor this code runs in (None outside an actor)."""
+    """Hex id of the Ray actor this code runs in (None outside an actor).
+
+    Outside a connected Ray worker it returns None without touching Ray:
+    ``ray.get_runtime_context()`` is one of Ray's auto-init APIs, and would
+    start a whole local Ray instance in the calling process (an agent run
+    in-process by a test), which then stays that process's Ray connection.
+    """
     try:
         import ray
 
+        if not ray.is_initialized():
+            return None
         return ray.get_runtime_context().get_actor_id()
     except Exception:  # no Ray runtime: nothing to register
         log.debug("no Ray actor id", exc_info=True)
@@ -782,9 +790,15 @@ class HostAgent:
         return gone
 
     def _peer_agents(self) -> list[Any]:
-        """Handles of the other hosts' agents (Ray's GCS; blocking: run in a thread)."""
+        """Handles of the other hosts' agents (Ray's GCS; blocking: run in a thread).
+
+        Empty outside a connected Ray worker (``list_named_actors`` would start
+        a local Ray instance in this process, see :func:`_own_actor_id`).
+        """
         import ray
 
+        if not ray.is_initialized():
+            return []
         prefix, mine = agent_name(""), agent_name(self.host)
         peers = []
         for entry in ray.util.list_named_actors(all_namespaces=True):

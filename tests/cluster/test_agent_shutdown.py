@@ -46,3 +46,29 @@ async def test_shutdown_revokes_the_lease_and_unregisters_at_once(
         assert await agent.shutdown("again") == {"released": 0, "revoked": False}
     finally:
         await client.close()
+
+
+async def test_an_agent_outside_ray_joins_without_starting_ray(etcd_server: EtcdServer) -> None:
+    """An agent run in this process (no Ray worker) registers without an actor id
+    and leaves Ray alone: ``ray.get_runtime_context()`` would start a local Ray
+    instance here, which then stays this process's Ray connection -- a later
+    ``ray.init(address=..., ignore_reinit_error=True)`` keeps talking to it,
+    and ``ray.nodes()`` lists none of the real cluster's nodes."""
+    import json
+
+    import ray
+
+    assert not ray.is_initialized(), "an earlier test left this process connected to Ray"
+    config = ClusterConfig(cluster=f"nr-{uuid.uuid4().hex[:8]}",
+                           etcd_endpoint=etcd_server.endpoint, lease_ttl_s=30)
+    agent = HostAgent(config.to_dict(), "h0")
+    await agent._join()
+    client = open_client(etcd_server.endpoint)
+    try:
+        got = await client.get(hosts_prefix(config.cluster) + b"h0")
+        assert got is not None
+        assert json.loads(bytes(got.value))["actor_id"] is None
+        assert not ray.is_initialized()
+    finally:
+        await agent.shutdown("test")
+        await client.close()
