@@ -8,6 +8,7 @@ does not load pydantic-settings and dotenv for a constant (issue 18 item 3).
 from __future__ import annotations
 
 __all__ = [
+    "DEFAULT_EVICTION_CHECK_S",
     "DEFAULT_MAX_EVENTS",
     "DEFAULT_SIGNAL_RETENTION",
     "DEFAULT_SNAPSHOT_EVERY",
@@ -26,6 +27,12 @@ DEFAULT_WAIT_REPLICAS = 0
 #: That ``WAIT``'s deadline in milliseconds (``SVIT_REDIS_WAIT_TIMEOUT_MS``), the
 #: default of ``StoreSettings.redis_wait_timeout_ms`` and ``StoreConfig.wait_timeout_ms``.
 DEFAULT_WAIT_TIMEOUT_MS = 1000
+
+#: Seconds a node's ``maxmemory-policy`` verdict stays valid before the next write
+#: to it reads the policy again (``SVIT_REDIS_EVICTION_CHECK_S``), the default of
+#: ``StoreSettings.redis_eviction_check_s`` and of ``store.connect``'s
+#: ``eviction_check_s``.
+DEFAULT_EVICTION_CHECK_S = 2.0
 
 #: Observer signals kept per process (``XADD MAXLEN ~``; ``SVIT_SIGNAL_RETENTION``),
 #: re-exported by ``events``.

@@ -45,6 +45,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from svit_cluster.defaults import (
+    DEFAULT_EVICTION_CHECK_S,
     DEFAULT_MAX_EVENTS,
     DEFAULT_SIGNAL_RETENTION,
     DEFAULT_SNAPSHOT_EVERY,
@@ -127,6 +128,11 @@ class StoreSettings(_Settings):
         redis_allow_unverified_eviction_policy:
             ``SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY``: accept a Redis whose
             ``maxmemory-policy`` cannot be read, with a warning (default False).
+        redis_eviction_check_s: ``SVIT_REDIS_EVICTION_CHECK_S``: seconds a
+            node's ``maxmemory-policy`` verdict is trusted; the first write to
+            the node after that reads the policy again (``CONFIG GET``), and no
+            write goes out while it is not ``noeviction`` (``0 < s <= 60``,
+            default 2.0).
         redis_wait_replicas: ``SVIT_REDIS_WAIT_REPLICAS``: ``WAIT`` for this many
             replicas after each commit and claim (0..16, default 0: no WAIT).
         redis_wait_timeout_ms: ``SVIT_REDIS_WAIT_TIMEOUT_MS``: that ``WAIT``'s
@@ -135,6 +141,7 @@ class StoreSettings(_Settings):
 
     redis_cluster: bool = False
     redis_allow_unverified_eviction_policy: bool = False
+    redis_eviction_check_s: float = Field(default=DEFAULT_EVICTION_CHECK_S, gt=0, le=60)
     redis_wait_replicas: int = Field(default=DEFAULT_WAIT_REPLICAS, ge=0, le=16)
     redis_wait_timeout_ms: int = Field(default=DEFAULT_WAIT_TIMEOUT_MS, ge=1, le=60_000)
 

@@ -52,6 +52,7 @@ from svit_cluster.store import (
     async_connect,
     failure_reason,
     redis_boundary,
+    require_noeviction,
 )
 
 __all__ = ["RedisEventLog", "RedisSignalSource", "fork_events", "parse_signal"]
@@ -211,7 +212,9 @@ class RedisEventLog:
         Raises:
             FencedError: a newer owner holds the process; nothing appended.
             UnavailableError: Redis failed (``outcome`` unknown: the events
-                may or may not be stored).
+                may or may not be stored); or (``reason`` ``eviction_policy``,
+                ``outcome`` none) a node may evict keys
+                (``svit_cluster.store.require_noeviction``): nothing sent.
             CorruptData: a key has the wrong type.
         """
         if not items:
@@ -222,6 +225,7 @@ class RedisEventLog:
         args: list[Any] = [self.token, session, self.signal_retention, self.max_events]
         for event, message in items:
             args.extend((dumps(event), dumps(message)))
+        require_noeviction(self._client, k.fence, op="append_events", process_id=self.process_id)
         with redis_boundary("append_events", self.process_id, outcome="unknown"):
             reply = self._append(keys=[k.fence, k.events(session), k.signals, k.session],
                                  args=args)
@@ -236,6 +240,8 @@ class RedisEventLog:
         """
         if self._guard is not None:
             self._guard()
+        require_noeviction(self._client, self.keys.fence, op="append_failed",
+                           process_id=self.process_id)
         with redis_boundary("append_failed", self.process_id, outcome="unknown"):
             reply = self._failed(keys=[self.keys.fence, self.keys.signals],
                                  args=[self.token, self.signal_retention, dumps(dict(payload))])
@@ -302,6 +308,7 @@ def fork_events(client: RedisClient, parent_id: str, child_id: str, *,
                 raise ConflictError(f"{child_id} already has its own events",
                                     process_id=child_id)
             entries = [e for e in entries if int(_s(e[0]).split("-")[0]) > last]
+        require_noeviction(client, ck.session, op="fork_events", process_id=child_id)
         pipe = client.pipeline(transaction=True)
         for eid, fields in entries:
             pipe.xadd(ck.events(child_session), dict(fields), id=eid)

@@ -8,7 +8,9 @@ Public names, by importance:
 * :class:`StoreConfig` -- key prefix, receipt bound, snapshot cadence, trim margin.
 * :func:`connect` -- a redis-py client with client-side retries disabled,
   whose every connection refuses a Redis that may evict keys;
-  :func:`verify_eviction_policy` checks that eagerly at start-up
+  :func:`require_noeviction` (before every write) reads the policy again once
+  its verdict is older than :data:`EVICTION_CHECK_ENV` seconds (default 2);
+  :func:`verify_eviction_policy` checks it eagerly at start-up
   (:data:`ALLOW_UNVERIFIED_EVICTION_ENV` is the override where ``CONFIG`` is disabled).
 * :class:`RedisFences` -- claim or read any process's fence (for ownership
   claims) and scan every fence (for ``svit-cluster etcd-restored``).
@@ -42,6 +44,7 @@ from svit_cluster.store._redis import ALLOW_UNVERIFIED_ENV as ALLOW_UNVERIFIED_E
 from svit_cluster.store._redis import (
     CLUSTER_ENV,
     DEFAULT_TIMEOUT_S,
+    EVICTION_CHECK_ENV,
     AsyncRedisClient,
     RedisClient,
     allow_unverified_from_env,
@@ -50,6 +53,7 @@ from svit_cluster.store._redis import (
     connect,
     failure_reason,
     redis_boundary,
+    require_noeviction,
     verify_eviction_policy,
 )
 from svit_cluster.store._scripts import ADD_SIGNAL
@@ -62,6 +66,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_SNAPSHOT_EVERY",
     "DEFAULT_TIMEOUT_S",
+    "EVICTION_CHECK_ENV",
     "AsyncRedisClient",
     "BackendFactory",
     "Head",
@@ -80,6 +85,7 @@ __all__ = [
     "failure_reason",
     "load_backend_factory",
     "redis_boundary",
+    "require_noeviction",
     "stale_writes_key",
     "verify_eviction_policy",
 ]

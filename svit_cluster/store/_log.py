@@ -88,6 +88,7 @@ from svit_cluster.store._redis import (
     RedisClient,
     redis_boundary,
     refusal_reason,
+    require_noeviction,
     run_replicated,
 )
 from svit_cluster.store._scripts import Scripts
@@ -326,8 +327,11 @@ class RedisBackend:
         Call inside :func:`redis_boundary`. Raises UnavailableError
         (``outcome`` as given, ``unknown`` for writes; ``reason``
         ``replication``) when the script answered ``ok`` but fewer replicas
-        than configured acknowledged.
+        than configured acknowledged; and (``reason`` ``eviction_policy``,
+        ``outcome`` ``none``, before sending the script) while a node this
+        client writes to may evict keys (:func:`require_noeviction`).
         """
+        require_noeviction(self._client, keys[0], op=op, process_id=self.process_id)
         cfg = self.config
         reply, acked = run_replicated(self._client, script, keys, args,
                                       replicas=cfg.wait_replicas,
@@ -627,10 +631,15 @@ class RedisBackend:
                 refused the script's first write (``reason`` ``oom``,
                 ``readonly``, ``misconf``... see ``store._redis.REFUSALS``):
                 then ``"none"``, nothing was stored, and the same request can be
-                retried once Redis recovers. With ``wait_replicas`` set, a
-                commit that fewer replicas acknowledged in time is *not*
-                acknowledged: ``unavailable``, ``outcome`` ``unknown``,
-                ``reason`` ``replication`` (a promoted replica may lack it).
+                retried once Redis recovers; likewise ``"none"`` with ``reason``
+                ``eviction_policy`` (fields ``policy``, ``node``): the node's
+                ``maxmemory-policy`` is not ``noeviction`` (read again at most
+                ``eviction_check_s`` after its last verdict, see
+                :func:`require_noeviction`) and nothing was sent. With
+                ``wait_replicas`` set, a commit that fewer replicas
+                acknowledged in time is *not* acknowledged: ``unavailable``,
+                ``outcome`` ``unknown``, ``reason`` ``replication`` (a
+                promoted replica may lack it).
         """
         self._check_guard()
         rec = transition.record

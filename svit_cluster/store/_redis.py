@@ -1,25 +1,20 @@
-"""The Redis boundary: client construction, explicit error conversion, and the
-eviction-policy check.
+"""The Redis boundary: client construction and explicit error conversion.
 
 Every redis-py exception raised inside :func:`redis_boundary` becomes an
 :class:`~svit_cluster.errors.UnavailableError` with the original as
 ``__cause__`` and a ``fields["reason"]`` from :func:`failure_reason`. Our own
 :class:`~svit_cluster.errors.SvitError` passes through.
 
-A Redis that may evict keys (any ``maxmemory-policy`` but ``noeviction``) can
-drop a process's fence key while keeping its head, and a stale owner then
-commits again (the fence is the only thing that stops it). So every connection
-:func:`connect` opens first reads ``CONFIG GET maxmemory-policy`` and refuses
-anything but ``noeviction``; where ``CONFIG`` is disabled (managed Redis
-services rename it) the connection is refused unless the operator sets
-:data:`ALLOW_UNVERIFIED_ENV` to ``true``, and then a warning is logged. BullMQ
-and JuiceFS check the policy at connect for the same reason.
+Every client :func:`connect` builds refuses to write to a Redis node that may
+evict keys: each new connection checks ``maxmemory-policy``, and
+:func:`require_noeviction` (called before every write of the store and the
+event log) re-reads it once its verdict is older than the period; the rule and
+its reasons are in :mod:`svit_cluster.store._policy`.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeAlias
 
@@ -47,11 +42,28 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from svit_cluster.errors import ConfigurationError, SvitError, UnavailableError
+from svit_cluster.store._policy import (
+    ALLOW_UNVERIFIED_ENV,
+    EVICTION_CHECK_ENV,
+    SAFE_EVICTION_POLICY,
+    EvictionPolicyError,
+    PolicyWatch,
+    allow_unverified_from_env,
+    async_policy_check,
+    attach_watch,
+    check_eviction_policy,
+    eviction_check_from_env,
+    judge_policy_reply,
+    policy_checking_connect,
+    server_of,
+    watch_of,
+)
 
 __all__ = [
     "ALLOW_UNVERIFIED_ENV",
     "CLUSTER_ENV",
     "DEFAULT_TIMEOUT_S",
+    "EVICTION_CHECK_ENV",
     "REFUSALS",
     "SAFE_EVICTION_POLICY",
     "AsyncRedisClient",
@@ -67,22 +79,14 @@ __all__ = [
     "judge_policy_reply",
     "redis_boundary",
     "refusal_reason",
+    "require_noeviction",
     "run_replicated",
     "split_startup_nodes",
     "verify_eviction_policy",
 ]
 
-log = logging.getLogger(__name__)
-
 #: Default socket connect and read timeout, in seconds.
 DEFAULT_TIMEOUT_S = 5.0
-
-#: The only ``maxmemory-policy`` under which Redis never deletes a key on its own.
-SAFE_EVICTION_POLICY = "noeviction"
-
-#: Environment variable; ``true`` (or ``1``/``yes``) lets svit use a Redis whose
-#: ``maxmemory-policy`` cannot be read (``CONFIG`` disabled), with a warning.
-ALLOW_UNVERIFIED_ENV = "SVIT_REDIS_ALLOW_UNVERIFIED_EVICTION_POLICY"
 
 #: Environment variable; ``true`` (or ``1``/``yes``) makes :func:`connect` and
 #: :func:`async_connect` build a ``redis.cluster.RedisCluster`` client (the URL
@@ -135,22 +139,6 @@ def refusal_reason(reply: str) -> str | None:
     return REFUSALS.get(word)
 
 
-class EvictionPolicyError(RedisError):
-    """Redis may evict keys (or its policy cannot be read and no override is set).
-
-    A ``RedisError`` so that redis-py closes the connection it was raised on;
-    :func:`redis_boundary` turns it into ``unavailable`` with
-    ``fields["reason"] == "eviction_policy"``.
-
-    Attributes:
-        policy: the ``maxmemory-policy`` value, or None if it could not be read.
-    """
-
-    def __init__(self, message: str, policy: str | None) -> None:
-        super().__init__(message)
-        self.policy = policy
-
-
 def failure_reason(exc: BaseException) -> str:
     """A short stable name for why a redis-py call failed (``fields["reason"]``).
 
@@ -183,150 +171,10 @@ def cluster_from_env() -> bool:
     return load_settings(StoreSettings).redis_cluster
 
 
-def allow_unverified_from_env() -> bool:
-    """:data:`ALLOW_UNVERIFIED_ENV` (``StoreSettings.redis_allow_unverified_eviction_policy``).
-
-    Raises:
-        ConfigurationError: the variable is not a boolean.
-    """
-    from svit_cluster.settings import StoreSettings, load_settings
-
-    return load_settings(StoreSettings).redis_allow_unverified_eviction_policy
-
-
-def _config_value(reply: Any, name: str) -> str | None:
-    """The value in a ``CONFIG GET`` reply: a flat list (RESP2) or a map (RESP3)."""
-    def text(item: Any) -> str:
-        return item.decode(errors="replace") if isinstance(item, bytes) else str(item)
-
-    pairs: list[tuple[Any, Any]]
-    if isinstance(reply, dict):
-        pairs = list(reply.items())
-    elif isinstance(reply, list | tuple):
-        pairs = list(zip(reply[::2], reply[1::2], strict=False))
-    else:
-        return None
-    for key, value in pairs:
-        if text(key).lower() == name:
-            return text(value)
-    return None
-
-
-def check_eviction_policy(execute: Callable[..., Any], *, allow_unverified: bool,
-                          where: str = "redis") -> str | None:
-    """Refuse a Redis whose ``maxmemory-policy`` is not ``noeviction``.
-
-    Args:
-        execute: sends one command and returns its reply
-            (``client.execute_command``, or a raw connection's send + read).
-        allow_unverified: accept a Redis that refuses ``CONFIG GET`` (logs a warning).
-        where: names the server in messages (a URL without credentials).
-
-    Returns:
-        The policy read, or None when it could not be read and
-        ``allow_unverified`` is set.
-
-    Raises:
-        EvictionPolicyError: the policy is anything but ``noeviction``, or it
-            cannot be read and ``allow_unverified`` is False.
-        redis.exceptions.ConnectionError, TimeoutError: Redis is unreachable.
-    """
-    try:
-        reply: Any = execute("CONFIG", "GET", "maxmemory-policy")
-    except ResponseError as exc:  # unknown command (renamed away), NOPERM, ...
-        reply = exc
-    return judge_policy_reply(reply, allow_unverified=allow_unverified, where=where)
-
-
-def judge_policy_reply(reply: Any, *, allow_unverified: bool, where: str) -> str | None:
-    """:func:`check_eviction_policy` on an already read ``CONFIG GET`` reply.
-
-    Args:
-        reply: the reply, or the ``ResponseError`` Redis answered instead.
-
-    Returns and raises as :func:`check_eviction_policy`.
-    """
-    if isinstance(reply, ResponseError):
-        policy = None
-        detail = str(reply)
-    else:
-        policy = _config_value(reply, "maxmemory-policy")
-        detail = "CONFIG GET returned no value"
-    if policy is None:
-        if allow_unverified:
-            log.warning(
-                "cannot read maxmemory-policy of %s (%s); continuing because %s is set: "
-                "make sure it is %s, or a stale owner can commit after its fence key "
-                "is evicted", where, detail[:200], ALLOW_UNVERIFIED_ENV, SAFE_EVICTION_POLICY)
-            return None
-        raise EvictionPolicyError(
-            f"cannot read maxmemory-policy of {where} ({detail[:200]}); svit needs "
-            f"maxmemory-policy {SAFE_EVICTION_POLICY}. If you have checked it yourself "
-            f"(CONFIG disabled on a managed Redis), set {ALLOW_UNVERIFIED_ENV}=true",
-            None)
-    if policy != SAFE_EVICTION_POLICY:
-        raise EvictionPolicyError(
-            f"refusing {where}: maxmemory-policy is {policy}, which lets Redis evict "
-            f"fence, head or receipt keys; set maxmemory-policy {SAFE_EVICTION_POLICY}",
-            policy)
-    return policy
-
-
-def _where(url: str) -> str:
-    # host:port/db only; never echo a password from the URL
-    return "redis " + url.rsplit("@", 1)[-1].split("://", 1)[-1]
-
-
-def _node(conn: Any, where: str) -> str:
-    """The server one connection talks to, for messages: ``redis host:port/db``
-    (a cluster client connects to many nodes, and the one that refused must be
-    named, not the startup node of the URL); ``where`` when it has no address."""
-    host, port = getattr(conn, "host", None), getattr(conn, "port", None)
-    if host is None or port is None:
-        return where
-    return f"redis {host}:{port}/{getattr(conn, 'db', 0) or 0}"
-
-
-def _policy_checking_connect(allow_unverified: bool, where: str) -> Callable[[Any], None]:
-    def on_connect(conn: Any) -> None:
-        conn.on_connect()  # handshake (AUTH, SELECT) as redis-py would do it
-
-        def execute(*args: Any) -> Any:
-            conn.send_command(*args)
-            return conn.read_response()
-
-        check_eviction_policy(execute, allow_unverified=allow_unverified,
-                              where=_node(conn, where))
-
-    return on_connect
-
-
-def async_policy_check(url: str, *, allow_unverified: bool | None = None
-                       ) -> Callable[[Any], Awaitable[None]]:
-    """A ``redis_connect_func`` for ``redis.asyncio`` clients: the check of :func:`connect`.
-
-    Args:
-        url: the client's URL (named in messages, without credentials).
-        allow_unverified: as in :func:`connect` (None reads :data:`ALLOW_UNVERIFIED_ENV`).
-    """
-    allow = allow_unverified_from_env() if allow_unverified is None else allow_unverified
-    where = _where(url)
-
-    async def on_connect(conn: Any) -> None:
-        await conn.on_connect()
-        await conn.send_command("CONFIG", "GET", "maxmemory-policy")
-        try:
-            reply: Any = await conn.read_response()
-        except ResponseError as exc:
-            reply = exc
-        judge_policy_reply(reply, allow_unverified=allow, where=_node(conn, where))
-
-    return on_connect
-
-
 def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
             allow_unverified_eviction_policy: bool | None = None,
-            cluster: bool | None = None) -> RedisClient:
+            cluster: bool | None = None,
+            eviction_check_s: float | None = None) -> RedisClient:
     """The one connection factory: a thread-safe, pooled client for ``url``
     with client-side retries disabled; a Redis Cluster client when configured.
 
@@ -356,6 +204,15 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     is raised by this function. Call :func:`verify_eviction_policy` to check
     every node eagerly at start-up.
 
+    The policy can change on a live server (``CONFIG SET``) while connections
+    stay open, so the client also gets a :class:`~svit_cluster.store._policy.PolicyWatch`:
+    :func:`require_noeviction`, which every write of :class:`RedisBackend`
+    and of the event log calls first, re-reads the policy of the node the
+    write goes to (a cluster: its slot's master) once that node's verdict is
+    older than ``eviction_check_s``, and refuses the write while the node is
+    evicting. A connection's own check counts as a verdict, so the writes in
+    between cost no round trip.
+
     Args:
         url: ``redis://host:port/db`` (db 0 for a cluster); for a cluster it
             may list several startup nodes, ``redis://h1:p1,h2:p2/0``
@@ -366,9 +223,14 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
             read; None (default) reads :data:`ALLOW_UNVERIFIED_ENV`.
         cluster: build a Redis Cluster client; None (default) reads
             :data:`CLUSTER_ENV` (``ClusterConfig.redis_cluster``).
+        eviction_check_s: how long a node's policy verdict is trusted, in
+            seconds (> 0); None (default) reads :data:`EVICTION_CHECK_ENV`
+            (unset: ``defaults.DEFAULT_EVICTION_CHECK_S``, 2 s).
 
     Raises:
-        ValueError: ``timeout_s`` is not positive; a malformed URL (from redis-py).
+        ValueError: ``timeout_s`` or ``eviction_check_s`` is not positive; a
+            malformed URL (from redis-py).
+        ConfigurationError: an environment variable read here does not parse.
         EvictionPolicyError: (cluster only) the startup node or the default
             node refused (see above), naming it.
         redis.exceptions.RedisClusterException: (cluster only) no startup node
@@ -378,13 +240,16 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
         raise ValueError("timeout_s must be positive")
     allow = (allow_unverified_from_env() if allow_unverified_eviction_policy is None
              else allow_unverified_eviction_policy)
-    on_connect = _policy_checking_connect(allow, _where(url))
+    watch = PolicyWatch(allow_unverified=allow, period_s=(
+        eviction_check_from_env() if eviction_check_s is None else eviction_check_s))
+    on_connect = policy_checking_connect(allow, server_of(url), watch)
+    client: RedisClient
     if cluster_from_env() if cluster is None else cluster:
         from redis.cluster import ClusterNode
 
         first, extra = split_startup_nodes(url)
         try:
-            return RedisCluster.from_url(
+            client = RedisCluster.from_url(
                 first,
                 startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]
                                for h, p in extra] or None,
@@ -398,16 +263,45 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
             # Please provide at least one reachable node"; it was reachable
             refused = exc.__cause__
             if isinstance(refused, EvictionPolicyError):
-                raise EvictionPolicyError(str(refused), refused.policy) from exc
+                raise EvictionPolicyError(str(refused), refused.policy,
+                                          refused.node) from exc
             raise
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 0),
-        retry_on_error=[],
-        redis_connect_func=on_connect,
-    )
+    else:
+        client = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_error=[],
+            redis_connect_func=on_connect,
+        )
+    attach_watch(client, watch)
+    return client
+
+
+def require_noeviction(client: RedisClient, key: str, *, op: str, process_id: str) -> None:
+    """Refuse a write of ``key`` while the node it goes to may evict keys.
+
+    Sends nothing while that node's verdict in :func:`watch_of` ``(client)``
+    is younger than its period (``eviction_check_s`` of :func:`connect`);
+    otherwise reads the node's policy first (see
+    :class:`~svit_cluster.store._policy.PolicyWatch`). Call it before the write.
+
+    Args:
+        client: from :func:`connect` (another client gets a watch configured
+            from the environment on first use).
+        key: a key the write touches (on a cluster: its slot's master is checked).
+        op, process_id: named in the error, as in :func:`redis_boundary`.
+
+    Raises:
+        UnavailableError: (``reason`` ``eviction_policy``, ``outcome``
+            ``none``, fields ``policy`` and ``node``) the node's
+            ``maxmemory-policy`` is not ``noeviction``, or cannot be read and no
+            override is set: nothing was sent, retry once the policy is set
+            back; or (another ``reason``) the node did not answer.
+    """
+    with redis_boundary(op, process_id, outcome="none"):
+        watch_of(client).require(client, key)
 
 
 def split_startup_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
@@ -523,12 +417,12 @@ def verify_eviction_policy(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                                       socket_connect_timeout=timeout_s,
                                       retry=Retry(NoBackoff(), 0), retry_on_error=[])
         return check_eviction_policy(client.execute_command, allow_unverified=allow,
-                                     where=_where(url))
+                                     where=server_of(url))
     except EvictionPolicyError as exc:
         raise ConfigurationError(str(exc), setting="maxmemory-policy",
                                  value=exc.policy) from exc
     except (RedisError, RedisClusterException) as exc:  # the latter: no startup node answered
-        raise UnavailableError(f"{_where(url)} unreachable: {type(exc).__name__}: {exc}",
+        raise UnavailableError(f"{server_of(url)} unreachable: {type(exc).__name__}: {exc}",
                                op="verify_eviction_policy",
                                reason=failure_reason(exc)) from exc
     finally:
@@ -618,10 +512,13 @@ def redis_boundary(op: str, process_id: str, *, outcome: str = "none") -> Iterat
     except SvitError:
         raise
     except RedisError as exc:
+        extra: dict[str, Any] = ({"policy": exc.policy, "node": exc.node}
+                                 if isinstance(exc, EvictionPolicyError) else {})
         raise UnavailableError(
             f"redis {op} failed for {process_id}: {type(exc).__name__}: {exc}",
             op=op,
             process_id=process_id,
             outcome=outcome,
             reason=failure_reason(exc),
+            **extra,
         ) from exc

@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from pathlib import Path
 from typing import Any
 
 import redis
 
 from svit_cluster.control._backend import Receipt
+from svit_cluster.local import RedisServer
 from svit_cluster.process import Process, Transition
 from svit_cluster.store import RedisBackend, StoreConfig
 
 _counter = itertools.count(1)
+
+
+class ConfiguredRedis(RedisServer):
+    """``RedisServer`` with extra command-line settings (test-only)."""
+
+    def __init__(self, state_dir: Path, extra: list[str]) -> None:
+        super().__init__(state_dir, die_with_parent=True)
+        self.extra = extra
+
+    def _command(self, binary: str) -> list[str]:
+        return [*super()._command(binary), *self.extra]
 
 
 def unique(name: str) -> str:

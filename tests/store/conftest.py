@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,13 +11,23 @@ import pytest
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import HostLease, LeaseState, open_client
 from svit_cluster.store import StoreConfig
-from tests.store._support import unique
+from tests.conftest import running
+from tests.store._support import ConfiguredRedis, unique
 
 
 @pytest.fixture
 def config() -> StoreConfig:
     """A fresh key prefix per test."""
     return StoreConfig(prefix=unique("t"), snapshot_every=8, trim_margin=2, max_receipts=16)
+
+
+@pytest.fixture
+def no_config_redis(tmp_path: Path) -> Iterator[ConfiguredRedis]:
+    """A dedicated redis-server with ``CONFIG`` renamed away, as managed Redis
+    services do."""
+    server = ConfiguredRedis(tmp_path / "redis-noconfig", ["--rename-command", "CONFIG", ""])
+    with running(server):
+        yield server
 
 
 @pytest.fixture

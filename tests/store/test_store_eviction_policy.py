@@ -29,31 +29,12 @@ from svit_cluster.store import (
     verify_eviction_policy,
 )
 from tests.conftest import running
-from tests.store._support import receipt, seal_write
-
-
-class ConfiguredRedis(RedisServer):
-    """``RedisServer`` with extra command-line settings (test-only)."""
-
-    def __init__(self, state_dir: Path, extra: list[str]) -> None:
-        super().__init__(state_dir, die_with_parent=True)
-        self.extra = extra
-
-    def _command(self, binary: str) -> list[str]:
-        return [*super()._command(binary), *self.extra]
+from tests.store._support import ConfiguredRedis, receipt, seal_write
 
 
 @pytest.fixture
 def lru_redis(tmp_path: Path) -> Iterator[ConfiguredRedis]:
     server = ConfiguredRedis(tmp_path / "redis-lru", ["--maxmemory-policy", "allkeys-lru"])
-    with running(server):
-        yield server
-
-
-@pytest.fixture
-def no_config_redis(tmp_path: Path) -> Iterator[ConfiguredRedis]:
-    """``CONFIG`` renamed away, as managed Redis services do."""
-    server = ConfiguredRedis(tmp_path / "redis-noconfig", ["--rename-command", "CONFIG", ""])
     with running(server):
         yield server
 
