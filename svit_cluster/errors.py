@@ -291,9 +291,19 @@ class LimitExceeded(SvitError):
 
 
 class ScriptFailed(SvitError):
-    """Guest code failed: a ``panic``, a type or arity error, a missing ``main``."""
+    """Guest code failed: a ``panic``, a type or arity error, a missing ``main``,
+    or a script that does not compile.
+
+    Inside an activation this is a protocol outcome, never an HTTP error: the
+    control response is ``rejected`` with ``failure.code`` ``script_failed``
+    (HTTP 200), nothing committed. Raised out of a host call, it is the
+    caller's input that failed -- a script given to create a process that does
+    not compile -- and the gateway answers 422 (the request decoded, its script
+    cannot be used; retrying it unchanged fails again).
+    """
 
     default_code = ErrorCode.SCRIPT_FAILED
+    http_status = 422
 
 
 class CorruptData(SvitError):

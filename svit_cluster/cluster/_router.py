@@ -458,12 +458,18 @@ class RayRouter:
         as a typed 503 before a client's own timeout instead of as a timeout.
 
         Raises:
+            InvalidInput: (``invalid_process_id``) an id the store cannot key
+                (``ProcessKeys``: no ``{`` or ``}``, the hash tag's braces),
+                refused before any host claims it.
             UnavailableError: not placed within :data:`PLACEMENT_WAIT_S`
                 (``activating``; retry: a create's outcome is then unknown,
                 which the SDK resolves by comparing the content), or as
                 :meth:`_place_once`.
             ConflictError: as :meth:`_place_once`.
         """
+        from svit_cluster.store import ProcessKeys
+
+        ProcessKeys(process_id)
         placing = asyncio.ensure_future(self._place_now(process_id, create))
         try:
             return await asyncio.wait_for(asyncio.shield(placing), PLACEMENT_WAIT_S)

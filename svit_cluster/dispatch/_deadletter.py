@@ -325,5 +325,8 @@ class DeadLetters:
 
 
 def _valid_id(text: str) -> bool:
+    """``text`` is a stream id ``<ms>-<seq>``: ASCII decimals, each a u64 (as Redis
+    parses it; anything else would be refused by Redis, not by us)."""
     ms, sep, seq = text.partition("-")
-    return bool(sep) and ms.isdigit() and seq.isdigit() and len(text) <= 41
+    return (bool(sep) and len(text) <= 41 and text.isascii() and ms.isdigit()
+            and seq.isdigit() and int(ms) < 2**64 and int(seq) < 2**64)

@@ -426,7 +426,7 @@ def list_timers(client: RedisClient, prefix: str = DEFAULT_PREFIX, process_id: s
     start_ms, start_id = 0, ""
     if after is not None:
         head, sep, start_id = after.partition("/")
-        if not sep or not head.isdigit():
+        if not sep or not head.isascii() or not head.isdigit() or len(head) > 20:
             raise InvalidInput("malformed timer cursor")
         start_ms = int(head)
     out: list[Timer] = []

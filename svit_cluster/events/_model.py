@@ -155,8 +155,20 @@ class EventRecord:
                 "event": self.event}
 
 
+#: Largest part of a Redis stream id (each of ``<ms>`` and ``<n>`` is a u64).
+_U64_MAX = 2**64 - 1
+
+
+def _u64_text(text: str) -> bool:
+    """``text`` is an ASCII decimal of at most 20 digits whose value fits a u64."""
+    return 0 < len(text) <= 20 and text.isascii() and text.isdigit() and int(text) <= _U64_MAX
+
+
 def parse_cursor(text: str) -> str:
     """Normalize a client cursor: ``"$"`` (now), ``"0"`` (origin) or ``<ms>-<n>``.
+
+    ``<ms>`` and ``<n>`` are ASCII decimals in ``0..2**64-1`` (a Redis stream
+    id's parts); ``<ms>`` alone means ``<ms>-0``.
 
     Raises:
         InvalidInput: (``decode_error``) anything else.
@@ -166,9 +178,9 @@ def parse_cursor(text: str) -> str:
     if text in ("0", ORIGIN):
         return ORIGIN
     ms, sep, n = text.partition("-")
-    if not (ms.isdigit() and len(ms) <= 20 and (not sep or (n.isdigit() and len(n) <= 20))):
-        raise InvalidInput("cursor must be '$', '0' or a signal id <ms>-<n>",
-                           code=ErrorCode.DECODE_ERROR)
+    if not (_u64_text(ms) and (not sep or _u64_text(n))):
+        raise InvalidInput("cursor must be '$', '0' or a signal id <ms>-<n> "
+                           "(decimal, each part below 2**64)", code=ErrorCode.DECODE_ERROR)
     return f"{int(ms)}-{int(n) if sep else 0}"
 
 

@@ -81,20 +81,26 @@ def require_access(principal: Principal, process_id: str) -> None:
 
 
 async def _json_body(request: Request) -> Any:
+    """The request's JSON body, or None: empty, or not JSON the endpoint could use
+    (malformed, not UTF-8, nested too deeply; a route that takes a body answers
+    that with its own 400)."""
     if not await request.body():
         return None
     try:
         return await request.json()
-    except ValueError:
-        return None  # FastAPI answers the malformed body (400) itself
+    except (ValueError, RecursionError):
+        return None
 
 
 async def process_access(request: Request) -> Principal:
     """FastAPI dependency: authorize every process the request names.
 
-    Reads each of :data:`PROCESS_ID_FIELDS` from the query string or the JSON
-    body, as the endpoints do. A value that is missing, not a string or not a valid
-    process id is left to the endpoint's own validation (400, as before).
+    Reads each of :data:`PROCESS_ID_FIELDS` from the query string (every
+    value of a repeated parameter) *and* from the JSON body: an endpoint takes
+    its ids from one of the two, and the check covers both, so an id of the
+    caller's own tenant in the query cannot cover another tenant's id in the
+    body. A value that is not a string or not a valid process id is left to
+    the endpoint's own validation (400).
 
     Returns:
         The authenticated principal.
@@ -103,18 +109,17 @@ async def process_access(request: Request) -> Principal:
         Forbidden: the principal may not act on a named process (403).
     """
     principal = principal_of(request)
-    body = None
+    body = await _json_body(request)
     for name in PROCESS_ID_FIELDS:
-        raw: Any = request.query_params.get(name)
-        if raw is None:
-            if body is None:
-                body = await _json_body(request)
-            raw = body.get(name) if isinstance(body, dict) else None
-        if not isinstance(raw, str):
-            continue
-        try:
-            pid = validate_process_id(raw)
-        except InvalidInput:
-            continue
-        require_access(principal, pid)
+        named: list[Any] = list(request.query_params.getlist(name))
+        if isinstance(body, dict):
+            named.append(body.get(name))
+        for raw in named:
+            if not isinstance(raw, str):
+                continue
+            try:
+                pid = validate_process_id(raw)
+            except InvalidInput:
+                continue
+            require_access(principal, pid)
     return principal

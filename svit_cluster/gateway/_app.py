@@ -24,6 +24,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 
@@ -41,7 +42,7 @@ from svit_cluster.gateway._bytecap import (
 from svit_cluster.gateway._control import CAPABILITIES, control_router
 from svit_cluster.gateway._cors import with_cors
 from svit_cluster.gateway._deadletters import dead_letters_router
-from svit_cluster.gateway._errors import error_response, from_exception
+from svit_cluster.gateway._errors import error_response, from_exception, from_http_exception
 from svit_cluster.gateway._events import events_router
 from svit_cluster.gateway._hosts import hosts_router
 from svit_cluster.gateway._metrics import GatewayMetrics
@@ -113,7 +114,13 @@ def create_app(
         loc = ".".join(str(x) for x in first.get("loc", ()))
         return error_response(400, str(ErrorCode.DECODE_ERROR), f"{loc}: {first.get('msg', '')}")
 
-    # The byte cap raises inside ``receive``, i.e. in whatever reads the body.
+    @api.exception_handler(StarletteHTTPException)
+    async def _framework_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # no such route (404), wrong method (405), a body FastAPI could not parse (400)
+        return from_http_exception(exc)
+
+    # The byte cap raises inside ``receive``, i.e. in whatever reads the body
+    # (its own handler: the more specific class wins).
     api.add_exception_handler(PayloadTooLarge, payload_too_large_handler)
     api.add_exception_handler(Forbidden, forbidden_handler)
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
 from svit_cluster.errors import ErrorCode, FencedError, SvitError, sanitize_message
 
-__all__ = ["RETRY_AFTER_S", "error_response", "from_exception"]
+__all__ = ["RETRY_AFTER_S", "error_response", "from_exception", "from_http_exception"]
 
 #: Seconds a client should wait before retrying an ``unavailable`` answer.
 RETRY_AFTER_S = 1
@@ -60,3 +61,34 @@ def from_exception(exc: SvitError) -> JSONResponse:
     if fields:
         return error_response(status, str(code), exc.message, headers=headers, fields=fields)
     return error_response(status, str(code), exc.message, headers=headers)
+
+
+#: The stable code of an HTTP error raised by the framework itself (no route,
+#: wrong method, a body it could not parse), by status; any other 4xx is
+#: ``invalid_value``, any other 5xx ``internal``.
+_FRAMEWORK_CODES: dict[int, ErrorCode] = {
+    400: ErrorCode.DECODE_ERROR, 401: ErrorCode.UNAUTHENTICATED, 403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.NOT_FOUND, 413: ErrorCode.PAYLOAD_TOO_LARGE, 503: ErrorCode.UNAVAILABLE,
+}
+
+
+def from_http_exception(exc: HTTPException) -> JSONResponse:
+    """The typed error answer for an ``HTTPException`` raised by Starlette or FastAPI.
+
+    The framework raises these for an unknown path (404), a method the path
+    does not take (405, with its ``Allow`` header kept) and a body it could not
+    parse before validation (400: not UTF-8, nested deeper than the JSON
+    parser recurses). They get the same ``{"error": {"code", "message"}}``
+    shape as every other error, with the code :data:`_FRAMEWORK_CODES` gives
+    the status.
+    """
+    status = exc.status_code
+    code = _FRAMEWORK_CODES.get(
+        status, ErrorCode.INVALID_VALUE if status < 500 else ErrorCode.INTERNAL)
+    message = str(exc.detail)
+    cause = exc.__cause__
+    if status == 400 and isinstance(cause, RecursionError):
+        message = "request body is not valid JSON: nested too deeply"
+    elif status == 400 and isinstance(cause, UnicodeDecodeError):
+        message = "request body is not valid JSON: not UTF-8"
+    return error_response(status, str(code), message, headers=dict(exc.headers or {}))

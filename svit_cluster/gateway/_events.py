@@ -60,6 +60,9 @@ from svit_cluster.process import validate_process_id
 
 __all__ = ["events_router"]
 
+#: A session id, as the store keys a session's event log (``ProcessKeys.events``).
+_SESSION_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+
 
 def _sse(event: str, data: Any, event_id: str | None = None) -> bytes:
     head = f"id: {event_id}\n" if event_id else ""
@@ -185,7 +188,8 @@ def events_router(router: Router, *, keepalive_s: float = 10.0,
         request: Request,
         process_id: str = Query(..., description="svit:// process id"),
         limit: int = Query(64, ge=1, le=MAX_RECENT, description="newest events, 1..4096"),
-        session: str | None = Query(None, description="session id (default: current)"),
+        session: str | None = Query(None, pattern=_SESSION_PATTERN,
+                                    description="session id (default: current)"),
     ) -> Response:
         """The newest canonical events of the current (or given) session, oldest first."""
         checked = await _checked(request, process_id)
@@ -202,7 +206,8 @@ def events_router(router: Router, *, keepalive_s: float = 10.0,
         request: Request,
         process_id: str = Query(..., description="svit:// process id"),
         limit: int = Query(64, ge=1, le=MAX_RECENT, description="newest messages, 1..4096"),
-        session: str | None = Query(None, description="session id (default: current)"),
+        session: str | None = Query(None, pattern=_SESSION_PATTERN,
+                                    description="session id (default: current)"),
     ) -> Response:
         """Messages projected from the newest canonical events, oldest first."""
         checked = await _checked(request, process_id)

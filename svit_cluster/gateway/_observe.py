@@ -141,7 +141,10 @@ class ObserveTokens:
                 contains the token.
         """
         invalid = Unauthenticated("invalid observe token")
-        if len(token) > _MAX_TOKEN_CHARS or not token.startswith(_PREFIX):
+        # a genuine token is ASCII (prefix, base64url, dots); the MAC is computed
+        # over ASCII bytes, so anything else is refused before it is computed
+        if len(token) > _MAX_TOKEN_CHARS or not token.isascii() \
+                or not token.startswith(_PREFIX):
             raise invalid
         body, _, mac = token[len(_PREFIX):].partition(".")
         try:

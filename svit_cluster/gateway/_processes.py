@@ -5,6 +5,7 @@ lookup)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -17,6 +18,7 @@ from svit_cluster.gateway._auth import Principal
 from svit_cluster.gateway._router import Router
 from svit_cluster.process import Limits as _Limits
 from svit_cluster.process import (
+    Process,
     Script,
     decode_value,
     encode_value,
@@ -106,7 +108,12 @@ def processes_router(router: Router) -> APIRouter:
 
     @api.post("/v1/processes", status_code=201, dependencies=[Depends(process_access)])
     async def create_process(body: CreateProcess) -> JSONResponse:
-        """Create a process with initial memory and a script library."""
+        """Create a process with initial memory and a script library.
+
+        ``201`` with the process info; ``400`` a bad id, memory or script
+        record, or a bound exceeded; ``422 script_failed`` a script that does
+        not compile; ``409 conflict`` the process exists.
+        """
         pid = validate_process_id(body.process_id)
         lim = _Limits()
         memory = (
@@ -118,6 +125,11 @@ def processes_router(router: Router) -> APIRouter:
             scripts[name] = script_from_value(
                 src if isinstance(src, dict) else {"source": src}, lim
             )
+        # The whole initial state is checked here, as the owner will build it,
+        # before the router places anything: a create that can never succeed
+        # costs no ownership claim and no process actor.
+        await asyncio.to_thread(Process.create, pid, limits=lim, memory=memory,
+                                scripts=dict(scripts))
         info = await router.create(pid, memory, scripts)
         return JSONResponse(info, status_code=201)
 

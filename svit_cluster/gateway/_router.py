@@ -46,7 +46,15 @@ class Router(Protocol):
     async def create(
         self, process_id: str, memory: Value, scripts: dict[str, Script]
     ) -> ProcessInfo:
-        """Create a process at version 0; returns ``{process_id, version, root_hash}``."""
+        """Create a process at version 0; returns ``{process_id, version, root_hash}``.
+
+        Raises:
+            ConflictError: (409 ``conflict``) ``process_id`` already exists.
+            ScriptFailed: (422 ``script_failed``) a script does not compile.
+            InvalidInput, LimitExceeded: (400) a bad id, memory or script
+                record, or a bound exceeded (``Process.create``).
+            UnavailableError: (503) outcome unknown; retry.
+        """
         ...
 
     async def inbox(self, process_id: str, message: Value, dedup_key: str | None

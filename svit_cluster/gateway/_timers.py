@@ -63,10 +63,11 @@ class CancelTimer(BaseModel):
 
 def timer_owner(timer_id: str) -> str | None:
     """The process that armed ``timer_id`` (``<process_id>:<version>:<index>``,
-    version and index decimal), or None when it does not have that shape."""
+    version and index ASCII decimals), or None when it does not have that shape."""
     owner, _, rest = timer_id.rpartition(":")
     owner, _, version = owner.rpartition(":")
-    if not owner or not version.isdigit() or not rest.isdigit():
+    if not owner or not (version + rest).isascii() or not version.isdigit() \
+            or not rest.isdigit():
         return None
     return owner
 

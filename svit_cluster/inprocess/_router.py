@@ -20,7 +20,7 @@ from svit_cluster.control import (
     ControlRequest,
     ProcessController,
 )
-from svit_cluster.errors import ErrorCode, InvalidInput, NotFound
+from svit_cluster.errors import ConflictError, NotFound
 from svit_cluster.events import SignalSource
 from svit_cluster.gateway import ProcessInfo
 from svit_cluster.inprocess._signals import MemoryEventLog, MemorySignals, SignalingMemoryBackend
@@ -92,10 +92,15 @@ class InProcessRouter:
     async def create(
         self, process_id: str, memory: Value, scripts: dict[str, Script]
     ) -> ProcessInfo:
+        """Create a process at version 0 (see ``Router.create``).
+
+        Raises:
+            ConflictError: (409) ``process_id`` exists.
+            ScriptFailed, InvalidInput, LimitExceeded: from ``Process.create``.
+        """
         async with self._lock:
             if process_id in self._controllers:
-                raise InvalidInput(f"process {process_id[:200]} already exists",
-                                   code=ErrorCode.CONFLICT)
+                raise ConflictError(f"process {process_id[:200]} already exists")
             proc = Process.create(process_id, memory=memory, scripts=dict(scripts))
             self._controllers[process_id] = self._controller(proc)
         return {"process_id": process_id, "version": proc.version, "root_hash": proc.root_hash}
@@ -156,8 +161,7 @@ class InProcessRouter:
         ctrl = self._get(process_id)
         async with self._lock:
             if new_process_id in self._controllers:
-                raise InvalidInput(f"process {new_process_id[:200]} already exists",
-                                   code=ErrorCode.CONFLICT)
+                raise ConflictError(f"process {new_process_id[:200]} already exists")
             with ctrl.locked():
                 child = ctrl.process.fork(new_process_id)
                 upto = history_prefix_seq(to_plain_json(ctrl.process.read("/thread")))

@@ -26,6 +26,7 @@ from svit_cluster.errors import (
     ConfigurationError,
     ConflictError,
     FencedError,
+    InvalidInput,
     UnavailableError,
 )
 from svit_cluster.ownership._epoch import (
@@ -247,6 +248,9 @@ class Owners:
                 is not HELD, or the ownership kept changing for ``rounds`` rounds.
             FencedError: only from a ``fences`` whose error has no integer
                 ``fence`` field (a stale token is always recovered from).
+            InvalidInput: the fence cannot be claimed for ``process_id`` at all
+                (e.g. an id the store cannot key); the record acquired for it
+                is released first.
         """
         for _ in range(rounds):
             try:
@@ -266,6 +270,11 @@ class Owners:
             try:
                 await fences.claim(process_id, ownership.token)
                 return ownership
+            except InvalidInput:
+                # A claim that can never succeed (an id the store cannot key):
+                # the record just acquired must not outlive this call.
+                await self.release(ownership)
+                raise
             except FencedError as exc:
                 above = exc.fields.get("fence")
                 if not isinstance(above, int):

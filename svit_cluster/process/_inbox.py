@@ -16,7 +16,7 @@ from svit_cluster.errors import ConflictError, ErrorCode, InboxClosed, InvalidIn
 from svit_cluster.process._process import Process
 from svit_cluster.process._tree import MapNode, ScalarNode, get_node
 from svit_cluster.process._working import Transition, WorkingCopy
-from svit_cluster.values import Value
+from svit_cluster.values import Value, utf8_len
 
 __all__ = [
     "CLOSED_PATH",
@@ -46,7 +46,13 @@ DEDUP_WINDOW = 4096
 
 
 def dedup_slot(key: str) -> str:
-    """The ``/thread/delivered`` map key for a dedup key (32 hex characters)."""
+    """The ``/thread/delivered`` map key for a dedup key (32 hex characters).
+
+    Raises:
+        InvalidInput: (``invalid_value``) ``key`` holds a lone surrogate (not
+            Unicode text: it has no UTF-8 bytes to hash).
+    """
+    utf8_len(key)
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
 
@@ -161,13 +167,14 @@ def prepare_inbox_drop(process: Process, *, reason: str, message_id: str | None 
 
     Raises:
         InvalidInput: neither ``message_id`` nor ``head_hash`` given, or
-            ``reason`` empty or longer than :data:`MAX_REASON_BYTES`.
+            ``reason`` blank, longer than :data:`MAX_REASON_BYTES` or not
+            Unicode text (a lone surrogate).
         ConflictError: (``inbox_conflict``) the inbox is empty or its head is
             not the named message; nothing is committed.
     """
     if message_id is None and head_hash is None:
         raise InvalidInput("name the inbox head to drop: its message id or its hash")
-    if not reason.strip() or len(reason.encode("utf-8")) > MAX_REASON_BYTES:
+    if not reason.strip() or utf8_len(reason) > MAX_REASON_BYTES:
         raise InvalidInput(f"a drop needs a reason of 1..{MAX_REASON_BYTES} bytes")
     head = process.inbox_head_hash()
     if head is None:

@@ -4,6 +4,9 @@ dropped inbox heads (pure, no servers). The reasoning loop's session metadata:
 
 from __future__ import annotations
 
+import pytest
+
+from svit_cluster.errors import ErrorCode, InvalidInput
 from svit_cluster.process import (
     DEDUP_WINDOW,
     Process,
@@ -40,3 +43,19 @@ def test_dead_letters_keep_the_newest_dead_letter_keep() -> None:
     assert isinstance(kept, list) and len(kept) == DEAD_LETTER_KEEP == 16
     assert [d["message_id"] for d in kept] == [  # type: ignore[index]
         f"m{i}" for i in range(4, DEAD_LETTER_KEEP + 4)]
+
+
+def test_a_dedup_key_or_drop_reason_that_is_not_unicode_is_invalid_input() -> None:
+    """A lone surrogate has no UTF-8 bytes: hashing a dedup key or measuring a
+    reason with one is the caller's bad input (``invalid_value``), not a crash."""
+    proc = Process.create("svit://t/surrogates")
+    with pytest.raises(InvalidInput) as bad_key:
+        prepare_inbox_append(proc, "x", dedup_key="k\ud800")
+    assert bad_key.value.code == ErrorCode.INVALID_VALUE
+    t = prepare_inbox_append(proc, {"content": "x", "id": "m1"})
+    assert t is not None
+    proc.commit(t)
+    with pytest.raises(InvalidInput) as bad_reason:
+        prepare_inbox_drop(proc, reason="poison \udfff", message_id="m1")
+    assert bad_reason.value.code == ErrorCode.INVALID_VALUE
+    assert proc.version == 1  # nothing committed by either

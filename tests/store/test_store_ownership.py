@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from svit_cluster.errors import ConflictError, ErrorCode, UnavailableError
+from svit_cluster.errors import ConflictError, ErrorCode, InvalidInput, UnavailableError
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import HostLease, LeaseState, Owners
+from svit_cluster.store import RedisFences, StoreConfig
+from tests.store._support import unique
 
 pytestmark = pytest.mark.servers
 
@@ -145,3 +147,18 @@ async def test_etcd_down_is_unavailable_with_cause(make_lease: MakeLease,
         await owners.owner_of(pid)
     assert info.value.__cause__ is not None
     assert info.value.fields["op"] == "get_owner"
+
+
+async def test_a_claim_the_store_refuses_leaves_no_owner_record(
+    make_lease: MakeLease, cluster: str, single_rclient: Any, config: StoreConfig
+) -> None:
+    """An id the store cannot key (the braces of its ``{<id>}`` hash tag) is refused
+    by the fence claim; the record acquired for it must not stay behind (a
+    later request would route to it and find no actor serving it)."""
+    pid = f"svit://test/{unique('brace')}{{x}}"
+    owners = Owners(await make_lease(), cluster=cluster, host="a")
+    fences = RedisFences(single_rclient, prefix=config.prefix)
+    with pytest.raises(InvalidInput) as refused:
+        await owners.claim(pid, fences)
+    assert refused.value.code == ErrorCode.INVALID_PROCESS_ID
+    assert await owners.owner_of(pid) is None
