@@ -26,6 +26,7 @@ import psutil
 
 from svit_cluster.cluster import WORKER_NICENESS_ENV, host_resource
 from svit_cluster.errors import UnavailableError
+from svit_cluster.local._servers import pid_alive, wait_exited
 
 __all__ = ["PortAllocator", "RayNode", "ray_env", "stop_nodes"]
 
@@ -267,7 +268,8 @@ class RayNode:
         """The ``ray start`` process and every descendant (raylet, GCS, workers),
         and every other process still in the session ``ray start`` opened
         (``start_new_session``): a raylet or worker whose parent died is
-        re-parented, and without this a kill or pause of the node would miss it."""
+        re-parented, and without this a kill or pause of the node would miss it.
+        Zombies (exited, not reaped) are left out: nothing of them runs."""
         if self.pid is None:
             return []
         found: list[int] = []
@@ -288,7 +290,7 @@ class RayNode:
                     seen.add(pid)
             except (OSError, psutil.Error):  # gone meanwhile, or not ours to read
                 continue
-        return found
+        return [pid for pid in found if pid_alive(pid)]
 
     def raylet_pid(self) -> int | None:
         for pid in self.pids():
@@ -308,10 +310,18 @@ class RayNode:
                 pass
         return pids
 
-    def kill(self) -> list[int]:
-        """SIGKILL the raylet and every worker of this node at once; returns the PIDs."""
+    def kill(self, *, timeout_s: float = 5.0) -> list[int]:
+        """SIGKILL the raylet and every worker of this node at once; returns the PIDs.
+
+        Returns once every one of them has exited (a zombie counts as exited),
+        so a status read right after sees the node down.
+
+        Raises:
+            UnavailableError: one still ran ``timeout_s`` seconds after the signal.
+        """
         pids = self._signal_all(signal.SIGKILL)
         self._reap()
+        wait_exited(pids, timeout_s=timeout_s)
         return pids
 
     def _reap(self) -> None:
