@@ -2,8 +2,9 @@
 
 Each node is a ``ray start --block`` child process; its raylet, GCS and worker
 processes are that process's descendants, found with psutil. Killing a host
-SIGKILLs the raylet *and* every worker (DESIGN.md §5: workers outlive a killed
-raylet by seconds). Nothing is ever matched by name (no ``pkill``).
+SIGKILLs the raylet *and* every worker (workers outlive a killed raylet by 2-3 s:
+``docs/architecture.md``, "Platform facts the design rests on"). Nothing is ever
+matched by name (no ``pkill``).
 
 Ports come from :class:`PortAllocator`, below the kernel's ephemeral range so
 that outgoing connections cannot steal them between choosing and binding.
@@ -42,7 +43,7 @@ def ray_env() -> dict[str, str]:
     """Environment for Ray processes and drivers of the local cluster.
 
     Token auth off (a loopback-only cluster), usage stats off, the tuned
-    health checks from DESIGN.md §5 (node death noticed in ~1.5 s), and
+    health checks (node death noticed in about 1.5 s instead of 14 s), and
     workers starting at niceness 0 (``WORKER_NICENESS_ENV``).
     """
     env = dict(os.environ)

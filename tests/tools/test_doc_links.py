@@ -5,6 +5,8 @@
   names a heading there (GitHub's anchor rule).
 * A code span that climbs out of a document's folder (``../...``) names a path
   of the repository, so no document sends its reader outside the clone.
+* No file names the design notes of the workspace the project was developed in
+  (``DESIGN.md``): the architecture lives in ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Folders whose Markdown files are documentation (never .venv, build output, runs).
 DOC_ROOTS = ("docs", "svit_cluster", "chaos", "deploy", "helm", "benchmarks", "tools",
              "schemas")
+#: Files scanned for references to the workspace's design notes.
+SOURCE_SUFFIXES = {".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".json", ".txt", ""}
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
@@ -111,3 +115,18 @@ def test_the_link_check_sees_what_it_must() -> None:
     assert broken(readme, "docs/architecture.md#no-such-heading") is not None
     assert broken(readme, "docs/architecture.md#the-picture") is None
 
+
+def test_no_file_names_the_workspace_design_notes() -> None:
+    """``DESIGN.md`` lived outside the repository; a clone does not have it."""
+    this = Path(__file__).resolve()
+    found = []
+    for folder in (*DOC_ROOTS, "tests", ".ci"):
+        for path in (ROOT / folder).rglob("*"):
+            if (path.is_file() and path.suffix in SOURCE_SUFFIXES and path != this
+                    and "__pycache__" not in path.parts
+                    and "DESIGN.md" in path.read_text(errors="replace")):
+                found.append(str(path.relative_to(ROOT)))
+    for name in ("README.md", "pyproject.toml"):
+        if "DESIGN.md" in (ROOT / name).read_text():
+            found.append(name)
+    assert found == []
