@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the runtime image (deploy/Dockerfile) with podman, from a Debian base
 # made here: these machines have no Docker Hub, but Debian's mirror and the
-# package registries are reachable (DESIGN.md 5).
+# package registries are reachable.
 #
 #  1. apt-get install podman runc debootstrap (when missing). podman runs with
 #     --runtime runc: the default crun fails here on setrlimit.

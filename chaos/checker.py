@@ -3,7 +3,8 @@
 Pure functions, no I/O. :func:`check` builds a :class:`Context` (operations
 folded from the history, one merged chain of entries per process) and runs a
 list of **pluggable invariants**; each is a function ``Context -> Iterable[Anomaly]``
-registered under a name. The defaults follow DESIGN.md §4 and issue 7:
+registered under a name. The defaults (the guarantees in ``docs/architecture.md``,
+"What is guaranteed, under which faults"):
 
 1. ``chain`` -- one chain per process: versions 1..N, no gap, no fork, every
    record decodes, continues the hash chain and matches the stored head.

@@ -7,7 +7,8 @@ and every ``interval_s`` reads, per process, in one ``MULTI``/``EXEC``:
   ``fence`` event ``{process, fence, head}`` in the history. At that instant
   the fence was ``fence`` and the head ``head``, so **every entry above
   ``head`` must carry a token >= ``fence``**; the checker holds stale commits
-  against these observations (DESIGN.md §4 invariant 4);
+  against these observations (invariant ``tokens``: no commit under a token
+  below one that claimed);
 * the stream entries after the last one it copied, and the snapshot version.
   It copies new entries and new snapshots into :class:`~svit_chaos.logs.StoredLogs`
   (``source="collected"``), so versions that a later snapshot trims from the

@@ -1,6 +1,6 @@
 """User-space TCP proxies that cut, stall or slow one host's link to etcd or Redis.
 
-``tc netem`` is unavailable on these machines (DESIGN.md §5), so every host of
+``tc netem`` is unavailable on these machines (no qdisc modules), so every host of
 a chaos cluster reaches etcd and Redis through its own :class:`TcpProxy`, one
 per (host, service), all served by one :class:`ProxyHub` event-loop thread
 inside the harness process. A nemesis switches a proxy's :class:`LinkMode` at

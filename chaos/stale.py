@@ -1,4 +1,4 @@
-"""A stale owner on demand: the zombie the fence exists for (DESIGN.md §5).
+"""A stale owner on demand: the zombie the fence exists for.
 
 A host that was cut off, paused or half-killed keeps its process actor and its
 old fencing token. :class:`StaleWriter` plays that actor from inside the

@@ -11,7 +11,8 @@
 # replaces this shell and becomes tini's only child. `ray start` daemonizes the
 # raylet and its workers; when the svit process exits, the container ends and
 # the kernel kills every remaining process in the pod's PID namespace, so a
-# dead host agent never leaves a raylet or actor workers behind (DESIGN.md 5).
+# dead host agent never leaves a raylet or actor workers behind (they outlive a
+# killed raylet by 2-3 s otherwise: docs/architecture.md).
 #
 # Environment (set by the Helm chart's ConfigMap and pod spec):
 #   SVIT_RAY_ADDRESS            host:port of the GCS (workers, gateway)

@@ -4,7 +4,7 @@ Sits above :mod:`svit_cluster.process` (the versioned state it seals) and
 :mod:`svit_cluster.lisp` (the interpreter it runs), and below
 :mod:`svit_cluster.ports` (which implements the :class:`PortHost` contract
 defined here) and :mod:`svit_cluster.control` (which commits the result through
-the fenced store). See ``DESIGN.md`` §1 "Activation".
+the fenced store). See ``docs/architecture.md``, "A Svit process".
 
 * :func:`prepare_activation` -- run and seal without committing;
   :func:`activate` -- prepare and commit in memory; :class:`ActivationResult`;

@@ -1,4 +1,4 @@
-"""Activation = one transaction (DESIGN.md §1 "Activation").
+"""Activation = one transaction: every effect commits as one new version, or none does.
 
 Steps, in order:
 

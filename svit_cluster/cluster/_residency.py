@@ -1,7 +1,7 @@
 """Bounded residency: how many process actors a host runs, and which one leaves.
 
 Every active process is its own Ray worker, whose floor is a bare Ray worker
-(DESIGN.md §5: about 50 MiB PSS and 6-8 ms of CPU per second while idle). A
+(about 50 MiB PSS and 6-8 ms of CPU per second while idle, measured). A
 host therefore carries a bounded number of them, its **residency budget**:
 
 * ``max_active`` process actors (bound or warm spare) at once. Activating one

@@ -1,6 +1,6 @@
 """The VAST controller: one serialization point for one process.
 
-Order of checks (DESIGN.md §2; control protocol: retry safety):
+Order of checks (control protocol: retry safety; ``docs/architecture.md``, "Receipts and retries"):
 
 1. receipt lookup on ``(tenant, client_id, request_id)`` (the Redis backend
    answers it from the owner's memory, loaded on claim: the activation's only

@@ -1,4 +1,4 @@
-"""The outbox dispatcher: committed intents -> sinks, at least once (DESIGN.md §3).
+"""The outbox dispatcher: committed intents -> sinks, at least once.
 
 Each commit appends its outbox intents to ``<prefix>:{P}:outbox`` in the same
 Lua script as the commit. Dispatcher workers (OS processes; run more to scale

@@ -31,7 +31,7 @@ from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.gateway import DEFAULT_MAX_REQUEST_BYTES
 from svit_cluster.local._ray import PortAllocator, RayNode, ray_env, stop_nodes
 from svit_cluster.local._rcluster import EtcdClusterServer, RedisClusterServer
-from svit_cluster.local._servers import EtcdServer, RedisServer
+from svit_cluster.local._servers import EtcdServer, RedisServer, pid_alive, wait_exited
 from svit_cluster.store import CLUSTER_ENV, DEFAULT_SNAPSHOT_EVERY
 
 __all__ = ["ClusterSpec", "LocalCluster", "stop_pid"]
@@ -376,24 +376,29 @@ class LocalCluster:
             raise ConfigurationError(f"{svc} {name} has no recorded pid")
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+        wait_exited([pid])
         return pid
 
     def kill_redis(self, node: str) -> int:
         """SIGKILL Redis node ``node`` (``n0``.. of a Redis Cluster, or ``redis``).
 
         A killed master is replaced by its replica (if it has one) after the
-        cluster node timeout. Returns the PID signalled.
+        cluster node timeout. Returns the PID signalled, once it has exited.
 
         Raises:
             ConfigurationError: no such node (the message lists them).
+            UnavailableError: it still ran 5 s after SIGKILL.
         """
         return self._kill_store("redis", node)
 
     def kill_etcd(self, member: str) -> int:
         """SIGKILL etcd member ``member`` (``m0``.. of an etcd cluster, or ``etcd``).
 
+        Returns the PID signalled, once it has exited.
+
         Raises:
             ConfigurationError: no such member (the message lists them).
+            UnavailableError: it still ran 5 s after SIGKILL.
         """
         return self._kill_store("etcd", member)
 
@@ -428,7 +433,7 @@ class LocalCluster:
         last: Any = None
         while time.monotonic() < deadline:
             gw = self.doc["gateway"]["pid"]
-            if not psutil.pid_exists(gw):
+            if not pid_alive(gw):
                 raise UnavailableError("gateway exited; see logs/gateway.log")
             try:
                 r = httpx.get(url, timeout=2.0)
@@ -503,7 +508,15 @@ class LocalCluster:
         return RayNode.from_json(hosts[name])
 
     def kill_host(self, name: str) -> list[int]:
-        """SIGKILL host ``name``'s raylet and all its worker processes."""
+        """SIGKILL host ``name``'s raylet and all its worker processes.
+
+        Returns the PIDs signalled, once every one of them has exited (so
+        :func:`~svit_cluster.local.cluster_status` shows the host down).
+
+        Raises:
+            ConfigurationError: no such host.
+            UnavailableError: one of its processes still ran 5 s after SIGKILL.
+        """
         return self.node(name).kill()
 
     def restart_host(self, name: str, *, timeout_s: float = 90.0) -> None:
@@ -596,7 +609,7 @@ class LocalCluster:
         last: Any = None
         while True:
             gw = self.doc["gateway"]["pid"]
-            if not psutil.pid_exists(gw):
+            if not pid_alive(gw):
                 raise UnavailableError("gateway exited; see logs/gateway.log")
             try:
                 # /healthz answers 503 while the route cache is not ready: read the body anyway

@@ -2,8 +2,9 @@
 
 Each node is a ``ray start --block`` child process; its raylet, GCS and worker
 processes are that process's descendants, found with psutil. Killing a host
-SIGKILLs the raylet *and* every worker (DESIGN.md §5: workers outlive a killed
-raylet by seconds). Nothing is ever matched by name (no ``pkill``).
+SIGKILLs the raylet *and* every worker (workers outlive a killed raylet by 2-3 s:
+``docs/architecture.md``, "Platform facts the design rests on"). Nothing is ever
+matched by name (no ``pkill``).
 
 Ports come from :class:`PortAllocator`, below the kernel's ephemeral range so
 that outgoing connections cannot steal them between choosing and binding.
@@ -26,6 +27,7 @@ import psutil
 
 from svit_cluster.cluster import WORKER_NICENESS_ENV, host_resource
 from svit_cluster.errors import UnavailableError
+from svit_cluster.local._servers import pid_alive, wait_exited
 
 __all__ = ["PortAllocator", "RayNode", "ray_env", "stop_nodes"]
 
@@ -41,7 +43,7 @@ def ray_env() -> dict[str, str]:
     """Environment for Ray processes and drivers of the local cluster.
 
     Token auth off (a loopback-only cluster), usage stats off, the tuned
-    health checks from DESIGN.md §5 (node death noticed in ~1.5 s), and
+    health checks (node death noticed in about 1.5 s instead of 14 s), and
     workers starting at niceness 0 (``WORKER_NICENESS_ENV``).
     """
     env = dict(os.environ)
@@ -267,7 +269,8 @@ class RayNode:
         """The ``ray start`` process and every descendant (raylet, GCS, workers),
         and every other process still in the session ``ray start`` opened
         (``start_new_session``): a raylet or worker whose parent died is
-        re-parented, and without this a kill or pause of the node would miss it."""
+        re-parented, and without this a kill or pause of the node would miss it.
+        Zombies (exited, not reaped) are left out: nothing of them runs."""
         if self.pid is None:
             return []
         found: list[int] = []
@@ -288,7 +291,7 @@ class RayNode:
                     seen.add(pid)
             except (OSError, psutil.Error):  # gone meanwhile, or not ours to read
                 continue
-        return found
+        return [pid for pid in found if pid_alive(pid)]
 
     def raylet_pid(self) -> int | None:
         for pid in self.pids():
@@ -308,10 +311,18 @@ class RayNode:
                 pass
         return pids
 
-    def kill(self) -> list[int]:
-        """SIGKILL the raylet and every worker of this node at once; returns the PIDs."""
+    def kill(self, *, timeout_s: float = 5.0) -> list[int]:
+        """SIGKILL the raylet and every worker of this node at once; returns the PIDs.
+
+        Returns once every one of them has exited (a zombie counts as exited),
+        so a status read right after sees the node down.
+
+        Raises:
+            UnavailableError: one still ran ``timeout_s`` seconds after the signal.
+        """
         pids = self._signal_all(signal.SIGKILL)
         self._reap()
+        wait_exited(pids, timeout_s=timeout_s)
         return pids
 
     def _reap(self) -> None:

@@ -6,9 +6,8 @@ on a free loopback port, with the same durability as a single server
 (``appendonly yes``, ``appendfsync always`` by default) and
 ``maxmemory-policy noeviction`` (svit refuses any other policy). Then
 ``redis-cli --cluster create ... --cluster-replicas R --cluster-yes`` assigns
-the 16384 hash slots to the masters and a replica to each (DESIGN.md §5
-"Redis Cluster"). Every node is stopped by its own PID; nothing here signals a
-process it did not start.
+the 16384 hash slots to the masters and a replica to each. Every node is
+stopped by its own PID; nothing here signals a process it did not start.
 
 A master that is SIGKILLed (:meth:`RedisClusterServer.kill_master_of`) is
 replaced by its replica after ``cluster-node-timeout`` (default 1000 ms here)

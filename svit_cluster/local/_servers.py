@@ -53,6 +53,37 @@ def wait_stopped(pids: list[int], *, timeout_s: float = 5.0) -> None:
             time.sleep(0.005)
 
 
+def pid_alive(pid: int | None) -> bool:
+    """True while ``pid`` is a process that has not exited.
+
+    A zombie (exited, not yet reaped) counts as gone: ``psutil.pid_exists``
+    and ``os.kill(pid, 0)`` still see it. A process started by a command that
+    has since returned (``svit-cluster up``) is re-parented, and an init that
+    does not reap orphans (as in some containers and micro-VMs) leaves it a
+    zombie for good once it is killed.
+    """
+    return pid is not None and _proc_state(pid) not in (None, "Z", "X")
+
+
+def wait_exited(pids: list[int], *, timeout_s: float = 5.0) -> None:
+    """Wait until no process in ``pids`` is alive (:func:`pid_alive`).
+
+    ``kill(SIGKILL)`` returns before the target exits; until it has, it still
+    runs in ``/proc`` and holds its sockets.
+
+    Raises:
+        UnavailableError: one of them still ran after ``timeout_s`` seconds
+            (for a SIGKILL: a process stuck in the kernel, state ``D``).
+    """
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while pid_alive(pid):
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"pid {pid} still runs {timeout_s} s after the "
+                                       f"signal (state {_proc_state(pid)})")
+            time.sleep(0.005)
+
+
 def _proc_state(pid: int) -> str | None:
     """The one-letter state of ``pid`` from ``/proc/<pid>/stat``; None if gone."""
     try:

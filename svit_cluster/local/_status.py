@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import httpx
-import psutil
 
 from svit_cluster.local._cluster import LocalCluster
+from svit_cluster.local._servers import pid_alive
 
 __all__ = ["cluster_status"]
 
@@ -86,7 +86,7 @@ def cluster_status(cluster: LocalCluster) -> dict[str, Any]:
     hosts = []
     for name in sorted(doc.get("hosts", {})):
         node = cluster.node(name)
-        alive = node.pid is not None and psutil.pid_exists(node.pid)
+        alive = pid_alive(node.pid)
         lease = view["hosts"].get(name, {}).get("lease")
         owned = sum(1 for o in view["owners"].values() if o.get("host") == name)
         agent = agents.get(name, {})
@@ -94,7 +94,7 @@ def cluster_status(cluster: LocalCluster) -> dict[str, Any]:
                       "lease": lease, "owners": owned,
                       "agent": {k: agent.get(k) for k in _AGENT_FIELDS} if agent else None})
     stores = {svc: [{"name": name, "pid": pid,
-                     "alive": pid is not None and psutil.pid_exists(pid)}
+                     "alive": pid_alive(pid)}
                     for name, pid in procs]
               for svc, procs in cluster._store_pids().items()}
     return {"gateway": {**gw, "healthy": healthy}, "hosts": hosts,

@@ -1,4 +1,4 @@
-"""Fenced process ownership on etcd (DESIGN.md §3), asyncio control plane.
+"""Fenced process ownership on etcd, asyncio control plane (``docs/architecture.md``).
 
 Public names, by importance:
 

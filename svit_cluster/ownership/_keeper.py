@@ -1,4 +1,4 @@
-"""The lease keeper: a small OS process that holds one host lease (DESIGN.md §3).
+"""The lease keeper: a small OS process that holds one host lease.
 
 Run as ``python -m svit_cluster.ownership._keeper`` by
 :class:`~svit_cluster.ownership.KeptLease` (the host agent's handle on it), never
@@ -32,7 +32,8 @@ What keeps the lease honest -- it lives only while the host can serve:
   a new keeper.
 
 A busy-but-alive agent keeps its lease: that is the point. Safety never
-depends on the lease anyway (DESIGN.md §3): every commit carries the fencing
+depends on the lease anyway (``docs/architecture.md``, "Ownership and the fencing
+token"): every commit carries the fencing
 token, and the Redis fence refuses a stale one.
 """
 

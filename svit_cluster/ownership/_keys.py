@@ -1,4 +1,4 @@
-"""The etcd key layout of one cluster, in one place (DESIGN.md §3).
+"""The etcd key layout of one cluster, in one place.
 
 Every component that reads or writes the control plane's etcd names its keys
 here: the agent registering its host, the owners' records, the route cache and

@@ -1,4 +1,4 @@
-"""One etcd lease per host, kept alive in the background (DESIGN.md §3 "Host").
+"""One etcd lease per host, kept alive in the background.
 
 What a lease does and does not prove. While the lease lives, the host's
 ownership keys exist, so no other host can acquire its processes. But the host

@@ -1,4 +1,4 @@
-"""Process ownership records in etcd: acquire, release, look up (DESIGN.md §3).
+"""Process ownership records in etcd: acquire, release, look up.
 
 The record of process ``P`` is the key ``/svit/<cluster>/owners/<P>`` (every key:
 :mod:`svit_cluster.ownership._keys`), put under

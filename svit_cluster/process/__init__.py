@@ -1,8 +1,8 @@
 """The Svit process core: values, namespace, versions, hashes, transactions, snapshots.
 
-Pure Python, no I/O. See ``DESIGN.md`` §1. Values, paths and limits live in
-:mod:`svit_cluster.values` (re-exported here); running a script is
-:mod:`svit_cluster.activation`. Public names, by importance:
+Pure Python, no I/O. See ``docs/architecture.md``, "A Svit process". Values,
+paths and limits live in :mod:`svit_cluster.values` (re-exported here); running a
+script is :mod:`svit_cluster.activation`. Public names, by importance:
 
 * :class:`Process` -- one versioned, hashed state machine.
 * :class:`Limits` -- frozen bounds with hard maxima.

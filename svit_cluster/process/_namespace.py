@@ -1,4 +1,4 @@
-"""The root namespace: initial contents and structural validation (DESIGN.md §1)."""
+"""The root namespace: initial contents and structural validation."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def _root_error(path: str, reason: str) -> InvalidInput:
 def validate_root(root: Node, process_id: str, limits: Limits) -> None:
     """Check a whole root against the namespace rules, once (restore, fork, import).
 
-    The rules (reference: process.rs root validation; DESIGN.md §1):
+    The rules (reference: process.rs root validation):
 
     * the root is a map with exactly :data:`~svit_cluster.process.ROOT_KEYS`;
     * ``/memory`` and ``/thread`` are maps, ``/inbox`` is an array, and every

@@ -1,4 +1,4 @@
-"""The Svit process: versioned, hashed state with host operations (DESIGN.md §1).
+"""The Svit process: versioned, hashed state with host operations.
 
 A :class:`Process` is *not* thread-safe: one owner serializes calls (the
 control protocol's controller does). Every state-changing call either commits

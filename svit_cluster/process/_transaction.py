@@ -2,7 +2,7 @@
 
 A record states *what changed* as typed mutations, so that replaying the
 records from a base state re-creates the exact root hash **without running any
-guest code** (DESIGN.md §1 "Transactions").
+guest code**.
 
 This is svit_cluster's own record format, **not** the reference's
 ``svit-transaction@1`` (README "Formats", docs/conformance.md): the field

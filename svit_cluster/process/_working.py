@@ -212,7 +212,7 @@ class WorkingCopy:
     # -- guest and host writes -------------------------------------------------
 
     def write(self, path_text: str, value: Value) -> Path:
-        """Stage ``set path value`` under the guest write rules (DESIGN.md §1).
+        """Stage ``set path value`` under the guest write rules (``/memory``, ``/lib/<name>``).
 
         Raises:
             InvalidInput: (``invalid_path``) not writable, parent missing, or an

@@ -1,4 +1,4 @@
-"""The fenced, durable commit log of Svit processes on Redis (DESIGN.md §3).
+"""The fenced, durable commit log of Svit processes on Redis (``docs/architecture.md``).
 
 Public names, by importance:
 

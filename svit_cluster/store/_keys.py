@@ -1,8 +1,7 @@
 """Redis key names for one process; every key shares the hash tag ``{<process>}``.
 
 Sharing the tag puts all of a process's keys in one Redis Cluster hash slot, so
-one Lua script may touch them all atomically (DESIGN.md §3 "Commit under the
-token").
+one Lua script may touch them all atomically.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Absolute namespace paths, process ids and script names (DESIGN.md §1)."""
+"""Absolute namespace paths, process ids and script names."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ __all__ = [
 
 Path = tuple[str, ...]
 
-#: The root map has exactly these keys (DESIGN.md §1 "Namespace").
+#: The root map has exactly these keys (the reference's namespace).
 ROOT_KEYS: tuple[str, ...] = (
     "children",
     "inbox",

@@ -1,6 +1,6 @@
 """Plain Python values, the tagged wire codec, and plain-JSON conversion.
 
-The value kinds (DESIGN.md §1 "Values") map to Python like this:
+The value kinds (as in the reference) map to Python like this:
 
 ==========  ======================  ==========================================
 kind        Python                  wire

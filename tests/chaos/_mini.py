@@ -5,7 +5,7 @@ store (``RedisBackend`` + ``ProcessController``), and N emulated hosts. Each
 host reaches Redis through its own proxy from the run's ``ProxyHub`` (exactly
 as ``LocalCluster`` hosts will), so link nemeses act on real sockets.
 
-Ownership is emulated the way DESIGN.md §3 describes it: a host whose
+Ownership is emulated the way ``docs/architecture.md`` describes it: a host whose
 "lease" is lost (killed, paused or cut from etcd for longer than the TTL)
 loses its processes; the next request re-places them on a healthy host with a
 higher token, which claims the fence and restores from Redis. The old

@@ -493,7 +493,7 @@ def test_runtime_defaults_match_the_local_cluster(render: Render) -> None:
     assert config["SVIT_REDIS_CLUSTER"] == "false"
     assert config["SVIT_CLUSTER"] == "svit"
     assert config["SVIT_RAY_ADDRESS"] == f"{RELEASE}-ray-head.svit.svc.cluster.local:6379"
-    # Tuned Ray health checks (DESIGN.md section 5) and no Ray auth behind NetworkPolicies.
+    # Tuned Ray health checks (docs/architecture.md) and no Ray auth behind NetworkPolicies.
     assert config["RAY_health_check_period_ms"] == "500"
     assert config["RAY_health_check_failure_threshold"] == "3"
     assert config["RAY_health_check_timeout_ms"] == "500"

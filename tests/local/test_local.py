@@ -1,19 +1,24 @@
 """The dev cluster's own logic: spec validation, port allocation, the etcd view of
-``svit-cluster status`` (on the real etcd the fixtures start), and the defaults it
-shares with production (issue 17 items 4 and 7)."""
+``svit-cluster status`` (on the real etcd the fixtures start), the defaults it
+shares with production (issue 17 items 4 and 7), and what counts as a live process."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.gateway import DEFAULT_MAX_REQUEST_BYTES
 from svit_cluster.local import ClusterSpec, EtcdServer, PortAllocator
+from svit_cluster.local._servers import pid_alive, wait_exited
 from svit_cluster.local._status import _etcd_view
 from svit_cluster.ownership import epoch_key, host_key, open_client, owner_key, record_token
 from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
@@ -76,3 +81,29 @@ async def test_status_reads_hosts_and_owners_and_skips_the_fence_epoch(
         await client.revoke_lease(lease.id)
     finally:
         await client.close()
+
+
+def test_a_killed_process_nobody_reaped_counts_as_exited() -> None:
+    """A SIGKILLed process whose parent never waits for it stays in the process
+    table as a zombie; ``pid_exists`` still sees it, liveness must not."""
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        assert pid_alive(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        wait_exited([proc.pid], timeout_s=5.0)
+        assert psutil.pid_exists(proc.pid)  # a zombie: we have not reaped it
+        assert not pid_alive(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(5)
+    assert not pid_alive(proc.pid) and not pid_alive(None)
+
+
+def test_waiting_for_a_process_that_goes_on_running_is_unavailable() -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        with pytest.raises(UnavailableError, match=f"pid {proc.pid} still runs"):
+            wait_exited([proc.pid], timeout_s=0.2)
+    finally:
+        proc.kill()
+        proc.wait(5)

@@ -12,7 +12,7 @@ from svit_cluster.process import HARD_MAXIMA, Limits, Process, Script
 
 KIB, MIB = 1024, 1024 * 1024
 
-# (field, reference default, hard maximum) -- DESIGN.md §1 "Limits" and the upstream reference
+# (field, reference default, hard maximum) -- from the upstream reference
 TABLE = [
     ("max_value_depth", 32, 128),
     ("max_value_entries", 10_000, 1_000_000),

@@ -1,4 +1,4 @@
-"""Values: the kinds, the tagged wire codec, plain JSON, integer vs number (DESIGN.md §1)."""
+"""Values: the kinds, the tagged wire codec, plain JSON, integer vs number."""
 
 from __future__ import annotations
 
