@@ -13,6 +13,8 @@ Public names, by importance:
 * :class:`RedisFences` -- claim or read any process's fence (for ownership
   claims) and scan every fence (for ``svit-cluster etcd-restored``).
 * :class:`ProcessKeys` -- the Redis keys of one process (hash tag ``{<process>}``).
+* :func:`list_processes` -- one bounded page of the stored processes (``SCAN``
+  over head keys; :class:`ProcessListing` of :class:`ListedProcess`).
 * :class:`Head`, :class:`LogEntry`, :class:`StoredSnapshot`, :class:`RestoreStats`
   -- typed views of stored data.
 
@@ -31,6 +33,12 @@ from svit_cluster.store import _redispy  # noqa: F401
 from svit_cluster.store._factory import BackendFactory, load_backend_factory
 from svit_cluster.store._fences import RedisFences
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
+from svit_cluster.store._listing import (
+    MAX_LIST_LIMIT,
+    ListedProcess,
+    ProcessListing,
+    list_processes,
+)
 from svit_cluster.store._log import (
     DEFAULT_SNAPSHOT_EVERY,
     RedisBackend,
@@ -62,11 +70,14 @@ __all__ = [
     "DEFAULT_PREFIX",
     "DEFAULT_SNAPSHOT_EVERY",
     "DEFAULT_TIMEOUT_S",
+    "MAX_LIST_LIMIT",
     "AsyncRedisClient",
     "BackendFactory",
     "Head",
+    "ListedProcess",
     "LogEntry",
     "ProcessKeys",
+    "ProcessListing",
     "RedisBackend",
     "RedisClient",
     "RedisFences",
@@ -78,6 +89,7 @@ __all__ = [
     "cluster_from_env",
     "connect",
     "failure_reason",
+    "list_processes",
     "load_backend_factory",
     "redis_boundary",
     "stale_writes_key",

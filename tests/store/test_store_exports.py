@@ -12,11 +12,12 @@ def test_store_exports() -> None:
     assert sorted(store.__all__) == [
         "ADD_SIGNAL", "ALLOW_UNVERIFIED_EVICTION_ENV", "AsyncRedisClient", "BackendFactory",
         "CLUSTER_ENV",
-        "DEFAULT_PREFIX", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_TIMEOUT_S", "Head", "LogEntry",
-        "ProcessKeys",
+        "DEFAULT_PREFIX", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_TIMEOUT_S", "Head",
+        "ListedProcess", "LogEntry", "MAX_LIST_LIMIT", "ProcessKeys", "ProcessListing",
         "RedisBackend", "RedisClient", "RedisFences", "RestoreStats", "StoreConfig",
         "StoredSnapshot", "allow_unverified_from_env", "async_connect", "cluster_from_env",
-        "connect", "failure_reason", "load_backend_factory", "redis_boundary",
+        "connect", "failure_reason", "list_processes", "load_backend_factory",
+        "redis_boundary",
         "stale_writes_key",
         "verify_eviction_policy",
     ]
