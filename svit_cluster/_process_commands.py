@@ -68,13 +68,19 @@ def _scripts(specs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+#: The ``client_id`` of ``activate`` unless --client-id is given: one fixed id,
+#: so a repeated --request-id finds its receipt (receipts are keyed by tenant,
+#: client id and request id) and replays the outcome instead of conflicting.
+CLI_CLIENT_ID = "svit-cluster-cli"
+
+
 def _client(url: str | None, token: str | None, state_dir: Path | None,
-            timeout_s: float) -> Any:
+            timeout_s: float, client_id: str | None = None) -> Any:
     from svit_cluster.client import SvitClient
     from svit_cluster.settings import resolve_gateway
 
     base, tok = resolve_gateway(url, token, state_dir=state_dir)
-    return SvitClient(base, tok, timeout_s=timeout_s)
+    return SvitClient(base, tok, timeout_s=timeout_s, client_id=client_id)
 
 
 def _shown(value: Any) -> str:
@@ -136,12 +142,15 @@ def create(process_id: str, memory_text: str | None, script_specs: tuple[str, ..
               help="Commit only if the process is at this version [default: the "
                    "version read just before].")
 @click.option("--request-id", default=None,
-              help="Idempotency key (repeat it to retry safely) [default: random].")
+              help="Idempotency key: the same one again (with the same --client-id) "
+                   "replays the first outcome instead of committing twice [default: random].")
+@click.option("--client-id", default=CLI_CLIENT_ID, show_default=True,
+              help="Idempotency namespace of --request-id.")
 @gateway_options
 @timeout_option
 @output_option
 def activate(process_id: str, script: str, input_text: str, expected_version: int | None,
-             request_id: str | None, url: str | None, token: str | None,
+             request_id: str | None, client_id: str, url: str | None, token: str | None,
              state_dir: Path | None, timeout_s: float, output: str) -> None:
     """Run /lib/SCRIPT of PROCESS_ID with INPUT (JSON, or @FILE; default null).
 
@@ -162,22 +171,23 @@ def activate(process_id: str, script: str, input_text: str, expected_version: in
     """
     from svit_cluster.client import new_request_id
     from svit_cluster.control import Committed, Conflict
-    from svit_cluster.process import decode_value, from_plain_json, to_plain_json
+    from svit_cluster.process import from_plain_json, to_plain_json
 
     value = from_plain_json(_json_argument(input_text, "INPUT"))
     rid = request_id or new_request_id()
-    with _client(url, token, state_dir, timeout_s) as client:
+    with _client(url, token, state_dir, timeout_s, client_id) as client:
         if expected_version is None:
             _, expected_version = client.state(process_id, "/thread/format")
         resp = client.activate(process_id, script, value, expected_version=expected_version,
                                request_id=rid)
     outcome = resp.outcome
-    doc: dict[str, Any] = {"process_id": process_id, "request_id": rid,
+    doc: dict[str, Any] = {"process_id": process_id, "client_id": client_id,
+                           "request_id": rid,
                            "status": outcome.status, "replayed": resp.replayed,
                            "expected_version": expected_version}
     if isinstance(outcome, Committed):
         act = outcome.activation
-        doc.update(version=act.version, output=to_plain_json(decode_value(act.output)),
+        doc.update(version=act.version, output=to_plain_json(act.output),
                    changed=list(act.changed))
         line = (f"committed {process_id} version {act.version}"
                 f"{' (replayed)' if resp.replayed else ''}: output {_shown(doc['output'])}")
