@@ -166,11 +166,13 @@ def activate(process_id: str, script: str, input_text: str, expected_version: in
 
     Exit 0 when committed (also a replay of the same --request-id), 1 on
     conflict or a rejected activation (the script failed: nothing
-    committed), 3 when the outcome is unknown (retry with the same
-    --request-id).
+    committed), 3 when the outcome is unknown (the error line gives the
+    --request-id and --expected-version to repeat it with: a repeat replays
+    the outcome if it committed, and commits once if it did not).
     """
     from svit_cluster.client import new_request_id
     from svit_cluster.control import Committed, Conflict
+    from svit_cluster.errors import UnavailableError
     from svit_cluster.process import from_plain_json, to_plain_json
 
     value = from_plain_json(_json_argument(input_text, "INPUT"))
@@ -178,8 +180,13 @@ def activate(process_id: str, script: str, input_text: str, expected_version: in
     with _client(url, token, state_dir, timeout_s, client_id) as client:
         if expected_version is None:
             _, expected_version = client.state(process_id, "/thread/format")
-        resp = client.activate(process_id, script, value, expected_version=expected_version,
-                               request_id=rid)
+        try:
+            resp = client.activate(process_id, script, value,
+                                   expected_version=expected_version, request_id=rid)
+        except UnavailableError as exc:
+            raise UnavailableError(
+                f"{exc.message}; the outcome is unknown: repeat with --request-id {rid} "
+                f"--expected-version {expected_version}", **exc.fields) from exc
     outcome = resp.outcome
     doc: dict[str, Any] = {"process_id": process_id, "client_id": client_id,
                            "request_id": rid,

@@ -151,3 +151,14 @@ def _every(client: SvitClient, tenant: str | None) -> set[str]:
         after = page.next_after
         if after is None:
             return seen
+
+
+def test_an_unknown_outcome_exits_3_and_says_how_to_repeat_it() -> None:
+    from svit_cluster.local import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    result = run(["activate", "svit://acme/x", "inc", "--expected-version", "4",
+                  "--request-id", "r-42"], dead, ACME, code=3)
+    (line,) = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert line.startswith("error: unavailable: ")
+    assert "outcome is unknown: repeat with --request-id r-42 --expected-version 4" in line
