@@ -10,7 +10,8 @@ must exit 0, or the code its ``# exits N`` comment gives, and print the
 ``#   ...`` lines under it, in order (``...`` matches anything). So the README
 cannot drift from the CLI: changing either breaks this test.
 
-One local cluster (1 host, the simulated reasoner, no dispatcher) for the module.
+One local cluster (1 host, the simulated reasoner, no dispatcher) for the module;
+it also runs ``list`` through the Ray router (tenant scope, owner hosts).
 """
 
 from __future__ import annotations
@@ -128,3 +129,33 @@ def test_every_walkthrough_command_runs_as_written(
             # the failed turn's hint is the README's recovery command, word for word
             hint = [ln.strip() for ln in result.output.splitlines() if "inbox drop" in ln]
             assert [shlex.split(h)[1:] for h in hint] == [drops[0].args], hint
+
+
+def test_list_on_the_cluster_is_tenant_scoped_with_owner_hosts(
+        user_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``list`` through the Ray router: the store's SCAN plus the route cache."""
+    import json
+
+    monkeypatch.delenv("SVIT_URL", raising=False)
+    monkeypatch.delenv("SVIT_TOKEN", raising=False)
+    monkeypatch.chdir(user_folder)
+    local_token = json.loads((user_folder / ".svit" / "cluster.json").read_text())[
+        "tokens"]["local"]
+    for pid in ("svit://local/l1", "svit://other/o1"):
+        assert CliRunner().invoke(cli, ["create", pid]).exit_code == 0
+
+    def listed(*args: str) -> dict[str, dict[str, object]]:
+        result = CliRunner().invoke(cli, ["list", "-o", "json", "--limit", "100", *args])
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        return {p["process_id"]: p for p in doc["processes"]}
+
+    everyone = listed()
+    assert {"svit://local/l1", "svit://other/o1"} <= set(everyone)
+    assert everyone["svit://other/o1"] == {"process_id": "svit://other/o1", "version": 0,
+                                           "active": True, "host": "h1"}
+    assert set(listed("--tenant", "other")) == {"svit://other/o1"}
+    mine = listed("--token", local_token)
+    assert "svit://local/l1" in mine and all(p.startswith("svit://local/") for p in mine)
+    refused = CliRunner().invoke(cli, ["list", "--token", local_token, "--tenant", "other"])
+    assert refused.exit_code == 1 and "forbidden" in refused.output
