@@ -24,6 +24,7 @@ import functools
 import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -50,7 +51,9 @@ __all__ = [
     "exit_code_for",
     "fail",
     "failure_line",
+    "gateway_options",
     "output_option",
+    "timeout_option",
     "waiting",
 ]
 
@@ -113,6 +116,28 @@ def output_option(fn: F) -> F:
         return fn(*args, output="json" if as_json else output, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+_GATEWAY_OPTIONS = (
+    click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
+                 "./.svit/cluster.json]."),
+    click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN]."),
+    click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                 help="Take URL and admin token from STATE_DIR/cluster.json."),
+)
+
+
+def gateway_options(fn: F) -> F:
+    """Add ``--url``, ``--token`` and ``--state-dir``: where a command finds the
+    gateway and its token (resolved by :func:`svit_cluster.settings.resolve_gateway`)."""
+    for option in reversed(_GATEWAY_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+#: ``--timeout`` of a command that makes HTTP calls: seconds per call (default 10).
+timeout_option = click.option("--timeout", "timeout_s", default=10.0, show_default=True,
+                              type=click.FloatRange(0.01), help="Seconds per HTTP call.")
 
 
 def emit(output: str, doc: Any, text: Callable[[], None]) -> None:

@@ -24,10 +24,11 @@ from svit_cluster._cliutil import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_UNAVAILABLE,
-    F,
     emit,
     fail,
+    gateway_options,
     output_option,
+    timeout_option,
     waiting,
 )
 from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
@@ -44,21 +45,7 @@ _state_dir = click.option(
     help="Folder holding the local cluster's data, logs and cluster.json.",
 )
 
-_GATEWAY_OPTIONS = (
-    click.option("--url", default=None, help="Gateway base URL [default: SVIT_URL, then "
-                 "./.svit/cluster.json]."),
-    click.option("--token", default=None, help="Bearer token [default: SVIT_TOKEN]."),
-    click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                 help="Take URL and admin token from STATE_DIR/cluster.json."),
-)
-
-
-def _gateway_options(fn: F) -> F:
-    """Add ``--url``, ``--token`` and ``--state-dir``: where an admin command finds
-    the gateway and its token (resolved by ``resolve_gateway``)."""
-    for option in reversed(_GATEWAY_OPTIONS):
-        fn = option(fn)
-    return fn
+_gateway_options = gateway_options
 
 
 def _progress(message: str) -> None:
@@ -98,12 +85,20 @@ def cli() -> None:
       svit-cluster chat PID [MESSAGE]    send a message to a process and stream its turn
 
     \b
+    Processes, through a gateway (SVIT_URL/SVIT_TOKEN, else ./.svit):
+      svit-cluster create PID --memory '{...}' --script NAME=PATH
+      svit-cluster activate PID SCRIPT '{"by": 1}' [--expected-version N]
+      svit-cluster state PID [PATH]      a value and its version
+      svit-cluster list                  processes (id, version, active, host), paged
+      svit-cluster delete PID            delete a process (fenced; the helm test cleans up with it)
+      svit-cluster inbox drop PID ...    dead-letter an inbox head whose turn keeps failing
+
+    \b
     Components (what the Helm chart runs):
       svit-cluster gateway               the authenticated HTTP gateway
       svit-cluster host-agent            this Ray node's host agent
       svit-cluster healthcheck           exit 0 when a gateway (URL) or agent (heartbeat) is healthy
       svit-cluster smoke --url URL       one authenticated activation against a gateway
-      svit-cluster delete PID            delete a process (fenced; the helm test cleans up with it)
       svit-cluster timers list PID       a process's pending timers (`timers cancel PID ID`)
 
     \b
@@ -271,41 +266,66 @@ def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str
               help="Gateway base URL (instead of --state-dir) [default: SVIT_URL].")
 @click.option("--token", envvar="SVIT_TOKEN", default=None,
               help="Bearer token (SVIT_TOKEN); with --state-dir the local tenant's.")
+@click.option("--message-id", default=None,
+              help="The inbox id of MESSAGE (what `inbox drop --message-id` names) "
+                   "[default: random chat-<hex>].")
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True,
               type=click.FloatRange(0.1), help="Seconds to wait for one turn.")
 @output_option
 def chat(process_id: str, message: str | None, state_dir: Path | None, url: str | None,
-         token: str | None, timeout_s: float, output: str) -> None:
+         token: str | None, message_id: str | None, timeout_s: float, output: str) -> None:
     """Send MESSAGE to PROCESS_ID and stream the turn's events until it completes.
 
     Without MESSAGE, reads messages line by line from stdin (an empty line or
-    EOF ends). Exit status 1 when a turn fails.
+    EOF ends; on a terminal it shows a `you> ` prompt).
+
+    A message whose turn fails stays at the head of the inbox and blocks every
+    later message until a turn of it succeeds or it is dropped: chat then
+    prints the failed message's id and the `svit-cluster inbox drop` command
+    that drops it, also when the failed message is an earlier one (at once:
+    the loop retries the head when a new message arrives).
+
+    Exit 0 when every turn completed, 1 when a turn failed or waits behind a
+    failed head, 3 when a turn did not end within --timeout (the message
+    stays queued and may still be answered).
 
     With --output json, stdout is JSON Lines: one object per event as it
     arrives ({"event": "message", "message_id", "message": {role, content,
     tool_calls...}}, {"event": "lagged", ...}, {"event": "failed", "message_id",
-    "code", "message"}), then one {"event": "turn", "message_id", "ok",
-    "answer", "version", "failure"} per turn when it ends.
+    "code", "message"}, {"event": "blocked", "message_id", "head_message_id",
+    "head_hash", "code", "message"}), then one {"event": "turn", "message_id",
+    "ok", "answer", "version", "failure"} per turn when it ends, or
+    {"event": "timeout", "message_id", "timeout_s"}.
     """
     from svit_cluster.chat import chat_turn
     from svit_cluster.client import AsyncSvitClient
 
+    if message_id is not None and message is None:
+        raise click.UsageError("--message-id needs MESSAGE (one message)")
+    hint_where = ["--url", url] if url is not None else []
     if state_dir is None and url is None:
         from svit_cluster.settings import ClientSettings, load_settings
 
         url = load_settings(ClientSettings).url  # the shared convention, then ./.svit
         if url is None:
             state_dir = DEFAULT_STATE_DIR
+    if state_dir is not None and state_dir != DEFAULT_STATE_DIR:
+        hint_where = ["--state-dir", str(state_dir)]
     if state_dir is not None:
         doc = _cluster_doc(state_dir)
         url = url or doc["gateway"]["url"]
         token = token or doc["tokens"]["local"]
     if not url or not token:
         raise click.UsageError("give --state-dir, or --url and --token (SVIT_TOKEN)")
+    interactive = message is None and output == "text" and _stdin_is_terminal()
+    timed_out: list[str] = []
 
     async def run() -> bool:
         async with AsyncSvitClient(url, token) as client:
             lines = [message] if message is not None else None
+            if interactive:
+                click.echo(f"chat with {process_id}: type a message and press Enter; an "
+                           "empty line or Ctrl-D quits", err=True)
             ok = True
             while True:
                 if lines is not None:
@@ -313,30 +333,74 @@ def chat(process_id: str, message: str | None, state_dir: Path | None, url: str 
                         return ok
                     text = lines.pop(0)
                 else:
+                    if interactive:
+                        click.echo("you> ", nl=False, err=True)
                     text = await asyncio.to_thread(sys.stdin.readline)
                     text = text.rstrip("\n")
                     if not text:
                         return ok
-                if output == "json":
-                    mid = f"chat-{secrets.token_hex(8)}"
-                    outcome = await chat_turn(client, process_id, text, emit=lambda _: None,
-                                              message_id=mid, timeout_s=timeout_s,
-                                              on_event=_json_line)
-                    _json_line({"event": "turn", "message_id": mid, "ok": outcome.ok,
-                                "answer": outcome.answer, "version": outcome.version,
-                                "failure": outcome.failure})
-                else:
-                    outcome = await chat_turn(client, process_id, text, emit=click.echo,
-                                              timeout_s=timeout_s)
+                mid = message_id or f"chat-{secrets.token_hex(8)}"
+                try:
+                    if output == "json":
+                        outcome = await chat_turn(client, process_id, text,
+                                                  emit=lambda _: None, message_id=mid,
+                                                  timeout_s=timeout_s, on_event=_json_line)
+                        _json_line({"event": "turn", "message_id": mid, "ok": outcome.ok,
+                                    "answer": outcome.answer, "version": outcome.version,
+                                    "failure": outcome.failure})
+                    else:
+                        outcome = await chat_turn(client, process_id, text, emit=click.echo,
+                                                  message_id=mid, timeout_s=timeout_s,
+                                                  echo_user=not interactive)
+                except TimeoutError:
+                    timed_out.append(mid)
+                    if output == "json":
+                        _json_line({"event": "timeout", "message_id": mid,
+                                    "timeout_s": timeout_s})
+                    click.echo(f"error: timeout: no answer to message {mid} within "
+                               f"{timeout_s:g} s; it stays queued and may still be "
+                               "answered (raise --timeout to wait longer)", err=True)
+                    if not interactive:
+                        return False
+                    continue
+                if outcome.failure is not None:
+                    _drop_hint(process_id, outcome.failure, hint_where)
                 ok = ok and outcome.ok
 
-    try:
-        ok = asyncio.run(run())
-    except TimeoutError:
-        click.echo(f"error: no completion within {timeout_s:g} s (the message stays "
-                   "queued)", err=True)
-        raise SystemExit(1) from None
-    raise SystemExit(0 if ok else 1)
+    ok = asyncio.run(run())
+    if timed_out:
+        raise SystemExit(EXIT_UNAVAILABLE)
+    raise SystemExit(EXIT_OK if ok else EXIT_FAILED)
+
+
+def _stdin_is_terminal() -> bool:
+    """Whether chat reads from a person at a terminal (then it shows a prompt)."""
+    return sys.stdin.isatty()
+
+
+def _drop_command(process_id: str, failure: dict[str, Any], where: list[str]) -> str:
+    """The ``svit-cluster inbox drop`` command that dead-letters the failed
+    message of a chat ``failure`` (:class:`svit_cluster.chat.TurnOutcome`): by
+    ``--message-id`` when it has one, else by ``--hash``; the reason names the
+    failure code; ``where`` (``--state-dir DIR`` or ``--url URL``) as chat got it."""
+    import shlex
+
+    name = (["--message-id", failure["message_id"]] if failure.get("message_id")
+            else ["--hash", str(failure.get("inbox_hash"))])
+    args = ["inbox", "drop", process_id, *name,
+            "--reason", f"turn failed: {failure.get('code')}", *where]
+    return " ".join([_invoked_as(), *(shlex.quote(a) for a in args)])
+
+
+def _drop_hint(process_id: str, failure: dict[str, Any], where: list[str]) -> None:
+    """Tell the user, on stderr, what a failed message means and how to drop it."""
+    if failure.get("blocking"):
+        why = ("the message ahead of it failed and stays at the head of the inbox; later "
+               "messages are answered once a retry of it succeeds, or after dropping it:")
+    else:
+        why = ("the message stays at the head of the inbox and is retried; later messages "
+               "wait behind it. If it can never succeed, drop it:")
+    click.echo(f"  {why}\n  {_drop_command(process_id, failure, where)}", err=True)
 
 
 def _json_line(doc: dict[str, Any]) -> None:
@@ -400,8 +464,7 @@ def timers() -> None:
     """
 
 
-_timeout_option = click.option("--timeout", "timeout_s", default=10.0, show_default=True,
-                               type=click.FloatRange(0.01), help="Seconds per HTTP call.")
+_timeout_option = timeout_option
 
 
 def _due_in(due_ms: int, now_ms: float) -> str:
@@ -735,6 +798,11 @@ from svit_cluster.dispatch.cli import dead_letters, dispatcher  # noqa: E402
 cli.add_command(dispatcher)
 cli.add_command(dead_letters)
 
+from svit_cluster._process_commands import COMMANDS as _PROCESS_COMMANDS  # noqa: E402
+
+for _command in _PROCESS_COMMANDS:
+    cli.add_command(_command)
+
 
 @cli.command()
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -925,39 +993,6 @@ def _delete_quietly(client: Any, pid: str) -> bool:
     except NotFound:
         pass
     return True
-
-
-@cli.command()
-@click.argument("process_id")
-@_gateway_options
-@click.option("--timeout", "timeout_s", default=10.0, show_default=True,
-              type=click.FloatRange(0.01), help="Seconds per HTTP call.")
-@click.option("--missing-ok", is_flag=True, help="Exit 0 when the process does not exist.")
-@output_option
-def delete(process_id: str, url: str | None, token: str | None, state_dir: Path | None,
-           timeout_s: float, missing_ok: bool, output: str) -> None:
-    """Delete PROCESS_ID: its log, snapshot, receipts, outbox and owner record.
-
-    Fenced like a commit: an older owner can never write it back (the fence
-    stays as a tombstone). Intents not yet delivered are dropped.
-
-    Exit 0 when deleted (or, with --missing-ok, already absent), 1 when
-    refused (404 not found, 403), 3 when the gateway is unavailable.
-    """
-    from svit_cluster.client import SvitClient
-    from svit_cluster.errors import NotFound
-    from svit_cluster.settings import resolve_gateway
-
-    base, tok = resolve_gateway(url, token, state_dir=state_dir)
-    with SvitClient(base, tok, timeout_s=timeout_s) as client:
-        try:
-            result = client.delete_process(process_id)
-        except NotFound:
-            if not missing_ok:
-                raise
-            result = {"process_id": process_id, "deleted": False, "missing": True}
-    emit(output, result, lambda: click.echo(
-        f"deleted {process_id}" if result.get("deleted") else f"{process_id}: not found"))
 
 
 @cli.command()

@@ -62,6 +62,8 @@ from svit_cluster.process import PROTOCOL, Value, decode_value, encode_value
 __all__ = [
     "CLIENT_CAPABILITIES",
     "AsyncSvitClient",
+    "ProcessEntry",
+    "ProcessPage",
     "RecoveredCommit",
     "Subscription",
     "SvitClient",
@@ -243,6 +245,50 @@ class TimerPage:
 
     timers: list[Timer]
     next_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessEntry:
+    """One process of :meth:`SvitClient.list_processes`.
+
+    Attributes:
+        process_id: the ``svit://`` id.
+        version: its version when the gateway read it (it may have moved since).
+        active: whether an owner serves it now (the gateway's route cache);
+            an inactive process is activated by its next request.
+        host: that owner's host, or None.
+    """
+
+    process_id: str
+    version: int
+    active: bool
+    host: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessPage:
+    """One page of :meth:`SvitClient.list_processes` and the cursor of the next
+    page (``next_after``, None on the last page). A page may hold fewer
+    processes than asked for, even none, before the last page."""
+
+    processes: list[ProcessEntry]
+    next_after: str | None
+
+
+def _process_page(doc: dict[str, Any]) -> ProcessPage:
+    return ProcessPage([ProcessEntry(str(p["process_id"]), int(p["version"]),
+                                     bool(p.get("active")),
+                                     None if p.get("host") is None else str(p["host"]))
+                        for p in doc["processes"]], doc.get("next"))
+
+
+def _list_params(tenant: str | None, limit: int, after: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"limit": limit}
+    if tenant is not None:
+        params["tenant"] = tenant
+    if after is not None:
+        params["after"] = after
+    return params
 
 
 #: What a cancel did, decided atomically against the firing: ``cancelled``
@@ -673,6 +719,39 @@ class SvitClient(_Base):
                     "recovered": True}
         return result
 
+    def list_processes(self, *, tenant: str | None = None, limit: int = 100,
+                       after: str | None = None, timeout_s: float | None = None
+                       ) -> ProcessPage:
+        """One page of the existing processes (``GET /v1/processes``).
+
+        A tenant token sees its own tenant's processes only; an admin token
+        sees every tenant's, or one tenant's with ``tenant``. Each page does a
+        bounded amount of work on the gateway, so it may hold fewer than
+        ``limit`` processes (even none) while ``next_after`` is not None: keep
+        passing ``next_after`` as ``after`` until it is None. The order is the
+        store's, not sorted. A process that exists for the whole listing is
+        listed at least once (rarely twice); one created or deleted meanwhile
+        may or may not be. Read-only and safe to retry.
+
+        Args:
+            tenant: only this tenant's processes (admin tokens; a tenant token
+                may name only its own tenant).
+            limit: processes per page, 1..1000 (default 100).
+            after: the previous page's ``next_after``; None: the first page.
+
+        Returns:
+            :class:`ProcessPage`.
+
+        Raises:
+            Forbidden: (403) a tenant token named another tenant.
+            DecodeError: (400) ``limit`` out of range or a malformed ``tenant``.
+            InvalidInput: (400) a cursor the gateway did not issue.
+            UnavailableError: (503) the store or gateway unavailable after the retries.
+        """
+        doc = self._call("GET", "/v1/processes", timeout_s=timeout_s,
+                         params=_list_params(tenant, limit, after))
+        return _process_page(doc)
+
     def set_passivation(self, process_id: str, passivate_after_s: float | None, *,
                         timeout_s: float | None = None) -> dict[str, Any]:
         """Set how long ``process_id`` stays active while idle
@@ -1001,6 +1080,14 @@ class AsyncSvitClient(_Base):
             return {"process_id": process_id, "deleted": True, "version": None,
                     "recovered": True}
         return result
+
+    async def list_processes(self, *, tenant: str | None = None, limit: int = 100,
+                             after: str | None = None, timeout_s: float | None = None
+                             ) -> ProcessPage:
+        """Async form of :meth:`SvitClient.list_processes`."""
+        doc = await self._call("GET", "/v1/processes", timeout_s=timeout_s,
+                               params=_list_params(tenant, limit, after))
+        return _process_page(doc)
 
     async def set_passivation(self, process_id: str, passivate_after_s: float | None, *,
                               timeout_s: float | None = None) -> dict[str, Any]:

@@ -215,6 +215,7 @@ class RayRouter:
         #: those without a route are forgotten past 4 x routes + 4096 entries.
         self._seen: dict[str, Route] = {}
         self._signals: Any = None
+        self._redis: Any = None  # the commit log's Redis, for listings (lazily)
         #: Hosts placement skips: dead per Ray's node table, or not answering.
         self.host_watch = HostWatch(suspect_s=float(config.lease_ttl_s))
         self._node_watch: asyncio.Task[None] | None = None
@@ -246,6 +247,9 @@ class RayRouter:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.rehomer.close()
+        redis_client, self._redis = self._redis, None
+        if redis_client is not None:
+            redis_client.close()
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -786,6 +790,28 @@ class RayRouter:
             self._signals = RedisSignalSource.from_url(self.cfg.redis_url,
                                                        cluster=self.cfg.redis_cluster)
         return self._signals
+
+    async def list_processes(self, *, tenant: str | None, limit: int,
+                             cursor: str | None) -> dict[str, Any]:
+        """One page of the processes in the commit log's Redis
+        (:func:`svit_cluster.store.list_processes`: ``SCAN`` over head keys),
+        each with its owner from the route cache (no etcd or actor call). See
+        ``Router.list_processes``."""
+        from svit_cluster.store import connect, list_processes
+
+        def scan() -> Any:
+            if self._redis is None:  # a cluster client talks to Redis when built
+                self._redis = connect(self.cfg.redis_url, cluster=self.cfg.redis_cluster)
+            return list_processes(self._redis, tenant=tenant, limit=limit, cursor=cursor)
+
+        page = await asyncio.to_thread(scan)
+        out = []
+        for listed in page.processes:
+            route = self.cache.routes.get(listed.process_id)
+            out.append({"process_id": listed.process_id, "version": listed.version,
+                        "active": route is not None,
+                        "host": route.host if route is not None else None})
+        return {"processes": out, "next": page.next_cursor}
 
     async def hosts(self) -> list[dict[str, Any]]:
         """Each registered host's agent ``status()`` (without its process list),

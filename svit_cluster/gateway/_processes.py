@@ -1,19 +1,19 @@
-"""The host API: create, observe, delete, inbox, snapshot and fork processes
-(``/v1/processes...``). Every route depends on
+"""The host API: create, list, observe, delete, inbox, snapshot and fork processes
+(``/v1/processes...``). Every route that names a process depends on
 :func:`~svit_cluster.gateway._access.process_access` (tenant check before any
-lookup)."""
+lookup); the listing is scoped to the token's tenant itself."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
 from svit_cluster.errors import InvalidInput
-from svit_cluster.gateway._access import process_access
+from svit_cluster.gateway._access import admin_only, principal_of, process_access
 from svit_cluster.gateway._auth import Principal
 from svit_cluster.gateway._router import Router
 from svit_cluster.process import Limits as _Limits
@@ -29,10 +29,12 @@ from svit_cluster.process import (
     validate_process_id,
 )
 
-__all__ = ["processes_router"]
+__all__ = ["MAX_PROCESS_PAGE", "processes_router"]
 
 #: ``client_id`` / ``request_id`` syntax (control protocol: envelope identifiers).
 _ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+#: Largest ``limit`` of one page of ``GET /v1/processes``.
+MAX_PROCESS_PAGE = 1000
 
 
 class CreateProcess(BaseModel):
@@ -132,6 +134,39 @@ def processes_router(router: Router) -> APIRouter:
                                 scripts=dict(scripts))
         info = await router.create(pid, memory, scripts)
         return JSONResponse(info, status_code=201)
+
+    @api.get("/v1/processes")
+    async def list_processes(
+        request: Request,
+        limit: int = Query(100, ge=1, le=MAX_PROCESS_PAGE, description="processes per page"),
+        after: str | None = Query(None, max_length=600,
+                                  description="the previous page's `next` cursor"),
+        tenant: str | None = Query(None, min_length=1, max_length=256, pattern="^[^/]+$",
+                                   description="only this tenant's processes (admin; a "
+                                               "tenant token always sees its own only)"),
+    ) -> JSONResponse:
+        """One page of the existing processes:
+        ``{"processes": [{"process_id", "version", "active", "host"}], "next"}``.
+
+        A tenant token lists its own tenant's processes only (a ``tenant``
+        naming another one is 403); an admin token lists every tenant's, or
+        one tenant's with ``tenant``. ``next`` is the cursor of the next page
+        (pass it as ``after``), null on the last page; a page may hold fewer
+        than ``limit`` processes (even none) before the last one, since each
+        page does a bounded amount of work. ``active``/``host``: whether an
+        owner serves the process now, and where (the gateway's route cache).
+        A process that exists for the whole listing is listed at least once.
+        """
+        principal = principal_of(request)
+        if not principal.admin:
+            if principal.tenant is None or principal.observe is not None or \
+                    (tenant is not None and tenant != principal.tenant):
+                denied = admin_only(request, "other tenants' processes")
+                assert denied is not None
+                return denied
+            tenant = principal.tenant
+        page = await router.list_processes(tenant=tenant, limit=limit, cursor=after)
+        return JSONResponse({"processes": page["processes"], "next": page["next"]})
 
     @api.put("/v1/processes/residency", dependencies=[Depends(process_access)])
     async def set_residency(body: Residency) -> JSONResponse:

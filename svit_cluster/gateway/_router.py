@@ -142,6 +142,33 @@ class Router(Protocol):
         """
         ...
 
+    async def list_processes(self, *, tenant: str | None, limit: int,
+                             cursor: str | None) -> dict[str, Any]:
+        """One page of the existing processes, bounded work per page.
+
+        Args:
+            tenant: only processes of this tenant (``svit://<tenant>/...``);
+                None: every tenant (the gateway passes None for admins only).
+            limit: processes wanted, 1..1000; a page may hold fewer (even
+                none) before the last one, and a few more when the data source
+                returns them in one step (a Redis ``SCAN`` step is never split).
+            cursor: the previous page's ``next``; None: the first page.
+
+        Returns:
+            ``{"processes": [{"process_id", "version", "active", "host"}],
+            "next": cursor or None}``: ``version`` as read during the listing,
+            ``active`` whether an owner serves it now (as far as this router's
+            cached view knows), ``host`` that owner's host or None. ``next``
+            is None on the last page. A process that exists for the whole
+            listing is listed at least once; one created or deleted meanwhile
+            may or may not be.
+
+        Raises:
+            InvalidInput: (400) a cursor this router did not issue.
+            UnavailableError: (503) the store failed (safe to retry).
+        """
+        ...
+
     async def health(self) -> dict[str, Any]:
         """``{"ok": bool, ...details}``."""
         ...

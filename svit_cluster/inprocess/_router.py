@@ -196,6 +196,22 @@ class InProcessRouter:
         return {"process_id": process_id, "default": passivate_after_s is None,
                 "passivate_after_s": self._residency.get(process_id)}
 
+    async def list_processes(self, *, tenant: str | None, limit: int,
+                             cursor: str | None) -> dict[str, Any]:
+        """Processes sorted by id after ``cursor`` (the last id of the previous
+        page); every one is active here (see ``Router.list_processes``)."""
+        page: list[dict[str, Any]] = []
+        for pid in sorted(self._controllers):
+            if cursor is not None and pid <= cursor:
+                continue
+            if tenant is not None and pid[len("svit://"):].split("/", 1)[0] != tenant:
+                continue
+            if len(page) == limit:
+                return {"processes": page, "next": page[-1]["process_id"]}
+            page.append({"process_id": pid, "version": self._controllers[pid].process.version,
+                         "active": True, "host": "inprocess"})
+        return {"processes": page, "next": None}
+
     async def health(self) -> dict[str, Any]:
         return {"ok": True, "processes": len(self._controllers)}
 

@@ -15,6 +15,8 @@ Public names, by importance:
 * :class:`RedisFences` -- claim or read any process's fence (for ownership
   claims) and scan every fence (for ``svit-cluster etcd-restored``).
 * :class:`ProcessKeys` -- the Redis keys of one process (hash tag ``{<process>}``).
+* :func:`list_processes` -- one bounded page of the stored processes (``SCAN``
+  over head keys; :class:`ProcessListing` of :class:`ListedProcess`).
 * :class:`Head`, :class:`LogEntry`, :class:`StoredSnapshot`, :class:`RestoreStats`
   -- typed views of stored data.
 
@@ -33,6 +35,12 @@ from svit_cluster.store import _redispy  # noqa: F401
 from svit_cluster.store._factory import BackendFactory, load_backend_factory
 from svit_cluster.store._fences import RedisFences
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
+from svit_cluster.store._listing import (
+    MAX_LIST_LIMIT,
+    ListedProcess,
+    ProcessListing,
+    list_processes,
+)
 from svit_cluster.store._log import (
     DEFAULT_SNAPSHOT_EVERY,
     RedisBackend,
@@ -67,11 +75,14 @@ __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
     "DEFAULT_TIMEOUT_S",
     "EVICTION_CHECK_ENV",
+    "MAX_LIST_LIMIT",
     "AsyncRedisClient",
     "BackendFactory",
     "Head",
+    "ListedProcess",
     "LogEntry",
     "ProcessKeys",
+    "ProcessListing",
     "RedisBackend",
     "RedisClient",
     "RedisFences",
@@ -83,6 +94,7 @@ __all__ = [
     "cluster_from_env",
     "connect",
     "failure_reason",
+    "list_processes",
     "load_backend_factory",
     "redis_boundary",
     "require_noeviction",

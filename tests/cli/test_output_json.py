@@ -63,10 +63,12 @@ def test_every_result_command_has_output_and_json_alias() -> None:
     # add-host are driven on a real cluster in tests/cluster/test_host_cli.py;
     # kill-redis/kill-etcd need `up --redis-cluster/--etcd-members` (a Redis Cluster);
     # timers list/cancel need a dispatcher's parked timers
-    # (tests/dispatch/test_timers_surface.py::test_cli_lists_and_cancels_with_exit_codes)
+    # (tests/dispatch/test_timers_surface.py::test_cli_lists_and_cancels_with_exit_codes);
+    # create/activate/state/list: tests/cli/test_process_commands.py
     assert set(commands) - NO_RESULT == COVERED | {"up", "demo", "restart-host", "add-host",
                                                    "kill-redis", "kill-etcd",
-                                                   "timers list", "timers cancel"}
+                                                   "timers list", "timers cancel",
+                                                   "create", "activate", "state", "list"}
 
 
 COVERED = {"status", "env", "down", "kill-host", "pause-host", "resume-host", "healthcheck",

@@ -1,0 +1,180 @@
+"""List the processes in one Redis, a page at a time, with bounded work per page.
+
+A process exists in the store exactly while its head key
+(``<prefix>:{<process>}:head``, :class:`ProcessKeys`) exists: ``create`` writes
+it with version 0, every commit updates it, ``delete`` removes it (the fence
+stays as a tombstone, so fences are no list of processes). :func:`list_processes`
+walks the head keys with ``SCAN ... MATCH`` and reads each one's ``version``.
+
+Why SCAN and not an index: every write path that makes a process (create,
+fork, the ``spawn`` port) goes through the head key, so the walk cannot miss a
+process that a forgotten index update would hide; and it needs no second key
+outside the process's hash slot. The price is that a tenant filter does not
+shorten the walk (the whole key space is visited, a bounded step at a time)
+and the order is Redis's, not sorted.
+
+What a listing guarantees (Redis's ``SCAN`` guarantees, per node): a process
+that exists from the first page to the last is listed at least once (a
+resize of Redis's hash table between two pages may list it twice); one created
+or deleted meanwhile may or may not be listed. On a Redis Cluster each primary
+is walked in turn (ordered by address); a failover or resharding during the
+listing may skip or repeat processes of the slots that moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from svit_cluster.errors import InvalidInput
+from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
+from svit_cluster.store._redis import RedisClient, redis_boundary
+
+__all__ = ["MAX_LIST_LIMIT", "MAX_SCAN_STEPS", "ListedProcess", "ProcessListing",
+           "list_processes"]
+
+#: Largest ``limit`` of one page.
+MAX_LIST_LIMIT = 1000
+#: ``SCAN`` calls one page makes at most (each asks for about as many keys as the
+#: page still has room for), so a page visits at most about
+#: ``MAX_SCAN_STEPS * limit`` keys (Redis also stops each step after ten times its
+#: ``COUNT`` empty buckets).
+MAX_SCAN_STEPS = 64
+_GLOB_SPECIAL = frozenset("*?[]\\")
+
+
+@dataclass(frozen=True, slots=True)
+class ListedProcess:
+    """One process found by :func:`list_processes`.
+
+    Attributes:
+        process_id: the ``svit://`` id.
+        version: its head version when it was read (it may have moved since).
+    """
+
+    process_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessListing:
+    """One page: ``processes`` in Redis's order and the cursor of the next page
+    (``next_cursor``; None when the walk is complete). A page may hold fewer
+    than ``limit`` processes, even none, while ``next_cursor`` is not None."""
+
+    processes: list[ListedProcess]
+    next_cursor: str | None
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in _GLOB_SPECIAL else ch for ch in text)
+
+
+def _tenant_of(process_id: str) -> str:
+    return process_id[len("svit://"):].split("/", 1)[0]
+
+
+def _nodes(client: RedisClient) -> Sequence[Any]:
+    """The nodes to walk: ``[None]`` (the one server) or the cluster's primaries
+    ordered by name (``host:port``)."""
+    get_primaries = getattr(client, "get_primaries", None)
+    if get_primaries is None:
+        return [None]
+    return sorted(get_primaries(), key=lambda n: str(n.name))
+
+
+def _parse_cursor(cursor: str | None, nodes: int) -> tuple[int, int]:
+    """``(node index, SCAN cursor)`` of a cursor this module issued."""
+    if cursor is None:
+        return 0, 0
+    node, sep, scan = cursor.partition(":")
+    if not sep or not node.isdigit() or not scan.isdigit() or int(node) >= max(nodes, 1):
+        raise InvalidInput("malformed process list cursor (pass the previous page's `next`)")
+    return int(node), int(scan)
+
+
+def list_processes(client: RedisClient, *, prefix: str = DEFAULT_PREFIX,
+                   tenant: str | None = None, limit: int = 100,
+                   cursor: str | None = None) -> ProcessListing:
+    """One page of the processes stored under ``prefix``.
+
+    Args:
+        client: a client from :func:`svit_cluster.store.connect` (one server or
+            a Redis Cluster).
+        prefix: the store's key prefix (default ``"svit"``).
+        tenant: only processes ``svit://<tenant>`` and ``svit://<tenant>/...``;
+            None: every tenant.
+        limit: processes wanted, 1..:data:`MAX_LIST_LIMIT`. A page holds at
+            most about ``limit``: a ``SCAN`` step is never split, and one step
+            may return a few keys more than it was asked for.
+        cursor: the previous page's ``next_cursor``; None: the first page.
+
+    Returns:
+        :class:`ProcessListing`. The page stops after :data:`MAX_SCAN_STEPS`
+        ``SCAN`` calls even when it holds fewer than ``limit`` processes.
+
+    Raises:
+        InvalidInput: ``limit`` out of range, an empty tenant, or a cursor this
+            function did not issue (or issued for another cluster layout).
+        UnavailableError: Redis failed (reading is safe to retry).
+    """
+    if type(limit) is not int or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidInput(f"limit must be 1..{MAX_LIST_LIMIT}")
+    if tenant is not None and (not tenant or "/" in tenant):
+        raise InvalidInput("tenant must be a non-empty name without '/'")
+    ProcessKeys("svit://x", prefix)  # validates the prefix
+    head, tail = f"{prefix}:{{", "}:head"
+    # svit://<tenant>* also matches svit://<tenant>x/...: filtered exactly below.
+    rest = "svit://" + (_glob_escape(tenant) if tenant is not None else "") + "*"
+    match = f"{_glob_escape(prefix)}:{{{rest}}}:head"
+    with redis_boundary("list_processes", "*"):
+        nodes = _nodes(client)
+        index, scan = _parse_cursor(cursor, len(nodes))
+        found: list[str] = []
+        for _ in range(MAX_SCAN_STEPS):
+            count = max(1, limit - len(found))
+            reply: Any
+            if nodes[index] is None:
+                reply = client.scan(cursor=scan, match=match, count=count)
+                scan, keys = int(reply[0]), reply[1]
+            else:  # a cluster client answers ({node name: cursor}, keys)
+                reply = client.scan(cursor=scan, match=match, count=count,
+                                    target_nodes=nodes[index])
+                cursors, keys = reply
+                scan = int(next(iter(cursors.values()))) if cursors else 0
+            for raw in keys:
+                key = raw.decode() if isinstance(raw, bytes) else str(raw)
+                if not (key.startswith(head) and key.endswith(tail)):
+                    continue
+                pid = key[len(head):-len(tail)]
+                if tenant is None or _tenant_of(pid) == tenant:
+                    found.append(pid)
+            if scan == 0:
+                index, scan = index + 1, 0
+                if index >= len(nodes):
+                    return ProcessListing(_versions(client, prefix, found), None)
+            if len(found) >= limit:
+                break
+        return ProcessListing(_versions(client, prefix, found), f"{index}:{scan}")
+
+
+def _versions(client: RedisClient, prefix: str, pids: list[str]) -> list[ListedProcess]:
+    """Each process's head version, in order; one deleted since the scan is left out."""
+    heads: dict[str, str] = {}
+    for pid in pids:  # a SCAN step may return a key twice
+        try:
+            heads.setdefault(pid, ProcessKeys(pid, prefix).head)
+        except InvalidInput:
+            continue  # not a key svit wrote (no valid process id in it)
+    if not heads:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for key in heads.values():
+        pipe.hget(key, "version")
+    out: list[ListedProcess] = []
+    for pid, raw in zip(heads, pipe.execute(), strict=True):
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        if isinstance(text, str) and text.isdigit():
+            out.append(ListedProcess(pid, int(text)))
+    return out
