@@ -150,6 +150,8 @@ class _StaleResult:
     old_token: int | None = None
     new_token: int | None = None
     paused_s: float | None = None
+    #: seconds from the freeze to the new owner's commit of the +1
+    takeover_s: float | None = None
     #: the in-flight request's fate: "committed" (the gateway re-sent it to the
     #: new owner when the frozen owner's record went) or an error code
     inflight: str = ""
@@ -290,6 +292,7 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
                                   expected_version=2 if res.inflight == "committed" else 1,
                                   request_id=new_request_id())
                 res.new_token = c.last_owner_token
+            res.takeover_s = time.monotonic() - paused_at
             res.new_host = _owner_host(cluster, STALE_ID)
             console.print(f"new owner of the frozen process: {res.new_host} (token "
                           f"{res.new_token}); its +1: {resp.outcome.status}")
@@ -437,8 +440,10 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
             ("live stale owner's commit refused", bool(stale.refusals) and not stale.error,
              stale.error or f"owner on {stale.old_host} (token {stale.old_token}) frozen "
              f"{stale.paused_s or 0:.1f} s, {stale.new_host} (token {stale.new_token}) took "
-             f"over; the woken old owner's writes refused: {stale.by_fence} by the Redis "
-             f"fence, {stale.by_self} by its own lease guard"),
+             f"over {stale.takeover_s or 0:.1f} s after the freeze; the in-flight +100: "
+             f"{stale.inflight or 'no answer'} (token {stale.inflight_token}); the woken old "
+             f"owner's writes refused: {stale.by_fence} by the Redis fence, {stale.by_self} "
+             "by its own lease guard"),
             ("stale owner's request applied at most once", stale.counted_once,
              stale.count_detail),
             ("stale-owner log chain verifies", stale.log_ok, stale.log_detail),
@@ -488,7 +493,8 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
             "lease_ttl_s": lease_ttl_s,
             "stale_owner": {"old_host": stale.old_host, "old_token": stale.old_token,
                             "new_host": stale.new_host, "new_token": stale.new_token,
-                            "paused_s": stale.paused_s, "inflight": stale.inflight,
+                            "paused_s": stale.paused_s, "takeover_s": stale.takeover_s,
+                            "inflight": stale.inflight,
                             "inflight_token": stale.inflight_token,
                             "refused_by_fence": stale.by_fence,
                             "refused_by_own_guard": stale.by_self,

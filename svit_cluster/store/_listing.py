@@ -89,9 +89,16 @@ def _parse_cursor(cursor: str | None, nodes: int) -> tuple[int, int]:
     if cursor is None:
         return 0, 0
     node, sep, scan = cursor.partition(":")
-    if not sep or not node.isdigit() or not scan.isdigit() or int(node) >= max(nodes, 1):
+    # ASCII decimals only (str.isdigit accepts "²", which int() refuses), and a
+    # SCAN cursor Redis can take (an unsigned 64-bit integer).
+    if (not sep or not _decimal(node) or not _decimal(scan) or int(node) >= max(nodes, 1)
+            or int(scan) >= 2**64):
         raise InvalidInput("malformed process list cursor (pass the previous page's `next`)")
     return int(node), int(scan)
+
+
+def _decimal(text: str) -> bool:
+    return 0 < len(text) <= 20 and text.isascii() and text.isdigit()
 
 
 def list_processes(client: RedisClient, *, prefix: str = DEFAULT_PREFIX,

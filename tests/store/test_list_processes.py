@@ -88,7 +88,7 @@ def test_bad_arguments_are_refused(rclient: redis.Redis, config: StoreConfig) ->
     for limit in (0, MAX_LIST_LIMIT + 1):
         with pytest.raises(InvalidInput):
             list_processes(rclient, prefix=config.prefix, limit=limit)
-    for cursor in ("", "x", "0", "1:abc", "99:0"):
+    for cursor in ("", "x", "0", "1:abc", "99:0", "\u00b2:0", "0:\u00b2", "0:" + "9" * 20):
         with pytest.raises(InvalidInput):
             list_processes(rclient, prefix=config.prefix, cursor=cursor)
     for tenant in ("", "a/b"):
