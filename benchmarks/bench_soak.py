@@ -31,8 +31,10 @@ end it checks, after the dispatcher drained: every acknowledged sender
 commit is in the process once (the version, the count written by the script
 and the acknowledged count agree), every
 committed intent reached the webhook, no intent is pending or dead, every
-process's stored log verifies on a read-only restore, and no agent's inbox
-still holds a message.
+process's stored log verifies on a read-only restore (``anomalies``: the
+safety checks that failed); and, as liveness, which agents' inboxes still
+hold a message (``agent_inboxes_not_empty``, counted in ``stuck_inboxes``:
+every agent's last turn should have completed, so any is a finding).
 
 ``--quick`` (CI): 60 s, 3 agents, at least 300 sends, one host kill.
 """
@@ -368,6 +370,7 @@ def verify(cluster: LocalCluster, agents: list[str], tally: Tally,
                                           "unknown_outcomes_account_for_the_rest",
                                           "every_intent_reached_the_webhook", "logs_verify")
                               if not checks[k]) + (summary.pending + summary.dead_lettered > 0)
+    checks["stuck_inboxes"] = len(inbox_left)
     return checks
 
 
