@@ -45,9 +45,6 @@ _state_dir = click.option(
     help="Folder holding the local cluster's data, logs and cluster.json.",
 )
 
-_gateway_options = gateway_options
-
-
 def _progress(message: str) -> None:
     click.echo(f"  … {message}", err=True)
 
@@ -418,7 +415,7 @@ def inbox() -> None:
 @click.option("--message-id", default=None, help="The head's message id ({content, id}).")
 @click.option("--hash", "head_hash", default=None, help="The head's content hash.")
 @click.option("--reason", required=True, help="Why it is dropped (kept in the dead letter).")
-@_gateway_options
+@gateway_options
 @output_option
 def inbox_drop(process_id: str, message_id: str | None, head_hash: str | None, reason: str,
                state_dir: Path | None, url: str | None, token: str | None,
@@ -464,8 +461,6 @@ def timers() -> None:
     """
 
 
-_timeout_option = timeout_option
-
 
 def _due_in(due_ms: int, now_ms: float) -> str:
     """``2026-05-01 12:00:00.250Z (in 8.0 s)``: the due time, UTC, and how far off."""
@@ -482,8 +477,8 @@ def _due_in(due_ms: int, now_ms: float) -> str:
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
               help="Parked timers per page.")
 @click.option("--after", default=None, help="The cursor a previous page printed (`next`).")
-@_gateway_options
-@_timeout_option
+@gateway_options
+@timeout_option
 @output_option
 def timers_list(process_id: str, limit: int, after: str | None, url: str | None,
                 token: str | None, state_dir: Path | None, timeout_s: float,
@@ -534,8 +529,8 @@ def timers_list(process_id: str, limit: int, after: str | None, url: str | None,
 @timers.command(name="cancel")
 @click.argument("process_id")
 @click.argument("timer_id")
-@_gateway_options
-@_timeout_option
+@gateway_options
+@timeout_option
 @output_option
 def timers_cancel(process_id: str, timer_id: str, url: str | None, token: str | None,
                   state_dir: Path | None, timeout_s: float, output: str) -> None:
@@ -918,7 +913,7 @@ def healthcheck(url: str | None, timeout_s: float, heartbeat_file: Path | None,
 
 
 @cli.command()
-@_gateway_options
+@gateway_options
 @click.option("--tenant", default="smoke", show_default=True)
 @click.option("--timeout", "timeout_s", default=10.0, show_default=True,
               type=click.FloatRange(0.01), help="Seconds per HTTP call.")
@@ -1001,7 +996,7 @@ def _delete_quietly(client: Any, pid: str) -> bool:
 @click.option("--history", is_flag=True,
               help="Also share PROCESS_ID's reasoning history (its acknowledged turns) "
                    "with the child, whose turns then continue after it.")
-@_gateway_options
+@gateway_options
 @click.option("--timeout", "timeout_s", default=10.0, show_default=True,
               type=click.FloatRange(0.01), help="Seconds per HTTP call.")
 @output_option
