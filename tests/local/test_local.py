@@ -1,6 +1,6 @@
 """The dev cluster's own logic: spec validation, port allocation, the etcd view of
 ``svit-cluster status`` (on the real etcd the fixtures start), the defaults it
-shares with production (issue 17 items 4 and 7), and what counts as a live process."""
+shares with production, and what counts as a live process."""
 
 from __future__ import annotations
 
