@@ -58,37 +58,27 @@ class Ids:
 
     run: str
 
+    def local(self, name: str) -> str:
+        """``svit://local/sweep-<run>/<name>``: a process of the sweep's own tenant."""
+        return f"svit://local/sweep-{self.run}/{name}"
+
     @property
     def p(self) -> str:
-        return f"svit://local/sweep-{self.run}/p"
+        return self.local("p")
 
     @property
     def c(self) -> str:
-        return f"svit://local/sweep-{self.run}/c"
+        return self.local("c")
 
     @property
     def d(self) -> str:
-        return f"svit://local/sweep-{self.run}/d"
-
-    @property
-    def gone(self) -> str:
-        return f"svit://local/sweep-{self.run}/gone"
-
-    @property
-    def foreign(self) -> str:
-        return f"svit://other/sweep-{self.run}/x"
-
-    @property
-    def brace(self) -> str:
-        return f"svit://local/sweep-{self.run}/brace{{x}}"
-
-    def new(self, case: str) -> str:
-        return f"svit://local/sweep-{self.run}/new-{case}"
+        return self.local("d")
 
     def table(self, case: str) -> dict[str, str]:
         # longest first: "$GONE" must not be read as "$G" + "ONE"
-        return {"$BRACE": self.brace, "$FOREIGN": self.foreign, "$GONE": self.gone,
-                "$NEW": self.new(case),
+        return {"$BRACE": self.local("brace{x}"),
+                "$FOREIGN": f"svit://other/sweep-{self.run}/x",
+                "$GONE": self.local("gone"), "$NEW": self.local(f"new-{case}"),
                 "$P": self.p, "$C": self.c, "$D": self.d}
 
 
