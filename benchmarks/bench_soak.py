@@ -21,20 +21,20 @@ delivering to a local webhook (a uvicorn server in this process):
 
 Prints one JSON document with, per minute of the load: the sender's
 activation p50/p99 (ms), Redis ``used_memory``, the sender's and an average
-agent's Redis key sizes (``MEMORY USAGE`` of every key of the process),
-each host's memory (PSS of its Ray node's processes), the etcd database
-size, and the agent turns completed; then the least-squares slope of each
-series over the second half of the load (bounded structures fill to their
-caps first) in units per minute and as a share of its mean (``flat``: the
-series moved less than ``FLAT_SHARE`` of its mean over that half). At the
-end it checks, after the dispatcher drained: every acknowledged sender
-commit is in the process once (the version, the count written by the script
-and the acknowledged count agree), every
-committed intent reached the webhook, no intent is pending or dead, every
-process's stored log verifies on a read-only restore (``anomalies``: the
-safety checks that failed); and, as liveness, which agents' inboxes still
-hold a message (``agent_inboxes_not_empty``, counted in ``stuck_inboxes``:
-every agent's last turn should have completed, so any is a finding).
+agent's Redis key sizes (``MEMORY USAGE`` of every key of the process), each
+host's memory (PSS of its Ray node's processes), the etcd database size (the
+file and what is in use), and the agent turns completed; then the
+least-squares slope of each series over the second half of the load (bounded
+structures fill to their caps first) in units per minute and as a share of
+its mean (``flat``: the series moved less than ``FLAT_SHARE`` of its mean
+over that half). At the end it checks, after the dispatcher drained: every
+acknowledged sender commit is in the process once (the version, the count
+written by the script and the acknowledged count agree), every committed
+intent reached the webhook, no intent is pending or dead, every process's
+stored log verifies on a read-only restore (``anomalies``: the safety checks
+that failed); and, as liveness, which agents' inboxes still hold a message
+(``agent_inboxes_not_empty``, counted in ``stuck_inboxes``: every agent's
+last turn should have completed, so any is a finding).
 
 ``--quick`` (CI): 60 s, 3 agents, at least 300 sends, one host kill.
 """
@@ -50,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,16 +210,18 @@ def key_breakdown(client: Any, pid: str) -> dict[str, dict[str, int]]:
     return out
 
 
-async def etcd_db_bytes(endpoint: str) -> int:
-    """The etcd database size (bytes) reported by the member answering."""
-    from svit_cluster.ownership import open_client
-
-    client = open_client(endpoint)
-    try:
-        status = await asyncio.wait_for(client.status(), 5)
-        return int(status.db_size)
-    finally:
-        await client.close()
+def etcd_db_kib(endpoint: str) -> dict[str, float]:
+    """The etcd database size (KiB) of the member answering, from etcd's JSON
+    gateway (``/v3/maintenance/status``): ``file`` (``dbSize``, the bbolt file,
+    which compaction does not shrink but stops from growing, since compacted
+    pages are reused) and ``in_use`` (``dbSizeInUse``, what the live keys and
+    the retained history take)."""
+    req = urllib.request.Request(f"http://{endpoint}/v3/maintenance/status", data=b"{}",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        status = json.loads(resp.read())
+    return {"file": round(int(status["dbSize"]) / 1024, 1),
+            "in_use": round(int(status["dbSizeInUse"]) / 1024, 1)}
 
 
 class Sampler(threading.Thread):
@@ -254,8 +257,8 @@ class Sampler(threading.Thread):
             "agent_keys_kib_mean": (round(statistics.mean(agent_bytes) / 1024, 1)
                                     if agent_bytes else None),
             "host_pss_mib": hosts,
-            "etcd_db_kib": round(asyncio.run(etcd_db_bytes(
-                self.cluster.doc["etcd"]["endpoint"])) / 1024, 1),
+            **{f"etcd_db_{k}_kib": v
+               for k, v in etcd_db_kib(self.cluster.doc["etcd"]["endpoint"]).items()},
         }
 
 
@@ -301,7 +304,8 @@ def trends(table: list[dict[str, Any]]) -> dict[str, Any]:
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in table[len(table) // 2:]:
         for key in ("activation_p50_ms", "activation_p99_ms", "redis_used_memory_mib",
-                    "sender_keys_kib", "agent_keys_kib_mean", "etcd_db_kib", "turns"):
+                    "sender_keys_kib", "agent_keys_kib_mean", "etcd_db_file_kib",
+                    "etcd_db_in_use_kib", "turns"):
             if row.get(key) is not None:
                 series[key].append((row["minute"], float(row[key])))
         for host, mib in row["host_pss_mib"].items():

@@ -34,6 +34,11 @@ from svit_cluster.errors import UnavailableError
 __all__ = ["EtcdServer", "RedisServer", "ServerError", "free_port"]
 
 _LOOPBACK = "127.0.0.1"
+#: etcd history kept (periodic auto-compaction; below one hour, etcd compacts
+#: every retention period). Five minutes, the interval at which kube-apiserver
+#: compacts its etcd: far longer than any watch resume, short enough that a
+#: churning cluster's database stops growing within minutes.
+COMPACTION_RETENTION = "5m"
 
 
 def wait_stopped(pids: list[int], *, timeout_s: float = 5.0) -> None:
@@ -392,6 +397,8 @@ class EtcdServer(_Server):
             the log in ``<state_dir>/etcd.log``.
         startup_timeout_s: how long :meth:`start` waits for ``/health`` (default 15 s).
         die_with_parent: as for :class:`RedisServer`.
+        compaction_retention: etcd's ``--auto-compaction-retention`` in periodic
+            mode, a duration such as ``"5m"`` (default :data:`COMPACTION_RETENTION`).
 
     Attributes:
         port: the client port; ``peer_port``: the peer port.
@@ -408,11 +415,13 @@ class EtcdServer(_Server):
         *,
         startup_timeout_s: float = 15.0,
         die_with_parent: bool = False,
+        compaction_retention: str = "",
     ) -> None:
         super().__init__(
             state_dir, startup_timeout_s=startup_timeout_s, die_with_parent=die_with_parent
         )
         self.peer_port = 0
+        self.compaction_retention = compaction_retention or COMPACTION_RETENTION
 
     def _allocate_ports(self) -> None:
         self.port = free_port()
@@ -444,13 +453,13 @@ class EtcdServer(_Server):
             "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"svit={peer}",
             "--initial-cluster-state", "new",
-            # Keep one hour of history, like the chart (etcd.autoCompaction):
+            # Keep a few minutes of history, like the chart (etcd.autoCompaction):
             # revisions of released owner records (every passivation, every
             # deleted process) do not pile up. Tokens are revisions, which
             # compaction never changes; a watch that starts below the compacted
             # revision fails, and the route cache then reloads.
             "--auto-compaction-mode", "periodic",
-            "--auto-compaction-retention", "1h",
+            "--auto-compaction-retention", self.compaction_retention,
         ]
 
     def _ready(self) -> bool:
