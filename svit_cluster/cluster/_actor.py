@@ -417,13 +417,21 @@ class ProcessActor:
 
     async def _idle_loop(self) -> None:
         """Passivate once idle for ``passivate_after_s``: sleep until that deadline,
-        not in short polls (issue 18 item 2: an idle actor must not wake up).
+        not in short polls (an idle actor must not wake up).
 
         A request moves the deadline (``_last_used``); it is read again at each
         wakeup. While a reasoning turn runs, or one ended since the last wakeup
         (its commits do not pass :meth:`_run`), the actor counts as used then and
-        looks again within ``period``; so it never passivates earlier than the
-        old one-second poll did, at most one ``passivate_after_s`` later.
+        looks again within ``period``; so it never passivates earlier than a
+        one-second poll would, at most one ``passivate_after_s`` later.
+
+        A loop that still has work (:attr:`TurnLoop.pending`: a turn runs, or a
+        failed turn's head waits for its retry) is never passivated by the idle
+        timeout: nothing else would drive its queued head before a new request.
+        It is looked at again within ``period``; the idle clock starts when the
+        loop has no more work. (Passivation at the residency budget may still
+        take it; the gateway's inbox re-drive then activates it again, see
+        ``svit_cluster.cluster._redrive``.)
         """
         period = max(0.05, min(1.0, self.passivate_after_s / 4))
         turns = -1
@@ -432,10 +440,10 @@ class ProcessActor:
             loop = self._loop
             if loop is not None:
                 done = loop.turns_completed + loop.turns_failed
-                if loop.busy or (turns >= 0 and done != turns):
+                if loop.pending or (turns >= 0 and done != turns):
                     self._last_used = now
                 turns = done
-            if loop is not None and loop.busy:
+            if loop is not None and loop.pending:
                 delay = period
             else:
                 delay = self._last_used + self.passivate_after_s - now

@@ -18,7 +18,11 @@ Rules:
 * at most :data:`AT_ONCE` placements at a time, :data:`ATTEMPTS` tries each
   (``unavailable`` is retried with backoff; a process deleted meanwhile is
   skipped); at most :data:`MAX_PENDING` processes wait, the rest are counted
-  in :attr:`Rehomer.dropped` and logged (their next request restores them).
+  in :attr:`Rehomer.dropped` and logged. A process given up on, dropped, or
+  whose death notice never came is not lost when its inbox holds a message:
+  the inbox re-drive (:mod:`svit_cluster.cluster._redrive`) hands it back
+  through :meth:`Rehomer.add_id` while it stays queued and owner-less; one
+  with nothing queued is restored by its next request.
 
 Several gateways each restore the same processes: placement is single-flight
 per gateway and the claim protocol admits one owner, so the worst case is a
@@ -74,15 +78,22 @@ class Rehomer:
 
     def add(self, route: Route) -> None:
         """Queue ``route``'s process (its owner died). Call on the event loop."""
-        if route.process_id in self._due:
+        self._queue(route.process_id, 0.0 if self._host_dead(route.host) else self.grace_s)
+
+    def add_id(self, process_id: str) -> None:
+        """Queue ``process_id`` for placement now (the inbox re-drive found its
+        inbox queued and no owner, past its grace). Call on the event loop."""
+        self._queue(process_id, 0.0)
+
+    def _queue(self, process_id: str, delay_s: float) -> None:
+        if process_id in self._due:
             return
         if len(self._due) >= MAX_PENDING:
             self.dropped += 1
-            log.warning("not restoring %s: %d processes already wait", route.process_id,
+            log.warning("not restoring %s: %d processes already wait", process_id,
                         MAX_PENDING)
             return
-        delay = 0.0 if self._host_dead(route.host) else self.grace_s
-        self._due[route.process_id] = time.monotonic() + delay
+        self._due[process_id] = time.monotonic() + delay_s
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 

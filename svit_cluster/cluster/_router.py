@@ -24,6 +24,7 @@ from svit_cluster.cluster._agent import agent_name
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._direct import DirectClient, DirectEndpoint, DirectUnreachable
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
+from svit_cluster.cluster._redrive import InboxRedrive, RedriveBackoff
 from svit_cluster.cluster._rehome import Rehomer
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.cluster._types import Activated, ServeStatus
@@ -36,6 +37,7 @@ from svit_cluster.errors import (
 )
 from svit_cluster.gateway import GatewayMetrics
 from svit_cluster.process import Script, Value, decode_value
+from svit_cluster.store import QueuedPage
 
 __all__ = ["RayRouter", "RouteMoved", "classify_call_error", "raise_error_dict"]
 
@@ -53,6 +55,20 @@ PLACEMENT_WAIT_S = 8.0
 #: ``Retry-After`` (s) of a ``cluster_full`` answer: a busy process actor at the
 #: budget frees in about one request's time, a second is a fair first wait.
 CLUSTER_FULL_RETRY_AFTER_S = 1
+
+
+#: Queued process ids the inbox re-drive reads per sweep (one ``list_queued`` page).
+REDRIVE_BATCH = 500
+
+
+def _redrive_backoff(config: ClusterConfig) -> RedriveBackoff:
+    """The re-drive bookkeeping of ``config``: grace = the lease TTL; waits
+    between re-drives of one process = the reasoning loop's retry rule."""
+    from svit_cluster.reasoning import ReasonerConfig
+
+    rcfg = ReasonerConfig.from_dict(config.reasoner)
+    return RedriveBackoff(grace_s=float(config.lease_ttl_s), base_s=rcfg.retry_after_s,
+                          max_s=max(rcfg.retry_after_s, rcfg.max_retry_after_s))
 
 
 def raise_error_dict(result: dict[str, Any]) -> dict[str, Any]:
@@ -223,6 +239,9 @@ class RayRouter:
         self.rehomer = Rehomer(self._route, self.host_watch.is_dead,
                                grace_s=float(config.lease_ttl_s))
         cache.on_orphaned = self.rehomer.add
+        #: Activates owner-less processes with a queued inbox (see :mod:`._redrive`).
+        self.redrive = InboxRedrive(self._queued_page, self._owned, self.rehomer.add_id,
+                                    _redrive_backoff(config))
 
     def start_node_watch(self, *, poll_s: float = 0.5) -> None:
         """Poll Ray's node table on the running loop: skip dead hosts in placement
@@ -235,6 +254,27 @@ class RayRouter:
                             poll_s=poll_s, hosts=self.cache.hosts,
                             namespace=self.cfg.namespace))
 
+    def start_inbox_redrive(self) -> None:
+        """Sweep the queued-inbox index on the running loop (see :mod:`._redrive`).
+        Idempotent."""
+        self.redrive.start()
+
+    def _owned(self, process_id: str) -> bool:
+        return process_id in self.cache.routes
+
+    async def _queued_page(self, cursor: str | None) -> QueuedPage:
+        """One page of queued process ids, once the route cache is loaded."""
+        from svit_cluster.store import connect, list_queued
+
+        await self.cache.ready.wait()
+
+        def scan() -> QueuedPage:
+            if self._redis is None:
+                self._redis = connect(self.cfg.redis_url, cluster=self.cfg.redis_cluster)
+            return list_queued(self._redis, limit=REDRIVE_BATCH, cursor=cursor)
+
+        return await asyncio.to_thread(scan)
+
     async def close(self) -> None:
         """Stop the node watch (if started) and close the direct-transport connections."""
         for asking in list(self._direct_asking.values()):
@@ -246,6 +286,7 @@ class RayRouter:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.redrive.close()
         await self.rehomer.close()
         redis_client, self._redis = self._redis, None
         if redis_client is not None:

@@ -111,6 +111,7 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
     metrics = GatewayMetrics()
     router = RayRouter(config, cache, metrics)
     router.start_node_watch()
+    router.start_inbox_redrive()
     app = create_app(router, tokens, max_request_bytes=max_request_bytes or cap,
                      metrics=metrics, redis_url=config.redis_url, cors_origins=cors)
     server = uvicorn.Server(gateway_server_config(app, host=host, port=port))

@@ -179,6 +179,12 @@ class TurnLoop:
         """True while a turn runs."""
         return self.state == LoopState.RUNNING
 
+    @property
+    def pending(self) -> bool:
+        """True while the loop has work: a turn runs, or a failed turn's head
+        waits in the inbox to be retried (``backoff``)."""
+        return self.state in (LoopState.RUNNING, LoopState.BACKOFF)
+
     def start(self) -> asyncio.Task[None]:
         """Run :meth:`run` as a task on the running event loop (idempotent)."""
         if self._task is None:

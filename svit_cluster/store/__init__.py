@@ -16,7 +16,9 @@ Public names, by importance:
   claims) and scan every fence (for ``svit-cluster etcd-restored``).
 * :class:`ProcessKeys` -- the Redis keys of one process (hash tag ``{<process>}``).
 * :func:`list_processes` -- one bounded page of the stored processes (``SCAN``
-  over head keys; :class:`ProcessListing` of :class:`ListedProcess`).
+  over head keys; :class:`ProcessListing` of :class:`ListedProcess`);
+  :func:`list_queued` -- one bounded page of the processes whose committed
+  inbox is non-empty (``SCAN`` over ``queued`` keys; :class:`QueuedPage`).
 * :class:`Head`, :class:`LogEntry`, :class:`StoredSnapshot`, :class:`RestoreStats`
   -- typed views of stored data.
 
@@ -39,7 +41,9 @@ from svit_cluster.store._listing import (
     MAX_LIST_LIMIT,
     ListedProcess,
     ProcessListing,
+    QueuedPage,
     list_processes,
+    list_queued,
 )
 from svit_cluster.store._log import (
     DEFAULT_SNAPSHOT_EVERY,
@@ -83,6 +87,7 @@ __all__ = [
     "LogEntry",
     "ProcessKeys",
     "ProcessListing",
+    "QueuedPage",
     "RedisBackend",
     "RedisClient",
     "RedisFences",
@@ -95,6 +100,7 @@ __all__ = [
     "connect",
     "failure_reason",
     "list_processes",
+    "list_queued",
     "load_backend_factory",
     "redis_boundary",
     "require_noeviction",

@@ -118,6 +118,16 @@ class ProcessKeys:
         return self._key("residency")
 
     @property
+    def queued(self) -> str:
+        """String: present exactly while the committed ``/inbox`` is non-empty
+        (the version of the last commit that left it non-empty). Written by
+        the commit and create scripts with the state they store, so it never
+        disagrees with the durable state; an owner-less process that has it
+        is activated by the gateway's inbox re-drive
+        (``svit_cluster.cluster._redrive``)."""
+        return self._key("queued")
+
+    @property
     def timers(self) -> str:
         """Sorted set: pending timer (delayed intent) id -> due time in ms since the
         epoch; written only by the dispatcher (``svit_cluster.dispatch``)."""
@@ -172,6 +182,7 @@ class ProcessKeys:
             self.session,
             self.hold,
             self.residency,
+            self.queued,
             self.timers,
             self.timer_intents,
             self.timer_firing,

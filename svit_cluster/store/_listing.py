@@ -23,7 +23,7 @@ listing may skip or repeat processes of the slots that moved.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +31,8 @@ from svit_cluster.errors import InvalidInput
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
 from svit_cluster.store._redis import RedisClient, redis_boundary
 
-__all__ = ["MAX_LIST_LIMIT", "MAX_SCAN_STEPS", "ListedProcess", "ProcessListing",
-           "list_processes"]
+__all__ = ["MAX_LIST_LIMIT", "MAX_SCAN_STEPS", "ListedProcess", "ProcessListing", "QueuedPage",
+           "list_processes", "list_queued"]
 
 #: Largest ``limit`` of one page.
 MAX_LIST_LIMIT = 1000
@@ -64,6 +64,15 @@ class ProcessListing:
     than ``limit`` processes, even none, while ``next_cursor`` is not None."""
 
     processes: list[ListedProcess]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedPage:
+    """One page of :func:`list_queued`: process ids (each once, Redis's order)
+    and the cursor of the next page (``next_cursor``; None: the walk is complete)."""
+
+    process_ids: list[str]
     next_cursor: str | None
 
 
@@ -131,39 +140,78 @@ def list_processes(client: RedisClient, *, prefix: str = DEFAULT_PREFIX,
     if tenant is not None and (not tenant or "/" in tenant):
         raise InvalidInput("tenant must be a non-empty name without '/'")
     ProcessKeys("svit://x", prefix)  # validates the prefix
-    head, tail = f"{prefix}:{{", "}:head"
-    # svit://<tenant>* also matches svit://<tenant>x/...: filtered exactly below.
     rest = "svit://" + (_glob_escape(tenant) if tenant is not None else "") + "*"
-    match = f"{_glob_escape(prefix)}:{{{rest}}}:head"
     with redis_boundary("list_processes", "*"):
-        nodes = _nodes(client)
-        index, scan = _parse_cursor(cursor, len(nodes))
-        found: list[str] = []
-        for _ in range(MAX_SCAN_STEPS):
-            count = max(1, limit - len(found))
-            reply: Any
-            if nodes[index] is None:
-                reply = client.scan(cursor=scan, match=match, count=count)
-                scan, keys = int(reply[0]), reply[1]
-            else:  # a cluster client answers ({node name: cursor}, keys)
-                reply = client.scan(cursor=scan, match=match, count=count,
-                                    target_nodes=nodes[index])
-                cursors, keys = reply
-                scan = int(next(iter(cursors.values()))) if cursors else 0
-            for raw in keys:
-                key = raw.decode() if isinstance(raw, bytes) else str(raw)
-                if not (key.startswith(head) and key.endswith(tail)):
-                    continue
-                pid = key[len(head):-len(tail)]
-                if tenant is None or _tenant_of(pid) == tenant:
-                    found.append(pid)
-            if scan == 0:
-                index, scan = index + 1, 0
-                if index >= len(nodes):
-                    return ProcessListing(_versions(client, prefix, found), None)
-            if len(found) >= limit:
-                break
-        return ProcessListing(_versions(client, prefix, found), f"{index}:{scan}")
+        found, next_cursor = _walk(
+            client, prefix, "head", rest, limit, cursor,
+            keep=lambda pid: tenant is None or _tenant_of(pid) == tenant)
+        return ProcessListing(_versions(client, prefix, found), next_cursor)
+
+
+def list_queued(client: RedisClient, *, prefix: str = DEFAULT_PREFIX, limit: int = 100,
+                cursor: str | None = None) -> QueuedPage:
+    """One page of the processes whose committed ``/inbox`` is non-empty.
+
+    Walks the ``queued`` keys (:attr:`ProcessKeys.queued`, written by the
+    commit and create scripts with the state they store) with ``SCAN ...
+    MATCH``, with the same bounds and guarantees as :func:`list_processes`: a
+    process queued from the first page to the last is listed at least once.
+
+    Args:
+        client: a client from :func:`svit_cluster.store.connect`.
+        prefix: the store's key prefix (default ``"svit"``).
+        limit: process ids wanted, 1..:data:`MAX_LIST_LIMIT`.
+        cursor: the previous page's ``next_cursor``; None: the first page.
+
+    Returns:
+        :class:`QueuedPage` (at most :data:`MAX_SCAN_STEPS` ``SCAN`` calls).
+
+    Raises:
+        InvalidInput: ``limit`` out of range or a cursor this module did not issue.
+        UnavailableError: Redis failed (reading is safe to retry).
+    """
+    if type(limit) is not int or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidInput(f"limit must be 1..{MAX_LIST_LIMIT}")
+    ProcessKeys("svit://x", prefix)  # validates the prefix
+    with redis_boundary("list_queued", "*"):
+        found, next_cursor = _walk(client, prefix, "queued", "svit://*", limit, cursor)
+    return QueuedPage(list(dict.fromkeys(found)), next_cursor)
+
+
+def _walk(client: RedisClient, prefix: str, name: str, rest: str, limit: int,
+          cursor: str | None, keep: Callable[[str], bool] = lambda _pid: True
+          ) -> tuple[list[str], str | None]:
+    """Process ids of the keys ``<prefix>:{<rest>}:<name>`` that ``keep``: at most
+    :data:`MAX_SCAN_STEPS` ``SCAN`` steps, stopping once ``limit`` are found;
+    returns them and the next cursor (None: the walk is complete)."""
+    head, tail = f"{prefix}:{{", "}:" + name
+    match = f"{_glob_escape(prefix)}:{{{rest}}}:{name}"
+    nodes = _nodes(client)
+    index, scan = _parse_cursor(cursor, len(nodes))
+    found: list[str] = []
+    for _ in range(MAX_SCAN_STEPS):
+        count = max(1, limit - len(found))
+        reply: Any
+        if nodes[index] is None:
+            reply = client.scan(cursor=scan, match=match, count=count)
+            scan, keys = int(reply[0]), reply[1]
+        else:  # a cluster client answers ({node name: cursor}, keys)
+            reply = client.scan(cursor=scan, match=match, count=count,
+                                target_nodes=nodes[index])
+            cursors, keys = reply
+            scan = int(next(iter(cursors.values()))) if cursors else 0
+        for raw in keys:
+            key = raw.decode() if isinstance(raw, bytes) else str(raw)
+            if key.startswith(head) and key.endswith(tail) and keep(
+                    pid := key[len(head):-len(tail)]):
+                found.append(pid)
+        if scan == 0:
+            index, scan = index + 1, 0
+            if index >= len(nodes):
+                return found, None
+        if len(found) >= limit:
+            break
+    return found, f"{index}:{scan}"
 
 
 def _versions(client: RedisClient, prefix: str, pids: list[str]) -> list[ListedProcess]:

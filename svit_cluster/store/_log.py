@@ -72,7 +72,14 @@ from svit_cluster.errors import (
     SvitError,
     UnavailableError,
 )
-from svit_cluster.process import Limits, Process, Transaction, Transition, canonical_json
+from svit_cluster.process import (
+    Limits,
+    Process,
+    Transaction,
+    Transition,
+    canonical_json,
+    get_node,
+)
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys, receipt_field
 from svit_cluster.store._records import (
     Head,
@@ -287,7 +294,7 @@ class RedisBackend:
         self._scripts = Scripts.register(client)
         k = self.keys
         self._commit_keys = (k.stream, k.head, k.fence, k.receipts, k.receipts_order, k.outbox,
-                             k.signals)
+                             k.signals, k.queued)
         self._guard = guard
         self._lock = threading.Lock()
         self._limits: Limits | None = None
@@ -565,7 +572,8 @@ class RedisBackend:
         One place builds it, for :meth:`commit` and for ``benchmarks/bench_store``
         (which times the bare script with exactly these arguments). ``args[3]``
         is the encoded record; ``args[14]`` the current ``traceparent`` (``b""``
-        when untraced, see :mod:`svit_cluster.tracing`).
+        when untraced, see :mod:`svit_cluster.tracing`); ``args[15]`` ``b"1"``
+        when the new state's ``/inbox`` is non-empty (the ``queued`` key).
         """
         rec = transition.record
         trace = tracing.current()  # the commit span's context, when traced
@@ -592,6 +600,7 @@ class RedisBackend:
                             "hashes": dict(change.hashes)}),
             b"" if completion is None else canonical_json(dict(completion)),
             b"" if trace is None else trace.traceparent.encode(),
+            b"1" if get_node(transition.root, ("inbox", "0")) is not None else b"0",
         ]
         args.extend(canonical_json(intent) for intent in intents)
         return args
@@ -711,9 +720,10 @@ class RedisBackend:
             ] if session else []
             reply = self._run(
                 "create", self._scripts.create,
-                [keys.fence, keys.head, keys.snapshot, *history],
+                [keys.fence, keys.head, keys.snapshot, keys.queued, *history],
                 [self.token, process.version, process.position, process.chain_head,
-                 process.root_hash, process.snapshot()],
+                 process.root_hash, process.snapshot(),
+                 b"1" if process.inbox_head_hash() is not None else b"0"],
             )
         status, rest = _status(reply)
         if status == "fenced":
@@ -771,7 +781,7 @@ class RedisBackend:
 
         Removes the stream, head, snapshot, receipts, outbox (intents not yet
         delivered are dropped), signals, the session pointer, the residency
-        settings, the dispatcher's timer keys (pending and firing timers, their
+        settings, the ``queued`` mark, the dispatcher's timer keys (pending and firing timers, their
         outcomes and log: a deleted process's timers never fire) and the
         current session's events stream, in one script. The
         fence key stays, raised to this token: it is the tombstone that keeps
@@ -805,8 +815,8 @@ class RedisBackend:
                 "delete", self._scripts.delete,
                 [keys.fence, keys.head, keys.snapshot, keys.stream, keys.receipts,
                  keys.receipts_order, keys.outbox, keys.signals, keys.session, keys.hold,
-                 keys.residency, keys.timers, keys.timer_intents, keys.timer_firing,
-                 keys.timer_done, keys.timer_log, *extra],
+                 keys.residency, keys.queued, keys.timers, keys.timer_intents,
+                 keys.timer_firing, keys.timer_done, keys.timer_log, *extra],
                 [self.token],
             )
         status, rest = _status(reply)

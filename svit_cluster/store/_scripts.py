@@ -67,11 +67,15 @@ local function add_signal(key, retention, ...)
 end
 """
 
-# KEYS: stream, head, fence, receipts, receipts_order, outbox, signals
+# KEYS: stream, head, fence, receipts, receipts_order, outbox, signals, queued
 # ARGV: token, base_version, base_hash, record, event_hash, root_hash, position,
 #       receipt_field ('' = none), receipt_value, max_receipts, new_version,
 #       signal_retention, change_json, completion_json ('' = none), traceparent
-#       ('' = none), intents...
+#       ('' = none), queued ('1': the new state's /inbox is non-empty, '0':
+#       empty), intents...
+# ``queued`` (KEYS[8]) mirrors the committed inbox: SET to the new version
+# when it is non-empty, deleted when empty, in the same script as the commit
+# (the last write), so the re-drive index never disagrees with the log.
 # The stream entry also names the committing request (field ``request`` = the
 # receipt field ``tenant\0client_id\0request_id``; empty for host operations),
 # so the owner can answer "did request r commit?" while the entry is retained,
@@ -114,7 +118,7 @@ raise_fence(KEYS[3], fence_raw, token)
 if ARGV[8] ~= '' then
   store_receipt(KEYS[4], KEYS[5], ARGV[8], ARGV[9], ARGV[10])
 end
-for i = 16, #ARGV do
+for i = 17, #ARGV do
   redis.call('XADD', KEYS[6], '*', 'intent', ARGV[i], 'version', new_version)
 end
 redis.call('HSET', KEYS[2], 'version', new_version, 'chain_head', ARGV[5],
@@ -122,6 +126,11 @@ redis.call('HSET', KEYS[2], 'version', new_version, 'chain_head', ARGV[5],
 add_signal(KEYS[7], ARGV[12], 'kind', 'committed', 'token', token, 'data', ARGV[13])
 if ARGV[14] ~= '' then
   add_signal(KEYS[7], ARGV[12], 'kind', 'completion', 'token', token, 'data', ARGV[14])
+end
+if ARGV[16] == '1' then
+  redis.call('SET', KEYS[8], new_version)
+else
+  redis.call('DEL', KEYS[8])
 end
 return {'ok', new_version}
 """
@@ -206,11 +215,13 @@ end
 return {'ok', raw, redis.call('LRANGE', KEYS[3], 0, -1), redis.call('HGETALL', KEYS[2])}
 """
 
-# KEYS: fence, head, snapshot[, session, events of that session]
-# ARGV: token, version, position, chain_head, root_hash, data
+# KEYS: fence, head, snapshot, queued[, session, events of that session]
+# ARGV: token, version, position, chain_head, root_hash, data, queued ('1': the
+#       created state's /inbox is non-empty, e.g. a fork of a process with
+#       queued messages; '0': empty)
 # A history fork copies the parent's events into the child's session before the
 # child exists, with a TTL so a copy whose create never comes expires; the
-# create makes them the child's for good (PERSIST of KEYS[4], KEYS[5]).
+# create makes them the child's for good (PERSIST of KEYS[5], KEYS[6]).
 CREATE = _FENCE + """
 local fence_raw, fence_ok = fence_check(KEYS[1], ARGV[1])
 if not fence_ok then
@@ -224,8 +235,11 @@ redis.call('HSET', KEYS[2], 'version', ARGV[2], 'chain_head', ARGV[4],
   'root_hash', ARGV[5], 'position', ARGV[3], 'token', ARGV[1])
 redis.call('HSET', KEYS[3], 'data', ARGV[6], 'version', ARGV[2], 'position', ARGV[3],
   'chain_head', ARGV[4], 'root_hash', ARGV[5], 'token', ARGV[1])
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   redis.call('PERSIST', KEYS[i])
+end
+if ARGV[7] == '1' then
+  redis.call('SET', KEYS[4], ARGV[2])
 end
 return {'ok'}
 """
@@ -277,7 +291,8 @@ return {'ok'}
 # delete cannot be undone by an owner that lost the process. A later create by
 # a newer owner (higher token) works as for any new process.
 # KEYS: fence, head, snapshot, then every other key to remove (stream, receipts,
-#       receipts_order, outbox, signals, session, the session's events stream)
+#       receipts_order, outbox, signals, session, queued, the session's events
+#       stream, ...)
 # ARGV: token
 # KEYS: fence, head, residency settings. ARGV: token, field, value ('' removes it).
 # Fenced like a commit: only the current owner changes a setting; the process

@@ -106,6 +106,7 @@ async def test_a_failed_turn_keeps_the_item_and_publishes_a_sanitized_failure(
         owner.send(text)
         await wait_for(lambda: any(s.kind is SignalKind.FAILED for s in owner.signals()))
         assert owner.loop.state == LoopState.BACKOFF
+        assert owner.loop.pending and not owner.loop.busy  # its head still waits for it
     finally:
         await owner.loop.stop()
     sigs = owner.signals()

@@ -14,9 +14,9 @@ def test_store_exports() -> None:
         "CLUSTER_ENV",
         "DEFAULT_PREFIX", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_TIMEOUT_S", "EVICTION_CHECK_ENV",
         "Head", "ListedProcess", "LogEntry", "MAX_LIST_LIMIT", "ProcessKeys", "ProcessListing",
-        "RedisBackend", "RedisClient", "RedisFences", "RestoreStats", "StoreConfig",
+        "QueuedPage", "RedisBackend", "RedisClient", "RedisFences", "RestoreStats", "StoreConfig",
         "StoredSnapshot", "allow_unverified_from_env", "async_connect", "cluster_from_env",
-        "connect", "failure_reason", "list_processes", "load_backend_factory",
+        "connect", "failure_reason", "list_processes", "list_queued", "load_backend_factory",
         "redis_boundary", "require_noeviction", "stale_writes_key",
         "verify_eviction_policy",
     ]
