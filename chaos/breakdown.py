@@ -118,22 +118,30 @@ def _first(times: Sequence[float]) -> float | None:
     return min(times) if times else None
 
 
-def _points(seen: _Seen, f: dict[str, Any]) -> tuple[dict[str, float | None], dict[str, str]]:
-    """The points of failover ``f`` (a :func:`failovers` row) and why any is None."""
+def _earliest(sightings: Sequence[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """(t, since) of the earliest sighting, (None, None) without one."""
+    return min(sightings) if sightings else (None, None)
+
+
+def _points(seen: _Seen, f: dict[str, Any]
+            ) -> tuple[dict[str, float | None], dict[str, float | None], dict[str, str]]:
+    """The points of failover ``f`` (a :func:`failovers` row), the ``since`` of the
+    sightings behind ``detected`` and ``claimed``, and why any point is None."""
     process, old, new = f["process"], f["token_before"], f["token_after"]
     t0, t_new = float(f["t_loss"]), float(f["t_new"])
     why: dict[str, str] = {}
+
     def belongs(t: float, since: float) -> bool:
         return t >= t0 and since <= t_new
 
-    owners = [(t, tok) for t, since, _, tok in seen.owners.get(process, ())
+    owners = [(t, since, tok) for t, since, _, tok in seen.owners.get(process, ())
               if belongs(t, since)]
     # claimed: the new record, else any record above the old token, or the fence
-    records = ([t for t, tok in owners if tok == new]
-               or [t for t, tok in owners if tok is not None and tok > old])
-    fences = [t for t, since, tok in seen.fences.get(process, ())
+    records = ([(t, since) for t, since, tok in owners if tok == new]
+               or [(t, since) for t, since, tok in owners if tok is not None and tok > old])
+    fences = [(t, since) for t, since, tok in seen.fences.get(process, ())
               if belongs(t, since) and tok >= new]
-    claimed = _first([*records[:1], *fences[:1]])
+    claimed, claimed_since = _earliest([*records[:1], *fences[:1]])
     if claimed is not None:
         claimed = min(claimed, t_new)
     elif seen.etcd or seen.fences:
@@ -143,10 +151,10 @@ def _points(seen: _Seen, f: dict[str, Any]) -> tuple[dict[str, float | None], di
         why["claimed"] = "no ownership record and no fence reading in the history"
     # detected: the old record gone or replaced, or the old host's lease lost
     host = seen.old_host(process, old, f.get("host"))
-    gone = [t for t, tok in owners if tok != old]
-    lost = [t for t, since, lease, previous in seen.leases.get(host or "", ())
+    gone = [(t, since) for t, since, tok in owners if tok != old]
+    lost = [(t, since) for t, since, lease, previous in seen.leases.get(host or "", ())
             if belongs(t, since) and previous is not None and lease != previous]
-    detected = _first([*gone[:1], *lost[:1]])
+    detected, detected_since = _earliest([*gone[:1], *lost[:1]])
     if detected is not None:
         detected = min(detected, claimed if claimed is not None else t_new)
     elif not seen.etcd:
@@ -163,8 +171,9 @@ def _points(seen: _Seen, f: dict[str, Any]) -> tuple[dict[str, float | None], di
         why["routed"] = "the history records no send times of answered requests"
     else:
         why["routed"] = "no answer under the new token was sent before its first commit"
-    return {"fault": t0, "detected": detected, "claimed": claimed, "routed": routed,
-            "committed": t_new}, why
+    return ({"fault": t0, "detected": detected, "claimed": claimed, "routed": routed,
+             "committed": t_new},
+            {"detected": detected_since, "claimed": claimed_since}, why)
 
 
 def failover_breakdown(history: Sequence[Event], logs: StoredLogs | None = None
@@ -176,13 +185,16 @@ def failover_breakdown(history: Sequence[Event], logs: StoredLogs | None = None
         ``process``, ``kind``, ``window``, ``host``, ``token_before``,
         ``token_after``; ``points`` (name -> run seconds or None); ``steps``
         (name -> seconds or None, names of :data:`STEPS`); ``to_claim`` (fault ->
-        claimed, seconds or None); ``total`` (seconds, equal to the failover's
-        ``seconds``); ``unobserved`` (point or step name -> why it is None).
+        claimed, seconds or None); ``seen_after`` (``detected``/``claimed`` -> the
+        ``since`` of the sighting behind it: the event happened after this, so a
+        step of 0 between two points seen in one read means "within that read
+        period"); ``total`` (seconds, equal to the failover's ``seconds``);
+        ``unobserved`` (point or step name -> why it is None).
     """
     seen = _Seen(history, logs)
     out: list[dict[str, Any]] = []
     for f in failovers(history, logs):
-        points, why = _points(seen, f)
+        points, since, why = _points(seen, f)
         steps: dict[str, float | None] = {}
         for step, (a, b) in STEPS.items():
             pa, pb = points[a], points[b]
@@ -195,6 +207,7 @@ def failover_breakdown(history: Sequence[Event], logs: StoredLogs | None = None
                     "token_after": f["token_after"],
                     "points": {k: _r(v) for k, v in points.items()}, "steps": steps,
                     "to_claim": None if claimed is None else _r(claimed - float(f["t_loss"])),
+                    "seen_after": {k: _r(v) for k, v in since.items()},
                     "total": f["seconds"], "unobserved": why})
     return out
 

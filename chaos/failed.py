@@ -16,6 +16,10 @@ outcome is unknown), sorted into exactly one cause:
 ``timeout``
     An ``info`` whose last error was a transport timeout (``ReadTimeout``,
     ``ConnectTimeout``, ``WriteTimeout``, ``PoolTimeout``): no answer in time.
+``ambiguous``
+    An ``info`` for a conflict met by a retry after an attempt whose outcome is
+    unknown (unavailable or lost in transit): it may have committed, and the
+    conflict may be its own commit (the owner died or moved mid-request).
 ``transport``
     An ``info`` whose last error was another transport failure (connection
     refused or reset).
@@ -45,7 +49,7 @@ from .stale import STALE_CLIENT
 __all__ = ["CAUSES", "cause_of", "failed_markdown", "failed_requests"]
 
 #: The causes, in report order.
-CAUSES = ("conflict", "unavailable", "timeout", "transport", "rejected", "other")
+CAUSES = ("conflict", "unavailable", "timeout", "ambiguous", "transport", "rejected", "other")
 _TIMEOUTS = ("ReadTimeout", "ConnectTimeout", "WriteTimeout", "PoolTimeout", "TimeoutException")
 
 
@@ -57,6 +61,8 @@ def cause_of(ev: Event) -> str:
         if ev.get("outcome") == "conflict":
             return "conflict"
         return "unavailable" if code == "unavailable" else "rejected"
+    if error.startswith("conflict (actual"):  # the workload's info after an unknown outcome
+        return "ambiguous"
     if code == "unavailable" or error.startswith("UnavailableError"):
         return "unavailable"
     if error.startswith(_TIMEOUTS):

@@ -91,6 +91,8 @@ def test_every_point_seen_gives_steps_that_add_up_to_the_failover() -> None:
                              "committed": 9.0}
     assert row["steps"] == {"detect": 3.1, "claim": 0.3, "route": 0.05, "commit": 0.55}
     assert row["unobserved"] == {}
+    # the record vanished after the read at 7.9; the fence rose after the read at 8.35
+    assert row["seen_after"] == {"detected": 7.9, "claimed": 8.35}
     (fo,) = failovers(history)
     assert row["total"] == fo["seconds"] == 4.0  # 9.0 - 5.0, the failover figure
     assert round(sum(row["steps"].values()), 3) == row["total"]
@@ -177,6 +179,8 @@ def test_failed_requests_are_sorted_by_cause_and_charged_to_fault_kinds() -> Non
          "error": "UnavailableError: unavailable: no healthy host"},
         {"kind": "info", "t": 7.0, "process": P, "rid": "t1", "error": "ReadTimeout: timed out"},
         {"kind": "info", "t": 7.5, "process": P, "rid": "n1", "error": "ConnectError: refused"},
+        {"kind": "info", "t": 7.6, "process": P, "rid": "m1",
+         "error": "conflict (actual 9) after an unknown outcome: UnavailableError: x"},
         # outside every fault
         {"kind": "fail", "t": 3.5, "process": P, "rid": "x1", "outcome": "conflict", "actual": 2},
         {"kind": "fail", "t": 3.6, "process": P, "rid": "x2", "outcome": "rejected",
@@ -184,14 +188,15 @@ def test_failed_requests_are_sorted_by_cause_and_charged_to_fault_kinds() -> Non
         {"kind": "info", "t": 3.7, "process": P, "rid": "x3", "error": "cancelled"},
     ]
     section = failed_requests(sort_t(history + extra))
-    # kill-host: the conflict at 8.7 plus the three infos
+    # kill-host: the conflict at 8.7 plus the four infos
     assert section["by_kind"]["kill-host"] == {"conflict": 1, "unavailable": 1, "timeout": 1,
-                                               "transport": 1, "rejected": 0, "other": 0,
-                                               "all": 4}
+                                               "ambiguous": 1, "transport": 1, "rejected": 0,
+                                               "other": 0, "all": 5}
     assert section["by_kind"]["none"] == {"conflict": 1, "unavailable": 0, "timeout": 0,
-                                          "transport": 0, "rejected": 1, "other": 1, "all": 3}
-    assert section["total"]["all"] == 7
-    assert "| kill-host | 1 | 1 | 1 | 1 | 0 | 0 | 4 |" in failed_markdown(section)
+                                          "ambiguous": 0, "transport": 0, "rejected": 1,
+                                          "other": 1, "all": 3}
+    assert section["total"]["all"] == 8
+    assert "| kill-host | 1 | 1 | 1 | 1 | 1 | 0 | 0 | 5 |" in failed_markdown(section)
     assert cause_of({"kind": "fail", "outcome": "error", "code": "unavailable"}) == "unavailable"
 
 
