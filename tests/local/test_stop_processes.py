@@ -8,7 +8,9 @@ SIGSTOP takes effect only then.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import shutil
 import signal
 import subprocess
@@ -188,3 +190,35 @@ def test_a_pid_that_exited_before_the_signal_is_skipped(procs: Procs) -> None:
     live = sleeper(procs)
     seen = stop_processes(lambda: [gone.pid, live.pid], timeout_s=2.0)
     assert [(s.pid, s.status) for s in seen] == [(live.pid, "stopped")]
+
+
+def test_a_node_pause_and_resume_cover_its_whole_tree(procs: Procs, tmp_path: Path) -> None:
+    from svit_cluster.local import RayNode
+
+    # a root with two children; one child is a zombie (its parent never reaps it)
+    root = procs.start(sys.executable, "-c",
+                       "import subprocess, time\n"
+                       "a = subprocess.Popen(['sleep', '300'])\n"
+                       "b = subprocess.Popen(['sleep', '300'])\n"
+                       "print(a.pid, b.pid, flush=True)\n"
+                       "time.sleep(300)\n", stdout=subprocess.PIPE)
+    assert root.stdout is not None
+    a, b = (int(x) for x in root.stdout.readline().split())
+    try:
+        os_kill(b)
+        wait_state(b, psutil.STATUS_ZOMBIE)
+        node = RayNode("h9", tmp_path, tmp_path / "log", pid=root.pid)
+        paused = node.pause(timeout_s=2.0)
+        assert sorted(paused) == sorted([root.pid, a])  # the zombie is not listed
+        assert state(root.pid) == state(a) == psutil.STATUS_STOPPED
+        resumed = node.resume(timeout_s=2.0)
+        assert sorted(resumed) == sorted([root.pid, a])
+        assert psutil.STATUS_STOPPED not in (state(root.pid), state(a))
+    finally:
+        for pid in (a, b):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def os_kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
