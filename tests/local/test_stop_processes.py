@@ -3,7 +3,7 @@
 Each test starts its own processes and kills them by PID at teardown. The
 uninterruptible sleep (``D``) is real: a C helper ``vfork``s, and the parent
 sleeps uninterruptibly until the child exits (``wait_for_vfork_done``); a
-SIGSTOP takes effect only then.
+SIGSTOP takes effect only then. The child dies with the parent.
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ from svit_cluster.local._servers import wait_stopped
 from svit_cluster.local._stop import continue_processes, stop_processes
 
 VFORK_C = r"""
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 int main(int argc, char **argv) {
     unsigned ms = (unsigned)atoi(argv[1]);
     pid_t c = vfork();
-    if (c == 0) { usleep(ms * 1000); _exit(0); }
+    if (c == 0) { prctl(PR_SET_PDEATHSIG, SIGKILL); usleep(ms * 1000); _exit(0); }
     waitpid(c, 0, 0);
     for (;;) pause();
 }
@@ -176,11 +178,18 @@ def _traceme() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ptrace is Linux here")
 def test_a_process_stopped_by_its_tracer_counts_as_stopped(procs: Procs) -> None:
     traced = procs.start("sleep", "300", preexec_fn=_traceme)  # stops at exec (SIGTRAP)
-    wait_state(traced.pid, psutil.STATUS_TRACING_STOP)
-    seen = stop_processes(lambda: [traced.pid], timeout_s=1.0)
-    assert [s.status for s in seen] == ["tracing-stop"]
-    # continuing leaves it to its tracer (this test): not an error
-    assert [s.status for s in continue_processes(lambda: [traced.pid])] == ["tracing-stop"]
+    try:
+        wait_state(traced.pid, psutil.STATUS_TRACING_STOP)
+        seen = stop_processes(lambda: [traced.pid], timeout_s=1.0)
+        assert [s.status for s in seen] == ["tracing-stop"]
+        # continuing leaves it to its tracer (this test): not an error
+        assert [s.status for s in continue_processes(lambda: [traced.pid])] == ["tracing-stop"]
+    finally:
+        # Popen.poll would take the trace stop for an exit and never kill it; a
+        # tracee left behind runs on once this process (its tracer) exits
+        os.kill(traced.pid, signal.SIGKILL)
+        os.waitpid(traced.pid, 0)
+        traced.returncode = -signal.SIGKILL
 
 
 def test_a_pid_that_exited_before_the_signal_is_skipped(procs: Procs) -> None:
