@@ -20,6 +20,10 @@ Public names, by importance:
   nemesis's load processes, and the host lease losses the observer records,
   judged against the fault windows (the ``leases`` invariant and the report's
   ``host_leases``).
+* :mod:`svit_chaos.breakdown` and :mod:`svit_chaos.failed` -- each failover cut
+  into steps (fault, loss detected, claim, routed, commit) and the failed
+  requests sorted by cause (conflict, unavailable, timeout, ...), per fault kind
+  (the report's ``failover_breakdown`` and ``failed_requests``).
 * :class:`StoreObserver`, :class:`StaleWriter` -- fence watcher and stale owner.
 * :class:`ManualClock`, :class:`MonotonicClock` -- injectable clocks.
 * :class:`HarnessError` -- the harness failed (the run is inconclusive).

@@ -10,18 +10,23 @@ Kinds and their fields:
 * ``invoke`` -- an operation starts: ``client``, ``process``, ``rid`` (request
   id, also the idempotency key), ``expected`` (expected version).
 * ``ok`` -- it committed: ``version`` (resulting), ``previous``, ``replayed``,
-  ``attempts``; ``token`` when the writer knows it.
+  ``attempts``; ``token`` when the writer knows it; ``sent``: ``t`` at which the
+  answered attempt was sent.
 * ``fail`` -- it definitely did not commit: ``outcome`` (``conflict`` or
-  ``rejected``), ``actual`` (conflict) or ``code`` (rejected or error code).
+  ``rejected``), ``actual`` (conflict) or ``code`` (rejected or error code);
+  for an answer from an owner, ``sent`` and the owner's ``token`` when known.
 * ``info`` -- unknown outcome (transport errors, ``unavailable`` until the
   deadline, or a conflict after an ambiguous attempt): ``error``.
 * ``nemesis`` -- ``phase`` (``inject`` / ``heal`` / ``error``), ``nemesis``
   (kind), ``window`` (index in the schedule), ``spec`` and ``detail``.
 * ``fence`` -- the store observer saw the fence of ``process`` at ``fence``
-  while the head was at ``head``: no later entry may carry a smaller token.
+  while the head was at ``head``: no later entry may carry a smaller token;
+  ``since``: ``t`` of the previous read of that process (the fence rose in
+  ``(since, t]``; null for the first read).
 * ``owner`` -- the ownership record of ``process`` in etcd changed: ``host``
   and ``token`` (its fencing token: epoch and create revision), both null when
-  it disappeared.
+  it disappeared; ``since``: ``t`` of the previous read (the change happened in
+  ``(since, t]``; null for the first read).
 * ``final`` -- state read through the gateway after healing: ``process``,
   ``version``, ``count``, ``last``.
 * ``outbox`` -- after the dispatcher drained: ``sink``, ``drained``,

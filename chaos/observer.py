@@ -179,6 +179,10 @@ class StoreObserver:
         self._hosts: dict[str, tuple[int, int | None] | None] = {}
         #: history ``t`` when the last successful host read was sent
         self._hosts_read_at: float | None = None
+        #: history ``t`` when the last successful poll of each process was sent
+        self._polled_at: dict[str, float] = {}
+        #: history ``t`` when the last successful ownership read was sent
+        self._owners_read_at: float | None = None
         self.etcd_endpoint = etcd_endpoint
         self.cluster = cluster
         self.owners_every = max(1, owners_every)
@@ -221,6 +225,7 @@ class StoreObserver:
     def poll_owners(self) -> bool:
         """Read the ownership records once; records ``owner`` events on changes."""
         assert self.etcd_endpoint and self.cluster
+        asked = self.history.elapsed()
         try:
             owners = etcd_owners(self.etcd_endpoint, self.cluster)
         except (OSError, ValueError):
@@ -231,7 +236,9 @@ class StoreObserver:
                 self._owners[process] = now
                 self.history.record("owner", process=process,
                                     host=now[0] if now else None,
-                                    token=now[1] if now else None)
+                                    token=now[1] if now else None,
+                                    since=self._owners_read_at)
+        self._owners_read_at = asked
         return True
 
     def poll_hosts(self) -> bool:
@@ -264,6 +271,7 @@ class StoreObserver:
 
     def _poll(self, process: str) -> None:
         keys = ProcessKeys(process, self.prefix)
+        asked = self.history.elapsed()
         last = self._last.get(process, 0)
         pipe = self.client.pipeline(transaction=True)
         pipe.set(keys.hold, last)  # everything above `last` stays until copied
@@ -278,7 +286,9 @@ class StoreObserver:
             log = self.collected.get(process)
             if fence != self._fence.get(process, 0):
                 self._fence[process] = fence
-                self.history.record("fence", process=process, fence=fence, head=head)
+                self.history.record("fence", process=process, fence=fence, head=head,
+                                    since=self._polled_at.get(process))
+            self._polled_at[process] = asked
             for eid, fields in stream or ():
                 parsed = parse_stream_entry(process, eid, fields, source="collected")
                 if isinstance(parsed, str):

@@ -4,7 +4,9 @@ The timeline shows acknowledged commits per second and failed / unknown
 operations per second over one lane per fault kind, each fault a bar with its
 recovery marked (:mod:`svit_chaos.availability`). The ``availability`` section
 gives per-process availability and, per fault kind, the time-to-recovery and
-failover distributions. Failover
+failover distributions; ``failover_breakdown`` cuts each failover into steps
+(:mod:`svit_chaos.breakdown`) and ``failed_requests`` sorts the operations that
+did not commit by cause (:mod:`svit_chaos.failed`). Failover
 times are measured from each host fault that can move ownership (kill, pause,
 etcd cut) to the first acknowledged commit, on each process, by an owner with a
 higher token than the process had before the fault.
@@ -23,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from .availability import DEFAULT_THRESHOLD_S, availability_report, fault_windows, markdown_tables
+from .breakdown import STEPS, breakdown_markdown, breakdown_report
 from .checker import CheckResult
+from .failed import CAUSES, failed_markdown, failed_requests
 from .history import Event
 from .leases import leases_markdown, leases_report
 from .logs import StoredLogs
@@ -182,6 +186,7 @@ def build_report(
                      if ev.get("kind") == "nemesis" and ev.get("phase") == "inject")
     failovers = failover_times(history, logs)
     seconds = [f["seconds"] for f in failovers]
+    availability = availability_report(history, logs, threshold_s=threshold_s)
     return {
         "verdict": verdict or result.verdict,
         "run": run,
@@ -203,7 +208,9 @@ def build_report(
             "median_s": statistics.median(seconds) if seconds else None,
             "events": failovers,
         },
-        "availability": availability_report(history, logs, threshold_s=threshold_s),
+        "availability": availability,
+        "failover_breakdown": breakdown_report(history, logs),
+        "failed_requests": failed_requests(history, availability["faults"]),
         "check": {"verdict": result.verdict, "stats": result.stats},
         "controls": controls or {},
         "ports": _ports(history, logs),
@@ -358,6 +365,9 @@ def write_markdown(path: Path, report: dict[str, Any]) -> None:
             f"{report.get('acked_commits', 0)}, anomalies {report.get('anomaly_count', 0)}"
             f"{lost}\n\n" + (flags + "\n" if flags else ""))
     body = markdown_tables(report["availability"]) if report.get("availability") else ""
+    for extra in (breakdown_markdown(report.get("failover_breakdown")),
+                  failed_markdown(report.get("failed_requests"))):
+        body += "\n" + extra if extra else ""
     path.write_text(head + ports_markdown(report.get("ports"))
                     + timers_markdown(report.get("timers")) + leases_markdown(leases)
                     + body, encoding="utf-8")
@@ -371,6 +381,13 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
         "<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c)))}</td>" for c in columns) + "</tr>"
         for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _dist(dist: dict[str, Any]) -> str:
+    """``p50 / p90 / max`` of a distribution, with the unobserved count when any."""
+    shown = f"{dist['p50']} / {dist['p90']} / {dist['max']}" if dist.get("count") else "-"
+    missing = sum((dist.get("unobserved") or {}).values())
+    return shown + (f" ({missing} unobserved)" if missing else "")
 
 
 def _cell(value: Any) -> str:
@@ -430,6 +447,16 @@ def write_html(path: Path, report: dict[str, Any], png: bytes | None) -> None:
         ("Failover per fault kind (s)", _table(
             [{"kind": k, **v} for k, v in availability.get("failover", {}).get(
                 "by_kind", {}).items()], ["kind", "count", "p50", "p90", "max", "unrecovered"])),
+        ("Failover breakdown per fault kind (p50 / p90 / max, s)", _table(
+            [{"kind": k, "count": v["count"],
+              **{s: _dist(v["steps"][s]) for s in STEPS},
+              "fault -> claimed": _dist(v["to_claim"]), "total": _dist(v["total"])}
+             for k, v in (report.get("failover_breakdown") or {}).get("by_kind", {}).items()],
+            ["kind", "count", *STEPS, "fault -> claimed", "total"])),
+        ("Failed requests per fault kind", _table(
+            [{"kind": k, **v} for k, v in
+             (report.get("failed_requests") or {}).get("by_kind", {}).items()],
+            ["kind", *CAUSES, "all"])),
         ("Failovers", _table(availability.get("failover", {}).get("events", []),
                              ["kind", "host", "process", "t_loss", "t_new", "token_before",
                               "token_after", "seconds"])),

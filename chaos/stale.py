@@ -34,7 +34,10 @@ from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys, RedisBackend, StoreC
 from .history import HistoryWriter
 from .workload import KEEP_OPS
 
-__all__ = ["InFlight", "StaleWriter"]
+__all__ = ["STALE_CLIENT", "InFlight", "StaleWriter"]
+
+#: The ``client`` of the stale writer's operations in the history.
+STALE_CLIENT = "stale"
 
 
 @dataclass(frozen=True)
@@ -175,9 +178,9 @@ class StaleWriter:
                 transition: Any, rid: str) -> dict[str, Any]:
         out: dict[str, Any] = {"process": process, "token": token, "rid": rid}
         self.attempts += 1
-        self.history.record("invoke", client="stale", process=process, rid=rid,
+        self.history.record("invoke", client=STALE_CLIENT, process=process, rid=rid,
                             expected=proc.version, token=token)
-        common = {"client": "stale", "process": process, "rid": rid,
+        common = {"client": STALE_CLIENT, "process": process, "rid": rid,
                   "expected": proc.version, "token": token}
         try:
             backend.commit(transition)

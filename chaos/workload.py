@@ -34,6 +34,10 @@ it last observed as ``expected_version`` and a fresh request id, then
 * ``committed`` -> history ``ok`` with the resulting version (and ``token``, the
   owner's fencing token from the gateway's ``X-Svit-Token`` header, when sent
   and the answer is not a replayed receipt);
+* every answered operation (``ok``, and ``fail`` for a conflict or rejection)
+  carries ``sent``: the history ``t`` at which the answered attempt was sent;
+  a conflict or rejection also carries the answering owner's ``token`` when the
+  gateway sent one;
 * ``conflict`` -> ``fail`` and *recompute* (the conflict names the actual
   version, which becomes the next expectation) -- unless an earlier attempt of
   the same request had an unknown outcome, then ``info``: once the receipt is
@@ -152,6 +156,13 @@ def timer_fields(messages: Sequence[Any]) -> dict[str, Any]:
     return out
 
 _TRANSIENT = (httpx.TransportError, UnavailableError)
+
+
+def _answered_by(client: AsyncSvitClient) -> dict[str, int]:
+    """``{"token": t}``: the fencing token of the owner that answered the last
+    control request (the gateway's ``X-Svit-Token``), ``{}`` when none was sent."""
+    token = getattr(client, "last_owner_token", None)
+    return {"token": token} if isinstance(token, int) else {}
 
 
 @dataclass(frozen=True)
@@ -402,6 +413,7 @@ class Workload:
             while True:
                 attempts += 1
                 stats.attempts += 1
+                sent = round(hist.elapsed(), 6)  # when the attempt that may be answered was sent
                 try:
                     resp = await client.activate(pid, SCRIPT_NAME, {"rid": rid},
                                                  expected_version=expected, request_id=rid)
@@ -436,7 +448,7 @@ class Workload:
                         extra["token"] = token
                     hist.record("ok", client=name, process=pid, rid=rid, expected=expected,
                                 version=version, previous=outcome.previous_version,
-                                replayed=resp.replayed, attempts=attempts, **extra,
+                                replayed=resp.replayed, attempts=attempts, sent=sent, **extra,
                                 **timer_fields(outcome.activation.messages))
                     stats.ok += 1
                     stats.last_ok_t = hist.elapsed()
@@ -453,12 +465,13 @@ class Workload:
                         return None
                     hist.record("fail", client=name, process=pid, rid=rid, expected=expected,
                                 attempts=attempts, outcome="conflict", actual=actual,
-                                replayed=resp.replayed)
+                                replayed=resp.replayed, sent=sent, **_answered_by(client))
                     stats.fail += 1
                     return actual
                 hist.record("fail", client=name, process=pid, rid=rid, expected=expected,
                             attempts=attempts, outcome="rejected",
-                            code=outcome.failure.code, replayed=resp.replayed)
+                            code=outcome.failure.code, replayed=resp.replayed, sent=sent,
+                            **_answered_by(client))
                 stats.fail += 1
                 return None
         except asyncio.CancelledError:

@@ -332,20 +332,35 @@ class RayNode:
             except subprocess.TimeoutExpired:
                 pass
 
-    def pause(self) -> list[int]:
+    def pause(self, *, timeout_s: float = 5.0, uninterruptible_s: float = 30.0) -> list[int]:
         """SIGSTOP every process of this node (a stale owner, frozen mid-flight).
 
-        Returns the PIDs once each is stopped (or gone), not merely signalled.
+        Returns the PIDs once each is stopped, or has exited (a worker that exits
+        while its raylet is stopped stays a zombie), not merely signalled; a
+        process forked meanwhile is stopped too (see
+        :func:`svit_cluster.local._stop.stop_processes`).
+
+        Raises:
+            UnavailableError: a process did not stop within ``timeout_s`` seconds
+                (``uninterruptible_s`` while in uninterruptible sleep); the
+                message names each (PID, state, command).
         """
-        from svit_cluster.local._servers import wait_stopped
+        from svit_cluster.local._stop import stop_processes
 
-        pids = self._signal_all(signal.SIGSTOP)
-        wait_stopped(pids)
-        return pids
+        seen = stop_processes(self.pids, timeout_s=timeout_s,
+                              uninterruptible_s=uninterruptible_s)
+        return [s.pid for s in seen]
 
-    def resume(self) -> list[int]:
-        """SIGCONT every process of this node."""
-        return self._signal_all(signal.SIGCONT)
+    def resume(self, *, timeout_s: float = 5.0) -> list[int]:
+        """SIGCONT every process of this node; returns the PIDs once none is stopped.
+
+        Raises:
+            UnavailableError: one was still stopped after ``timeout_s`` seconds
+                (the message names it: PID, state, command).
+        """
+        from svit_cluster.local._stop import continue_processes
+
+        return [s.pid for s in continue_processes(self.pids, timeout_s=timeout_s)]
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SIGTERM the node, then SIGKILL whatever is left of it after ``timeout_s``."""

@@ -41,21 +41,45 @@ _LOOPBACK = "127.0.0.1"
 COMPACTION_RETENTION = "5m"
 
 
-def wait_stopped(pids: list[int], *, timeout_s: float = 5.0) -> None:
-    """Wait until every process in ``pids`` is stopped (SIGSTOP delivered) or gone.
+def wait_stopped(pids: list[int], *, timeout_s: float = 5.0,
+                 uninterruptible_s: float = 30.0) -> None:
+    """Wait until every process in ``pids`` is stopped (``T`` or ``t``) or has
+    exited (gone or a zombie: nothing of it runs).
 
     ``kill(SIGSTOP)`` returns before the target stops; on a loaded machine the
-    target may still run (and answer a request) for a while.
+    target may still run (and answer a request) for a while. A process in
+    uninterruptible sleep (``D``) stops only when its kernel call returns: it
+    may take ``uninterruptible_s``.
 
     Raises:
-        UnavailableError: one of them did not stop within ``timeout_s`` seconds.
+        UnavailableError: one of them did not stop within ``timeout_s`` seconds
+            (``uninterruptible_s`` while in ``D``); the message gives its PID,
+            state and command.
     """
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
     for pid in pids:
-        while _proc_state(pid) not in ("T", "t", None):
-            if time.monotonic() > deadline:
-                raise UnavailableError(f"pid {pid} did not stop within {timeout_s} s")
+        while (state := _proc_state(pid)) not in ("T", "t", "Z", "X", None):
+            waited = time.monotonic() - start
+            if waited > uninterruptible_s or (waited > timeout_s and state != "D"):
+                raise UnavailableError(
+                    f"pid {pid} (state {state}, command {_command(pid)!r}) did not stop "
+                    f"within {round(waited, 1)} s (limit {timeout_s} s, "
+                    f"{uninterruptible_s} s in uninterruptible sleep)",
+                    pid=pid, state=state)
             time.sleep(0.005)
+
+
+def _command(pid: int) -> str:
+    """The command line of ``pid`` (its name for a kernel thread), '' if gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+        if not raw:
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                raw = f.read().strip()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:120]
 
 
 def pid_alive(pid: int | None) -> bool:
