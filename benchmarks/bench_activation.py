@@ -66,10 +66,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="CI smoke run: 0.6 s, 2 rounds")
+    ap.add_argument("--quick", action="store_true", help="CI smoke run: 0.2 s, 2 rounds")
     args = ap.parse_args()
     if args.quick:
-        args.seconds, args.rounds = 0.6, 2
+        args.seconds, args.rounds = 0.2, 2
     results: dict[str, list[float]] = {"activate_per_s": [], "controller_per_s": []}
     for _ in range(args.rounds):  # interleaved rounds, same process
         n, t = run_activate(args.seconds / args.rounds)

@@ -19,7 +19,7 @@ launcher's default) in a temporary directory and stops them; no Ray.
   dispatcher draining those intents (a ``redis-stream://`` sink, trimming on).
 * **redis_memory** -- ``MEMORY USAGE`` of each of one process's keys after N1
   and N2 commits: a counter process (no intents; default ``StoreConfig``:
-  receipts 256, snapshot every 64, signals 10 000) and a sending process (one
+  receipts 256, snapshot every 100, signals 10 000) and a sending process (one
   intent per commit, dispatcher delivering and trimming).
 * **ray** (only with ``--ray``; not in ``--quick``, so CI never starts Ray
   here) -- a one-host local cluster: PSS of the process-actor worker
@@ -42,7 +42,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from svit_cluster.control import ProcessController, decode_request
+from svit_cluster.control import DEFAULT_RECEIPTS, ProcessController, decode_request
+from svit_cluster.defaults import DEFAULT_SNAPSHOT_EVERY
 from svit_cluster.dispatch import DispatchConfig, DispatchWorker, outbox_summary
 from svit_cluster.local import EtcdServer, RedisServer
 from svit_cluster.ownership import HostLease, Owners, open_client
@@ -393,10 +394,15 @@ def main() -> int:
     ap.add_argument("--actors", type=int, default=20)
     ap.add_argument("--requests", type=int, default=500)
     args = ap.parse_args()
-    n_commit, n_own = (200, 50) if args.quick else (args.commits, 500)
-    n1, n2 = (200, 1000) if args.quick else (1000, 10_000)
-    s1, s2 = (100, 400) if args.quick else (500, 2000)
-    leases, keepalive_s = (10, 3.0) if args.quick else (args.leases, args.keepalive_s)
+    # quick: fewer operations; both memory points of each process lie past a
+    # snapshot, and the commit window and the last memory points past the
+    # receipt cap too (so its trimming runs), as in the full run; the keepalive
+    # window spans more than one keepalive interval of a 5 s lease
+    snap, past_cap = DEFAULT_SNAPSHOT_EVERY + 10, DEFAULT_RECEIPTS + 10
+    n_commit, n_own = (past_cap, 10) if args.quick else (args.commits, 500)
+    n1, n2 = (snap, past_cap) if args.quick else (1000, 10_000)
+    s1, s2 = (snap, past_cap) if args.quick else (500, 2000)
+    leases, keepalive_s = (2, 2.0) if args.quick else (args.leases, args.keepalive_s)
     started = time.perf_counter()
     result: dict[str, Any]
     if args.ray_only:

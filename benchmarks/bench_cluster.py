@@ -3,10 +3,14 @@
 Run::
 
     python -m benchmarks.bench_cluster [--clients 16] [--processes 100] [--ops 2000]
-                                       [--kills 5] [--lease-ttl 3]
+                                       [--kills 5] [--lease-ttl 3] [--hosts 3]
+                                       [--actor-calls 1000]
 
-Starts its own local cluster (3 hosts), prints one JSON document, stops it.
+Starts its own local cluster of ``--hosts`` hosts, prints one JSON document, stops it.
 All figures come from this one run, side by side.
+
+``--quick`` (CI): 2 hosts (a killed host's process fails over to the other),
+2 clients, 2 processes, 20 ops, 100 bare actor calls, 1 kill.
 """
 
 from __future__ import annotations
@@ -126,7 +130,7 @@ def failovers(cluster: LocalCluster, url: str, token: str, kills: int) -> dict[s
             print(f"kill {k + 1}/{kills}: {victim} -> failover {times[-1]:.2f} s",
                   file=sys.stderr)
             cluster.restart_host(victim)
-    return {"kills": kills, "lease_ttl_s": cluster.spec.lease_ttl_s,
+    return {"kills": kills, "hosts": cluster.spec.hosts, "lease_ttl_s": cluster.spec.lease_ttl_s,
             "median_s": statistics.median(times), "max_s": max(times),
             "all_s": [round(t, 3) for t in times],
             "target_s": cluster.spec.lease_ttl_s + 1.5}
@@ -135,18 +139,23 @@ def failovers(cluster: LocalCluster, url: str, token: str, kills: int) -> dict[s
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="CI smoke run: 4 clients, 10 processes, 100 ops, 1 kill")
+                    help="CI smoke run: 2 hosts, 2 clients, 2 processes, 20 ops, "
+                         "100 actor calls, 1 kill")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--processes", type=int, default=100)
     ap.add_argument("--ops", type=int, default=2000)
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--lease-ttl", type=int, default=3)
+    ap.add_argument("--hosts", type=int, default=3)
+    ap.add_argument("--actor-calls", type=int, default=1000,
+                    help="sequential calls to one bare Ray actor")
     args = ap.parse_args()
     if args.quick:
-        args.clients, args.processes, args.ops, args.kills = 4, 10, 100, 1
+        args.clients, args.processes, args.ops, args.kills = 2, 2, 20, 1
+        args.hosts, args.actor_calls = 2, 100
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory(prefix="svit-bench-") as tmp:
-        cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=3,
+        cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=args.hosts,
                                               lease_ttl_s=args.lease_ttl))
         try:
             url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]
@@ -155,7 +164,7 @@ def main() -> int:
                 for pid in pids:
                     c.create_process(pid, memory={"count": 0}, scripts={"counter": COUNTER})
             load = asyncio.run(gateway_load(url, token, pids, args.clients, args.ops))
-            actor = bare_actor_calls(cluster.doc["ray"]["address"], "h1")
+            actor = bare_actor_calls(cluster.doc["ray"]["address"], "h1", args.actor_calls)
             fo = failovers(cluster, url, token, args.kills)
         finally:
             cluster.down()

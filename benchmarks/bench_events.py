@@ -132,14 +132,14 @@ async def _run(observers: int, commits: int, interval_s: float, url: str, redis_
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="CI smoke run: 10 observers, 20 commits")
+                        help="CI smoke run: 2 observers, 10 commits")
     parser.add_argument("--observers", type=int, default=100)
     parser.add_argument("--commits", type=int, default=200)
     parser.add_argument("--interval-ms", type=float, default=20.0)
     parser.add_argument("--serve", nargs=2, metavar=("PORT", "REDIS_URL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
-        args.observers, args.commits = 10, 20
+        args.observers, args.commits = 2, 10
     if args.serve:
         _serve(int(args.serve[0]), args.serve[1])
         return

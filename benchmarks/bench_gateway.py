@@ -3,9 +3,9 @@
 Run::
 
     python -m benchmarks.bench_gateway [--clients 16] [--processes 100]
-                                       [--warmup-s 10] [--window-s 20] [--quick]
+                                       [--warmup-s 10] [--window-s 20] [--hosts 3] [--quick]
 
-Starts its own local cluster (3 hosts), creates P counter processes, runs N
+Starts its own local cluster of ``--hosts`` hosts, creates P counter processes, runs N
 closed-loop clients through the HTTP API (each keeps the last version it saw and
 re-observes only after a conflict, from the conflict's ``actual_version``). The
 clients first activate every process once (``prime_s``: P cold activations, each
@@ -16,6 +16,9 @@ per commit of each component (gateway, process actors, host agents, Ray daemons,
 Redis, etcd) from psutil over the PIDs recorded in ``cluster.json`` and all their
 children, sampled at the window's start and end; and, outside the total, this
 process's own CPU (``clients_cpu_ms_per_commit``: the N SDK clients).
+
+``--quick`` (CI): 1 host (the request path is the same on any number), 2 clients,
+2 processes, 0.5 s warm-up, 1.5 s window.
 """
 
 from __future__ import annotations
@@ -187,17 +190,20 @@ async def closed_loop(url: str, token: str, pids: list[str], clients: int,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="CI smoke run: 2 clients, 4 processes, 3 s warm-up, 5 s window")
+                    help="CI smoke run: 1 host, 2 clients, 2 processes, 0.5 s warm-up, "
+                         "1.5 s window")
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--processes", type=int, default=100)
     ap.add_argument("--warmup-s", type=float, default=10.0)
     ap.add_argument("--window-s", type=float, default=20.0)
+    ap.add_argument("--hosts", type=int, default=3)
     args = ap.parse_args()
     if args.quick:
-        args.clients, args.processes, args.warmup_s, args.window_s = 2, 4, 3.0, 5.0
+        args.clients, args.processes, args.warmup_s, args.window_s = 2, 2, 0.5, 1.5
+        args.hosts = 1
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory(prefix="svit-bench-gw-") as tmp:
-        cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=3))
+        cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=args.hosts))
         try:
             url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]
             pids = [f"svit://local/gw-{i}" for i in range(args.processes)]
@@ -208,7 +214,7 @@ def main() -> int:
                                              args.warmup_s, args.window_s, cluster.doc))
         finally:
             cluster.down()
-    print(json.dumps(result, indent=2))
+    print(json.dumps({**result, "hosts": args.hosts}, indent=2))
     return 0
 
 

@@ -4,8 +4,9 @@ Run::
 
     python -m benchmarks.bench_residency [--quick] [--processes 2000] [--clients 32]
                                          [--duration-s 300] [--max-active 20] [--zipf-s 1.1]
+                                         [--hosts 3]
 
-Starts a 3-host local cluster with ``--max-active-per-host``, registers
+Starts a local cluster of ``--hosts`` hosts with a budget of ``--max-active`` each, registers
 ``--processes`` counter processes (created 16 at a time through the HTTP API),
 then runs ``--clients`` closed-loop clients for ``--duration-s`` seconds; each
 picks a process by a Zipf distribution (exponent ``--zipf-s``; ranks shuffled
@@ -28,7 +29,8 @@ counted in ``gave_up_on_conflicts``). Prints one JSON document:
   minute (flat means within noise);
 * ``agents``: passivations at the budget, worker starts and reuses per host.
 
-``--quick`` (CI): 120 processes, 8 clients, 20 s, budget 4, samples every 5 s.
+``--quick`` (CI): 2 hosts (placement still chooses between hosts), 16
+processes, 4 clients, 4 s, budget 2, memory samples every 2 s.
 """
 
 from __future__ import annotations
@@ -230,22 +232,23 @@ async def load(url: str, token: str, pids: list[str], clients: int, duration_s: 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="CI smoke run: 120 processes, 8 clients, 20 s, budget 4")
+                    help="CI smoke run: 2 hosts, 16 processes, 4 clients, 4 s, budget 2")
     ap.add_argument("--processes", type=int, default=2000)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--duration-s", type=float, default=300.0)
     ap.add_argument("--max-active", type=int, default=20, help="residency budget per host")
     ap.add_argument("--zipf-s", type=float, default=1.1)
     ap.add_argument("--lease-ttl", type=int, default=5)
+    ap.add_argument("--hosts", type=int, default=3)
     args = ap.parse_args()
     memory_every_s = 60.0
     if args.quick:
-        args.processes, args.clients, args.duration_s, args.max_active = 120, 8, 20.0, 4
-        memory_every_s = 5.0
+        args.processes, args.clients, args.duration_s, args.max_active = 16, 4, 4.0, 2
+        args.hosts, memory_every_s = 2, 2.0
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory(prefix="svit-res-") as tmp:
         cluster = LocalCluster.up(ClusterSpec(
-            state_dir=Path(tmp), hosts=3, lease_ttl_s=args.lease_ttl, dispatchers=0,
+            state_dir=Path(tmp), hosts=args.hosts, lease_ttl_s=args.lease_ttl, dispatchers=0,
             max_active_per_host=args.max_active))
         sampler = Sampler(cluster, memory_every_s)
         try:
@@ -270,7 +273,7 @@ def main() -> int:
     print(json.dumps({
         "config": {"processes": args.processes, "clients": args.clients,
                    "duration_s": args.duration_s, "max_active_per_host": args.max_active,
-                   "zipf_s": args.zipf_s, "lease_ttl_s": args.lease_ttl, "hosts": 3},
+                   "zipf_s": args.zipf_s, "lease_ttl_s": args.lease_ttl, "hosts": args.hosts},
         "registered_s": registered_s,
         **result,
         "budget": {"max_active_per_host": args.max_active,

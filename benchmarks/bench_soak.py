@@ -3,9 +3,9 @@
 Run::
 
     python -m benchmarks.bench_soak [--quick] [--duration-s 1200] [--agents 50]
-                                    [--sends 50000] [--kill-every-s 300]
+                                    [--sends 50000] [--kill-every-s 300] [--hosts 3]
 
-What runs, at once, on a 3-host local cluster with one outbox dispatcher
+What runs, at once, on a local cluster of ``--hosts`` hosts with one outbox dispatcher
 delivering to a local webhook (a uvicorn server in this process):
 
 * **a sender**: one process whose script sends one webhook intent and writes
@@ -16,7 +16,7 @@ delivering to a local webhook (a uvicorn server in this process):
   to end), against an OpenAI-compatible model server we did not write (LLMock, started by
   ``benchmarks/_llm.py``, ``--model-latency-ms`` per reply): every turn is a
   tool call, its result, then a final answer;
-* **a nemesis**: every ``--kill-every-s`` one host (h1, h2, h3 in turn) is
+* **a nemesis**: every ``--kill-every-s`` one host (h1, h2, ... in turn) is
   killed and restarted.
 
 Prints one JSON document with, per minute of the load: the sender's
@@ -36,7 +36,8 @@ that failed); and, as liveness, which agents' inboxes still hold a message
 (``agent_inboxes_not_empty``, counted in ``stuck_inboxes``: every agent's
 last turn should have completed, so any is a finding).
 
-``--quick`` (CI): 60 s, 3 agents, at least 300 sends, one host kill.
+``--quick`` (CI): 2 hosts, 12 s, 1 agent, at least 30 sends, one host killed
+(4 s in) and restarted, samples every 2 s.
 """
 
 from __future__ import annotations
@@ -381,7 +382,8 @@ def verify(cluster: LocalCluster, agents: list[str], tally: Tally,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="CI smoke run: 60 s, 3 agents, at least 300 sends, one host kill")
+                    help="CI smoke run: 2 hosts, 12 s, 1 agent, at least 30 sends, "
+                         "one host kill and restart")
     ap.add_argument("--duration-s", type=float, default=1200.0, help="load duration (s)")
     ap.add_argument("--agents", type=int, default=50, help="agent processes")
     ap.add_argument("--sends", type=int, default=50_000,
@@ -389,6 +391,8 @@ def main() -> int:
     ap.add_argument("--kill-every-s", type=float, default=300.0,
                     help="seconds between host kills (each host restarted at once)")
     ap.add_argument("--sample-every-s", type=float, default=60.0)
+    ap.add_argument("--hosts", type=int, default=3,
+                    help="hosts (at least 2: a killed host's processes fail over)")
     ap.add_argument("--model-latency-ms", type=int, default=200,
                     help="the model server's delay per reply (ms)")
     ap.add_argument("--signal-retention", type=int, default=DEFAULT_SIGNAL_RETENTION,
@@ -398,8 +402,10 @@ def main() -> int:
                     help="reasoning events kept per session (up --max-events)")
     args = ap.parse_args()
     if args.quick:
-        args.duration_s, args.agents, args.sends = 60.0, 3, 300
-        args.kill_every_s, args.sample_every_s = 25.0, 10.0
+        # one kill: the nemesis waits for the restart (a Ray node and its agent,
+        # several seconds) and then kill_every_s more, past the end of the load
+        args.duration_s, args.agents, args.sends, args.hosts = 12.0, 1, 30, 2
+        args.kill_every_s, args.sample_every_s = 4.0, 2.0
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     hook = Webhook().start()
     llm = start_llm_server(latency_ms=args.model_latency_ms)
@@ -409,7 +415,7 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="svit-soak-") as tmp:
             cluster = LocalCluster.up(ClusterSpec(
-                state_dir=Path(tmp), hosts=3, lease_ttl_s=5, dispatchers=1,
+                state_dir=Path(tmp), hosts=args.hosts, lease_ttl_s=5, dispatchers=1,
                 dispatch_options={"webhook_hosts": [f"127.0.0.1:{hook.port}"]},
                 reasoner={"kind": "openai", "base_url": llm.base_url, "model": "gpt-4o-mini"},
                 signal_retention=args.signal_retention, max_events=args.max_events))
@@ -454,7 +460,8 @@ def run(cluster: LocalCluster, args: argparse.Namespace, hook: Webhook, llm: LLM
     return {
         "config": {"duration_s": args.duration_s, "agents": args.agents, "sends": args.sends,
                    "kill_every_s": args.kill_every_s, "sample_every_s": args.sample_every_s,
-                   "hosts": 3, "lease_ttl_s": 5, "signal_retention": args.signal_retention,
+                   "hosts": args.hosts, "lease_ttl_s": 5,
+                   "signal_retention": args.signal_retention,
                    "max_events": args.max_events},
         "seconds": round(tally.now(), 1),
         "sender_activations": len(tally.acked_versions),

@@ -31,6 +31,9 @@ object. Starts its own redis-server with the launcher (AOF on) and stops it.
   100 000 committed transactions with snapshots on (target ratio <= 2). The
   histories are built with ``appendfsync no`` to save time; restore reads do
   not depend on the fsync policy.
+
+``--quick`` (CI): the same phases with 200 commits per fsync mode, 10 per
+client, 0.3 s controller windows, restore after 200 and 1 000 commits (best of 3).
 """
 
 from __future__ import annotations
@@ -290,7 +293,7 @@ def _round_trips_per_activation(client: RedisClient, n: int) -> float:
 
 def _restore_time(client: RedisClient, n: int, repeats: int) -> dict[str, Any]:
     pid = f"svit://bench/restore-{n}-{time.monotonic_ns()}"
-    config = StoreConfig(prefix="bench")  # snapshots every 64 commits, margin 16
+    config = StoreConfig(prefix="bench")  # snapshots every 100 commits, margin 16
     backend = RedisBackend(client, pid, 1, config)
     backend.claim()
     proc = Process.create(pid, memory={"count": 0})
@@ -327,8 +330,11 @@ def _restore_time(client: RedisClient, n: int, repeats: int) -> dict[str, Any]:
 
 def run(*, quick: bool, restore: bool = True) -> dict[str, Any]:
     """Start redis-server, measure, stop it; return the JSON-ready result."""
-    n_commit = 2000 if quick else 10000
-    big = 10_000 if quick else 100_000
+    # quick: every phase with fewer round trips; both restore histories are
+    # longer than one snapshot interval, so both restores read a snapshot
+    n_commit, batch, warm = (200, 100, 50) if quick else (10000, 200, 300)
+    per_client, client_batch = (10, 5) if quick else (500, 50)
+    small_n, big, repeats = (200, 1000, 3) if quick else (1000, 100_000, 20)
     with tempfile.TemporaryDirectory(prefix="svit-bench-") as state:
         server = RedisServer(state, die_with_parent=True)
         server.start()
@@ -337,22 +343,23 @@ def run(*, quick: bool, restore: bool = True) -> dict[str, Any]:
             commit: dict[str, Any] = {}
             for mode in ("always", "no"):
                 client.config_set("appendfsync", mode)
-                _commit_round_trips(client, 300, 100)  # warm-up (scripts, allocator)
-                commit[f"appendfsync_{mode}"] = _commit_round_trips(client, n_commit, 200)
+                _commit_round_trips(client, warm, 100)  # warm-up (scripts, allocator)
+                commit[f"appendfsync_{mode}"] = _commit_round_trips(client, n_commit, batch)
             client.config_set("appendfsync", "always")
-            _commit_concurrent(client, 16, 20, 10)  # warm-up
-            concurrent = _commit_concurrent(client, 16, 100 if quick else 500, 50)
-            seconds = 1.0 if quick else 4.0
-            _controller_rate(client, 1, 0.3)  # warm-up
+            _commit_concurrent(client, 16, 5 if quick else 20, 10)  # warm-up
+            concurrent = _commit_concurrent(client, 16, per_client, client_batch)
+            seconds = 0.3 if quick else 4.0
+            _controller_rate(client, 1, 0.1 if quick else 0.3)  # warm-up
             controller = {
-                "redis_round_trips_per_activation": _round_trips_per_activation(client, 50),
+                "redis_round_trips_per_activation": _round_trips_per_activation(
+                    client, 10 if quick else 50),
                 "sequential": _controller_rate(client, 1, seconds),
                 "clients_16": _controller_rate(client, 16, seconds),
             }
             client.config_set("appendfsync", "no")
             if restore:
-                small = _restore_time(client, 1000, 20)
-                large = _restore_time(client, big, 20)
+                small = _restore_time(client, small_n, repeats)
+                large = _restore_time(client, big, repeats)
             client.config_set("appendfsync", "always")
             client.close()
         finally:

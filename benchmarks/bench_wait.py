@@ -38,10 +38,12 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer commits (CI smoke)")
+    parser.add_argument("--quick", action="store_true",
+                        help="CI smoke run: 2 batches of 10 commits per setting")
     opts = parser.parse_args()
-    per_batch = 50 if opts.quick else 200
-    batches = 4 if opts.quick else 10
+    # quick: two alternations of each setting, so drift still hits both
+    per_batch = 10 if opts.quick else 200
+    batches = 2 if opts.quick else 10
     with tempfile.TemporaryDirectory(prefix="svit-bench-wait-") as tmp:
         cluster = RedisClusterServer(tmp, masters=3, replicas=1, die_with_parent=True)
         cluster.start()
