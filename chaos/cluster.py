@@ -36,6 +36,8 @@ from typing import Any, Protocol
 import psutil
 import redis
 
+from svit_cluster.defaults import LOCAL_CLUSTER
+
 from .errors import HarnessError
 from .load import HostLoad, start_load
 from .nemesis import FaultTarget, Link
@@ -463,7 +465,7 @@ class LocalClusterTarget:
 
         doc = self.cluster.doc
         try:
-            owners = etcd_owners(doc["etcd"]["endpoint"], str(doc.get("cluster", "local")))
+            owners = etcd_owners(doc["etcd"]["endpoint"], str(doc.get("cluster", LOCAL_CLUSTER)))
         except (OSError, ValueError):
             return None
         record = owners.get(process)
@@ -478,7 +480,7 @@ class _LocalChaosCluster:
         self.admin_token: str = doc["tokens"]["admin"]
         self.redis_url: str = doc["redis"]["url"]
         self.etcd_endpoint: str = doc["etcd"]["endpoint"]
-        self.cluster_name: str | None = str(doc.get("cluster", "local"))
+        self.cluster_name: str | None = str(doc.get("cluster", LOCAL_CLUSTER))
         self.target: FaultTarget = LocalClusterTarget(cluster, hub, lease_ttl_s)
         self.host_restart = hasattr(cluster, "restart_host")
         #: Redis is a Redis Cluster: connect with ``cluster=True``.

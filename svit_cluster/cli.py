@@ -31,7 +31,24 @@ from svit_cluster._cliutil import (
     timeout_option,
     waiting,
 )
-from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
+from svit_cluster.defaults import (
+    DEFAULT_GATEWAY_PORT,
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_LOCAL_DISPATCHERS,
+    DEFAULT_LOCAL_HOSTS,
+    DEFAULT_MAX_ACTIVE_PER_HOST,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_PASSIVATE_AFTER_S,
+    DEFAULT_SIGNAL_RETENTION,
+    DEFAULT_SNAPSHOT_EVERY,
+    LEASE_TTL_S_MAX,
+    LEASE_TTL_S_MIN,
+    LOCAL_DISPATCHERS_MAX,
+    LOCAL_HOSTS_MAX,
+    MAX_ACTIVE_PER_HOST_MAX,
+    RETENTION_MAX,
+    RETENTION_MIN,
+)
 from svit_cluster.errors import SvitError, UnavailableError
 
 __all__ = ["main"]
@@ -109,15 +126,19 @@ def cli() -> None:
 
 @cli.command()
 @_state_dir
-@click.option("--hosts", default=3, show_default=True, type=click.IntRange(1, 16),
+@click.option("--hosts", default=DEFAULT_LOCAL_HOSTS, show_default=True,
+              type=click.IntRange(1, LOCAL_HOSTS_MAX),
               help="Number of Ray worker hosts (each runs one host agent).")
-@click.option("--lease-ttl", "lease_ttl_s", default=5, show_default=True,
-              type=click.IntRange(1, 300), help="Host lease TTL in seconds.")
-@click.option("--snapshot-every", default=100, show_default=True, type=click.IntRange(1),
-              help="Commits between snapshots of a process.")
-@click.option("--passivate-after", "passivate_after_s", default=300.0, show_default=True,
-              type=click.FloatRange(0.1), help="Idle seconds before an actor passivates.")
-@click.option("--dispatchers", default=1, show_default=True, type=click.IntRange(0, 16),
+@click.option("--lease-ttl", "lease_ttl_s", default=DEFAULT_LEASE_TTL_S, show_default=True,
+              type=click.IntRange(LEASE_TTL_S_MIN, LEASE_TTL_S_MAX),
+              help="Host lease TTL in seconds.")
+@click.option("--snapshot-every", default=DEFAULT_SNAPSHOT_EVERY, show_default=True,
+              type=click.IntRange(1), help="Commits between snapshots of a process.")
+@click.option("--passivate-after", "passivate_after_s", default=DEFAULT_PASSIVATE_AFTER_S,
+              show_default=True, type=click.FloatRange(0.1),
+              help="Idle seconds before an actor passivates.")
+@click.option("--dispatchers", default=DEFAULT_LOCAL_DISPATCHERS, show_default=True,
+              type=click.IntRange(0, LOCAL_DISPATCHERS_MAX),
               help="Outbox dispatcher worker processes.")
 @click.option("--allow-webhook-host", "webhook_hosts", multiple=True,
               help="Let the dispatcher call webhooks on HOST or HOST:PORT (repeatable).")
@@ -141,17 +162,18 @@ def cli() -> None:
                    "(e.g. 3x1) instead of one redis-server.")
 @click.option("--etcd-members", default=1, show_default=True, type=click.IntRange(1, 7),
               help="etcd members (1, 3, 5 or 7).")
-@click.option("--max-active-per-host", "max_active_per_host", default=0, show_default=True,
-              type=click.IntRange(0, 100_000),
+@click.option("--max-active-per-host", "max_active_per_host",
+              default=DEFAULT_MAX_ACTIVE_PER_HOST, show_default=True,
+              type=click.IntRange(0, MAX_ACTIVE_PER_HOST_MAX),
               help="Process actors one host runs at once (its residency budget); at the "
                    "budget the least recently used idle process passivates for a new one. "
                    "0: derived from the host's share of this machine (16 per CPU, at most "
                    "half its memory at 96 MiB each; see docs/capacity.md).")
 @click.option("--signal-retention", default=DEFAULT_SIGNAL_RETENTION, show_default=True,
-              type=click.IntRange(16, 10_000_000),
+              type=click.IntRange(RETENTION_MIN, RETENTION_MAX),
               help="Observer signals kept per process (a capped Redis stream).")
 @click.option("--max-events", default=DEFAULT_MAX_EVENTS, show_default=True,
-              type=click.IntRange(16, 10_000_000),
+              type=click.IntRange(RETENTION_MIN, RETENTION_MAX),
               help="Reasoning events kept per session of a process (a capped Redis "
                    "stream; see docs/capacity.md).")
 @output_option
@@ -831,7 +853,8 @@ def demo(state_dir: Path | None, hosts: int, clients: int, ops: int, lease_ttl_s
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Read the cluster from STATE_DIR/cluster.json; default: SVIT_* env vars.")
 @click.option("--host", default="0.0.0.0", show_default=True, help="Bind address.")
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--port", default=DEFAULT_GATEWAY_PORT, show_default=True,
+              type=click.IntRange(1, 65535))
 @click.option("--max-request-bytes", default=None, type=click.IntRange(1),
               help="Request body cap (default: cluster setting or SVIT_MAX_REQUEST_BYTES).")
 def gateway(state_dir: Path | None, host: str, port: int, max_request_bytes: int | None
@@ -853,10 +876,16 @@ def host_agent(host_id: str) -> None:
     run_host_agent(host_id)
 
 
+#: What ``healthcheck`` asks without ``--url`` or ``SVIT_URL``: a gateway on this
+#: machine at its default port.
+_LOCAL_HEALTHZ = f"http://127.0.0.1:{DEFAULT_GATEWAY_PORT}/healthz"
+
+
 @cli.command()
 @click.option("--url", default=None,
               help="Gateway URL that must answer 200 (ignored with --heartbeat) "
-                   "[default: $SVIT_URL/healthz, else http://127.0.0.1:8080/healthz].")
+                   "[default: $SVIT_URL/healthz, else "
+                   f"{_LOCAL_HEALTHZ}].")
 @click.option("--timeout", "timeout_s", default=3.0, show_default=True,
               type=click.FloatRange(0.01), help="HTTP timeout in seconds.")
 @click.option("--heartbeat", "heartbeat_file", default=None,
@@ -896,7 +925,7 @@ def healthcheck(url: str | None, timeout_s: float, heartbeat_file: Path | None,
 
     if url is None:
         base = ClientSettings().url
-        url = base.rstrip("/") + "/healthz" if base else "http://127.0.0.1:8080/healthz"
+        url = base.rstrip("/") + "/healthz" if base else _LOCAL_HEALTHZ
     doc: dict[str, Any] = {"url": url, "healthy": False, "status": None}
     try:
         resp = httpx.get(url, timeout=timeout_s)

@@ -5,7 +5,10 @@ the classes here (the Helm chart renders them; ``tests/helm/test_settings_contra
 asserts that every variable the chart renders is such a field). Each class is
 read with :func:`load_settings`, which turns a bad value into one
 :class:`ConfigurationError` naming the variable (the CLI prints it as one line
-and exits 2, no traceback). Defaults live on the fields; units are in the names.
+and exits 2, no traceback). Units are in the names. A default shared with another
+layer (``ClusterConfig``, ``ClusterSpec``, the ``up`` options, the chart) is a
+constant of :mod:`svit_cluster.defaults`, with its unit and range; the others
+live on the fields.
 
 * :class:`ClientSettings` -- ``SVIT_URL``, ``SVIT_TOKEN`` (SDK and CLI);
 * :class:`StoreSettings` -- the commit log's Redis options (every Redis client);
@@ -45,12 +48,28 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from svit_cluster.defaults import (
+    DEFAULT_CLUSTER,
+    DEFAULT_ETCD_ENDPOINT,
     DEFAULT_EVICTION_CHECK_S,
+    DEFAULT_GATEWAY_PORT,
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_MAX_ACTIVE_PER_HOST,
+    DEFAULT_MAX_ACTORS_PSS_MIB,
     DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_STARTING_PER_HOST,
+    DEFAULT_PASSIVATE_AFTER_S,
+    DEFAULT_REDIS_URL,
     DEFAULT_SIGNAL_RETENTION,
     DEFAULT_SNAPSHOT_EVERY,
     DEFAULT_WAIT_REPLICAS,
     DEFAULT_WAIT_TIMEOUT_MS,
+    LEASE_TTL_S_MIN,
+    MAX_ACTIVE_PER_HOST_MAX,
+    MAX_STARTING_PER_HOST_MAX,
+    RETENTION_MAX,
+    RETENTION_MIN,
+    WAIT_REPLICAS_MAX,
+    WAIT_TIMEOUT_MS_MAX,
 )
 from svit_cluster.errors import ConfigurationError
 
@@ -132,38 +151,49 @@ class StoreSettings(_Settings):
             node's ``maxmemory-policy`` verdict is trusted; the first write to
             the node after that reads the policy again (``CONFIG GET``), and no
             write goes out while it is not ``noeviction`` (``0 < s <= 60``,
-            default 2.0).
+            ``defaults.DEFAULT_EVICTION_CHECK_S``).
         redis_wait_replicas: ``SVIT_REDIS_WAIT_REPLICAS``: ``WAIT`` for this many
-            replicas after each commit and claim (0..16, default 0: no WAIT).
+            replicas after each commit and claim
+            (0..``defaults.WAIT_REPLICAS_MAX``; ``defaults.DEFAULT_WAIT_REPLICAS``,
+            0: no WAIT).
         redis_wait_timeout_ms: ``SVIT_REDIS_WAIT_TIMEOUT_MS``: that ``WAIT``'s
-            deadline in milliseconds (1..60 000, default 1000).
+            deadline in milliseconds (1..``defaults.WAIT_TIMEOUT_MS_MAX``,
+            ``defaults.DEFAULT_WAIT_TIMEOUT_MS``).
     """
 
     redis_cluster: bool = False
     redis_allow_unverified_eviction_policy: bool = False
     redis_eviction_check_s: float = Field(default=DEFAULT_EVICTION_CHECK_S, gt=0, le=60)
-    redis_wait_replicas: int = Field(default=DEFAULT_WAIT_REPLICAS, ge=0, le=16)
-    redis_wait_timeout_ms: int = Field(default=DEFAULT_WAIT_TIMEOUT_MS, ge=1, le=60_000)
+    redis_wait_replicas: int = Field(default=DEFAULT_WAIT_REPLICAS, ge=0, le=WAIT_REPLICAS_MAX)
+    redis_wait_timeout_ms: int = Field(default=DEFAULT_WAIT_TIMEOUT_MS, ge=1,
+                                       le=WAIT_TIMEOUT_MS_MAX)
 
 
 class ClusterSettings(StoreSettings):
     """What gateways and host agents share (``ClusterConfig.from_env``).
 
     Attributes:
-        cluster: ``SVIT_CLUSTER``: cluster name (etcd keys under ``/svit/<cluster>/``).
+        cluster: ``SVIT_CLUSTER``: cluster name (etcd keys under ``/svit/<cluster>/``;
+            ``defaults.DEFAULT_CLUSTER``).
         etcd_endpoints: ``SVIT_ETCD_ENDPOINTS``: ``host:port`` of every etcd member,
-            comma separated; normalised to ``"h:p,h:p"`` (order kept).
-        redis_url: ``SVIT_REDIS_URL``: ``redis://host:port/db`` of the commit log.
+            comma separated; normalised to ``"h:p,h:p"`` (order kept;
+            ``defaults.DEFAULT_ETCD_ENDPOINT``).
+        redis_url: ``SVIT_REDIS_URL``: ``redis://host:port/db`` of the commit log
+            (``defaults.DEFAULT_REDIS_URL``).
         ray_address: ``SVIT_RAY_ADDRESS``: ``host:port`` of the Ray GCS
             (empty: ``"auto"``).
-        lease_ttl_s: ``SVIT_LEASE_TTL_S``: host lease TTL in seconds (>= 1).
-        snapshot_every: ``SVIT_SNAPSHOT_EVERY``: commits between snapshots (>= 1).
+        lease_ttl_s: ``SVIT_LEASE_TTL_S``: host lease TTL in seconds (>= 1;
+            ``defaults.DEFAULT_LEASE_TTL_S``).
+        snapshot_every: ``SVIT_SNAPSHOT_EVERY``: commits between snapshots (>= 1;
+            ``defaults.DEFAULT_SNAPSHOT_EVERY``).
         passivate_after_s: ``SVIT_PASSIVATE_AFTER_S``: idle seconds before a
-            process actor passivates (> 0).
+            process actor passivates (> 0; ``defaults.DEFAULT_PASSIVATE_AFTER_S``).
         signal_retention: ``SVIT_SIGNAL_RETENTION``: observer signals kept per
-            process (16..10 000 000).
+            process (``defaults.DEFAULT_SIGNAL_RETENTION``, in
+            ``defaults.RETENTION_MIN..RETENTION_MAX``).
         max_events: ``SVIT_MAX_EVENTS``: canonical reasoning events kept per
-            session of a process (16..10 000 000, default 100 000).
+            session of a process (``defaults.DEFAULT_MAX_EVENTS``, in
+            ``defaults.RETENTION_MIN..RETENTION_MAX``).
         ports_json: ``SVIT_PORTS_JSON``: the port registry settings
             (``svit_cluster.ports.PortsConfig``) as a JSON object; validated.
         reasoner_kind, reasoner_base_url, reasoner_model, reasoner_api_key_env,
@@ -171,32 +201,36 @@ class ClusterSettings(StoreSettings):
             settings (``svit_cluster.reasoning.ReasonerConfig`` fields); unset
             ones keep that class's defaults.
         max_active_per_host: ``SVIT_MAX_ACTIVE_PER_HOST``: a host's residency
-            budget of process actors (0, default: derived from its node's
-            CPUs and memory; ``ClusterConfig.max_active_per_host``).
+            budget of process actors (0..``defaults.MAX_ACTIVE_PER_HOST_MAX``;
+            0, the default: derived from its node's CPUs and memory;
+            ``ClusterConfig.max_active_per_host``).
         max_actors_pss_mib: ``SVIT_MAX_ACTORS_PSS_MIB``: summed PSS (MiB) of a
             host's process actors at which it counts as full (0: half its memory).
         max_starting_per_host: ``SVIT_MAX_STARTING_PER_HOST``: Ray workers a
             host starts at once (0: half its CPUs, at least 1).
     """
 
-    cluster: str = Field(default="default", min_length=1)
-    etcd_endpoints: str = "127.0.0.1:2379"
-    redis_url: str = Field(default="redis://127.0.0.1:6379/0", min_length=1)
+    cluster: str = Field(default=DEFAULT_CLUSTER, min_length=1)
+    etcd_endpoints: str = DEFAULT_ETCD_ENDPOINT
+    redis_url: str = Field(default=DEFAULT_REDIS_URL, min_length=1)
     ray_address: str = ""
-    lease_ttl_s: int = Field(default=5, ge=1)
+    lease_ttl_s: int = Field(default=DEFAULT_LEASE_TTL_S, ge=LEASE_TTL_S_MIN)
     snapshot_every: int = Field(default=DEFAULT_SNAPSHOT_EVERY, ge=1)
-    passivate_after_s: float = Field(default=300.0, gt=0)
-    signal_retention: int = Field(default=DEFAULT_SIGNAL_RETENTION, ge=16, le=10_000_000)
-    max_events: int = Field(default=DEFAULT_MAX_EVENTS, ge=16, le=10_000_000)
+    passivate_after_s: float = Field(default=DEFAULT_PASSIVATE_AFTER_S, gt=0)
+    signal_retention: int = Field(default=DEFAULT_SIGNAL_RETENTION, ge=RETENTION_MIN,
+                                  le=RETENTION_MAX)
+    max_events: int = Field(default=DEFAULT_MAX_EVENTS, ge=RETENTION_MIN, le=RETENTION_MAX)
     ports_json: str = ""
     reasoner_kind: str | None = None
     reasoner_base_url: str | None = None
     reasoner_model: str | None = None
     reasoner_api_key_env: str | None = None
     reasoner_instructions: str | None = None
-    max_active_per_host: int = Field(default=0, ge=0, le=100_000)
-    max_actors_pss_mib: float = Field(default=0.0, ge=0)
-    max_starting_per_host: int = Field(default=0, ge=0, le=64)
+    max_active_per_host: int = Field(default=DEFAULT_MAX_ACTIVE_PER_HOST, ge=0,
+                                     le=MAX_ACTIVE_PER_HOST_MAX)
+    max_actors_pss_mib: float = Field(default=DEFAULT_MAX_ACTORS_PSS_MIB, ge=0)
+    max_starting_per_host: int = Field(default=DEFAULT_MAX_STARTING_PER_HOST, ge=0,
+                                       le=MAX_STARTING_PER_HOST_MAX)
 
     @field_validator("etcd_endpoints")
     @classmethod
@@ -232,8 +266,8 @@ class GatewaySettings(ClusterSettings):
     Attributes:
         tokens_file: ``SVIT_TOKENS_FILE``: the bearer tokens JSON file (required
             without ``--state-dir``). Re-read when it changes (Secret rotation).
-        max_request_bytes: ``SVIT_MAX_REQUEST_BYTES``: request body cap (>= 1,
-            default 1 MiB).
+        max_request_bytes: ``SVIT_MAX_REQUEST_BYTES``: request body cap in bytes
+            (>= 1, :data:`DEFAULT_MAX_REQUEST_BYTES`).
         cors_origins: ``SVIT_CORS_ORIGINS``: comma list of browser origins
             (``scheme://host[:port]``, or ``*``) allowed cross-origin access,
             e.g. a web page subscribing to ``/v1/processes/events`` with an
@@ -289,7 +323,8 @@ class NodeSettings(_Settings):
 
     Attributes:
         node_ip: ``SVIT_NODE_IP``: this pod's IP, advertised to Ray.
-        gateway_port: ``SVIT_GATEWAY_PORT``: the gateway's listen port.
+        gateway_port: ``SVIT_GATEWAY_PORT``: the gateway's listen port
+            (``defaults.DEFAULT_GATEWAY_PORT``).
         ray_gcs_port: ``SVIT_RAY_GCS_PORT``: GCS port on the Ray head.
         ray_temp_dir: ``SVIT_RAY_TEMP_DIR``: Ray's temp folder.
         ray_wait_s: ``SVIT_RAY_WAIT_S``: seconds a worker waits for the GCS port.
@@ -300,7 +335,7 @@ class NodeSettings(_Settings):
     """
 
     node_ip: str | None = None
-    gateway_port: int = Field(default=8080, ge=1, le=65535)
+    gateway_port: int = Field(default=DEFAULT_GATEWAY_PORT, ge=1, le=65535)
     ray_gcs_port: int = Field(default=6379, ge=1, le=65535)
     ray_temp_dir: str = "/tmp/ray"
     ray_wait_s: int = Field(default=300, ge=0)

@@ -10,7 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from svit_cluster.control import DEFAULT_RECEIPTS
-from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
+from svit_cluster.defaults import (
+    DEFAULT_CLUSTER,
+    DEFAULT_ETCD_ENDPOINT,
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_MAX_ACTIVE_PER_HOST,
+    DEFAULT_MAX_ACTORS_PSS_MIB,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_STARTING_PER_HOST,
+    DEFAULT_PASSIVATE_AFTER_S,
+    DEFAULT_REDIS_URL,
+    DEFAULT_SIGNAL_RETENTION,
+)
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
 
@@ -82,15 +93,24 @@ def host_resource(host: str) -> str:
 class ClusterConfig:
     """Everything a component needs to join one svit cluster.
 
+    The defaults it shares with :class:`~svit_cluster.settings.ClusterSettings`
+    (an empty environment builds this same config) are constants of
+    :mod:`svit_cluster.defaults`, where their units and ranges are stated.
+
     Attributes:
-        cluster: cluster name; etcd keys live under ``/svit/<cluster>/``.
+        cluster: cluster name; etcd keys live under ``/svit/<cluster>/``
+            (``defaults.DEFAULT_CLUSTER``; a dev cluster records its own name,
+            ``defaults.LOCAL_CLUSTER``, in ``cluster.json``).
         etcd_endpoint: ``host:port`` of etcd (control plane), or several
-            members separated by commas (``open_client`` fails over between them).
-        redis_url: ``redis://host:port/db`` of the commit log (data path).
+            members separated by commas (``open_client`` fails over between them;
+            ``defaults.DEFAULT_ETCD_ENDPOINT``).
+        redis_url: ``redis://host:port/db`` of the commit log (data path;
+            ``defaults.DEFAULT_REDIS_URL``).
         ray_address: ``host:port`` of the Ray GCS.
-        lease_ttl_s: host lease TTL in seconds (default 5).
-        snapshot_every: commits between snapshots (``store.DEFAULT_SNAPSHOT_EVERY``).
-        passivate_after_s: idle seconds before a process actor passivates (300).
+        lease_ttl_s: host lease TTL in seconds (``defaults.DEFAULT_LEASE_TTL_S``).
+        snapshot_every: commits between snapshots (``defaults.DEFAULT_SNAPSHOT_EVERY``).
+        passivate_after_s: idle seconds before a process actor passivates
+            (``defaults.DEFAULT_PASSIVATE_AFTER_S``).
         max_receipts: durable receipts per process (1..4096,
             ``control.DEFAULT_RECEIPTS``).
         call_timeout_s: gateway -> actor call deadline in seconds (default 5).
@@ -110,10 +130,11 @@ class ClusterConfig:
             (``LocalCluster.up(unsafe_disable_fencing=True)`` passes the
             unfenced test factory of ``svit_cluster.store.testing`` through the
             bootstrap driver), so production code never imports that module.
-        signal_retention: observer signals kept per process (default 10 000;
-            ``SVIT_SIGNAL_RETENTION``, cluster.json ``signal_retention``).
+        signal_retention: observer signals kept per process
+            (``defaults.DEFAULT_SIGNAL_RETENTION``; ``SVIT_SIGNAL_RETENTION``,
+            cluster.json ``signal_retention``).
         max_events: canonical reasoning events kept per session of a process
-            (``events.DEFAULT_MAX_EVENTS``, 100 000; ``SVIT_MAX_EVENTS``,
+            (``defaults.DEFAULT_MAX_EVENTS``; ``SVIT_MAX_EVENTS``,
             cluster.json ``max_events``).
         redis_allow_unverified_eviction_policy: start against a Redis whose
             ``maxmemory-policy`` cannot be read (``CONFIG`` disabled, as on some
@@ -142,7 +163,8 @@ class ClusterConfig:
         max_active_per_host: the residency budget: process actors (bound or
             warm spare) one host runs at once; at the budget the least
             recently used idle one is passivated for a new one, and a host
-            whose actors are all busy answers ``host_full``. 0 (default):
+            whose actors are all busy answers ``host_full``. 0
+            (``defaults.DEFAULT_MAX_ACTIVE_PER_HOST``):
             derived from the host's Ray node CPUs and memory
             (:func:`svit_cluster.cluster._residency.derive_budget`).
             ``svit-cluster up --max-active-per-host``, env
@@ -155,13 +177,13 @@ class ClusterConfig:
             ``SVIT_MAX_STARTING_PER_HOST``.
     """
 
-    cluster: str = "local"
-    etcd_endpoint: str = "127.0.0.1:2379"
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    cluster: str = DEFAULT_CLUSTER
+    etcd_endpoint: str = DEFAULT_ETCD_ENDPOINT
+    redis_url: str = DEFAULT_REDIS_URL
     ray_address: str = ""
-    lease_ttl_s: int = 5
+    lease_ttl_s: int = DEFAULT_LEASE_TTL_S
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
-    passivate_after_s: float = 300.0
+    passivate_after_s: float = DEFAULT_PASSIVATE_AFTER_S
     max_receipts: int = DEFAULT_RECEIPTS
     call_timeout_s: float = 5.0
     warm_spares: int = 2
@@ -174,9 +196,9 @@ class ClusterConfig:
     reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
     ports: dict[str, Any] = field(default_factory=dict)
     direct_transport: bool = True
-    max_active_per_host: int = 0
-    max_actors_pss_mib: float = 0.0
-    max_starting_per_host: int = 0
+    max_active_per_host: int = DEFAULT_MAX_ACTIVE_PER_HOST
+    max_actors_pss_mib: float = DEFAULT_MAX_ACTORS_PSS_MIB
+    max_starting_per_host: int = DEFAULT_MAX_STARTING_PER_HOST
 
     @property
     def namespace(self) -> str:
@@ -217,9 +239,12 @@ class ClusterConfig:
             reasoner=dict(doc.get("reasoner") or {}),
             ports=dict(doc.get("ports") or {}),
             direct_transport=bool(doc.get("direct_transport", True)),
-            max_active_per_host=int(doc.get("max_active_per_host", 0)),
-            max_actors_pss_mib=float(doc.get("max_actors_pss_mib", 0.0)),
-            max_starting_per_host=int(doc.get("max_starting_per_host", 0)),
+            max_active_per_host=int(doc.get("max_active_per_host",
+                                            DEFAULT_MAX_ACTIVE_PER_HOST)),
+            max_actors_pss_mib=float(doc.get("max_actors_pss_mib",
+                                             DEFAULT_MAX_ACTORS_PSS_MIB)),
+            max_starting_per_host=int(doc.get("max_starting_per_host",
+                                              DEFAULT_MAX_STARTING_PER_HOST)),
         )
 
     @classmethod

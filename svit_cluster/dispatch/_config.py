@@ -89,9 +89,9 @@ class DispatchConfig:
             single-key script; see ``svit_cluster.dispatch._trim``), so an outbox
             stream holds only unacknowledged entries plus one (default True).
         dead_letter_max_count: the dead-letter stream keeps at most this many
-            letters, the oldest removed first (default 10 000).
+            letters, the oldest removed first (``_deadbound.DEFAULT_MAX_COUNT``).
         dead_letter_max_age_s: and none older than this many seconds, by the
-            letter id's Redis time (default 604 800 = 7 days). Both are
+            letter id's Redis time (``_deadbound.DEFAULT_MAX_AGE_S``, 7 days). Both are
             enforced at every dead-letter write and by every scan (so also
             while no letter arrives); see ``_deadbound.py``.
 

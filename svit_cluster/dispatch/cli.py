@@ -8,6 +8,7 @@ a gateway's admin API (admin token; ``SVIT_URL``/``SVIT_TOKEN``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -16,9 +17,14 @@ from typing import Any
 import click
 
 from svit_cluster._cliutil import emit, fail, output_option
+from svit_cluster.dispatch._config import DispatchConfig
 from svit_cluster.errors import ConfigurationError, NotFound, SvitError
 
 __all__ = ["dead_letters", "dispatcher"]
+
+#: ``DispatchConfig``'s field defaults, named in the ``run`` options' help (the
+#: options default to None: an unset option keeps the config's default).
+_DEFAULT: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(DispatchConfig)}
 
 _state_dir = click.option(
     "--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -49,17 +55,20 @@ def dispatcher() -> None:
 @click.option("--allow-webhook-host", "hosts", multiple=True,
               help="Allow webhooks to HOST or HOST:PORT (repeatable).")
 @click.option("--max-attempts", type=click.IntRange(1), default=None,
-              help="Attempts before dead-lettering (default 8).")
+              help=f"Attempts before dead-lettering (default {_DEFAULT['max_attempts']}).")
 @click.option("--claim-idle", "claim_idle_s", type=click.FloatRange(0), default=None,
-              help="Seconds before a dead worker's pending entries are reclaimed (default 30).")
+              help="Seconds before a dead worker's pending entries are reclaimed "
+                   f"(default {_DEFAULT['claim_idle_s']:g}).")
 @click.option("--claim-ttl", "--lease-ttl", "claim_ttl_s", type=click.FloatRange(0.1), default=None,
-              help="Per-stream claim TTL in seconds (default 10; --lease-ttl is the old name).")
+              help=f"Per-stream claim TTL in seconds (default {_DEFAULT['claim_ttl_s']:g}; "
+                   "--lease-ttl is the old name).")
 @click.option("--dead-letter-max-count", "dead_letter_max_count", type=click.IntRange(1),
               default=None, help="Dead letters kept at most, oldest removed first "
-                                 "(default 10000).")
+                                 f"(default {_DEFAULT['dead_letter_max_count']}).")
 @click.option("--dead-letter-max-age", "dead_letter_max_age_s", type=click.FloatRange(0.001),
-              default=None, help="Seconds a dead letter is kept at most (default 604800, "
-                                 "7 days).")
+              default=None, help="Seconds a dead letter is kept at most (default "
+                                 f"{_DEFAULT['dead_letter_max_age_s']:g}, "
+                                 f"{_DEFAULT['dead_letter_max_age_s'] / 86_400:g} days).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port.")
 @click.option("--options", "options_json", default=None,
@@ -71,7 +80,7 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
         dead_letter_max_count: int | None, dead_letter_max_age_s: float | None,
         metrics_port: int | None, options_json: str | None, log_level: str) -> None:
     """Run one dispatcher worker until SIGTERM/SIGINT."""
-    from svit_cluster.dispatch import DispatchConfig, run_worker
+    from svit_cluster.dispatch import run_worker
     from svit_cluster.settings import DispatcherSettings, load_settings
 
     env = load_settings(DispatcherSettings)  # options win; a bad variable exits here

@@ -161,9 +161,9 @@ class RedisEventLog:
         process_id: the process.
         token: the owner's fencing token, >= 1.
         prefix: key prefix (default ``"svit"``).
-        signal_retention: signals kept (``MAXLEN ~``; default 10 000).
-        max_events: canonical events kept per session (``MAXLEN ~``; default
-            100 000). Older pages are dropped first.
+        signal_retention: signals kept (``MAXLEN ~``; :data:`DEFAULT_SIGNAL_RETENTION`).
+        max_events: canonical events kept per session (``MAXLEN ~``;
+            :data:`DEFAULT_MAX_EVENTS`). Older pages are dropped first.
         guard: optional check run before every write; raises to refuse.
 
     Thread-safe (redis-py pools connections).

@@ -49,8 +49,8 @@ class MemorySignals:
     """Signals and event logs of many processes, in memory; a :class:`SignalSource`.
 
     Args:
-        retention: signals kept per process (default 10 000).
-        max_events: canonical events kept per session (default 100 000).
+        retention: signals kept per process (:data:`DEFAULT_SIGNAL_RETENTION`).
+        max_events: canonical events kept per session (:data:`DEFAULT_MAX_EVENTS`).
 
     Thread-safe; waiting readers are woken from any thread.
     """

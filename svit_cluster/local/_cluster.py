@@ -26,7 +26,23 @@ from typing import Any
 import httpx
 import psutil
 
-from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
+from svit_cluster.defaults import (
+    DEFAULT_LEASE_TTL_S,
+    DEFAULT_LOCAL_DISPATCHERS,
+    DEFAULT_LOCAL_HOSTS,
+    DEFAULT_MAX_ACTIVE_PER_HOST,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_PASSIVATE_AFTER_S,
+    DEFAULT_SIGNAL_RETENTION,
+    LEASE_TTL_S_MAX,
+    LEASE_TTL_S_MIN,
+    LOCAL_CLUSTER,
+    LOCAL_DISPATCHERS_MAX,
+    LOCAL_HOSTS_MAX,
+    MAX_ACTIVE_PER_HOST_MAX,
+    RETENTION_MAX,
+    RETENTION_MIN,
+)
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.gateway import DEFAULT_MAX_REQUEST_BYTES
 from svit_cluster.local._ray import PortAllocator, RayNode, ray_env, stop_nodes
@@ -80,15 +96,23 @@ def _precompile() -> None:
 class ClusterSpec:
     """What ``up`` starts.
 
+    Defaults and ranges are the constants of :mod:`svit_cluster.defaults` that
+    the ``up`` options show too; :meth:`validate` checks the ranges.
+
     Attributes:
         state_dir: all data, logs, Ray temp dirs and ``cluster.json``.
-        hosts: number of Ray worker hosts (each one host agent), >= 1.
-        lease_ttl_s: etcd lease TTL of every host, seconds (default 5).
-        snapshot_every: commits between snapshots (``store.DEFAULT_SNAPSHOT_EVERY``).
-        passivate_after_s: idle seconds before an actor passivates (default 300).
-        max_request_bytes: gateway body cap (``gateway.DEFAULT_MAX_REQUEST_BYTES``, 1 MiB).
-        cluster: cluster name (etcd prefix ``/svit/<cluster>/``).
-        dispatchers: outbox dispatcher worker processes to start (default 1, 0..16).
+        hosts: number of Ray worker hosts (each one host agent),
+            1..``LOCAL_HOSTS_MAX`` (``defaults.DEFAULT_LOCAL_HOSTS``).
+        lease_ttl_s: etcd lease TTL of every host, seconds,
+            ``LEASE_TTL_S_MIN..LEASE_TTL_S_MAX`` (``defaults.DEFAULT_LEASE_TTL_S``).
+        snapshot_every: commits between snapshots (``defaults.DEFAULT_SNAPSHOT_EVERY``).
+        passivate_after_s: idle seconds before an actor passivates
+            (``defaults.DEFAULT_PASSIVATE_AFTER_S``).
+        max_request_bytes: gateway body cap in bytes (``gateway.DEFAULT_MAX_REQUEST_BYTES``).
+        cluster: cluster name (etcd prefix ``/svit/<cluster>/``;
+            ``defaults.LOCAL_CLUSTER``).
+        dispatchers: outbox dispatcher worker processes to start,
+            0..``LOCAL_DISPATCHERS_MAX`` (``defaults.DEFAULT_LOCAL_DISPATCHERS``).
         dispatch_options: ``DispatchConfig`` options for them (see svit_cluster.dispatch).
         reasoner: ``ReasonerConfig`` options of every process's reasoning loop
             (``kind``, ``base_url``, ``model``, ``api_key_env``, ``instructions``,
@@ -104,31 +128,34 @@ class ClusterSpec:
         etcd_members: 1 (default) or an odd number >= 3 of etcd members
             (``up --etcd-members 3``).
         max_active_per_host: each host's residency budget of process actors
-            (``ClusterConfig.max_active_per_host``; 0, the default, derives it
+            (``ClusterConfig.max_active_per_host``, 0..``MAX_ACTIVE_PER_HOST_MAX``;
+            0, ``defaults.DEFAULT_MAX_ACTIVE_PER_HOST``, derives it
             from the host's share of this machine: every host's Ray node
             advertises ``cpu_count // hosts`` CPUs (at least 1) and
             ``memory // hosts`` bytes, see :meth:`host_share`).
         signal_retention: observer signals kept per process
-            (``ClusterConfig.signal_retention``; 16..10 000 000, default 10 000).
+            (``ClusterConfig.signal_retention``; ``RETENTION_MIN..RETENTION_MAX``,
+            ``defaults.DEFAULT_SIGNAL_RETENTION``).
         max_events: canonical reasoning events kept per session of a process
-            (``ClusterConfig.max_events``; 16..10 000 000, default 100 000).
+            (``ClusterConfig.max_events``; ``RETENTION_MIN..RETENTION_MAX``,
+            ``defaults.DEFAULT_MAX_EVENTS``).
     """
 
     state_dir: Path
-    hosts: int = 3
-    lease_ttl_s: int = 5
+    hosts: int = DEFAULT_LOCAL_HOSTS
+    lease_ttl_s: int = DEFAULT_LEASE_TTL_S
     snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
-    passivate_after_s: float = 300.0
+    passivate_after_s: float = DEFAULT_PASSIVATE_AFTER_S
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    cluster: str = "local"
-    dispatchers: int = 1
+    cluster: str = LOCAL_CLUSTER
+    dispatchers: int = DEFAULT_LOCAL_DISPATCHERS
     dispatch_options: dict[str, Any] = field(default_factory=dict)
     reasoner: dict[str, Any] = field(default_factory=dict)
     ports: dict[str, Any] = field(default_factory=dict)
     redis_masters: int = 0
     redis_replicas: int = 0
     etcd_members: int = 1
-    max_active_per_host: int = 0
+    max_active_per_host: int = DEFAULT_MAX_ACTIVE_PER_HOST
     signal_retention: int = DEFAULT_SIGNAL_RETENTION
     max_events: int = DEFAULT_MAX_EVENTS
 
@@ -147,19 +174,21 @@ class ClusterSpec:
         if self.etcd_members != 1 and (self.etcd_members < 3 or self.etcd_members % 2 == 0
                                        or self.etcd_members > 7):
             raise ConfigurationError("etcd members must be 1, 3, 5 or 7")
-        if not 1 <= self.hosts <= 16:
-            raise ConfigurationError("hosts must be in 1..16")
-        if not 1 <= self.lease_ttl_s <= 300:
-            raise ConfigurationError("lease TTL must be 1..300 seconds")
+        if not 1 <= self.hosts <= LOCAL_HOSTS_MAX:
+            raise ConfigurationError(f"hosts must be in 1..{LOCAL_HOSTS_MAX}")
+        if not LEASE_TTL_S_MIN <= self.lease_ttl_s <= LEASE_TTL_S_MAX:
+            raise ConfigurationError(
+                f"lease TTL must be {LEASE_TTL_S_MIN}..{LEASE_TTL_S_MAX} seconds")
         if self.snapshot_every < 1 or self.passivate_after_s <= 0:
             raise ConfigurationError("snapshot_every and passivate_after_s must be positive")
-        if not 0 <= self.dispatchers <= 16:
-            raise ConfigurationError("dispatchers must be in 0..16")
-        if not 0 <= self.max_active_per_host <= 100_000:
-            raise ConfigurationError("max_active_per_host must be in 0..100000 (0: derived)")
+        if not 0 <= self.dispatchers <= LOCAL_DISPATCHERS_MAX:
+            raise ConfigurationError(f"dispatchers must be in 0..{LOCAL_DISPATCHERS_MAX}")
+        if not 0 <= self.max_active_per_host <= MAX_ACTIVE_PER_HOST_MAX:
+            raise ConfigurationError(
+                f"max_active_per_host must be in 0..{MAX_ACTIVE_PER_HOST_MAX} (0: derived)")
         for name in ("signal_retention", "max_events"):
-            if not 16 <= getattr(self, name) <= 10_000_000:
-                raise ConfigurationError(f"{name} must be in 16..10000000")
+            if not RETENTION_MIN <= getattr(self, name) <= RETENTION_MAX:
+                raise ConfigurationError(f"{name} must be in {RETENTION_MIN}..{RETENTION_MAX}")
         if "api_key" in self.reasoner:
             raise ConfigurationError("the reasoner's API key is never written to "
                                      "cluster.json: set api_key_env instead")
@@ -490,7 +519,7 @@ class LocalCluster:
             max_request_bytes=doc["max_request_bytes"],
             cluster=doc["cluster"],
             ports=dict(doc.get("ports") or {}),
-            max_active_per_host=int(doc.get("max_active_per_host", 0)),
+            max_active_per_host=int(doc.get("max_active_per_host", DEFAULT_MAX_ACTIVE_PER_HOST)),
             signal_retention=int(doc.get("signal_retention", DEFAULT_SIGNAL_RETENTION)),
             max_events=int(doc.get("max_events", DEFAULT_MAX_EVENTS)),
         )

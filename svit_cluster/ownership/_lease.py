@@ -35,6 +35,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from svit_cluster.defaults import DEFAULT_LEASE_TTL_S
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call
 from svit_cluster.ownership._failover import FailoverClient
@@ -44,8 +45,9 @@ __all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState", "deadline
 
 log = logging.getLogger(__name__)
 
-#: Default lease time-to-live, in seconds.
-DEFAULT_TTL_S = 5
+#: Default lease time-to-live, in seconds: the cluster's host lease TTL
+#: (``defaults.DEFAULT_LEASE_TTL_S``).
+DEFAULT_TTL_S = DEFAULT_LEASE_TTL_S
 
 Clock = Callable[[], float]
 Listener = Callable[["LeaseState"], None]
@@ -150,7 +152,7 @@ class HostLease:
 
     Args:
         client: an ``aetcd.Client`` (see :func:`svit_cluster.ownership.open_client`).
-        ttl_s: requested TTL in whole seconds (default 5; etcd may grant more,
+        ttl_s: requested TTL in whole seconds (:data:`DEFAULT_TTL_S`; etcd may grant more,
             its minimum is about 2 s).
         safety_margin_s: subtracted from the local deadline (default 1 s);
             must be below ``ttl_s``.

@@ -54,13 +54,17 @@ from svit_cluster.control import (
     validate_receipt_limit,
 )
 
-# Commits between snapshots unless configured (StoreConfig, ClusterConfig,
-# ``svit-cluster up`` and the Helm chart's ``snapshotEvery`` all use this value).
+# The defaults and ranges StoreConfig shares with the settings, ClusterConfig,
+# ``svit-cluster up`` and the Helm chart (each stated once, with its unit, there).
 from svit_cluster.defaults import (
     DEFAULT_SIGNAL_RETENTION,
     DEFAULT_SNAPSHOT_EVERY,
     DEFAULT_WAIT_REPLICAS,
     DEFAULT_WAIT_TIMEOUT_MS,
+    RETENTION_MAX,
+    RETENTION_MIN,
+    WAIT_REPLICAS_MAX,
+    WAIT_TIMEOUT_MS_MAX,
 )
 from svit_cluster.errors import (
     ConfigurationError,
@@ -196,7 +200,7 @@ class StoreConfig:
         max_receipts: receipts kept per process, FIFO-evicted, ``1..4096``
             (``control.DEFAULT_RECEIPTS``, 256).
         snapshot_every: store a snapshot after this many commits
-            (:data:`DEFAULT_SNAPSHOT_EVERY`, 100).
+            (:data:`DEFAULT_SNAPSHOT_EVERY`).
         snapshot_max_tail_bytes: ... or earlier once the records since the last
             snapshot reach this many bytes (default 4 MiB).
         trim_margin: stream entries kept *below* a new snapshot when trimming
@@ -206,16 +210,20 @@ class StoreConfig:
             trim_margin`` (default 100 000): a reader that stopped copying
             cannot make the stream grow without bound.
         signal_retention: observer signals kept per process (``XADD MAXLEN ~``,
-            so Redis may keep a few more), ``16..10_000_000`` (default 10 000).
+            so Redis may keep a few more), ``defaults.RETENTION_MIN..RETENTION_MAX``
+            (``defaults.DEFAULT_SIGNAL_RETENTION``).
         wait_replicas: after every write script (commit, claim, create,
             receipt, snapshot) send ``WAIT wait_replicas wait_timeout_ms`` on the
             same connection and succeed only when that many replicas acknowledged,
-            so the write survives the promotion of a replica (``0..16``; default
-            from ``SVIT_REDIS_WAIT_REPLICAS``, else 0 = off, right for a single
-            node without replicas). Fewer replicas answer ``unavailable`` with
-            ``outcome`` ``unknown`` and ``reason`` ``replication``.
-        wait_timeout_ms: the ``WAIT`` timeout in ms, ``1..60_000`` (default from
-            ``SVIT_REDIS_WAIT_TIMEOUT_MS``, else 1000).
+            so the write survives the promotion of a replica
+            (``0..defaults.WAIT_REPLICAS_MAX``; default from
+            ``SVIT_REDIS_WAIT_REPLICAS``, else ``defaults.DEFAULT_WAIT_REPLICAS``,
+            0 = off, right for a single node without replicas). Fewer replicas
+            answer ``unavailable`` with ``outcome`` ``unknown`` and ``reason``
+            ``replication``.
+        wait_timeout_ms: the ``WAIT`` timeout in ms,
+            ``1..defaults.WAIT_TIMEOUT_MS_MAX`` (default from
+            ``SVIT_REDIS_WAIT_TIMEOUT_MS``, else ``defaults.DEFAULT_WAIT_TIMEOUT_MS``).
 
     Raises:
         ConfigurationError: a value is out of range.
@@ -244,15 +252,19 @@ class StoreConfig:
                 f"hold_max_entries must be an int >= trim_margin ({self.trim_margin}), "
                 f"got {self.hold_max_entries!r}")
         if (type(self.signal_retention) is not int
-                or not 16 <= self.signal_retention <= 10_000_000):
+                or not RETENTION_MIN <= self.signal_retention <= RETENTION_MAX):
             raise ConfigurationError(
-                f"signal_retention must be in 16..10000000, got {self.signal_retention!r}")
-        if type(self.wait_replicas) is not int or not 0 <= self.wait_replicas <= 16:
+                f"signal_retention must be in {RETENTION_MIN}..{RETENTION_MAX}, "
+                f"got {self.signal_retention!r}")
+        if (type(self.wait_replicas) is not int
+                or not 0 <= self.wait_replicas <= WAIT_REPLICAS_MAX):
             raise ConfigurationError(
-                f"wait_replicas must be in 0..16, got {self.wait_replicas!r}")
-        if type(self.wait_timeout_ms) is not int or not 1 <= self.wait_timeout_ms <= 60_000:
+                f"wait_replicas must be in 0..{WAIT_REPLICAS_MAX}, got {self.wait_replicas!r}")
+        if (type(self.wait_timeout_ms) is not int
+                or not 1 <= self.wait_timeout_ms <= WAIT_TIMEOUT_MS_MAX):
             raise ConfigurationError(
-                f"wait_timeout_ms must be in 1..60000, got {self.wait_timeout_ms!r}")
+                f"wait_timeout_ms must be in 1..{WAIT_TIMEOUT_MS_MAX}, "
+                f"got {self.wait_timeout_ms!r}")
 
 
 def _status(reply: Any) -> tuple[str, list[bytes]]:
