@@ -65,8 +65,9 @@ def test_defaults_match_the_cluster_config(clean_env: pytest.MonkeyPatch) -> Non
     clean_env.setenv("SVIT_LEASE_TTL_S", "")
     env = load_settings(ClusterSettings)
     plain = ClusterConfig()
-    for name in ("lease_ttl_s", "snapshot_every", "passivate_after_s", "signal_retention",
-                 "max_events",
+    for name in ("cluster", "lease_ttl_s", "snapshot_every", "passivate_after_s",
+                 "signal_retention", "max_events", "max_active_per_host",
+                 "max_actors_pss_mib", "max_starting_per_host",
                  "redis_url", "ray_address", "redis_cluster",
                  "redis_allow_unverified_eviction_policy"):
         assert getattr(env, name) == getattr(plain, name), name
