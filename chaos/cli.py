@@ -80,40 +80,45 @@ def main() -> None:
               type=click.Choice(list(SCENARIOS)),
               help="Fault scenario (or 'random'); default smoke, or scaled with "
                    "--topology scaled.")
-@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default="single",
+@click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=RunConfig.topology,
               show_default=True,
               help="single: one redis-server and one etcd, hosts behind proxies; scaled: "
                    "a Redis Cluster of 3 masters x 1 replica and 3 etcd members.")
 @click.option("--wait-replicas", type=click.IntRange(0, 16), default=None,
               help="WAIT for this many replicas after every write (SVIT_REDIS_WAIT_REPLICAS "
                    "of the cluster; default: the environment's, 0 = off).")
-@click.option("--duration", "duration_s", type=float, default=0.0,
+@click.option("--duration", "duration_s", type=float, default=RunConfig.duration_s,
               help="Workload seconds (0: the scenario's default).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--hosts", type=click.IntRange(1, 16), default=3, show_default=True)
-@click.option("--clients", type=click.IntRange(1, 256), default=4, show_default=True)
-@click.option("--processes", type=click.IntRange(1, 256), default=3, show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("chaos-runs"), show_default=True)
-@click.option("--lease-ttl", "lease_ttl_s", type=click.IntRange(1, 60), default=3,
-              show_default=True, help="Host lease TTL in seconds.")
-@click.option("--snapshot-every", type=click.IntRange(1, 100000), default=50,
+@click.option("--seed", type=int, default=RunConfig.seed, show_default=True)
+@click.option("--hosts", type=click.IntRange(1, 16), default=RunConfig.hosts, show_default=True)
+@click.option("--clients", type=click.IntRange(1, 256), default=RunConfig.clients,
               show_default=True)
+@click.option("--processes", type=click.IntRange(1, 256), default=RunConfig.processes,
+              show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=RunConfig.out_dir, show_default=True)
+@click.option("--lease-ttl", "lease_ttl_s", type=click.IntRange(1, 60),
+              default=RunConfig.lease_ttl_s, show_default=True,
+              help="Host lease TTL in seconds.")
+@click.option("--snapshot-every", type=click.IntRange(1, 100000),
+              default=RunConfig.snapshot_every, show_default=True)
 @click.option("--negative-control/--no-negative-control", default=None,
               help="Also run with fencing off; the checker must fail it (default: smoke only).")
 @click.option("--loss-control/--no-loss-control", default=None,
               help="Delete an acknowledged entry afterwards; the checker must fail it "
                    "(default: smoke only).")
-@click.option("--workload", type=click.Choice(list(WORKLOADS)), default="counter",
+@click.option("--workload", type=click.Choice(list(WORKLOADS)), default=RunConfig.workload,
               show_default=True,
               help="'ports': every activation also calls the http port against a recording "
                    "test server on loopback (repeats counted, results checked).")
-@click.option("--timer-every", type=click.IntRange(0, 100000), default=10, show_default=True,
+@click.option("--timer-every", type=click.IntRange(0, 100000), default=RunConfig.timer_every,
+              show_default=True,
               help="Arm a timer every N commits per process (every other one meets a "
                    "cancel); 0: no timers.")
-@click.option("--timer-delay-ms", type=click.IntRange(0, 3_600_000), default=3000,
+@click.option("--timer-delay-ms", type=click.IntRange(0, 3_600_000),
+              default=RunConfig.timer_delay_ms,
               show_default=True, help="The timers' delay_ms.")
-@click.option("--port-dedup/--no-port-dedup", default=True, show_default=True,
+@click.option("--port-dedup/--no-port-dedup", default=RunConfig.port_dedup, show_default=True,
               help="With --workload ports: the test server dedups by idempotency key "
                    "(--no-port-dedup is a negative control: the checker must fail).")
 def run_command(scenario: str | None, topology: str, wait_replicas: int | None,

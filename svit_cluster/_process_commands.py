@@ -25,6 +25,7 @@ from svit_cluster._cliutil import (
     output_option,
     timeout_option,
 )
+from svit_cluster.defaults import DEFAULT_PROCESS_PAGE, PROCESS_PAGE_MAX
 
 __all__ = ["COMMANDS"]
 
@@ -276,7 +277,8 @@ MAX_LIST_PAGES = 1000
 @click.option("--tenant", default=None,
               help="Only this tenant's processes (an admin token; a tenant token "
                    "always lists its own).")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
+@click.option("--limit", type=click.IntRange(1, PROCESS_PAGE_MAX), default=DEFAULT_PROCESS_PAGE,
+              show_default=True,
               help="Processes to print at most (then the cursor for --after).")
 @click.option("--after", default=None, help="The cursor a previous run printed (`more:`).")
 @gateway_options

@@ -41,6 +41,7 @@ from svit_cluster.defaults import (
     DEFAULT_PASSIVATE_AFTER_S,
     DEFAULT_SIGNAL_RETENTION,
     DEFAULT_SNAPSHOT_EVERY,
+    DEFAULT_TIMER_PAGE,
     LEASE_TTL_S_MAX,
     LEASE_TTL_S_MIN,
     LOCAL_DISPATCHERS_MAX,
@@ -48,6 +49,7 @@ from svit_cluster.defaults import (
     MAX_ACTIVE_PER_HOST_MAX,
     RETENTION_MAX,
     RETENTION_MIN,
+    TIMER_PAGE_MAX,
 )
 from svit_cluster.errors import SvitError, UnavailableError
 
@@ -496,8 +498,8 @@ def _due_in(due_ms: int, now_ms: float) -> str:
 
 @timers.command(name="list")
 @click.argument("process_id")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
-              help="Parked timers per page.")
+@click.option("--limit", type=click.IntRange(1, TIMER_PAGE_MAX), default=DEFAULT_TIMER_PAGE,
+              show_default=True, help="Parked timers per page.")
 @click.option("--after", default=None, help="The cursor a previous page printed (`next`).")
 @gateway_options
 @timeout_option

@@ -48,6 +48,7 @@ from tenacity import (
 
 from svit_cluster import tracing
 from svit_cluster.control import Conflict, ControlResponse, decode_response
+from svit_cluster.defaults import DEFAULT_PROCESS_PAGE, DEFAULT_TIMER_PAGE
 from svit_cluster.errors import (
     ConflictError,
     ErrorCode,
@@ -719,7 +720,7 @@ class SvitClient(_Base):
                     "recovered": True}
         return result
 
-    def list_processes(self, *, tenant: str | None = None, limit: int = 100,
+    def list_processes(self, *, tenant: str | None = None, limit: int = DEFAULT_PROCESS_PAGE,
                        after: str | None = None, timeout_s: float | None = None
                        ) -> ProcessPage:
         """One page of the existing processes (``GET /v1/processes``).
@@ -736,7 +737,8 @@ class SvitClient(_Base):
         Args:
             tenant: only this tenant's processes (admin tokens; a tenant token
                 may name only its own tenant).
-            limit: processes per page, 1..1000 (default 100).
+            limit: processes per page, 1..``defaults.PROCESS_PAGE_MAX``
+                (``defaults.DEFAULT_PROCESS_PAGE``).
             after: the previous page's ``next_after``; None: the first page.
 
         Returns:
@@ -774,7 +776,8 @@ class SvitClient(_Base):
             json={"process_id": process_id, "passivate_after_s": passivate_after_s})
         return result
 
-    def timers(self, process_id: str, *, limit: int = 100, after: str | None = None,
+    def timers(self, process_id: str, *, limit: int = DEFAULT_TIMER_PAGE,
+               after: str | None = None,
                timeout_s: float | None = None) -> TimerPage:
         """The process's pending durable timers, in due order, one page
         (``GET /v1/processes/timers``).
@@ -785,7 +788,8 @@ class SvitClient(_Base):
         not listed again.
 
         Args:
-            limit: parked timers per page, 1..1000 (default 100).
+            limit: parked timers per page, 1..``defaults.TIMER_PAGE_MAX``
+                (``defaults.DEFAULT_TIMER_PAGE``).
             after: the previous page's ``next_after``; None: the first page.
 
         Returns:
@@ -1081,7 +1085,8 @@ class AsyncSvitClient(_Base):
                     "recovered": True}
         return result
 
-    async def list_processes(self, *, tenant: str | None = None, limit: int = 100,
+    async def list_processes(self, *, tenant: str | None = None,
+                             limit: int = DEFAULT_PROCESS_PAGE,
                              after: str | None = None, timeout_s: float | None = None
                              ) -> ProcessPage:
         """Async form of :meth:`SvitClient.list_processes`."""
@@ -1097,7 +1102,8 @@ class AsyncSvitClient(_Base):
             json={"process_id": process_id, "passivate_after_s": passivate_after_s})
         return result
 
-    async def timers(self, process_id: str, *, limit: int = 100, after: str | None = None,
+    async def timers(self, process_id: str, *, limit: int = DEFAULT_TIMER_PAGE,
+                     after: str | None = None,
                      timeout_s: float | None = None) -> TimerPage:
         """Async form of :meth:`SvitClient.timers`."""
         doc = await self._call("GET", "/v1/processes/timers", timeout_s=timeout_s,

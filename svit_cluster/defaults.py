@@ -14,7 +14,9 @@ does not load pydantic-settings and dotenv for a constant (issue 18 item 3).
 from __future__ import annotations
 
 __all__ = [
+    "DEAD_LETTER_PAGE_MAX",
     "DEFAULT_CLUSTER",
+    "DEFAULT_DEAD_LETTER_PAGE",
     "DEFAULT_ETCD_ENDPOINT",
     "DEFAULT_EVICTION_CHECK_S",
     "DEFAULT_GATEWAY_PORT",
@@ -26,9 +28,12 @@ __all__ = [
     "DEFAULT_MAX_EVENTS",
     "DEFAULT_MAX_STARTING_PER_HOST",
     "DEFAULT_PASSIVATE_AFTER_S",
+    "DEFAULT_PROCESS_PAGE",
     "DEFAULT_REDIS_URL",
+    "DEFAULT_REDRIVE_LIMIT",
     "DEFAULT_SIGNAL_RETENTION",
     "DEFAULT_SNAPSHOT_EVERY",
+    "DEFAULT_TIMER_PAGE",
     "DEFAULT_WAIT_REPLICAS",
     "DEFAULT_WAIT_TIMEOUT_MS",
     "LEASE_TTL_S_MAX",
@@ -38,8 +43,10 @@ __all__ = [
     "LOCAL_HOSTS_MAX",
     "MAX_ACTIVE_PER_HOST_MAX",
     "MAX_STARTING_PER_HOST_MAX",
+    "PROCESS_PAGE_MAX",
     "RETENTION_MAX",
     "RETENTION_MIN",
+    "TIMER_PAGE_MAX",
     "WAIT_REPLICAS_MAX",
     "WAIT_TIMEOUT_MS_MAX",
 ]
@@ -147,3 +154,27 @@ DEFAULT_SIGNAL_RETENTION = 10_000
 #: ``SVIT_MAX_EVENTS``, ``up --max-events``, chart ``runtime.maxEvents``), in
 #: :data:`RETENTION_MIN`..:data:`RETENTION_MAX`; re-exported by ``events``.
 DEFAULT_MAX_EVENTS = 100_000
+
+# -- dead letters (DeadLetters, /v1/admin/dead-letters, ``svit-cluster dead-letters``) ----
+
+#: Dead letters one listing returns by default (``DeadLetters.list``, ``GET
+#: /v1/admin/dead-letters?limit=``, ``dead-letters list --limit``).
+DEFAULT_DEAD_LETTER_PAGE = 100
+#: Dead letters a re-drive without ids moves by default, oldest first
+#: (``DeadLetters.redrive``, the redrive body's ``limit``, ``dead-letters redrive --limit``).
+DEFAULT_REDRIVE_LIMIT = 1000
+#: Most dead letters one listing, one re-drive or one list of ids may name (1..this).
+DEAD_LETTER_PAGE_MAX = 10_000
+
+# -- pages of the HTTP API (gateway routes, SvitClient, CLI ``--limit``) -----------------
+
+#: Processes one page of ``GET /v1/processes`` asks for by default
+#: (``SvitClient.list_processes``, ``svit-cluster list --limit``).
+DEFAULT_PROCESS_PAGE = 100
+#: Largest such ``limit`` (1..this).
+PROCESS_PAGE_MAX = 1000
+#: Parked timers one page of ``GET /v1/processes/timers`` asks for by default
+#: (``SvitClient.timers``, ``svit-cluster timers list --limit``).
+DEFAULT_TIMER_PAGE = 100
+#: Largest such ``limit`` (1..this).
+TIMER_PAGE_MAX = 1000

@@ -29,6 +29,11 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from svit_cluster.defaults import (
+    DEAD_LETTER_PAGE_MAX,
+    DEFAULT_DEAD_LETTER_PAGE,
+    DEFAULT_REDRIVE_LIMIT,
+)
 from svit_cluster.dispatch._deadbound import (
     PRUNE_ONE_SCRIPT,
     WRITE_SCRIPT,
@@ -241,18 +246,20 @@ class DeadLetters:
         with boundary("dead_letters.count"):
             return int(self._client.xlen(self.keys.dead))
 
-    def list(self, *, limit: int = 100, after: str | None = None) -> list[DeadLetter]:
+    def list(self, *, limit: int = DEFAULT_DEAD_LETTER_PAGE,
+             after: str | None = None) -> list[DeadLetter]:
         """Dead letters, oldest first.
 
         Args:
-            limit: at most this many (1..10000).
+            limit: at most this many (1..``defaults.DEAD_LETTER_PAGE_MAX``;
+                ``defaults.DEFAULT_DEAD_LETTER_PAGE``).
             after: only letters with an id greater than this one (paging).
 
         Raises:
             InvalidInput: bad limit or id.  UnavailableError: Redis failed.
         """
-        if not 1 <= limit <= 10_000:
-            raise InvalidInput("limit must be in 1..10000")
+        if not 1 <= limit <= DEAD_LETTER_PAGE_MAX:
+            raise InvalidInput(f"limit must be in 1..{DEAD_LETTER_PAGE_MAX}")
         if after and not _valid_id(after):
             raise InvalidInput(f"bad dead-letter id {after[:64]!r}")
         start = f"({after}" if after else "-"
@@ -260,12 +267,13 @@ class DeadLetters:
             raw: Any = self._client.xrange(self.keys.dead, min=start, max="+", count=limit)
         return [DeadLetter.from_entry(eid, fields) for eid, fields in raw]
 
-    def redrive(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> RedriveResult:
+    def redrive(self, ids: Sequence[str] | None = None, *,
+                limit: int = DEFAULT_REDRIVE_LIMIT) -> RedriveResult:
         """Move dead letters back to delivery (the re-drive stream).
 
         Args:
             ids: dead-letter ids; None re-drives the oldest ``limit`` letters.
-            limit: cap when ``ids`` is None.
+            limit: cap when ``ids`` is None (``defaults.DEFAULT_REDRIVE_LIMIT``).
 
         Returns:
             The ids moved, the ids the dead-letter bounds removed (``trimmed``:

@@ -17,6 +17,11 @@ from typing import Any
 import click
 
 from svit_cluster._cliutil import emit, fail, output_option
+from svit_cluster.defaults import (
+    DEAD_LETTER_PAGE_MAX,
+    DEFAULT_DEAD_LETTER_PAGE,
+    DEFAULT_REDRIVE_LIMIT,
+)
 from svit_cluster.dispatch._config import DispatchConfig
 from svit_cluster.errors import ConfigurationError, NotFound, SvitError
 
@@ -213,7 +218,8 @@ def _with_gateway(fn: Any) -> Any:
 
 @dead_letters.command("list")
 @_with_gateway
-@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, DEAD_LETTER_PAGE_MAX),
+              default=DEFAULT_DEAD_LETTER_PAGE, show_default=True)
 @click.option("--after", default=None, help="Page after this dead-letter id.")
 @output_option
 def list_letters(state_dir: Path | None, url: str | None, token: str | None, timeout_s: float,
@@ -236,7 +242,8 @@ def list_letters(state_dir: Path | None, url: str | None, token: str | None, tim
 @dead_letters.command("redrive")
 @_with_gateway
 @click.option("--all", "redrive_all", is_flag=True, help="Re-drive the oldest --limit letters.")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True)
+@click.option("--limit", type=click.IntRange(1, DEAD_LETTER_PAGE_MAX),
+              default=DEFAULT_REDRIVE_LIMIT, show_default=True)
 @output_option
 @click.argument("ids", nargs=-1)
 def redrive(state_dir: Path | None, url: str | None, token: str | None, timeout_s: float,

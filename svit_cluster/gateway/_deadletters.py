@@ -23,6 +23,11 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from svit_cluster.defaults import (
+    DEAD_LETTER_PAGE_MAX,
+    DEFAULT_DEAD_LETTER_PAGE,
+    DEFAULT_REDRIVE_LIMIT,
+)
 from svit_cluster.errors import ErrorCode, InvalidInput, UnavailableError
 from svit_cluster.gateway._access import admin_only
 
@@ -33,10 +38,10 @@ class Redrive(BaseModel):
     """``POST /v1/admin/dead-letters/redrive`` body."""
 
     model_config = ConfigDict(extra="ignore")
-    ids: list[str] | None = Field(default=None, max_length=10_000,
+    ids: list[str] | None = Field(default=None, max_length=DEAD_LETTER_PAGE_MAX,
                                   description="dead-letter ids to re-drive")
     all: bool = Field(default=False, description="re-drive the oldest `limit` letters")
-    limit: int = Field(default=1000, ge=1, le=10_000)
+    limit: int = Field(default=DEFAULT_REDRIVE_LIMIT, ge=1, le=DEAD_LETTER_PAGE_MAX)
 
 
 def dead_letters_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
@@ -63,7 +68,8 @@ def dead_letters_router(redis_url: str | None, *, prefix: str = "svit") -> APIRo
     @router.get("")
     async def list_dead_letters(
         request: Request,
-        limit: int = Query(100, ge=1, le=10_000, description="at most this many"),
+        limit: int = Query(DEFAULT_DEAD_LETTER_PAGE, ge=1, le=DEAD_LETTER_PAGE_MAX,
+                           description="at most this many"),
         after: str | None = Query(None, max_length=64, description="page after this id"),
     ) -> Any:
         """Dead letters, oldest first, with the total count."""

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
+from svit_cluster.defaults import DEFAULT_PROCESS_PAGE, PROCESS_PAGE_MAX
 from svit_cluster.errors import InvalidInput
 from svit_cluster.gateway._access import admin_only, principal_of, process_access
 from svit_cluster.gateway._auth import Principal
@@ -34,7 +35,7 @@ __all__ = ["MAX_PROCESS_PAGE", "processes_router"]
 #: ``client_id`` / ``request_id`` syntax (control protocol: envelope identifiers).
 _ID_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
 #: Largest ``limit`` of one page of ``GET /v1/processes``.
-MAX_PROCESS_PAGE = 1000
+MAX_PROCESS_PAGE = PROCESS_PAGE_MAX
 
 
 class CreateProcess(BaseModel):
@@ -138,7 +139,8 @@ def processes_router(router: Router) -> APIRouter:
     @api.get("/v1/processes")
     async def list_processes(
         request: Request,
-        limit: int = Query(100, ge=1, le=MAX_PROCESS_PAGE, description="processes per page"),
+        limit: int = Query(DEFAULT_PROCESS_PAGE, ge=1, le=MAX_PROCESS_PAGE,
+                           description="processes per page"),
         after: str | None = Query(None, max_length=600,
                                   description="the previous page's `next` cursor"),
         tenant: str | None = Query(None, min_length=1, max_length=256, pattern="^[^/]+$",

@@ -4,7 +4,8 @@
 "timers": [{"id", "to", "due_ms", "state", "version"}], "next": <cursor or
 null>}``: the timers the dispatcher holds for the process, in due order
 (timers being delivered right now first, ``state: "firing"``; then the parked
-ones, ``"pending"``), at most ``limit`` (1..1000, default 100) parked ones per
+ones, ``"pending"``), at most ``limit`` (1..:data:`MAX_TIMER_PAGE`,
+``defaults.DEFAULT_TIMER_PAGE``) parked ones per
 page. Pass ``next`` as ``after`` for the next page; ``null`` on the last one.
 ``due_ms`` is ms since the epoch on the Redis clock. A process without timers
 (or one that does not exist) answers an empty list.
@@ -42,6 +43,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
+from svit_cluster.defaults import DEFAULT_TIMER_PAGE, TIMER_PAGE_MAX
 from svit_cluster.errors import InvalidInput, UnavailableError
 from svit_cluster.gateway._access import process_access
 from svit_cluster.process import validate_process_id
@@ -49,7 +51,7 @@ from svit_cluster.process import validate_process_id
 __all__ = ["MAX_TIMER_PAGE", "timer_owner", "timers_router"]
 
 #: Largest ``limit`` of one page of timers or of timer events.
-MAX_TIMER_PAGE = 1000
+MAX_TIMER_PAGE = TIMER_PAGE_MAX
 
 
 class CancelTimer(BaseModel):
@@ -96,7 +98,8 @@ def timers_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
     @api.get("", dependencies=[Depends(process_access)])
     async def list_timers(
         process_id: str = Query(..., description="svit:// process id"),
-        limit: int = Query(100, ge=1, le=MAX_TIMER_PAGE, description="parked timers per page"),
+        limit: int = Query(DEFAULT_TIMER_PAGE, ge=1, le=MAX_TIMER_PAGE,
+                           description="parked timers per page"),
         after: str | None = Query(None, max_length=600,
                                   description="the previous page's `next` cursor"),
     ) -> JSONResponse:
