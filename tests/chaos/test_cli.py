@@ -67,3 +67,22 @@ def test_run_refuses_unknown_scenarios_and_bad_shapes() -> None:
     for option in ("--scenario", "--duration", "--seed", "--hosts", "--clients", "--processes",
                    "--out", "--negative-control"):
         assert option in help_text
+
+
+def test_run_options_default_to_run_config() -> None:
+    """``svit-chaos run``'s defaults are :class:`RunConfig`'s, written once there
+    (``--scenario`` has none: it follows ``--topology``)."""
+    import dataclasses
+
+    import click
+    from svit_chaos.run import RunConfig
+
+    run = main.commands["run"] if isinstance(main, click.Group) else None
+    assert run is not None
+    fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    checked = 0
+    for param in run.params:
+        if param.name in fields and param.name != "scenario" and fields[param.name] is not None:
+            assert param.default == fields[param.name], param.name
+            checked += 1
+    assert checked >= 10, checked

@@ -16,6 +16,7 @@ compares it with the same constants.
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,14 @@ import click
 import pytest
 
 from svit_cluster import defaults as d
+from svit_cluster._process_commands import list_ as list_command
 from svit_cluster.cli import cli
+from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.dispatch import DeadLetters
+from svit_cluster.dispatch.cli import dead_letters
+from svit_cluster.gateway._processes import MAX_PROCESS_PAGE
+from svit_cluster.gateway._timers import MAX_TIMER_PAGE
 from svit_cluster.local import ClusterSpec
 from svit_cluster.ownership import DEFAULT_TTL_S
 from svit_cluster.settings import ClusterSettings, NodeSettings, StoreSettings
@@ -132,6 +139,34 @@ def test_gateway_port_and_healthcheck_use_the_default_port() -> None:
     assert f"127.0.0.1:{d.DEFAULT_GATEWAY_PORT}/healthz" in url.help
 
 
+def _limit(command: click.Command) -> tuple[Any, Any, Any]:
+    param = {p.name: p for p in command.params}["limit"]
+    assert isinstance(param.type, click.IntRange)
+    return param.default, param.type.min, param.type.max
+
+
+def test_page_limits_are_the_constants() -> None:
+    """Dead-letter, process and timer pages: the library, the gateway, the SDK
+    and the CLI take one default and one maximum each."""
+    letters = dead_letters.commands
+    timers = cli.commands["timers"]
+    assert isinstance(timers, click.Group)
+    assert _limit(letters["list"]) == (d.DEFAULT_DEAD_LETTER_PAGE, 1, d.DEAD_LETTER_PAGE_MAX)
+    assert _limit(letters["redrive"]) == (d.DEFAULT_REDRIVE_LIMIT, 1, d.DEAD_LETTER_PAGE_MAX)
+    assert _limit(list_command) == (d.DEFAULT_PROCESS_PAGE, 1, d.PROCESS_PAGE_MAX)
+    assert _limit(timers.commands["list"]) == (d.DEFAULT_TIMER_PAGE, 1, d.TIMER_PAGE_MAX)
+    assert (MAX_PROCESS_PAGE, MAX_TIMER_PAGE) == (d.PROCESS_PAGE_MAX, d.TIMER_PAGE_MAX)
+
+    def default(fn: Any, name: str = "limit") -> Any:
+        return inspect.signature(fn).parameters[name].default
+
+    assert default(DeadLetters.list) == d.DEFAULT_DEAD_LETTER_PAGE
+    assert default(DeadLetters.redrive) == d.DEFAULT_REDRIVE_LIMIT
+    for client in (SvitClient, AsyncSvitClient):
+        assert default(client.list_processes) == d.DEFAULT_PROCESS_PAGE
+        assert default(client.timers) == d.DEFAULT_TIMER_PAGE
+
+
 def test_range_checks_follow_the_constants() -> None:
     """The two range checks outside pydantic (``ClusterSpec.validate``,
     ``StoreConfig``) take their bounds and messages from the constants."""
@@ -179,6 +214,10 @@ CLICK_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
                        "--dispatchers", "--max-active-per-host", "--signal-retention",
                        "--max-events"),
     ("cli.py", "gateway"): ("--port",),
+    ("cli.py", "timers_list"): ("--limit",),
+    ("_process_commands.py", "list_"): ("--limit",),
+    ("dispatch/cli.py", "list_letters"): ("--limit",),
+    ("dispatch/cli.py", "redrive"): ("--limit",),
 }
 #: Range checks written outside pydantic: module file -> upper bounds that must not
 #: appear there as literals.
@@ -187,6 +226,9 @@ RANGE_LITERALS: dict[str, set[int]] = {
                           d.LOCAL_HOSTS_MAX},
     "store/_log.py": {d.RETENTION_MAX, d.WAIT_REPLICAS_MAX, d.WAIT_TIMEOUT_MS_MAX},
     "cli.py": {d.RETENTION_MAX, d.LEASE_TTL_S_MAX, d.MAX_ACTIVE_PER_HOST_MAX},
+    "dispatch/_deadletter.py": {d.DEAD_LETTER_PAGE_MAX},
+    "dispatch/cli.py": {d.DEAD_LETTER_PAGE_MAX},
+    "gateway/_deadletters.py": {d.DEAD_LETTER_PAGE_MAX},
 }
 
 
