@@ -29,6 +29,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from svit_cluster.defaults import DEFAULT_HTTP_TIMEOUT_S
 from svit_cluster.errors import (
     ConfigurationError,
     FencedError,
@@ -135,8 +136,10 @@ def gateway_options(fn: F) -> F:
     return fn
 
 
-#: ``--timeout`` of a command that makes HTTP calls: seconds per call (default 10).
-timeout_option = click.option("--timeout", "timeout_s", default=10.0, show_default=True,
+#: ``--timeout`` of a command that makes HTTP calls: seconds per call
+#: (``defaults.DEFAULT_HTTP_TIMEOUT_S``).
+timeout_option = click.option("--timeout", "timeout_s", default=DEFAULT_HTTP_TIMEOUT_S,
+                              show_default=True,
                               type=click.FloatRange(0.01), help="Seconds per HTTP call.")
 
 

@@ -41,6 +41,7 @@ from svit_cluster.defaults import (
     DEFAULT_PASSIVATE_AFTER_S,
     DEFAULT_SIGNAL_RETENTION,
     DEFAULT_SNAPSHOT_EVERY,
+    DEFAULT_STATE_DIR,
     DEFAULT_TIMER_PAGE,
     LEASE_TTL_S_MAX,
     LEASE_TTL_S_MIN,
@@ -55,7 +56,6 @@ from svit_cluster.errors import SvitError, UnavailableError
 
 __all__ = ["main"]
 
-DEFAULT_STATE_DIR = Path(".svit")
 _state_dir = click.option(
     "--state-dir",
     type=click.Path(file_okay=False, path_type=Path),

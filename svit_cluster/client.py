@@ -48,7 +48,11 @@ from tenacity import (
 
 from svit_cluster import tracing
 from svit_cluster.control import Conflict, ControlResponse, decode_response
-from svit_cluster.defaults import DEFAULT_PROCESS_PAGE, DEFAULT_TIMER_PAGE
+from svit_cluster.defaults import (
+    DEFAULT_HTTP_TIMEOUT_S,
+    DEFAULT_PROCESS_PAGE,
+    DEFAULT_TIMER_PAGE,
+)
 from svit_cluster.errors import (
     ConflictError,
     ErrorCode,
@@ -444,7 +448,8 @@ class SvitClient(_Base):
         token: bearer token (tenant or admin); default ``SVIT_TOKEN``, then the
             cluster file's admin token.
         client_id: idempotency namespace; a random one by default.
-        timeout_s: per-HTTP-call timeout in seconds (default 10); every method
+        timeout_s: per-HTTP-call timeout in seconds
+            (``defaults.DEFAULT_HTTP_TIMEOUT_S``); every method
             also takes ``timeout_s=`` to override it for one call.
         attempts: tries per call for transport errors and ``unavailable``
             (default 8), with exponential backoff capped at ``max_wait_s``;
@@ -476,7 +481,7 @@ class SvitClient(_Base):
 
     def __init__(
         self, url: str | None = None, token: str | None = None, *,
-        client_id: str | None = None, timeout_s: float = 10.0, attempts: int = 8,
+        client_id: str | None = None, timeout_s: float = DEFAULT_HTTP_TIMEOUT_S, attempts: int = 8,
         max_wait_s: float = 2.0, http_client: httpx.Client | None = None,
         traceparent: TraceHook | None = tracing.current_traceparent,
         on_retry: RetryHook | None = None,
@@ -955,7 +960,7 @@ class AsyncSvitClient(_Base):
 
     def __init__(
         self, url: str | None = None, token: str | None = None, *,
-        client_id: str | None = None, timeout_s: float = 10.0, attempts: int = 8,
+        client_id: str | None = None, timeout_s: float = DEFAULT_HTTP_TIMEOUT_S, attempts: int = 8,
         max_wait_s: float = 2.0, http_client: httpx.AsyncClient | None = None,
         traceparent: TraceHook | None = tracing.current_traceparent,
         on_retry: RetryHook | None = None,

@@ -4,7 +4,7 @@ The settings (``SVIT_*``), ``ClusterConfig``, ``ClusterSpec``, ``StoreConfig``, 
 CLI options and their docstrings name these constants instead of repeating a
 value (``tests/cli/test_defaults_once.py``); the Helm chart, which cannot import
 them, is compared with them (``tests/helm/test_values_defaults.py``). This
-module imports nothing, so every layer may use it.
+module imports only the standard library, so every layer may use it.
 
 :mod:`svit_cluster.settings` re-exports them; modules that every process actor
 loads (the store) import them from here, so a Ray worker serving one process
@@ -13,6 +13,8 @@ does not load pydantic-settings and dotenv for a constant (issue 18 item 3).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 __all__ = [
     "DEAD_LETTER_PAGE_MAX",
     "DEFAULT_CLUSTER",
@@ -20,6 +22,7 @@ __all__ = [
     "DEFAULT_ETCD_ENDPOINT",
     "DEFAULT_EVICTION_CHECK_S",
     "DEFAULT_GATEWAY_PORT",
+    "DEFAULT_HTTP_TIMEOUT_S",
     "DEFAULT_LEASE_TTL_S",
     "DEFAULT_LOCAL_DISPATCHERS",
     "DEFAULT_LOCAL_HOSTS",
@@ -33,6 +36,7 @@ __all__ = [
     "DEFAULT_REDRIVE_LIMIT",
     "DEFAULT_SIGNAL_RETENTION",
     "DEFAULT_SNAPSHOT_EVERY",
+    "DEFAULT_STATE_DIR",
     "DEFAULT_TIMER_PAGE",
     "DEFAULT_WAIT_REPLICAS",
     "DEFAULT_WAIT_TIMEOUT_MS",
@@ -165,6 +169,16 @@ DEFAULT_DEAD_LETTER_PAGE = 100
 DEFAULT_REDRIVE_LIMIT = 1000
 #: Most dead letters one listing, one re-drive or one list of ids may name (1..this).
 DEAD_LETTER_PAGE_MAX = 10_000
+
+# -- clients (SvitClient, the CLI) --------------------------------------------------------
+
+#: Seconds one HTTP call to a gateway may take (``SvitClient(timeout_s=)``,
+#: ``AsyncSvitClient``, the CLI's ``--timeout``).
+DEFAULT_HTTP_TIMEOUT_S = 10.0
+#: The local cluster's folder, relative to the current directory: ``svit-cluster
+#: up`` writes ``cluster.json`` there, and clients look for it there
+#: (``--state-dir``, ``settings.DEFAULT_CLUSTER_JSON``).
+DEFAULT_STATE_DIR = Path(".svit")
 
 # -- pages of the HTTP API (gateway routes, SvitClient, CLI ``--limit``) -----------------
 

@@ -61,6 +61,7 @@ from svit_cluster.defaults import (
     DEFAULT_REDIS_URL,
     DEFAULT_SIGNAL_RETENTION,
     DEFAULT_SNAPSHOT_EVERY,
+    DEFAULT_STATE_DIR,
     DEFAULT_WAIT_REPLICAS,
     DEFAULT_WAIT_TIMEOUT_MS,
     LEASE_TTL_S_MIN,
@@ -102,7 +103,7 @@ DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 DEFAULT_HEARTBEAT_FILE = "/tmp/svit-agent-heartbeat.json"
 
 #: The cluster file ``svit-cluster up`` writes (relative to the current directory).
-DEFAULT_CLUSTER_JSON = Path(".svit") / "cluster.json"
+DEFAULT_CLUSTER_JSON = DEFAULT_STATE_DIR / "cluster.json"
 
 
 def parse_endpoints(endpoints: str) -> list[tuple[str, int]]:

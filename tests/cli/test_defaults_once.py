@@ -167,6 +167,17 @@ def test_page_limits_are_the_constants() -> None:
         assert default(client.timers) == d.DEFAULT_TIMER_PAGE
 
 
+def test_client_timeout_and_state_dir_are_the_constants() -> None:
+    from svit_cluster.settings import DEFAULT_CLUSTER_JSON
+
+    for client in (SvitClient, AsyncSvitClient):
+        timeout = inspect.signature(client.__init__).parameters["timeout_s"].default
+        assert timeout == d.DEFAULT_HTTP_TIMEOUT_S
+    assert _params("list")["timeout_s"].default == d.DEFAULT_HTTP_TIMEOUT_S
+    assert _params("up")["state_dir"].default == d.DEFAULT_STATE_DIR
+    assert DEFAULT_CLUSTER_JSON.parent == d.DEFAULT_STATE_DIR
+
+
 def test_range_checks_follow_the_constants() -> None:
     """The two range checks outside pydantic (``ClusterSpec.validate``,
     ``StoreConfig``) take their bounds and messages from the constants."""
