@@ -249,9 +249,13 @@ def _is_literal(node: ast.expr | None) -> bool:
     return isinstance(node, ast.Constant) and not isinstance(node.value, bool | type(None))
 
 
+#: Literal ``IntRange`` bounds that are facts, not settings: 0, 1 and the largest TCP port.
+FIXED_BOUNDS = (0, 1, 65535)
+
+
 def _is_bound_literal(node: ast.expr) -> bool:
-    """A literal range bound other than 0 and 1 (which are no one's default)."""
-    return _is_literal(node) and isinstance(node, ast.Constant) and node.value not in (0, 1)
+    return (_is_literal(node) and isinstance(node, ast.Constant)
+            and node.value not in FIXED_BOUNDS)
 
 
 def literal_fields(tree: ast.Module, cls: str, names: tuple[str, ...]) -> list[str]:
@@ -300,7 +304,9 @@ def literal_options(tree: ast.Module, function: str, options: tuple[str, ...]) -
             if _is_literal(kw.get("default")):
                 found.append(f"{flag} default")
             kind = kw.get("type")
-            if isinstance(kind, ast.Call) and any(_is_bound_literal(a) for a in kind.args):
+            if (isinstance(kind, ast.Call) and isinstance(kind.func, ast.Attribute)
+                    and kind.func.attr == "IntRange"
+                    and any(_is_bound_literal(a) for a in kind.args)):
                 found.append(f"{flag} range")
     missing = set(options) - seen
     assert not missing, f"{function} has no option {sorted(missing)}: update this test"
