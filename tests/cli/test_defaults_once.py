@@ -1,8 +1,9 @@
 """Every shared default is written once, in :mod:`svit_cluster.defaults`.
 
-The environment settings, ``ClusterConfig``, ``ClusterSpec``, ``StoreConfig``
-and the ``up`` / ``gateway`` options all take these defaults and ranges from
-the constants there. Two checks, both pure:
+The environment settings, ``ClusterConfig``, ``ClusterSpec``, ``StoreConfig``,
+the dead-letter, process and timer page limits (library, gateway, SDK) and the
+CLI options all take these defaults and ranges from the constants there. Two
+checks, both pure:
 
 * the values each place ends up with equal the constants (pydantic field
   defaults and bounds, dataclass defaults, click defaults and ranges);
