@@ -99,7 +99,8 @@ def test_chart_schema_bounds_are_the_python_ranges(path: str) -> None:
 def test_every_compared_value_is_rendered_into_its_variable() -> None:
     """The comparison is about the variables the chart sets: each path above is
     read by a template that renders the named variable (or the launcher's)."""
-    lines = "\n".join(p.read_text() for p in (CHART / "templates").glob("*")).splitlines()
+    lines = "\n".join(p.read_text() for p in (CHART / "templates").rglob("*")
+                      if p.is_file()).splitlines()
     for path, (_want, variable) in VALUE_DEFAULTS.items():
         # a ConfigMap key ("SVIT_X: {{ ... }}") or an env entry ("- name: SVIT_X" and
         # its "value:" on the next line)
