@@ -548,8 +548,8 @@ class HostLease:
         After a failed round the next one starts after :attr:`retry_pause_s`,
         not a whole interval: while an etcd member fails or a new leader is
         being elected, every moment until the local deadline counts: with TTL
-        5 s, a whole interval between failed rounds could outlast a 1-2 s leader
-        election and lose the lease.
+        5 s, waiting ``ttl_s / 3`` (1.7 s) between failed rounds can lose the
+        lease during a 1-2 s leader election.
         """
         while self.state is not LeaseState.LOST and not self._closing:
             wait = self.retry_pause_s if self._retry_soon else self.keepalive_interval_s

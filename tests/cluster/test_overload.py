@@ -161,9 +161,9 @@ def test_a_burst_of_100_processes_at_ttl_3_costs_no_host_its_lease(
 @pytest.mark.timeout(900)
 def test_a_burst_beside_busy_loops_stays_within_the_budget_and_costs_no_lease(
         budget8_cluster: LocalCluster) -> None:
-    """The residency budget holds under load: budget 8 per host, two busy loops at normal priority
-    beside the cluster; 100 new processes created 16 at a time, then each
-    observed and activated once. Every one commits, no host loses its lease or
+    """The residency budget holds under load: budget 8 per host, two busy loops
+    at normal priority beside the cluster; 100 new processes created 16 at a
+    time, then each observed and activated once. Every one commits, no host loses its lease or
     drops an actor, no host ever owns more than 8 processes (etcd, sampled
     every second), and every non-2xx answer is a typed 503 with Retry-After.
     Without a budget each host would own 30-50 process actors here."""
