@@ -1,4 +1,4 @@
-"""svit_chaos: the chaos harness of svit_cluster (issue 7), a library and a command.
+"""svit_chaos: the chaos harness of svit_cluster, a library and a command.
 
 Public names, by importance:
 

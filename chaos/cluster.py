@@ -116,7 +116,7 @@ class LaunchSpec:
 
 #: Topologies ``svit-chaos run --topology`` starts.
 TOPOLOGIES = ("single", "scaled")
-#: The scaled topology's shape (issue 20 item 4).
+#: The scaled topology's shape: a Redis Cluster and a 3-member etcd.
 SCALED_TOPOLOGY = {"redis_masters": 3, "redis_replicas": 1, "etcd_members": 3}
 
 

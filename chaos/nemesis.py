@@ -903,14 +903,12 @@ def host_already_down(ctx: NemesisContext, host: str) -> dict[str, Any] | None:
     has nothing to act on when, by the time its inject runs, another fault has
     taken the host down (no raylet: killed or terminated, not restarted yet).
     Such a window is recorded with ``{"skipped": ...}`` and its heal does nothing;
-    the host comes back with the other fault's heal. Before, the inject raised
-    and the whole run was inconclusive: in a ten-minute random run (seed 12),
-    ``kill-agent h1`` (window 35) came on time, about 17 s after
-    ``etcd-restart-dead-host h1`` (window 31) had killed h1, whose restart was
-    still under way. A host that a heal is restarting (``host_restarting``)
-    counts as down too: in a five-minute run (seed 12) ``pause-host h1``'s heal
-    was restarting h1 (its node had died while stopped) when ``kill-agent h1``
-    came, and h1 had a raylet but no agent yet.
+    the host comes back with the other fault's heal. Raising instead would make
+    the whole run inconclusive, although random schedules overlap host faults
+    by design (e.g. ``kill-agent h1`` while ``etcd-restart-dead-host h1``'s
+    restart of h1 is still under way). A host that a heal is restarting
+    (``host_restarting``) counts as down too: it may have a raylet but no agent
+    yet.
     """
     state = host_state(ctx, host)
     if state == "restarting":

@@ -547,8 +547,8 @@ class SvitClient(_Base):
         process is then not found, the "already exists" came from an earlier
         attempt that had claimed the process but not created it (it was still
         under way, or it failed and released the claim): the create is sent
-        again, up to ``attempts`` times in all (issue 15: under load a
-        retried create answered ``unknown process``).
+        again, up to ``attempts`` times in all, so a retried create is never
+        answered ``unknown process`` for a process it was still creating.
 
         Raises:
             ConflictError: (409) it already exists with other content, or

@@ -8,7 +8,8 @@ module imports only the standard library, so every layer may use it.
 
 :mod:`svit_cluster.settings` re-exports them; modules that every process actor
 loads (the store) import them from here, so a Ray worker serving one process
-does not load pydantic-settings and dotenv for a constant (issue 18 item 3).
+does not load pydantic-settings and dotenv for a constant (each active
+process is its own Ray worker, which must stay light).
 """
 
 from __future__ import annotations

@@ -19,8 +19,7 @@ with the package; every
 other name loads on first use (PEP 562). Each active process is its own Ray worker,
 which imports this package to unpickle :class:`ProcessActor`: it must not pay for
 the agent's etcd client (aetcd, grpc, prometheus_client, tenacity) nor the
-router's gateway (FastAPI, starlette) (issue 18 item 3,
-tests/cluster/test_worker_imports.py).
+router's gateway (FastAPI, starlette) (tests/cluster/test_worker_imports.py).
 """
 
 from importlib import import_module

@@ -238,8 +238,7 @@ class ProcessActor:
                                create: dict[str, Any] | None = None) -> dict[str, Any]:
         """:meth:`bind`, :meth:`start` and :meth:`serve` in one Ray call: what the
         agent does with a warm spare once it owns ``process_id`` under ``token``
-        (one Ray round trip instead of three on the cold activation path,
-        issue 18).
+        (one Ray round trip instead of three on the cold activation path).
 
         Returns:
             :meth:`start`'s answer plus :meth:`serve`'s (``"direct"``) on
@@ -384,7 +383,7 @@ class ProcessActor:
             :meth:`direct_endpoint` answer) when the direct transport is on and
             listening, else ``{}``. The agent passes it on in its activation
             answer, so the gateway's first request to a new owner goes over the
-            socket instead of a Ray name lookup and a Ray call first (issue 18:
+            socket instead of a Ray name lookup and a Ray call first (a shorter
             cold activation).
         """
         if self._watchdog is None:

@@ -93,19 +93,17 @@ TAKE_TIMEOUT_S = 30.0
 SPARE_LINGER_S = 60.0
 
 #: Seconds between two fallback sweeps of :meth:`HostAgent.reconcile` over the
-#: served actors. A dead actor is normally noticed at once by its outstanding
-#: ``ProcessActor.watch`` call; the sweep used to be the only check, every 2 s,
-#: which made every idle actor answer a Ray call every 2 s (issue 18 item 2).
+#: served actors. A dead actor is noticed at once by its outstanding
+#: ``ProcessActor.watch`` call, so the sweep is only a fallback and can be rare:
+#: every sweep makes every idle actor answer a Ray call.
 RECONCILE_SWEEP_S = 30.0
 
 #: Seconds after an activation ends before the agent starts replacing the warm
 #: spare it took. A starting Ray worker takes a whole core for about a second;
-#: started at once (as before), it ran beside the activation's own Ray calls and
-#: etcd/Redis round trips and beside the new owner's first request. Measured on
-#: the 2-core development machine, cold activation with a warm spare (agent
-#: ``activate`` alone): p50 87 ms -> 29 ms. A spare started at once was not
-#: ready sooner than about a second anyway, so a second activation arriving
-#: meanwhile loses nothing (issue 18).
+#: started at once, it would compete with the activation's own Ray calls and
+#: etcd/Redis round trips and with the new owner's first request (docs/capacity.md
+#: has the figures). A spare is not ready sooner than about a second anyway, so a
+#: second activation arriving meanwhile loses nothing by the delay.
 SPARE_REFILL_DELAY_S = 0.5
 
 
@@ -169,7 +167,8 @@ class HostAgent:
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._fence_store: Any = None
         self._health: Any = None  # HostHealth, made on the first join
-        #: Bound on activations under way at once; more are shed (issue 15 item 5).
+        #: Bound on activations under way at once; more are shed, so a burst of
+        #: activations cannot starve the host's lease keepalives.
         self.max_activations = DEFAULT_MAX_ACTIVATIONS
         self.inflight_activations = 0
         self.shed_activations = 0
@@ -712,7 +711,7 @@ class HostAgent:
 
         SUSPENDED is temporary (a keepalive failed, e.g. on an etcd member that
         just died, but the lease cannot have expired yet): closing the actors
-        then made the loss of one etcd member an outage of the host (issue 20).
+        then would make the loss of one etcd member an outage of the host.
         """
         from svit_cluster.ownership import LeaseState
 
@@ -747,8 +746,8 @@ class HostAgent:
         the margin plus one keepalive interval later, plus etcd's own expiry
         scan. So the host revokes it itself and, at the same time, asks every
         peer agent to revoke it in its name (:meth:`revoke_lease_of`); a peer
-        that reaches etcd ends it at once and the processes move (issue 15
-        item 3). Best effort: on failure the lease lapses at etcd by TTL.
+        that reaches etcd ends it at once and the processes move. Best
+        effort: on failure the lease lapses at etcd by TTL.
 
         Returns:
             True when someone confirmed the lease gone.
@@ -976,9 +975,9 @@ class HostAgent:
         The rejoin loop may drop or replace ``self.lease`` at any await, so no
         state read before an await is trusted after it: the lease is read once,
         checked again after every await (:meth:`_same_lease`), and an actor is
-        registered only while that same lease is still this agent's lease.
-        (Source: issue 15 item 5 -- a lease read before an await and used after
-        the rejoin loop had reset it raised ``AttributeError``.)
+        registered only while that same lease is still this agent's lease (a
+        lease read before an await may be gone after it: using it then would
+        raise ``AttributeError``).
 
         Raises:
             UnavailableError: no lease, or the lease was lost or replaced meanwhile.
@@ -1070,7 +1069,7 @@ class HostAgent:
         to ``timeout_s`` for an actor that can never start there; the lease
         leaves HELD within one keepalive interval of the health check failing,
         and the activation then gives up at once so the gateway places the
-        process elsewhere (issue 15 item 1).
+        process elsewhere.
 
         Raises:
             UnavailableError: the lease was lost, replaced or is not HELD (the

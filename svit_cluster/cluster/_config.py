@@ -118,8 +118,8 @@ class ClusterConfig:
             (default 2). A failover onto a host takes a spare (bind and restore
             only); once a host's spares are used up, each further activation
             starts a Ray worker first, which costs seconds on a busy machine
-            (issue 15: three processes failing over at once onto two hosts with
-            one spare each took TTL + 9 s for the one that found no spare).
+            (a process failing over onto a host with no spare left takes
+            seconds longer than the lease TTL).
         host_endpoints: per-host overrides ``{host: {"etcd": ..., "redis": ...}}``
             (the chaos harness routes a host through its own proxies).
         backend_factory: how process actors build their commit backend, as an

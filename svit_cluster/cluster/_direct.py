@@ -1,5 +1,5 @@
 """Direct transport: the gateway reaches a process actor's control path over the
-actor's own TCP socket, with Ray kept as the control plane (issue 18 item 1).
+actor's own TCP socket, with Ray kept as the control plane.
 
 Ray still creates, places, supervises and kills every process actor, and every
 other call (start, state, inbox, delete, ...) still goes through Ray. Only
@@ -18,8 +18,9 @@ Why this keeps the guarantees:
   refuses when it no longer serves (``unavailable`` / ``fenced``, answered like
   a Ray call), or nothing (connection refused or reset), after which the
   gateway falls back to the Ray call path, which classifies the dead actor and
-  asks the agent to reconcile, exactly as before. Re-sending a control request
-  is safe: receipts make a repeated ``(client_id, request_id)`` a replay.
+  asks the agent to reconcile, as without the direct transport. Re-sending a
+  control request is safe: receipts make a repeated ``(client_id, request_id)``
+  a replay.
 * A call that does not answer within the deadline is ``unavailable`` (outcome
   unknown, retry with the same request id), as for a Ray call.
 * A connection is accepted only after its first frame carries the actor's

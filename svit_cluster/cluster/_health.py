@@ -1,4 +1,4 @@
-"""Is this host able to serve? Raylet liveness and Ray's node state (issue 15 item 1).
+"""Is this host able to serve? Raylet liveness and Ray's node state.
 
 A host's etcd lease must mean the host can serve. The host agent is an ordinary
 Ray worker process: when only its raylet is stopped (SIGSTOP) or dead, the

@@ -1,4 +1,4 @@
-"""Which hosts may be picked, and revoking a dead host's lease (issue 15 items 1, 2).
+"""Which hosts may be picked, and revoking a dead host's lease.
 
 Placement never picks a host that Ray reports dead or whose agent did not
 answer. Two sources, both kept by :class:`HostWatch` in the gateway:
@@ -248,9 +248,9 @@ async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
     on its host; when it dies (killed, crashed) its host's lease would run out
     its TTL while the processes wait.
 
-    The guard against revoking a live agent's lease (issue 15 item 5: under a
-    burst of activations the gateway revoked all three live hosts' leases): a
-    failed or empty lookup is never evidence. A lease is revoked only when
+    The guard against revoking a live agent's lease (under a burst of
+    activations, lookups fail or time out on hosts that are alive): a failed or
+    empty lookup is never evidence. A lease is revoked only when
     Ray's actor table, read after the registration was read from etcd, lists
     the very actor that registered it (the registration's ``actor_id``) as
     DEAD -- a terminal state (agents run with ``max_restarts=0``). A slow,

@@ -567,8 +567,7 @@ class RayRouter:
         lease left HELD) makes a later "already exists" ambiguous: it may be
         this very create. That conflict is answered as ``unavailable`` (outcome
         unknown, retry) rather than ``conflict``, so a retrying client checks
-        the process's content instead of being told its own create clashed
-        (issue 15: in a burst of 100 creates, one was answered ``conflict``).
+        the process's content instead of being told its own create clashed.
 
         Raises:
             UnavailableError: no registered host, or none could activate; or a

@@ -100,7 +100,7 @@ class RouteCache:
         host's lease: revoked or expired) or names another actor. A call in
         flight to ``route``'s actor then cannot be answered by an owner any
         more (a paused owner's call would hang until its deadline), so the
-        router abandons it at once (issue 15: failover after a paused host).
+        router abandons it at once and the call fails over.
         Only a change seen after this call counts (a route the watch has not
         delivered yet, e.g. an owner another gateway just placed, is not
         "moved"). Call :meth:`forget_moved` with the future when done with it.

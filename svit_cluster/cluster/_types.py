@@ -1,4 +1,4 @@
-"""Typed shapes of the agent's activation boundary (issue 17 item 5).
+"""Typed shapes of the agent's activation boundary.
 
 Ray carries plain dicts between the gateway's router and a host agent (so a
 router and an agent of neighbouring versions still understand each other during

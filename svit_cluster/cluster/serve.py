@@ -47,8 +47,8 @@ def http_stack() -> tuple[str, str]:
 
     ``("uvloop", "httptools")`` when both are installed (``uvicorn[standard]``, a
     project dependency): the C event loop and HTTP parser instead of the default
-    asyncio loop and pure-Python h11, which took 38% of the gateway's CPU samples
-    (issue 18 item 8). Falls back to ``("asyncio", "h11")`` when either is missing
+    asyncio loop and pure-Python h11, which take a large share of the gateway's
+    CPU. Falls back to ``("asyncio", "h11")`` when either is missing
     (e.g. a platform without uvloop wheels), so the gateway still starts.
     """
     if importlib.util.find_spec("uvloop") and importlib.util.find_spec("httptools"):

@@ -5,7 +5,7 @@ bytes once; those bytes travel to the gateway (over Ray or the direct
 transport) and are written to the client unchanged. The outcome status, the
 rejection code and the answering owner's fencing token ride along as typed
 metadata, so nobody between the owner and the client decodes the response
-again (issue 18 item 5: decode once, encode once).
+again: the response is decoded once and encoded once.
 """
 
 from __future__ import annotations

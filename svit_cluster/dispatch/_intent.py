@@ -107,8 +107,8 @@ def parse_entry(stream: str, entry_id: str, fields: dict[bytes, bytes],
         raise bad("not JSON") from exc
     if not isinstance(doc, dict):
         raise bad("not a JSON object")
-    # ``message_id`` since issue 14 (the reference's name); entries committed
-    # earlier carry ``id``. Either is the idempotency key.
+    # New entries carry ``message_id`` (the reference's name); legacy entries
+    # carry ``id``. Either is the idempotency key.
     intent_id = doc.get("message_id", doc.get("id"))
     to = doc.get("to")
     if not isinstance(intent_id, str) or not intent_id or len(intent_id) > 512:

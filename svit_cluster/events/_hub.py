@@ -4,7 +4,7 @@ Without a hub every subscription reads the store on its own, so a commit
 costs O(subscriptions) store round trips. With :class:`SignalHub`, one
 reader task per observed process follows the stream (:func:`observe`) and
 copies each signal into the bounded queue of every subscription; the store
-work per commit no longer grows with the number of observers.
+work per commit does not grow with the number of observers.
 
 A subscription still owns its cursor. It first catches up from its cursor
 directly from the store (with lag detection), then follows the hub's feed,

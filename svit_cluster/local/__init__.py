@@ -52,7 +52,7 @@ def __getattr__(name: str) -> Any:
 
     ``_cluster`` imports httpx, click and rich (the CLI's status and health checks);
     the CLI's lighter commands import this package and need not pay for
-    them (issue 18 item 3, tests/cluster/test_worker_imports.py).
+    them (tests/cluster/test_worker_imports.py).
 
     Raises:
         AttributeError: ``name`` is not a public name of this package.

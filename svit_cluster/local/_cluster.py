@@ -476,9 +476,9 @@ class LocalCluster:
 
     def _save(self) -> None:
         """Write ``doc`` to ``cluster.json`` atomically (a private temporary file,
-        mode 0600, then rename), one writer at a time. Two threads that shared
-        one ``cluster.tmp`` made the second rename fail with FileNotFoundError
-        (a five-minute chaos run, seed 12, healing two hosts at once)."""
+        mode 0600, then rename), one writer at a time. The temporary file is
+        private to the call: two writers sharing one would make the second
+        rename fail with FileNotFoundError (e.g. two hosts healed at once)."""
         with self._lock:
             text = json.dumps(self.doc, indent=2, sort_keys=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".cluster.",

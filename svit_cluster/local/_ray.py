@@ -51,7 +51,7 @@ def ray_env() -> dict[str, str]:
     env["RAY_AUTH_MODE"] = "disabled"
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["RAY_SCHEDULER_EVENTS"] = "0"
-    env.update(WORKER_NICENESS_ENV)  # host agents above process actors (issue 15)
+    env.update(WORKER_NICENESS_ENV)  # host agents (and their leases) above process actors
     return env
 
 

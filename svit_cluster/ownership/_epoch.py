@@ -9,7 +9,7 @@ and fences written before epochs existed keep their tokens).
 
 Why: etcd revisions only grow -- until etcd is restored from a backup, when
 they go back to the backup's revision (etcd 3.4 cannot bump the revision on
-restore; etcd issue 16028 describes it). New tokens would then fall below the
+restore; described in etcd-io/etcd#16028). New tokens would then fall below the
 fences that Redis already holds and every claim would be fenced. Raising the
 epoch past the highest fence seen makes every later token larger than every
 fence again, in one step (:func:`raise_epoch`).
@@ -23,7 +23,7 @@ up to ``2**53``; the store compares tokens with ``tonumber``):
 
 So every token is below ``2**53`` and compares exactly as a Lua number, as a
 Python ``int`` and in the chaos checker; tokens of one epoch keep the old
-order (epoch 0 tokens equal the create revision, as before).
+order (epoch 0 tokens equal the create revision).
 """
 
 from __future__ import annotations

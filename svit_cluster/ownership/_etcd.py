@@ -28,15 +28,15 @@ T = TypeVar("T")
 #
 # ``grpc.min_reconnect_backoff_ms`` is NOT a backoff: gRPC core uses it as the
 # minimum deadline of one connection attempt (TCP connect + HTTP/2 SETTINGS
-# exchange; gRPC's default is 20 s). At 100 ms (the old value here), an attempt
-# whose handshake took longer than the current backoff (100 ms growing to 1 s)
-# failed with "connection attempt timed out before receiving SETTINGS frame",
-# and calls on the channel failed at once until an attempt got through. Under a
-# burst of activations on a loaded host, every new lease's keepalive client then
-# failed to connect before the lease's local deadline, and hosts lost one lease
-# after another (issue 15 item 5). 5 s lets a slow handshake finish (longer than
-# any lease deadline it could save); a refused connection (etcd restarting)
-# still fails at once and is retried after the short backoff above.
+# exchange; gRPC's default is 20 s). Set as low as the backoff (100 ms), an
+# attempt whose handshake takes longer fails with "connection attempt timed out
+# before receiving SETTINGS frame", and calls on the channel fail at once until
+# an attempt gets through: under a burst of activations on a loaded host, every
+# new lease's keepalive client would fail to connect before the lease's local
+# deadline, and hosts would lose one lease after another. 5 s lets a slow
+# handshake finish (longer than any lease deadline it could save); a refused
+# connection (etcd restarting) still fails at once and is retried after the
+# short backoff above.
 _CONNECT_TIMEOUT_MS = 5000
 _CHANNEL = {
     "grpc.initial_reconnect_backoff_ms": 100,

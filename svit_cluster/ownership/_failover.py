@@ -83,8 +83,8 @@ def _failing_over(name: str, method: Callable[..., Any] | None = None) -> Callab
             if task is not None and task.cancelling() == 0 and generation != self._generation:
                 # Nobody cancelled this task: gRPC cancelled the call because a
                 # failover (of a concurrent request) closed its channel. That is
-                # a failed request, not a cancellation: letting CancelledError
-                # escape silently ended the lease keepalive loop (issue 20).
+                # a failed request, not a cancellation: a CancelledError that
+                # escaped would silently end the lease keepalive loop.
                 raise aetcd.ConnectionFailedError(
                     f"{name}: the channel to the failed member was closed by a failover"
                 ) from None

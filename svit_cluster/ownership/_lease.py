@@ -62,7 +62,7 @@ class LeaseMetrics:
     Names:
         ``svit_lease_keepalive_lag_seconds`` -- how late each keepalive round
             started after it was due (seconds). A lag near the TTL means the
-            keepalives starve (issue 15 item 5).
+            keepalives starve.
         ``svit_lease_keepalive_age_seconds{lease}`` -- seconds since the send
             time of the last successful keepalive of the lease.
         ``svit_lease_keepalive_skipped_total`` -- rounds not sent because the
@@ -163,7 +163,7 @@ class HostLease:
             can be one interval before the leader dies, and a 3-member etcd
             with the default 1 s election timeout needs 1-2 s to elect a new
             leader (more after a split vote). ``ttl_s / 3`` (etcd's own client
-            cadence) left under 0.1 s of slack at TTL 5 s (issue 20).
+            cadence) would leave under 0.1 s of slack at TTL 5 s.
         request_timeout_s: deadline of one etcd request (default 2 s).
         retry_timeout_s: deadline of a keepalive attempt once keepalives fail
             (default ``min(request_timeout_s, max(0.25, interval / 2))``): the
@@ -177,20 +177,20 @@ class HostLease:
         keepalive_client: factory of a second ``aetcd.Client``. When given, the
             keepalive loop runs in its own daemon thread with its own event loop
             and this client, so a blocked or overloaded caller event loop cannot
-            starve the keepalives (issue 15 item 5). Listeners are then called on
+            starve the keepalives. Listeners are then called on
             the caller's loop when it next runs. Without it, the loop is a task
             on the caller's loop.
         health_check: called before every keepalive round; while it returns a
             reason (a string) the round is skipped, so the lease lapses after its
-            TTL unless the host recovers (issue 15 item 1: a host's lease means
-            the host can serve). An exception counts as healthy (logged).
+            TTL unless the host recovers (a host's lease means the host can
+            serve). An exception counts as healthy (logged).
         metrics: :class:`LeaseMetrics` to record keepalive lag in (optional).
         revoke_when_unhealthy: with a ``health_check``, also run it every
             ``health_poll_s`` seconds between keepalives, and the moment it
             gives a reason, revoke the lease on etcd (best effort) and become
             LOST instead of letting it lapse after the TTL: the host knows it
-            cannot serve, so its processes need not wait for expiry (issue 15
-            item 2). Default False (keepalives are only skipped).
+            cannot serve, so its processes need not wait for expiry. Default
+            False (keepalives are only skipped).
         health_poll_s: period of that check in seconds (default 0.2).
         on_round: called (on the keepalive loop, so it must be quick and must
             not raise) after the grant, after every keepalive round, and when
@@ -549,9 +549,9 @@ class HostLease:
 
         After a failed round the next one starts after :attr:`retry_pause_s`,
         not a whole interval: while an etcd member fails or a new leader is
-        being elected, every moment until the local deadline counts (issue 20:
-        with TTL 5 s the old loop waited 1.7 s between failed rounds and lost
-        the lease during a 1-2 s leader election).
+        being elected, every moment until the local deadline counts: with TTL
+        5 s, waiting ``ttl_s / 3`` (1.7 s) between failed rounds can lose the
+        lease during a 1-2 s leader election.
         """
         while self.state is not LeaseState.LOST and not self._closing:
             wait = self.retry_pause_s if self._retry_soon else self.keepalive_interval_s
@@ -717,7 +717,7 @@ async def revoke_lease_id(client: Any, lease_id: int, *,
     has stopped serving, but only etcd can end the lease, and without a revoke
     that waits for etcd's expiry (up to a whole TTL after the last keepalive
     that got through). The holder asks a peer that can reach etcd to revoke
-    it in its name (issue 15 item 3). Revoking is always safe for the holder's
+    it in its name. Revoking is always safe for the holder's
     consent: lease ids are never reused, and LOST is terminal for the holder.
 
     Returns:

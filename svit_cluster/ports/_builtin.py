@@ -146,7 +146,7 @@ class HttpPort:
         limit = self.config.max_response_bytes
         # Imported here, not at module level: httpx imports its command line
         # (click, rich, pygments) when they are installed, and every process
-        # actor builds this registry (issue 18 item 3: light workers).
+        # actor builds this registry (its Ray worker must stay light).
         import httpx
 
         try:

@@ -61,7 +61,7 @@ __all__ = [
 
 #: The record format this project writes (not the reference's format).
 TRANSACTION_FORMAT = "svit-cluster-transaction@1"
-#: The name this project's records carried before issue 14: read, never written.
+#: The earlier name of this project's record format: read, never written.
 LEGACY_TRANSACTION_FORMAT = "svit-transaction@1"
 _FORMATS = frozenset({TRANSACTION_FORMAT, LEGACY_TRANSACTION_FORMAT})
 GENESIS_HASH = "0" * 64

@@ -91,7 +91,7 @@ def __getattr__(name: str) -> Any:
 
     It imports httpx, which imports its command line (click, rich, pygments) when
     they are installed; a process actor with the default simulated reasoner never
-    needs it (issue 18 item 3: each active process is its own Ray worker).
+    needs it (each active process is its own Ray worker, which must stay light).
 
     Raises:
         AttributeError: ``name`` is not a public name of this package.

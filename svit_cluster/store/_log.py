@@ -137,7 +137,7 @@ def _store_settings() -> Any:
     """``StoreSettings`` of the current ``SVIT_*`` environment (names in any case,
     as pydantic-settings matches them), read once per distinct environment
     (reading it costs about 20 ms, and every process actor's ``start`` makes a
-    :class:`StoreConfig`: issue 18, cold activation).
+    :class:`StoreConfig` on the cold activation path).
 
     Raises:
         ConfigurationError: a variable does not parse or is out of range.

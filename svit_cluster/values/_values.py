@@ -215,8 +215,8 @@ def script_json(script: Script, *, null_documentation: bool = False) -> dict[str
     """``{source, documentation}`` of a script; ``documentation`` is omitted when absent.
 
     ``null_documentation=True`` writes an absent documentation as ``null``
-    instead: the encoding of records this project wrote before issue 14
-    (legacy ``svit-transaction@1`` records hash it that way).
+    instead: the encoding of legacy ``svit-transaction@1`` records, which
+    hash it that way.
     """
     if script.documentation is None and not null_documentation:
         return {"source": script.source}

@@ -139,7 +139,7 @@ def summary(first: int | None, committed: int = 3) -> OutboxSummary:
 
 
 def test_trimmed_intents_count_as_delivered_and_must_be_recorded_at_the_sink() -> None:
-    """The dispatcher trims acknowledged outbox entries (issue 20): intents below the
+    """The dispatcher trims acknowledged outbox entries: intents below the
     first retained version are not listed, yet still checked at the destination."""
     history, logs, sent = build()
     ids = [i for i, _ in sent]

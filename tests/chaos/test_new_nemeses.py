@@ -1,4 +1,4 @@
-"""The issue-15 nemeses: raylet-only stop, agent-only kill, SIGTERM of a host, GCS pause,
+"""The host-level nemeses: raylet-only stop, agent-only kill, SIGTERM of a host, GCS pause,
 etcd restart while a host is dead -- schedules, inject/heal order, and which real
 processes the local target signals."""
 

@@ -1,4 +1,4 @@
-"""A checkout and an installed wheel expose the same modules (issue 17 item 6).
+"""A checkout and an installed wheel expose the same modules.
 
 The chaos harness lives in ``./chaos`` but installs as ``svit_chaos``
 (``[tool.setuptools] package-dir``), and every ``svit_cluster`` subpackage must be

@@ -1,4 +1,4 @@
-"""The chaos harness on the scaled topology (issue 20 item 4), Ray-free.
+"""The chaos harness on the scaled topology, Ray-free.
 
 A real Redis Cluster (3 masters x 1 replica, ``cluster-node-timeout`` 1 s) and a
 real 3-member etcd under the mini cluster's emulated hosts and real gateway.

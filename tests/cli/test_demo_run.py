@@ -1,9 +1,9 @@
 """The README's main command, ``svit-cluster demo``, run for real (Ray, etcd, Redis).
 
-It broke silently once: when the gateway learned to re-send a call in flight to
-a new owner (issue 15), the demo's stale-owner scene still expected the frozen
-owner's in-flight request to be lost, and failed its own checks on every run
-while the suite stayed green. This test keeps the README's command true.
+The demo checks its own scenes (e.g. the stale-owner scene's expectation of
+what happens to the frozen owner's in-flight request), and those checks depend
+on the gateway's behaviour; only a real run notices when they stop holding.
+This test keeps the README's command true.
 """
 
 from __future__ import annotations

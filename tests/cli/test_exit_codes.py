@@ -1,4 +1,4 @@
-"""Issue 21: exit codes (0 ok, 1 failed, 2 usage only, 3 unavailable) and one-line failures.
+"""Exit codes (0 ok, 1 failed, 2 usage only, 3 unavailable) and one-line failures.
 
 Every failure class runs against something real: the gateway app over loopback
 HTTP (``conftest.py``), a port nobody listens on, a gateway that is slower than

@@ -1,4 +1,4 @@
-"""Issue 21: every ``svit-cluster`` command that prints results takes ``--output json``.
+"""Every ``svit-cluster`` command that prints results takes ``--output json``.
 
 Each command runs through click's runner against the stand-in cluster of
 ``conftest.py`` (real gateway app over loopback HTTP, real Redis and etcd,

@@ -1,4 +1,4 @@
-"""Issue 21 item 2: progress of long waits goes to stderr (a rich spinner on a
+"""Progress of long waits goes to stderr (a rich spinner on a
 terminal, plain lines otherwise), and ``--output json`` keeps stdout pure JSON.
 
 Against the stand-in cluster of ``conftest.py`` (real gateway over loopback HTTP,

@@ -1,4 +1,4 @@
-"""Configuration from the environment: one typed place, clear errors (issue 19 item 4).
+"""Configuration from the environment: one typed place, clear errors.
 
 In-process tests of :mod:`svit_cluster.settings` (names, defaults, validation),
 and subprocess tests of the components the chart runs: a bad ``SVIT_*`` value

@@ -1,13 +1,12 @@
 """A create whose reply is lost must not turn into "already exists" on the retry.
 
-Seen in a loaded full-suite run (tests/cluster: ``create_process`` answered 409
-"already exists" for a process nobody else touched): the first POST committed,
-its reply never reached the client (timeout), the SDK retried the same call and
-the gateway truthfully answered "already exists". The kind: an SDK retry after an
-unknown outcome must not report its own effect as a conflict (the same kind as
-issue 13 case 5, for creates). The fix: after a retried attempt, an "already
-exists" whose ``/memory`` and ``/lib`` equal the request is this create's result;
-anything else stays a ``ConflictError``.
+When the first POST commits but its reply never reaches the client (timeout),
+the SDK retries the same call and the gateway truthfully answers "already
+exists". An SDK retry after an unknown outcome must not report its own effect as
+a conflict (as a retried control request after its receipt was evicted must not
+apply twice): after a retried attempt, an "already exists" whose ``/memory`` and
+``/lib`` equal the request is this create's result; anything else stays a
+``ConflictError``.
 
 Real gateway under uvicorn over the in-memory router, real SDK; only the wire is
 faked: the transport forwards the first create, lets the server answer (so the
@@ -158,9 +157,9 @@ class ClaimedButNotCreated(httpx.BaseTransport):
 
 def test_a_retried_create_whose_conflict_was_its_own_unfinished_claim_creates(
         gateway: str) -> None:
-    """Issue 15: under load a retried create answered ``unknown process`` (the 409
-    came from an earlier attempt's claim that never created the process, and the
-    SDK's check of that 409 then found nothing). The create must be sent again."""
+    """A retried create is never answered ``unknown process``: when its 409 came
+    from an earlier attempt's claim that never created the process (the SDK's
+    check of that 409 finds nothing), the create is sent again."""
     client = SvitClient(gateway, ADMIN, max_wait_s=0.05)
     transport = ClaimedButNotCreated()
     client._http = httpx.Client(transport=transport, timeout=5)

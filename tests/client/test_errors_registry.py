@@ -1,4 +1,4 @@
-"""Issue 21: every stable error code reaches the SDK as its typed exception, with its fields.
+"""Every stable error code reaches the SDK as its typed exception, with its fields.
 
 The real gateway app (auth, error handlers, JSON bodies) runs under uvicorn on a
 loopback port and the real SDK talks HTTP to it. The router is the in-memory

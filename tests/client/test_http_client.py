@@ -1,4 +1,4 @@
-"""Issue 21 item 5: the SDK sends every call through a user-supplied httpx client
+"""The SDK sends every call through a user-supplied httpx client
 (``http_client=``), leaves it open, and sends ``traceparent`` from its hook.
 
 Pure client wiring: an ``httpx.MockTransport`` records what the SDK sends (the

@@ -1,4 +1,4 @@
-"""Issue 21: the sync and async SDK clients expose the same public methods and parameters."""
+"""The sync and async SDK clients expose the same public methods and parameters."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""A steady-state request costs no module lookups, on the SDK or the gateway (issue 18).
+"""A steady-state request costs no module lookups, on the SDK or the gateway.
 
-Found by profiling the single-client benchmark: httpcore's async lock, event and
-semaphore each call ``current_async_library()``, which runs ``import sniffio``
-inside the function. anyio 4.11 stopped depending on sniffio, and Python does
-not cache a failed import, so without sniffio installed every async request
-searched ``sys.path`` for it several times: about 8% of the benchmark client's
-CPU (public report: encode/httpcore discussion #1102, pull request #1103).
-sniffio is now a declared dependency. These tests count every import lookup
+httpcore's async lock, event and semaphore each call
+``current_async_library()``, which runs ``import sniffio`` inside the function.
+anyio 4.11 does not depend on sniffio, and Python does not cache a failed
+import, so without sniffio installed every async request searches ``sys.path``
+for it several times (encode/httpcore discussion #1102, pull request #1103):
+sniffio is therefore a declared dependency. These tests count every import lookup
 (``sys.meta_path``) made while warm requests run through the real gateway app
 under uvicorn, so any per-request import that comes back fails here.
 """

@@ -1,4 +1,4 @@
-"""Issue 21 item 5: the process actor continues the caller's trace into the commit.
+"""The process actor continues the caller's trace into the commit.
 
 The ``ProcessActor`` class is driven directly (no Ray: Ray only transports the
 call; its arguments are what the router sends) against the real fenced Redis

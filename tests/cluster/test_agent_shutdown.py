@@ -2,7 +2,7 @@
 
 A host that is being stopped must give up its registration and lease at once,
 so another host serves its processes without waiting for the lease TTL
-(issue 19). No Ray is needed for a host that owns no process yet: the agent's
+No Ray is needed for a host that owns no process yet: the agent's
 lease and host key are plain etcd state.
 """
 

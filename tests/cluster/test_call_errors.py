@@ -4,7 +4,7 @@
   node; a ``RayTaskError`` wrapping our typed error is that error; one wrapping
   anything else is a bug: logged with its traceback, answered as ``internal``;
 * the host agent never uses a lease it read before an await without checking
-  it again (issue 15 item 5: ``'NoneType' object has no attribute 'ensure_held'``).
+  it again (it may be gone: ``'NoneType' object has no attribute 'ensure_held'``).
 """
 
 from __future__ import annotations
@@ -250,8 +250,8 @@ class RecordingOwners:
 
 async def test_a_taken_spare_is_replaced_only_after_the_activation_ends(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 18 (cold activation): a Ray worker started beside an activation took a
-    core from it, so the agent starts the replacement spare SPARE_REFILL_DELAY_S
+    """A Ray worker started beside an activation takes a core from it (cold
+    activation), so the agent starts the replacement spare SPARE_REFILL_DELAY_S
     after the activation that took a spare has ended, not when it took it."""
     import svit_cluster.ownership
     from svit_cluster.cluster import _agent

@@ -343,7 +343,7 @@ class _Agent:
 @pytest.mark.parametrize("endpoint_token", [7, 8])
 async def test_the_first_request_to_a_new_owner_goes_direct_from_the_activation_answer(
         endpoint_token: int) -> None:
-    """Issue 18 (cold activation): the agent's activation answer carries the new
+    """Cold activation: the agent's activation answer carries the new
     actor's endpoint, so the first request needs no Ray name lookup and no Ray
     call; an endpoint of another token than the route's is never used."""
     from svit_cluster.cluster import agent_name

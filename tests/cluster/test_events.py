@@ -1,4 +1,4 @@
-"""Signals, observers and the reasoning loop on a real local cluster (issue 9).
+"""Signals, observers and the reasoning loop on a real local cluster.
 
 Reuses the session cluster of ``conftest.py``; one extra gateway process is
 started (and stopped) for the cross-gateway test.
@@ -72,7 +72,7 @@ async def test_one_turn_publishes_the_exact_signal_order(gateway: tuple[str, str
             (done,) = await collect(outbox, "completion")
         assert kinds(got) == ONE_TURN
         sigs = [s for s in got if isinstance(s, Signal)]
-        # the first message also commits the /thread session metadata (issue 16)
+        # the first message also commits the /thread session metadata
         assert sigs[0].data["paths"] == ["/inbox", "/thread/format", "/thread/instructions",
                                          "/thread/process_id", "/thread/session_id",
                                          "/thread/system_prompt"]

@@ -1,4 +1,4 @@
-"""Failover bounds per fault kind (issue 15, done-when 1), on the session's real
+"""Failover bounds per fault kind, on the session's real
 local cluster (3 hosts, lease TTL 3 s; tests/cluster/conftest.py).
 
 Failover is measured the way a client sees it: from the fault (owner loss) to
@@ -46,7 +46,7 @@ Measured (printed), with a documented bound:
   and places the processes elsewhere. Floor: about TTL - margin + one claim
   (~2.5 s here). It cannot be lower without giving up the lease before its
   deadline, i.e. at the first failed keepalive -- which would turn every etcd
-  hiccup (a member's loss, a 1-2 s leader election, issue 20) into a
+  hiccup (a member's loss, a 1-2 s leader election) into a
   failover. Bound TTL + 1.5 s.
 * an etcd restart while a host is dead (kill at t = 0, etcd SIGKILLed at
   0.8 TTL and started again): etcd renews every lease to a full TTL when it
@@ -86,7 +86,7 @@ pytestmark = pytest.mark.cluster
 
 #: Processes owned by the victim host per fault (p100 is over these samples).
 PER_FAULT = 3
-#: Margin over the lease TTL that failover must stay within (issue 15, done-when 1).
+#: Margin over the lease TTL that failover must stay within, in seconds.
 MARGIN_S = 1.5
 
 COUNTER = """(define (main input)

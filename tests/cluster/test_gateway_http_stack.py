@@ -1,4 +1,4 @@
-"""The gateway serves HTTP with uvloop + httptools (issue 18 item 8)."""
+"""The gateway serves HTTP with uvloop + httptools."""
 
 from __future__ import annotations
 

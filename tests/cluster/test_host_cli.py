@@ -1,4 +1,4 @@
-"""`svit-cluster restart-host` and `add-host` (issue 15 item 7): their argument
+"""`svit-cluster restart-host` and `add-host`: their argument
 checks, Ray-free (starting real hosts needs a Ray cluster: the cluster suite)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A host's lease means the host can serve (issue 15 item 1), on a real etcd.
+"""A host's lease means the host can serve, on a real etcd.
 
 The raylet check is exercised on a real stopped process (``sleep``, standing in
 for a raylet under SIGSTOP); the lease's health gate on a real etcd lease, with
@@ -70,7 +70,7 @@ async def test_keepalives_stop_while_the_host_is_unhealthy(etcd_server: Any) -> 
 
 async def test_an_unhealthy_host_revokes_its_lease_at_once(etcd_server: Any) -> None:
     """With ``revoke_when_unhealthy`` the lease is gone from etcd within a health
-    poll of the check failing (issue 15 item 2), not a TTL (30 s here) later;
+    poll of the check failing, not a TTL (30 s here) later;
     a healthy lease next to it is the control."""
     client = open_client(etcd_server.endpoint, request_timeout_s=1.0)
     sick: list[str | None] = [None]

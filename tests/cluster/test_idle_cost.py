@@ -1,4 +1,4 @@
-"""An idle active process costs (almost) nothing of ours (issue 18 item 2).
+"""An idle active process costs (almost) nothing of ours.
 
 Pure logic, no Ray cluster: a real :class:`HostAgent` and :class:`ProcessActor`
 object with stand-in actor handles. Ray's own per-worker work (its core worker

@@ -1,4 +1,4 @@
-"""Keepalives never starve (issue 15 item 5), on a real etcd and a real Redis.
+"""Keepalives never starve, on a real etcd and a real Redis.
 
 Under load the host agent's event loop can be busy for seconds (actor starts,
 many activations). The lease keepalive must not share that loop: here the

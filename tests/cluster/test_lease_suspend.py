@@ -1,10 +1,10 @@
 """A SUSPENDED host lease pauses the host's actors; HELD resumes them; LOST ends them
-(issue 20; pure logic, no Ray cluster: a fake actor handle and a real ProcessActor
+(pure logic, no Ray cluster: a fake actor handle and a real ProcessActor
 object with a stand-in controller).
 
 SUSPENDED is temporary: a keepalive failed (say on an etcd member that just
 died) but the lease cannot have expired yet. Closing every actor at that point
-made the loss of one etcd member an outage of every process on the host.
+would make the loss of one etcd member an outage of every process on the host.
 """
 
 from __future__ import annotations

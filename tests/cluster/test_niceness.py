@@ -1,8 +1,8 @@
-"""Process actors lower their own priority on every thread (issue 15 item 5).
+"""Process actors lower their own priority on every thread.
 
 Linux keeps a niceness per thread: ``os.nice`` in an actor's event-loop thread
-left Ray's core-worker threads, started before, at the node's niceness (seen
-with ``ps``: every ``ray::ProcessActor`` still at 0). Runs in a child process,
+leaves Ray's core-worker threads, started before, at the node's niceness, so
+every thread must be lowered. Runs in a child process,
 so this test process keeps its own priority.
 """
 

@@ -91,9 +91,9 @@ def test_host_agents_outrank_process_workers_for_the_cpu(
     """The lease holder is not starved by the workers it starts: every agent runs
     at ``AGENT_NICENESS`` (0), process actors at ``PROCESS_ACTOR_NICENESS`` (15,
     Ray's default worker niceness), so a burst of starting process actors
-    cannot delay the agents' keepalives past the local deadline. On the old
-    code the agents ran at 15 like every process actor; with the agent's
-    niceness alone, Ray handed it down to the process actors (0 as well)."""
+    cannot delay the agents' keepalives past the local deadline. Both values
+    are set explicitly: Ray hands a worker's niceness down to the workers it
+    starts, so setting the agent's alone would put process actors at 0 too."""
     import ray
 
     from svit_cluster.cluster._config import AGENT_NICENESS, PROCESS_ACTOR_NICENESS
@@ -161,12 +161,12 @@ def test_a_burst_of_100_processes_at_ttl_3_costs_no_host_its_lease(
 @pytest.mark.timeout(900)
 def test_a_burst_beside_busy_loops_stays_within_the_budget_and_costs_no_lease(
         budget8_cluster: LocalCluster) -> None:
-    """Issue 29's done-when: budget 8 per host, two busy loops at normal priority
-    beside the cluster; 100 new processes created 16 at a time, then each
-    observed and activated once. Every one commits, no host loses its lease or
+    """The residency budget holds under load: budget 8 per host, two busy loops
+    at normal priority beside the cluster; 100 new processes created 16 at a
+    time, then each observed and activated once. Every one commits, no host loses its lease or
     drops an actor, no host ever owns more than 8 processes (etcd, sampled
     every second), and every non-2xx answer is a typed 503 with Retry-After.
-    On the old code (no budget) each host owned 30-50 process actors."""
+    Without a budget each host would own 30-50 process actors here."""
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         report = drive_burst(budget8_cluster)
@@ -180,16 +180,17 @@ def test_a_burst_beside_busy_loops_stays_within_the_budget_and_costs_no_lease(
     assert all(n > 0 for n in report["evictions"].values()), report["evictions"]
 
 
-# Found and fixed on the way, each with its own regression test: (1) the etcd
-# channels' 100 ms connection-attempt deadline, so a fresh keepalive client on a
-# loaded host never connected (tests/ownership/test_etcd_slow_link.py); (2) the
-# gateway's agent watch revoked a live host's lease when a Ray name lookup failed
-# (tests/cluster/test_placement.py); (3) a create whose first placement attempt
-# had an unknown outcome was answered ``conflict`` by the next host
-# (tests/cluster/test_router_unit.py); (4) the agents ran at Ray's worker
-# niceness 15 like the workers being started (test above); (5) keepalives shared
-# the agent's process and Ray started every worker of a burst at once
-# (tests/ownership/test_keeper.py, tests/cluster/test_residency.py).
+# What keeps a burst from costing a lease, each rule with its own regression test:
+# * a fresh keepalive client connects over a slow link to etcd (the channels'
+#   connection-attempt deadline): tests/ownership/test_etcd_slow_link.py;
+# * a failed Ray name lookup never revokes a live host's lease:
+#   tests/cluster/test_placement.py;
+# * a create whose first placement attempt had an unknown outcome is not
+#   answered ``conflict`` by the next host: tests/cluster/test_router_unit.py;
+# * host agents run above the process actors' niceness: the test above;
+# * keepalives run in a process of their own, and a host starts workers only
+#   within its residency budget: tests/ownership/test_keeper.py,
+#   tests/cluster/test_residency.py.
 @pytest.mark.timeout(900)
 def test_a_burst_of_100_processes_costs_no_host_its_lease(ttl5_cluster: LocalCluster) -> None:
     drive_burst(ttl5_cluster)
@@ -204,7 +205,7 @@ def _owners_per_host(cluster: LocalCluster) -> dict[str, int]:
 
 
 def drive_burst(cluster: LocalCluster) -> dict[str, Any]:
-    """The issue's scenario on ``cluster``; asserts no lease change, no dropped
+    """The burst scenario on ``cluster``; asserts no lease change, no dropped
     actor, no error, and that every retried answer was a typed 503 with
     Retry-After. Returns the figures (``max_owners`` per host, ...)."""
     url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]

@@ -1,6 +1,6 @@
 """Placement skips dead and unanswering hosts; a dead node's lease is revoked at once.
 
-Issue 15 items 1 and 2. Ray-free: the node table is ``ray.nodes()``-shaped data,
+Ray-free: the node table is ``ray.nodes()``-shaped data,
 the agents are fake call targets (pure placement logic); the lease revocation
 runs against the real etcd of tests/conftest.py.
 """
@@ -177,11 +177,11 @@ def test_a_node_entry_without_a_verdict_is_not_dead() -> None:
 @pytest.mark.servers
 async def test_a_failed_agent_lookup_never_revokes_a_live_hosts_lease(
         etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 15 item 5: under a burst of activations all three live hosts lost
-    their lease. Ray answers every failed name lookup that is not a timeout (the
-    GCS erring under load) with the same ValueError as "no such actor", and the
-    gateway's agent watch revoked on that alone. Now only Ray's actor table
-    listing the registered agent actor DEAD revokes a lease.
+    """A failed name lookup is no evidence: Ray answers every failed name lookup
+    that is not a timeout (the GCS erring under load) with the same ValueError as
+    "no such actor", which would revoke every live host's lease under a burst of
+    activations. Only Ray's actor table listing the registered agent actor DEAD
+    revokes a lease.
 
     Ray's two answers are replaced here (the failed lookup cannot be provoked on
     demand); the registrations, leases and revokes are real etcd."""

@@ -5,7 +5,7 @@ returning an awaitable (Ray's ``ObjectRef``). Here each handle wraps a plain
 Python object (:class:`FakeAgent`, :class:`FakeActor`) whose async methods answer
 the same dicts the real agent and actor answer, so the router's own code runs
 unchanged: the route cache, placement by load, single-flight placement,
-reconcile after a dead actor, the call timeout. Issue 17 item 7.
+reconcile after a dead actor, the call timeout.
 """
 
 from __future__ import annotations
@@ -205,8 +205,7 @@ async def test_a_create_whose_first_attempt_is_unknown_is_not_answered_conflict(
     ``unavailable``) or is ``unavailable`` (its actor's start timed out after
     the store create); placement moves on to b, which finds the process owned
     or in the store. That may be this create's own doing, so the answer is
-    ``unavailable`` (retry; the SDK compares the content), not ``conflict``.
-    The old router answered ``conflict`` (issue 15's burst of 100 creates)."""
+    ``unavailable`` (retry; the SDK compares the content), not ``conflict``."""
     router, agents = fake_cluster(["a", "b"])
     created: list[str] = []
 
@@ -327,7 +326,7 @@ async def test_an_agent_answer_of_an_unknown_status_is_internal_not_retried() ->
     assert agents["a"].activations + agents["b"].activations == ["svit://t/p"]
 
 
-# -- a call in flight when its owner's record goes (issue 15: a paused host) -------------
+# -- a call in flight when its owner's record goes (e.g. a paused host) -----------------
 
 
 def _owner_record(host: str, actor: str) -> bytes:

@@ -1,4 +1,4 @@
-"""Process actors and host agents stay light (issue 18 item 3).
+"""Process actors and host agents stay light.
 
 Each active process is its own Ray worker, so everything the actor module imports is
 paid once per active process (memory and cold-start time). The actor and the agent
@@ -103,8 +103,8 @@ def _actor_offenders(loaded: list[str]) -> list[str]:
 
 def test_a_warm_serving_actor_loads_only_the_data_path() -> None:
     """After ``warm`` and the imports of ``start`` (store, events, ports, reasoning),
-    the worker has no web, CLI, etcd, metrics or settings stack (issue 18 item 3:
-    the etcd client alone added about 10 MB to each of them), and no
+    the worker has no web, CLI, etcd, metrics or settings stack (the etcd
+    client alone adds about 10 MB to each of them), and no
     OpenTelemetry SDK: each of them is paid again by every active process."""
     loaded = _loaded_after(_SERVING_ACTOR)
     assert "svit_cluster.store" in loaded and "svit_cluster.reasoning" in loaded

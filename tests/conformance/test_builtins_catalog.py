@@ -1,4 +1,4 @@
-"""Issue 14 point 15: the reference's runtime helper catalog, through real activations.
+"""The reference's runtime helper catalog, through real activations.
 
 Every case runs a script in a real :class:`Process` (``activate``), so the
 values, errors, logs and fuel are what a client sees. The reference keeps its

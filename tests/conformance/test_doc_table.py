@@ -1,4 +1,4 @@
-"""docs/conformance.md names only tests that exist (issue 14: "its test names all exist")."""
+"""docs/conformance.md names only tests that exist."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14 points 5 and 6: our record format and hash encoding carry their own names.
+"""Our record format and hash encoding carry their own names.
 
 The reference's ``svit-transaction@1`` record and its structural value hash
 differ from ours (field names, ``append`` payload, ``remove_front``, chain

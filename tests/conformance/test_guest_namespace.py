@@ -1,4 +1,4 @@
-"""Point 17, difference R2: ``max_namespace_entries`` bounds the guest's global
+"""Difference R2: ``max_namespace_entries`` bounds the guest's global
 namespace the way the reference's Ketos scope does.
 
 The reference installs ``*svit-version*``, ``input`` and one function per runtime

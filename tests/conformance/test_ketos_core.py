@@ -1,4 +1,4 @@
-"""Issue 14 point 16: the Ketos core functions scripts use, through real activations.
+"""The Ketos core functions scripts use, through real activations.
 
 The reference interprets Svit Lisp with Ketos, whose system functions define
 these names; each case states the Ketos behaviour in our words and the

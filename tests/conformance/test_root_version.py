@@ -1,4 +1,4 @@
-"""Point 17, version difference V1: which reference version our root follows.
+"""Version difference V1: which reference version our root follows.
 
 The reference's own files disagree between versions. ``process_invariants.rs`` at
 28183774 (snapshot format 8) expects a root with ``bin`` and the language

@@ -32,10 +32,10 @@ def test_4_create_with_a_script_that_does_not_compile_is_refused() -> None:
     assert Process.create("svit://conformance/lib", scripts={"ok": "(define (main i) i)"})
 
 
-# Point 17: the parse limits (syntax depth, integer bits) are checked when a script
-# is stored, on every path that stores one (reference: process.rs compiles library
-# writes under the process limits; the Ketos reader enforces both limits), not only
-# when the script runs.
+# docs/conformance.md row 17d: the parse limits (syntax depth, integer bits) are
+# checked when a script is stored, on every path that stores one (reference:
+# process.rs compiles library writes under the process limits; the Ketos reader
+# enforces both limits), not only when the script runs.
 _PARSE_LIMITS = [
     pytest.param(Limits(max_syntax_depth=4), "(define (main input) ((((((identity true)))))))",
                  "syntax depth", id="syntax-depth"),

@@ -1,16 +1,14 @@
-"""Issue 14 point 14: the smaller differences from the reference.
+"""The smaller differences from the reference.
 
-Changed to match the reference (each failed at c0cb931):
-``json-stringify`` prints numbers as serde_json does, ``json-parse`` keeps the
-last value of a repeated key (serde_json), ``send!`` returns the intent's
-``message_id``, and script records omit an absent ``documentation`` instead of
-writing ``null``.
+Matching the reference: ``json-stringify`` prints numbers as serde_json does,
+``json-parse`` keeps the last value of a repeated key (serde_json), ``send!``
+returns the intent's ``message_id``, and script records omit an absent
+``documentation`` instead of writing ``null``.
 
-Kept, and pinned here as documented "unverified differences" in
-docs/conformance.md (neither the issue nor the shared reference documents say
-what the reference does): ``/thread``'s initial value, ``/system/api`` and the
-snapshot ``format`` field's type. Those pins pass on the old code by design:
-they fix our chosen behaviour, they do not claim a change.
+Pinned here as documented "unverified differences" in docs/conformance.md (the
+shared reference documents do not say what the reference does): ``/thread``'s
+initial value, ``/system/api`` and the snapshot ``format`` field's type. These
+pins fix our chosen behaviour; they do not claim to match the reference.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Issue 14 point 3: the reference's wire shapes for activation logs and message intents.
+"""The reference's wire shapes for activation logs and message intents.
 
 The reference's ``Activation.logs`` is a list of records ``{message, fields}``
 and a message intent names its id ``message_id`` (in the response and in
-``/system/outbox``). svit_cluster now writes those shapes, decodes a
-reference-shaped response, and still reads what it wrote before (plain log
-strings and ``id`` in stored receipts and outbox stream entries).
+``/system/outbox``). svit_cluster writes those shapes, decodes a
+reference-shaped response, and still reads the legacy shapes (plain log strings
+and ``id`` in stored receipts and outbox stream entries).
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def test_after_receipt_eviction_old_request_conflicts() -> None:
 
 
 def test_request_status_names_the_committer_after_receipt_eviction() -> None:
-    """Issue 13 case 5: the log, not the (evicted) receipt, answers "did r commit?"."""
+    """The log, not the (evicted) receipt, answers "did r commit?"."""
     from svit_cluster.control import RequestStatus
     from svit_cluster.process import Process
 

@@ -1,4 +1,4 @@
-"""The chart's own commands, run in the built image (issue 19, item 2).
+"""The chart's own commands, run in the built image.
 
 Marked ``container``: the default ``python -m pytest`` deselects it (see
 ``addopts`` in pyproject.toml). ``.ci/run`` builds the image with

@@ -1,4 +1,4 @@
-"""deploy/Dockerfile, checked without a container engine (issue 19, blocker 2).
+"""deploy/Dockerfile, checked without a container engine.
 
 The build stage's COPY instructions are replayed into a temporary folder and
 setuptools builds an sdist from what they copied, exactly where the Dockerfile

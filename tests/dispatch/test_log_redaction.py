@@ -1,7 +1,8 @@
-"""The dispatcher never logs the Redis password (found running the chart, issue 19).
+"""The dispatcher never logs the Redis password.
 
 The chart gives the dispatcher ``SVIT_REDIS_URL`` from a Secret
-(``redis://:<password>@host:6379/0``); the start-up log line printed it whole.
+(``redis://:<password>@host:6379/0``); the start-up log line must print it with
+the password masked.
 """
 
 from __future__ import annotations

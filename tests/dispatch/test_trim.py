@@ -1,4 +1,4 @@
-"""Outbox trimming (issue 20 item 5): an entry goes only once every consumer
+"""Outbox trimming: an entry goes only once every consumer
 group acknowledged it; status counts stay right; memory per process stays flat.
 
 Real redis-server and real Redis Cluster (``rclient``/``make_worker`` run each

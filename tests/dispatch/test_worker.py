@@ -56,7 +56,7 @@ def test_delivers_in_commit_order_per_destination(rclient: redis.Redis, prefix: 
     worker = make_worker()
     wait_for(all_settled(rclient, prefix, [a.pid, b.pid]), what="delivery")
     status = delivery_status(rclient, [a.pid, b.pid], prefix=prefix)
-    # Delivered entries are trimmed (issue 20): counts come from the summary.
+    # Delivered entries are trimmed: counts come from the summary.
     summary = outbox_summary(rclient, [a.pid, b.pid], prefix=prefix)
     assert [(s.committed, s.delivered, s.pending) for s in summary.values()] == [(30, 30, 0)] * 2
     wait_for(lambda: lag_of(worker, a.pid) == 0.0, what="lag gauge at 0")

@@ -58,7 +58,7 @@ async def test_exact_signal_order_of_one_turn(url: str) -> None:
                                          "canonical_event", "message", "committed",
                                          "completion"]
         sigs = [s for s in got if isinstance(s, Signal)]
-        # the first message also commits the /thread session metadata (issue 16)
+        # the first message also commits the /thread session metadata
         assert sigs[0].data["paths"] == ["/inbox", "/thread/format", "/thread/instructions",
                                          "/thread/process_id", "/thread/session_id",
                                          "/thread/system_prompt"]

@@ -102,7 +102,7 @@ def test_a_turn_completes_through_the_controller_in_one_fenced_commit(
     rclient: redis.Redis, pid: str, prefix: str
 ) -> None:
     """The reasoning loop's end of turn is ``ProcessController.complete_turn``
-    (issue 18: one committer): the inbox acknowledge, the host's staged write and
+    (one committer): the inbox acknowledge, the host's staged write and
     the completion land together; a wrong head or a fenced owner leaves neither."""
     backend, proc = new_log(rclient, pid, prefix)
     ctrl = ProcessController(proc, backend, token=1)

@@ -1,4 +1,4 @@
-"""Issue 13, case 1: a commit whose reply is lost (real redis-server, fault proxy).
+"""A commit whose reply is lost (real redis-server, fault proxy).
 
 The entry is written (durable head 1) but the client sees ``unavailable``.
 The owner must re-synchronise from the durable head before it decides anything

@@ -1,4 +1,4 @@
-"""Stateful fault injection (issue 13): a controller over real Redis and etcd.
+"""Stateful fault injection: a controller over real Redis and etcd.
 
 A Hypothesis :class:`RuleBasedStateMachine` drives one counter process
 (``+1`` per activation, recording the request id in ``/memory/last``) through

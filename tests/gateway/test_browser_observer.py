@@ -1,4 +1,4 @@
-"""Issue 21 item 7, end to end: a web page in headless Chromium observes a process.
+"""End to end: a web page in headless Chromium observes a process.
 
 The system Chromium (Debian package ``chromium``; ``.ci/setup`` installs it)
 is driven by Playwright with ``executable_path`` (no ``playwright install``).

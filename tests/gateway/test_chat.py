@@ -1,6 +1,6 @@
 """``svit-cluster chat`` end to end: gateway in-process over real Redis, an
 OpenAI-compatible test server on loopback, the reasoning loop with the model's
-``write`` tool, and the CLI streaming the turn (issue 16, point 5)."""
+``write`` tool, and the CLI streaming the turn."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 13, case 5: a retry after its receipt was evicted must not apply twice.
+"""A retry after its receipt was evicted must not apply twice.
 
 Real redis-server, the real fenced store (``RedisBackend`` + ``ProcessController``),
 the real gateway app under uvicorn and the real SDK. Only the wire is faked:

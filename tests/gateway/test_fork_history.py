@@ -1,5 +1,5 @@
 """``POST /v1/processes/fork`` with ``"history": true``, through the SDK, over the
-in-process router with its reasoning loops (issue 16).
+in-process router with its reasoning loops.
 
 The child shares the parent's immutable event prefix (its acknowledged turns at
 the forked version): the child's first turn continues the parent's turn

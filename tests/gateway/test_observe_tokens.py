@@ -1,4 +1,4 @@
-"""Issue 21 item 7: observe tokens and CORS over HTTP (uvicorn on loopback).
+"""Observe tokens and CORS over HTTP (uvicorn on loopback).
 
 Observe tokens are short-lived, read-only, scoped to one process, accepted only
 on the SSE endpoint (query parameter or cookie), refused with the typed error

@@ -1,4 +1,4 @@
-"""Probe endpoints and the `svit-cluster healthcheck` command (issue 19, item 5).
+"""Probe endpoints and the `svit-cluster healthcheck` command.
 
 Liveness only says the process is alive; readiness says it can serve. A gateway
 with no registered hosts is alive but not ready, so Kubernetes must not restart it.

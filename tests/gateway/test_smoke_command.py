@@ -1,4 +1,4 @@
-"""`svit-cluster smoke`, the chart's `helm test` command (issue 19, item 7).
+"""`svit-cluster smoke`, the chart's `helm test` command.
 
 The gateway has no way to delete a process, so the hook must not create a new
 one per run: it creates ``svit://smoke/helm-test`` once and reuses it. Real

@@ -1,4 +1,4 @@
-"""The gateway follows its tokens file: a rotated Secret works without a restart (issue 19 item 7).
+"""The gateway follows its tokens file: a rotated Secret works without a restart.
 
 Kubernetes updates a mounted Secret by swapping a symlink (``..data``) to a new
 folder; this test does the same on a temporary folder and drives the real ASGI

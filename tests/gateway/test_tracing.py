@@ -1,4 +1,4 @@
-"""Issue 21 item 5: W3C ``traceparent`` from the request to the commit and back.
+"""W3C ``traceparent`` from the request to the commit and back.
 
 Real parts: the gateway app (all its ASGI layers), the controller, the fenced
 Redis commit log (``RedisBackend`` on the shared redis-server) and the SDK. The

@@ -291,7 +291,7 @@ def test_helm_test_hook_runs_an_authenticated_activation(render: Render) -> None
         if p["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"
     ]
     (container,) = pod["spec"]["containers"]
-    # the hook deletes the process it used (issue 19 item 7)
+    # the hook deletes the process it used
     assert container["args"][:4] == ["svit-cluster", "smoke", "--delete", "--url"]
     assert container["args"][4].startswith(f"http://{RELEASE}-gateway.")
     token = _env(container, "SVIT_TOKEN")["valueFrom"]["secretKeyRef"]
@@ -586,7 +586,7 @@ def test_eviction_policy_override_reaches_only_external_redis(render: Render) ->
 
 
 def test_wait_replicas_reach_only_external_redis(render: Render) -> None:
-    """WAIT after commits and claims (issue 20): off by default and for the bundled
+    """WAIT after commits and claims: off by default and for the bundled
     single Redis (it has no replica); set for an external Redis with replicas."""
     assert _config(render())["SVIT_REDIS_WAIT_REPLICAS"] == "0"
     assert _config(render(None, "redis.external.waitReplicas=1"))[

@@ -6,7 +6,7 @@ StatefulSets, hook Pods, RayCluster groups) the command + args and each exec
 probe are turned into `svit-cluster` argument lists, which are parsed by the
 real click command object (``make_context`` with ``resilient_parsing=False``).
 A usage error (unknown option, missing required option, bad value, no command)
-fails the test, so the chart and the CLI cannot drift apart (issue 19, item 3).
+fails the test, so the chart and the CLI cannot drift apart.
 
 Containers run ``tini -- svit-node ROLE``; the ``exec svit-cluster …`` line of
 that role is read from deploy/svit-node.sh, with ``${VAR:-default}`` expanded

@@ -1,4 +1,4 @@
-"""The outbox dispatcher Deployment of the chart (issue 19, blocker 5).
+"""The outbox dispatcher Deployment of the chart.
 
 Without it, intents that processes commit are never delivered on Kubernetes.
 Its command line is also parsed by the real CLI in test_cli_contract.py.

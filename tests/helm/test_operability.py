@@ -1,4 +1,4 @@
-"""Operability of the chart (issue 19 item 7), from the rendered manifests.
+"""Operability of the chart, from the rendered manifests.
 
 Pod annotations and labels, priorityClassName, topologySpreadConstraints, the
 ServiceAccount, image digests, ServiceMonitors for etcd and the Redis exporter

@@ -6,7 +6,7 @@ container (ConfigMap and Secret keys, ``env`` entries of every container,
 including hook Pods and RayCluster groups) must be the variable of a field of
 one of :data:`svit_cluster.settings.SETTINGS_CLASSES`. So the chart cannot set
 a variable that no code reads (a renamed setting, a typo), and every variable
-it sets is validated at start (issue 19 item 4).
+it sets is validated at start.
 
 The launcher ``deploy/svit-node.sh`` reads some variables in shell; its
 ``${SVIT_X:-default}`` defaults must equal :class:`NodeSettings`'s.

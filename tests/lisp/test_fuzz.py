@@ -27,7 +27,7 @@ BUILTIN_NAMES = [
     "json-stringify", "map-get", "map-has?", "map-set", "list?", "string?", "number?",
     "boolean?", "null?", "result-ok", "result-error", "result-ok?", "result-value",
     "safe-call", "apply", "panic", "exec-safe", "json-parse-safe",
-    # issue 14: the reference's runtime helper catalog and the Ketos core functions
+    # the reference's runtime helper catalog and the Ketos core functions
     "runtime-builtins", "map?", "map-get-safe", "list-get", "result-error-message",
     "result-map", "result-and-then", "result-or-else", "value-at", "value-at-safe",
     "value-has-path?", "dispatch-table", "dispatch", "dispatch-safe", "jq", "search",

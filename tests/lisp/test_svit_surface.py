@@ -164,7 +164,7 @@ def test_json() -> None:
     assert value('(json-parse "{\\"a\\": [1, 2.5, null, true]}")') == {"a": [1, 2.5, None, True]}
     assert value("(json-stringify (value-map \"b\" 1 \"a\" '(1 \"x\")))") == '{"a":[1,"x"],"b":1}'
     assert value("(json-stringify 1.0)") == "1.0"
-    # a repeated key keeps its last value, as serde_json does (issue 14 point 14)
+    # a repeated key keeps its last value, as serde_json does
     assert value('(json-parse "{\\"a\\":1,\\"a\\":2}")') == {"a": 2}
     for bad in ('"{"', '"NaN"', '"[1] 2"'):
         with pytest.raises(InvalidInput):

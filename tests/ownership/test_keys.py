@@ -1,4 +1,4 @@
-"""The etcd key layout, defined once in ``ownership._keys`` (issue 17 item 4).
+"""The etcd key layout, defined once in ``ownership._keys``.
 
 Pure logic first; then, on the real etcd the fixtures start, that what an owner
 and a host registration actually write is what the layout says and what

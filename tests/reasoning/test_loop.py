@@ -45,7 +45,7 @@ async def test_one_turn_publishes_the_exact_signal_order(
         await owner.loop.stop()
     sigs = owner.signals()
     assert kinds(sigs) == ONE_TURN
-    # the first message also commits the /thread session metadata (issue 16)
+    # the first message also commits the /thread session metadata
     assert sigs[0].data["paths"] == [
         "/inbox", "/thread/format", "/thread/instructions", "/thread/process_id",
         "/thread/session_id", "/thread/system_prompt"] and sigs[0].data["version"] == 1

@@ -1,4 +1,4 @@
-"""The model's tools (issue 16, point 3) and the closable inbox (point 4)."""
+"""The model's tools and the closable inbox."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A 3-member etcd loses a member under load: leases, routing and commits go on (issue 20).
+"""A 3-member etcd loses a member under load: leases, routing and commits go on.
 
 A real local etcd cluster (:class:`svit_cluster.local.EtcdClusterServer`, election
 timeout 1 s) and the shared redis-server. One host holds a lease (TTL 5 s, the

@@ -1,4 +1,4 @@
-"""open_client over several etcd members fails over when the one in use stops (issue 19).
+"""open_client over several etcd members fails over when the one in use stops.
 
 Two real, independent single-member etcd servers stand for two members of one
 cluster: each holds a different value under the same key, so every read shows
@@ -146,8 +146,8 @@ async def test_a_request_in_flight_when_another_fails_over_fails_instead_of_bein
     fresh_etcd: EtcdServer, second_etcd: EtcdServer,
 ) -> None:
     """A failover closes the old channel; gRPC then cancels the calls still on it and
-    raises ``asyncio.CancelledError`` in tasks nobody cancelled. A lease keepalive
-    loop sharing the client ended silently on it (issue 20). The call must fail
+    raises ``asyncio.CancelledError`` in tasks nobody cancelled, which would end a
+    lease keepalive loop sharing the client silently. The call must fail
     with a connection error (retryable), and the caller's task must go on."""
     import asyncio
 
@@ -179,7 +179,7 @@ async def test_a_request_in_flight_when_another_fails_over_fails_instead_of_bein
 async def test_the_keepalive_loop_survives_a_cancellation_nobody_asked_for() -> None:
     """Pure logic (a fake client): a keepalive whose call raises CancelledError
     although the loop's task was not cancelled is a failed round, not the end of
-    the loop; the lease stays HELD (issue 20)."""
+    the loop; the lease stays HELD."""
     import asyncio
     from types import SimpleNamespace
 

@@ -1,4 +1,4 @@
-"""A cut-off host's LOST lease, revoked in its name by a peer (issue 15 item 3).
+"""A cut-off host's LOST lease, revoked in its name by a peer.
 
 Only etcd ends a lease its holder cannot reach: without help its keys stay
 until etcd expires it (up to a TTL after the last keepalive that got through).

@@ -1,4 +1,4 @@
-"""The one connection factory against a real Redis Cluster (issue 20, item 1).
+"""The one connection factory against a real Redis Cluster.
 
 ``connect``/``async_connect`` choose ``RedisCluster`` from ``cluster=`` or
 ``SVIT_REDIS_CLUSTER``; a single-node client against a cluster gets ``MOVED``.

@@ -1,4 +1,4 @@
-"""Durability across a Redis Cluster failover (issue 20, item 2).
+"""Durability across a Redis Cluster failover.
 
 A real local Redis Cluster (3 masters x 1 replica, ``appendfsync always``,
 ``cluster-node-timeout`` 1 s) per test. The master of the process's slot is

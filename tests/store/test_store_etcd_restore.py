@@ -1,4 +1,4 @@
-"""etcd restored from a backup (issue 13, case 4), on a real etcd and a real Redis.
+"""etcd restored from a backup, on a real etcd and a real Redis.
 
 A restore takes etcd revisions back to the backup's (etcd 3.4 cannot bump
 them), so new fencing tokens fall below the Redis fences, and ownership records

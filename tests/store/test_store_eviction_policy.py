@@ -1,4 +1,4 @@
-"""An evicting Redis is refused (issue 13, case 3).
+"""An evicting Redis is refused.
 
 Under any ``maxmemory-policy`` but ``noeviction`` Redis may delete a process's
 fence key while keeping its head, and a stale owner then commits after a newer

@@ -235,7 +235,7 @@ def test_guard_refuses_before_anything_is_sent(
 def test_entries_name_their_request_and_find_request_answers_within_the_tail(
     rclient: redis.Redis, pid: str, config: StoreConfig
 ) -> None:
-    """Issue 13 case 5: each entry names its committing request while retained."""
+    """Each entry names its committing request while retained."""
     from svit_cluster.control import RequestStatus
 
     backend, proc = new_log(rclient, pid, 3, config)  # snapshot_every=8, trim_margin=2

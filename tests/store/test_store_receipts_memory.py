@@ -1,4 +1,4 @@
-"""Issue 18 item 4: one round trip to Redis per activation (real Redis, single and cluster).
+"""One round trip to Redis per activation (real Redis, single and cluster).
 
 The owner loads its receipts when it claims and answers duplicates from memory;
 the receipt write stays inside the commit script. Round trips are counted on

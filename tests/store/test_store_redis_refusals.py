@@ -1,5 +1,5 @@
 """Redis refusing a command (OOM, READONLY, BUSY, LOADING...) is ``unavailable``, never
-``corrupt_log`` (issue 13, case 2): nothing was written, and the same request commits
+``corrupt_log``: nothing was written, and the same request commits
 once Redis recovers. Against real redis-server processes."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``StoreConfig`` reads its environment defaults once per distinct environment.
 
 Every process actor's ``start`` makes a ``StoreConfig``; reading ``StoreSettings``
-through pydantic-settings costs about 20 ms, which was on the cold-activation
-path twice per start (issue 18). The defaults must still follow the environment.
+through pydantic-settings costs about 20 ms, too much to pay on the
+cold-activation path at every start. The defaults must still follow the environment.
 """
 
 from __future__ import annotations

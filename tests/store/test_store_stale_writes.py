@@ -1,4 +1,4 @@
-"""Issue 21: every write refused to a stale owner is recorded in ``<prefix>:stale_writes``.
+"""Every write refused to a stale owner is recorded in ``<prefix>:stale_writes``.
 
 Real redis-server. Token 1 creates the log, token 2 claims (a newer owner);
 token 1's commit is refused by the Lua fence check and the refusal is appended

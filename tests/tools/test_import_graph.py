@@ -57,7 +57,7 @@ def test_layered_tree_has_no_cycle_nor_reach_in(tmp_path: Path) -> None:
 
 
 def test_the_checkout_has_no_cycle_nor_private_reach_in() -> None:
-    """Packages import each other only through their ``__init__`` (issue 17 item 2)."""
+    """Packages import each other only through their ``__init__``."""
     tool = _tool()
     edges, reach = tool.graph(TOOL.parents[1] / "svit_cluster")
     assert tool.cycles(edges) == []

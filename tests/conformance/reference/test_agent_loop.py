@@ -1,7 +1,7 @@
 """Reference ``crates/svit/tests/agent_loop.rs``, ported where the feature exists.
 
 The reference's older agent loop maps onto our reasoning loop (:class:`TurnLoop`,
-``tests/conformance/reference/_agent.py``). Ported for real (issue 16): the write tool
+``tests/conformance/reference/_agent.py``). Ported for real: the write tool
 with a closable inbox, the exec allowlist and the bounded model output; the native
 http, llm and spawn executables as the model's ``port`` tool; the live loop taking
 messages in commit order; and the thread that follows a restore or is shared by a fork

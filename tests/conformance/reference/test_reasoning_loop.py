@@ -1,7 +1,7 @@
 """Reference ``crates/svit/tests/reasoning_loop.rs``, ported where the feature exists.
 
 The reasoning loop runs as :class:`TurnLoop` over a real controller and a signalling
-backend (``tests/conformance/reference/_agent.py``). Ported for real (issue 16): the
+backend (``tests/conformance/reference/_agent.py``). Ported for real: the
 model's tools, ``/thread`` session metadata, the closable inbox, bounded answers, the
 step limit; and, since ports exist, the port tests: the ``/ports`` catalog, ``port-call``
 of ``http`` (against a loopback fixture server), ``llm`` and ``spawn``, ``jq`` over an
