@@ -6,10 +6,10 @@ value (``tests/cli/test_defaults_once.py``); the Helm chart, which cannot import
 them, is compared with them (``tests/helm/test_values_defaults.py``). This
 module imports only the standard library, so every layer may use it.
 
-:mod:`svit_cluster.settings` re-exports them; modules that every process actor
-loads (the store) import them from here, so a Ray worker serving one process
-does not load pydantic-settings and dotenv for a constant (each active
-process is its own Ray worker, which must stay light).
+Modules that every process actor loads (the store) import them from here, not
+from :mod:`svit_cluster.settings`, so a Ray worker serving one process does not
+load pydantic-settings and dotenv for a constant (each active process is its
+own Ray worker, which must stay light).
 """
 
 from __future__ import annotations
