@@ -75,6 +75,9 @@ from svit_cluster.store import ProcessKeys, RedisBackend, connect
 
 #: A series is flat when it moved less than this share of its mean over the run.
 FLAT_SHARE = 0.10
+#: Seconds after a killed host's restart before its memory counts again
+#: (its new Ray node starts workers as processes move back).
+HOST_WARMUP_S = 120.0
 
 SENDER = "svit://local/soak-sender"
 HOOK = """(define (main input)
@@ -298,10 +301,20 @@ def per_minute(tally: Tally, rows: list[dict[str, Any]], every_s: float) -> list
     return out
 
 
-def trends(table: list[dict[str, Any]]) -> dict[str, Any]:
+def trends(table: list[dict[str, Any]],
+           kills: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Slope per minute of each series over the second half of the rows, and
     whether it is flat there (bounded structures first fill up to their caps:
-    signals, receipts, the tail, the outbox window)."""
+    signals, receipts, the tail, the outbox window).
+
+    Per series: ``slope_per_min``, ``mean``, ``moved_share`` (the fitted
+    change over the window as a share of the mean), ``flat`` (it moved less
+    than ``FLAT_SHARE`` either way) and ``grows`` (it rose by ``FLAT_SHARE``
+    or more: the verdict a bound cares about; a falling latency is not flat
+    but does not grow). A killed host's memory restarts from its new Ray
+    node, so a host's series leaves out the samples from its kill until
+    ``HOST_WARMUP_S`` after its restart (``kills``: ``{host, t_s,
+    restarted_in_s}`` each)."""
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in table[len(table) // 2:]:
         for key in ("activation_p50_ms", "activation_p99_ms", "redis_used_memory_mib",
@@ -310,17 +323,22 @@ def trends(table: list[dict[str, Any]]) -> dict[str, Any]:
             if row.get(key) is not None:
                 series[key].append((row["minute"], float(row[key])))
         for host, mib in row["host_pss_mib"].items():
-            series[f"host_pss_mib.{host}"].append((row["minute"], float(mib)))
+            if not any(k["host"] == host and k["t_s"] <= row["t_s"] <= k["t_s"]
+                       + float(k.get("restarted_in_s") or 0.0) + HOST_WARMUP_S
+                       for k in kills or ()):
+                series[f"host_pss_mib.{host}"].append((row["minute"], float(mib)))
     out: dict[str, Any] = {}
     for key, points in series.items():
         s = slope(points)
         mean = statistics.mean(v for _, v in points)
         span = points[-1][0] - points[0][0] if len(points) > 1 else 0.0
-        moved = None if s is None or not mean else abs(s * span) / abs(mean)
+        change = None if s is None or not mean else s * span / abs(mean)
         out[key] = {"slope_per_min": None if s is None else round(s, 3),
                     "mean": round(mean, 2),
-                    "moved_share": None if moved is None else round(moved, 3),
-                    "flat": None if moved is None else moved < FLAT_SHARE}
+                    "points": len(points),
+                    "moved_share": None if change is None else round(abs(change), 3),
+                    "flat": None if change is None else abs(change) < FLAT_SHARE,
+                    "grows": None if change is None else change >= FLAT_SHARE}
     return out
 
 
@@ -473,8 +491,9 @@ def run(cluster: LocalCluster, args: argparse.Namespace, hook: Webhook, llm: LLM
         "per_minute": table,
         # the full load (sender, agents, kills) and, if the sender needed longer
         # for --sends, the sender alone: two workloads, judged apart
-        "trends": trends([r for r in table if r["t_s"] <= args.duration_s + 1]),
-        "trends_sender_alone": trends([r for r in table if r["t_s"] > args.duration_s + 1]),
+        "trends": trends([r for r in table if r["t_s"] <= args.duration_s + 1], tally.kills),
+        "trends_sender_alone": trends([r for r in table if r["t_s"] > args.duration_s + 1],
+                                      tally.kills),
         "checks": verify(cluster, agents, tally, hook),
         "keys_at_end": _keys_at_end(cluster, agents),
     }
