@@ -8,7 +8,7 @@ Measures, in one run and interleaved: (a) ``activate()`` (compile cache hit,
 fresh interpreter, run, validate, seal the svit-cluster-transaction@1 record, commit,
 incremental hashing), and (b) the same through the VAST controller with an
 in-memory backend (decode, receipt lookup, version check, activation, receipt).
-Prints JSON. Target (issue 3): >= 10 000 activations/s for (a).
+Prints JSON. Target: >= 10 000 activations/s for (a).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-unit costs for the capacity model (docs/capacity.md, issue 20 item 5).
+"""Per-unit costs for the capacity model (docs/capacity.md).
 
 Run: ``python -m benchmarks.bench_capacity [--quick]``. Prints one JSON
 document. Starts its own etcd and redis-server (``appendfsync always``, the

@@ -26,7 +26,7 @@ object. Starts its own redis-server with the launcher (AOF on) and stops it.
   ``RedisBackend`` (counter script, fresh request ids, ``appendfsync
   always``), sequentially and with 16 threads over 16 processes, and the
   Redis round trips one activation makes (``redis_round_trips_per_activation``,
-  counted on the client: issue 18 wants 1).
+  counted on the client; the target is 1).
 * **restore**: best-of-N time of ``RedisBackend.restore`` after 1 000 and after
   100 000 committed transactions with snapshots on (target ratio <= 2). The
   histories are built with ``appendfsync no`` to save time; restore reads do

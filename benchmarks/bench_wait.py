@@ -1,5 +1,5 @@
 """What ``WAIT`` costs: fenced commit latency on a local Redis Cluster with 0 and 1
-replica acknowledgements (issue 20, item 2).
+replica acknowledgements.
 
 Run: ``python -m benchmarks.bench_wait [--quick]``. Prints one JSON object.
 Starts its own Redis Cluster (3 masters x 1 replica, ``appendfsync always``,
