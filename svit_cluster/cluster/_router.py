@@ -850,7 +850,8 @@ class RayRouter:
             route = self.cache.routes.get(listed.process_id)
             out.append({"process_id": listed.process_id, "version": listed.version,
                         "active": route is not None,
-                        "host": route.host if route is not None else None})
+                        "host": route.host if route is not None else None,
+                        "token": route.token if route is not None else None})
         return {"processes": out, "next": page.next_cursor}
 
     async def hosts(self) -> list[dict[str, Any]]:

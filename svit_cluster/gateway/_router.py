@@ -155,10 +155,11 @@ class Router(Protocol):
             cursor: the previous page's ``next``; None: the first page.
 
         Returns:
-            ``{"processes": [{"process_id", "version", "active", "host"}],
-            "next": cursor or None}``: ``version`` as read during the listing,
-            ``active`` whether an owner serves it now (as far as this router's
-            cached view knows), ``host`` that owner's host or None. ``next``
+            ``{"processes": [{"process_id", "version", "active", "host",
+            "token"}], "next": cursor or None}``: ``version`` as read during the
+            listing, ``active`` whether an owner serves it now (as far as this
+            router's cached view knows), ``host`` that owner's host or None,
+            ``token`` the fencing token it serves under or None. ``next``
             is None on the last page. A process that exists for the whole
             listing is listed at least once; one created or deleted meanwhile
             may or may not be.

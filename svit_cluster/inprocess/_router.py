@@ -208,8 +208,9 @@ class InProcessRouter:
                 continue
             if len(page) == limit:
                 return {"processes": page, "next": page[-1]["process_id"]}
-            page.append({"process_id": pid, "version": self._controllers[pid].process.version,
-                         "active": True, "host": "inprocess"})
+            controller = self._controllers[pid]
+            page.append({"process_id": pid, "version": controller.process.version,
+                         "active": True, "host": "inprocess", "token": controller.token})
         return {"processes": page, "next": None}
 
     async def health(self) -> dict[str, Any]:

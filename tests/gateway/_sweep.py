@@ -552,6 +552,15 @@ CASES: tuple[Case, ...] = (
     Case("redrive-id-above-u64", "POST", "/v1/admin/dead-letters/redrive", 400,
          "invalid_value", body={"ids": ["18446744073709551616-0"]}, token="admin"),
     Case("hosts-tenant-token", "GET", "/v1/admin/hosts", 403, "forbidden"),
+    Case("summary-tenant-token", "GET", "/v1/admin/summary", 403, "forbidden"),
+    Case("summary-no-token", "GET", "/v1/admin/summary", 401, "unauthenticated",
+         token="none"),
+    Case("summary-admin", "GET", "/v1/admin/summary", 200, token="admin"),
+    # -- the console's static files (served before authentication) ----------------
+    Case("console-unknown-file", "GET", "/ui/nope.js", 404, "not_found", token="none"),
+    Case("console-dot-segments", "GET", "/ui/%2e%2e/%2e%2e/etc/passwd", 404, "not_found",
+         token="none"),
+    Case("console-post", "POST", "/ui/", 405, "invalid_value", body={}, token="none"),
     # -- protocol negotiation, unknown routes -------------------------------------
     Case("initialize-no-common-major", "POST", "/v1/initialize", 400, "decode_error",
          body={"protocols": ["svit-control@9"]}, token="none"),
