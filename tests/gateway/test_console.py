@@ -15,8 +15,14 @@ from html.parser import HTMLParser
 import pytest
 from starlette.testclient import TestClient
 
-from svit_cluster.gateway import Principal, TokenStore, create_app
-from svit_cluster.gateway._console import CONSOLE_CSP, ConsoleMiddleware, console_files
+from svit_cluster.gateway import (
+    CONSOLE_CSP,
+    ConsoleMiddleware,
+    Principal,
+    TokenStore,
+    create_app,
+)
+from svit_cluster.gateway._console import console_files
 from svit_cluster.inprocess import InProcessRouter
 
 ADMIN = "admin-token-0123456789"
