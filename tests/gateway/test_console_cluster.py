@@ -7,9 +7,11 @@ session storage). The system Chromium is driven by Playwright with
 
 * An admin token shows every host and a created process within 15 s; after
   the process is opened and the SDK commits to it, ``version N`` appears
-  within 5 s without a reload. No bearer token is in any URL the page
-  requests, observe tokens only on the event stream, nothing in
-  ``localStorage``, and neither kind of token in the gateway's log.
+  within 5 s without a reload. An inbox message sent from the page (after its
+  confirmation) shows up in the stream; the dead-letter queue loads. No
+  bearer token is in any URL the page requests, observe tokens only on the
+  event stream, nothing in ``localStorage``, and neither kind of token in the
+  gateway's log.
 * A tenant token lists its own tenant's processes only, and no host figures.
 * An unknown token gets a clear error and no console.
 * Behind a proxy that serves the gateway under a sub-path (what an Ingress
@@ -141,7 +143,23 @@ def test_admin_sees_hosts_and_a_process_then_its_new_version_live(
             console.wait_text("#p-signals", f"v{version} committed under token", 5)
             assert console.page.evaluate("window.notReloaded") is True
             # the tree is read again after the commit
-            console.wait_text("#p-tree", '"count": 1', 10)
+            console.wait_text("#p-tree", '"count": 1', 5)
+
+            # an action asks first; accepted, it commits and the stream shows it
+            asked: list[str] = []
+
+            def accept(dialog: Any) -> None:
+                asked.append(dialog.message)
+                dialog.accept()
+
+            console.page.on("dialog", accept)
+            console.page.get_by_label("inbox message").fill("hello from the console")
+            console.page.get_by_role("button", name="Send").click()
+            console.wait_text("#p-action", "appended=true", 5)
+            console.wait_text("#p-signals", "/inbox", 5)
+            assert asked and "hello from the console" in asked[0]
+            console.page.get_by_role("button", name="Load dead letters").click()
+            console.wait_text("#dl-count", "0 in the queue", 5)
 
             urls = list(console.urls)
             page_storage = console.page.evaluate(

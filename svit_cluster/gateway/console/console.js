@@ -19,6 +19,7 @@ const FILL_STEPS = 4;
 const OBSERVE_TTL_S = 600;
 const MAX_SIGNALS = 200;
 const MAX_VALUE_CHARS = 20000;
+const TREE_EVERY_MS = 2000;
 
 const $ = (id) => document.getElementById(id);
 
@@ -295,11 +296,13 @@ function setToken(t) {
 async function openProcess(pid) {
   closeProcess();
   const sel = { pid, es: null, lastId: null, version: null, token: null, signalToken: null,
-                lastTokenAt: null, stateTimer: null, retry: null };
+                lastTokenAt: null, stateTimer: null, retry: null, treeAt: 0, inboxHead: null };
   state.selected = sel;
   $("process-view").hidden = false;
   $("p-id").textContent = pid;
-  for (const id of ["p-signals", "p-moves", "p-messages", "p-tree"]) $(id).replaceChildren();
+  for (const id of ["p-signals", "p-moves", "p-messages", "p-tree", "p-timers"]) {
+    $(id).replaceChildren();
+  }
   $("p-version").textContent = "version …";
   $("p-token").textContent = "…";
   $("p-last").textContent = "–";
@@ -401,9 +404,11 @@ function summarizeMessage(m) {
 }
 
 function scheduleTree(sel) {
-  // at most one state read per 2 s however fast the process commits
+  // at most one state read per TREE_EVERY_MS however fast the process commits:
+  // at once after a quiet spell, else when the spell since the last read ends
   if (sel.stateTimer) return;
-  sel.stateTimer = setTimeout(() => { sel.stateTimer = null; loadTree(sel); }, 2000);
+  const wait = Math.max(0, (sel.treeAt || 0) + TREE_EVERY_MS - performance.now());
+  sel.stateTimer = setTimeout(() => { sel.stateTimer = null; loadTree(sel); }, wait);
 }
 
 function plain(v) {
@@ -417,6 +422,8 @@ function plain(v) {
 }
 
 async function loadTree(sel) {
+  sel.treeAt = performance.now();
+  loadTimers(sel);
   let doc;
   try {
     doc = await api("v1/processes/state", { params: { process_id: sel.pid, path: "/" } });
@@ -427,6 +434,8 @@ async function loadTree(sel) {
   if (state.selected !== sel) return;
   setVersion(doc.version);
   const root = plain(doc.value) || {};
+  sel.inboxHead = Array.isArray(root.inbox) && root.inbox.length ? root.inbox[0] : null;
+  $("p-drop").disabled = sel.inboxHead === null;
   const parts = Object.keys(root).sort().map((name) => {
     const d = document.createElement("details");
     if (name === "memory") d.open = true;
@@ -437,6 +446,20 @@ async function loadTree(sel) {
     return d;
   });
   $("p-tree").replaceChildren(el("p", `read at v${doc.version}`, "hint"), ...parts);
+}
+
+async function loadTimers(sel) {
+  let doc;
+  try {
+    doc = await api("v1/processes/timers", { params: { process_id: sel.pid, limit: 50 } });
+  } catch (e) {
+    if (state.selected === sel) $("p-timers").replaceChildren(el("li", describe(e)));
+    return;
+  }
+  if (state.selected !== sel) return;
+  $("p-timers").replaceChildren(...doc.timers.map((t) =>
+    el("li", `${t.state} ${t.id} → ${t.to} due ${new Date(t.due_ms).toLocaleString()}`)));
+  if (!doc.timers.length) $("p-timers").appendChild(el("li", "none pending", "hint"));
 }
 
 async function loadMessages(sel) {
@@ -465,6 +488,52 @@ async function sendInbox(ev) {
   } catch (e) {
     $("p-action").textContent = describe(e);
   }
+}
+
+async function act(what, call) {
+  try {
+    $("p-action").textContent = `${what}: ${await call()}`;
+  } catch (e) {
+    $("p-action").textContent = `${what}: ${describe(e)}`;
+  }
+}
+
+function dropHead() {
+  const sel = state.selected;
+  if (!sel || !sel.inboxHead) return;
+  const head = sel.inboxHead;
+  const id = head && typeof head === "object" && typeof head.id === "string" ? head.id : null;
+  if (id === null) { $("p-action").textContent = "drop: the inbox head has no message id"; return; }
+  const reason = prompt(`Dead-letter the inbox head ${id} of ${sel.pid}? Give a reason:`);
+  if (!reason) return;
+  act("drop inbox head", async () => {
+    const r = await api("v1/processes/inbox/drop", {
+      method: "POST", body: { process_id: sel.pid, message_id: id, reason },
+    });
+    return `moved to /thread/dead_letters at version ${r.version}`;
+  });
+}
+
+function snapshot() {
+  const sel = state.selected;
+  if (!sel || !confirm(`Take a snapshot of ${sel.pid}?`)) return;
+  act("snapshot", async () => {
+    const r = await api("v1/processes/snapshot", { method: "POST", body: { process_id: sel.pid } });
+    return `version ${r.version}, ${JSON.stringify(r.snapshot).length} bytes`;
+  });
+}
+
+function fork() {
+  const sel = state.selected;
+  if (!sel) return;
+  const child = prompt(`Fork ${sel.pid} into a new process id:`, sel.pid + "-fork");
+  if (!child || !confirm(`Create ${child} as a fork of ${sel.pid}?`)) return;
+  act("fork", async () => {
+    const r = await api("v1/processes/fork", {
+      method: "POST", body: { process_id: sel.pid, new_process_id: child },
+    });
+    return `created ${r.process_id} at version ${r.version}`;
+  });
 }
 
 // ---------------------------------------------------------------- dead letters
@@ -525,6 +594,9 @@ $("open-form").addEventListener("submit", (ev) => {
   if (pid) openProcess(pid);
 });
 $("p-inbox-form").addEventListener("submit", sendInbox);
+$("p-drop").addEventListener("click", dropHead);
+$("p-snapshot").addEventListener("click", snapshot);
+$("p-fork").addEventListener("click", fork);
 $("dl-load").addEventListener("click", loadDeadLetters);
 
 const saved = sessionStorage.getItem(TOKEN_KEY);
