@@ -10,7 +10,8 @@ without it, it starts one of its own (2 hosts, in a temporary folder) and stops
 it by PID at the end. It creates a few processes under ``svit://demo/...``,
 drives the system Chromium (Playwright with ``executable_path``, as the tests
 do) through the console at ``GATEWAY/ui/`` with the admin token and writes one
-PNG per view: ``login.png`` (a refused token), ``overview.png`` (cluster and
+PNG per view: ``login.png`` (a refused token), ``overview.png`` (cluster,
+ownership changes -- one passivation and re-activation is made for it -- and
 processes), ``process.png`` (a process after live commits), ``tenant.png`` (a
 tenant token's view).
 
@@ -69,6 +70,17 @@ def seed(url: str, admin: str) -> None:
                 pass  # created by an earlier run
         for pid in DEMO[:3]:
             sdk.activate_until_committed(pid, "counter", {"by": 1})
+        # one ownership change to show: a passivation, then a new owner
+        moved = DEMO[2]
+        sdk.set_passivation(moved, 1.0)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            page = sdk.list_processes(limit=100)
+            if any(p.process_id == moved and not p.active for p in page.processes):
+                break
+            time.sleep(0.5)
+        sdk.set_passivation(moved, None)
+        sdk.activate_until_committed(moved, "counter", {"by": 1})
 
 
 def wait_text(page: Any, selector: str, text: str, timeout_s: float = 15) -> None:

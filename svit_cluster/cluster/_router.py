@@ -885,6 +885,10 @@ class RayRouter:
         self._hosts_view, self._hosts_at = view, asyncio.get_running_loop().time()
         return view
 
+    async def owner_changes(self, limit: int) -> list[dict[str, Any]]:
+        """The route cache's newest ownership changes (``RouteCache.changes``)."""
+        return [c.to_json() for c in self.cache.changes.recent(limit)]
+
     async def health(self) -> dict[str, Any]:
         ready = self.cache.ready.is_set()
         return {

@@ -174,6 +174,15 @@ class Router(Protocol):
         """``{"ok": bool, ...details}``."""
         ...
 
+    async def owner_changes(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` ownership changes this router saw, newest first:
+        ``{process_id, old_host, old_token, new_host, new_token, cause,
+        ended_at, acquired_at, gap_s}`` (``cause``: ``lease_ended`` -- a
+        failover --, ``released`` or ``replaced``; times in unix seconds). In
+        memory and bounded: this router's view since it started (see
+        ``svit_cluster.cluster`` ``_moves``)."""
+        ...
+
     async def hosts(self) -> list[dict[str, Any]]:
         """Every host that serves processes, each ``{"host", "answered", ...}``:
         its lease (``lease_state``, ``keepalive_lag_s``, ``max_keepalive_lag_s``)

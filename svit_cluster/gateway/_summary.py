@@ -5,16 +5,22 @@ What a console polls: ::
     {"gateway": {"version", "ok", "hosts_live", "routes"},
      "counters": {"committed", "conflict", "rejected", "fenced", "unavailable",
                   "failovers"},
-     "hosts": [... as GET /v1/admin/hosts ...]}
+     "hosts": [... as GET /v1/admin/hosts ...],
+     "owner_changes": [{"process_id", "old_host", "old_token", "new_host",
+                        "new_token", "cause", "ended_at", "acquired_at",
+                        "gap_s"}, ...]}
 
 ``counters`` are this gateway's totals since it started (the same series as
 ``/metrics``: ``svit_control_outcomes_total`` by status, ``svit_fenced_total``,
 ``svit_unavailable_total``, ``svit_failovers_total``); a poller turns two
 answers into rates. ``gateway`` is ``Router.health()``'s view (route cache,
-live hosts). The cost is bounded and does not grow with the number of
-processes: the host figures come from ``Router.hosts()``, which asks each
-host's agent at most every few seconds however often it is called, and the
-rest is read from memory. A non-admin token gets ``403 forbidden``.
+live hosts). ``owner_changes`` are the newest :data:`OWNER_CHANGES` ownership
+changes this gateway's route cache saw, newest first (``cause``
+``lease_ended`` is a failover; ``Router.owner_changes``). The cost is
+bounded and does not grow with the number of processes: the host figures come
+from ``Router.hosts()``, which asks each host's agent at most every few
+seconds however often it is called, and the rest is read from memory. A
+non-admin token gets ``403 forbidden``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ from svit_cluster.gateway._access import admin_only
 from svit_cluster.gateway._metrics import GatewayMetrics
 from svit_cluster.gateway._router import Router
 
-__all__ = ["summary_router"]
+__all__ = ["OWNER_CHANGES", "summary_router"]
+
+#: Ownership changes in one summary.
+OWNER_CHANGES = 20
 
 #: ``counters`` key -> (metric sample name, labels).
 _COUNTERS: tuple[tuple[str, str, dict[str, str]], ...] = (
@@ -63,6 +72,7 @@ def summary_router(router: Router, metrics: GatewayMetrics) -> APIRouter:
             "routes": health.get("routes"),
         }
         return JSONResponse({"gateway": gateway, "counters": counters,
-                             "hosts": await router.hosts()})
+                             "hosts": await router.hosts(),
+                             "owner_changes": await router.owner_changes(OWNER_CHANGES)})
 
     return api

@@ -216,6 +216,10 @@ class InProcessRouter:
     async def health(self) -> dict[str, Any]:
         return {"ok": True, "processes": len(self._controllers)}
 
+    async def owner_changes(self, limit: int) -> list[dict[str, Any]]:
+        """None: every process stays in this Python process, under one owner."""
+        return []
+
     async def hosts(self) -> list[dict[str, Any]]:
         """One host, this Python process: no lease, no residency budget."""
         return [{"host": "inprocess", "answered": True, "lease_state": None,

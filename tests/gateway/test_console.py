@@ -136,6 +136,7 @@ def test_the_script_builds_relative_urls_and_never_uses_local_storage() -> None:
     assert not re.search(r"localStorage\s*[.\[]", js)
     assert "sessionStorage.setItem" in js
     assert "console.log" not in js  # nothing (a token included) goes to the browser log
+    assert "innerHTML" not in js and "insertAdjacentHTML" not in js  # text only, no markup
 
 
 def test_summary_is_admin_only_and_counts_outcomes() -> None:
@@ -155,6 +156,7 @@ def test_summary_is_admin_only_and_counts_outcomes() -> None:
                                "unavailable": 0, "failovers": 0}
     assert doc["gateway"]["ok"] is True and doc["gateway"]["version"]
     assert [h["host"] for h in doc["hosts"]] == ["inprocess"]
+    assert doc["owner_changes"] == []  # one owner, in this Python process
     denied = client.get("/v1/admin/summary", headers={"Authorization": f"Bearer {ACME}"})
     assert (denied.status_code, denied.json()["error"]["code"]) == (403, "forbidden")
 

@@ -23,6 +23,12 @@ const TREE_EVERY_MS = 2000;
 
 const $ = (id) => document.getElementById(id);
 
+const CAUSES = {
+  lease_ended: "failover (host lease ended)",
+  released: "released (passivation, delete)",
+  replaced: "replaced",
+};
+
 const state = {
   token: null,
   admin: false,
@@ -137,6 +143,7 @@ async function login(token) {
   $("whoami").textContent = state.admin ? "admin token" : "tenant token";
   $("cluster-admin-only").hidden = state.admin;
   $("hosts").hidden = !state.admin;
+  $("moves-view").hidden = !state.admin;
   $("f-tenant").hidden = !state.admin;
   $("f-tenant-label").hidden = !state.admin;
   $("deadletters-view").hidden = !state.admin;
@@ -203,6 +210,13 @@ async function loadSummary() {
     `gateway ${g.version} · ${g.ok ? "ready" : "NOT READY"}${live}${routes}` +
     ` · totals: ${c.committed} commits, ${c.conflict} conflicts,` +
     ` ${c.fenced} fenced, ${c.failovers} failovers${rates}`;
+  const changes = s.owner_changes || [];
+  $("moves-none").hidden = changes.length > 0;
+  $("moves").tBodies[0].replaceChildren(...changes.map((m) => row([
+    fmtTime(m.acquired_at * 1000), m.process_id, `${m.old_host} / ${m.old_token}`,
+    `${m.new_host} / ${m.new_token}`, CAUSES[m.cause] || m.cause,
+    m.gap_s === null ? "–" : fmtS(m.gap_s),
+  ])));
   const body = $("hosts").tBodies[0];
   body.replaceChildren(...s.hosts.map((h) => {
     if (!h.answered) return row([h.host, "no answer", "", "", "", "", ""]);
