@@ -16,8 +16,8 @@ Layers, outermost first (each its own module and tests):
 Routes, one module per concern: ``_probes`` (health, readiness, liveness,
 metrics), ``_control`` (initialize, control), ``_processes`` (the host API),
 ``_events`` (signals and history), ``_deadletters`` (the admin queue),
-``_timers`` (a process's durable timers), ``_hosts`` and ``_summary`` (the admin
-cluster view).
+``_timers`` (a process's durable timers), ``_log`` (its newest log entries),
+``_hosts`` and ``_summary`` (the admin cluster view).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from svit_cluster.gateway._deadletters import dead_letters_router
 from svit_cluster.gateway._errors import error_response, from_exception, from_http_exception
 from svit_cluster.gateway._events import events_router
 from svit_cluster.gateway._hosts import hosts_router
+from svit_cluster.gateway._log import log_router
 from svit_cluster.gateway._metrics import GatewayMetrics
 from svit_cluster.gateway._observe import ObserveTokens, install_log_redaction
 from svit_cluster.gateway._probes import probes_router
@@ -80,8 +81,8 @@ def create_app(
         max_request_bytes: body cap in bytes (default 1 MiB).
         metrics: a metrics registry; a fresh one by default.
         redis_url: the commit log's Redis, for the routes that read the
-            dispatcher's keys (``/v1/admin/dead-letters``,
-            ``/v1/processes/timers``); None: they answer 503.
+            dispatcher's keys and the commit log (``/v1/admin/dead-letters``,
+            ``/v1/processes/timers``, ``/v1/processes/log``); None: they answer 503.
         cors_origins: browser origins allowed cross-origin access
             (``scheme://host[:port]`` or ``*``); empty (default): no CORS.
         store_prefix: the store's key prefix in that Redis (default ``"svit"``).
@@ -111,6 +112,7 @@ def create_app(
     # One router per concern, each in its own module.
     api.include_router(dead_letters_router(redis_url, prefix=store_prefix))
     api.include_router(timers_router(redis_url, prefix=store_prefix))
+    api.include_router(log_router(redis_url, prefix=store_prefix))
     api.include_router(hosts_router(router))
     api.include_router(summary_router(router, m))
     api.include_router(events_router(router, observe=observe))

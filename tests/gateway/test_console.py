@@ -10,6 +10,7 @@ URLs, no ``localStorage``). The browser side runs in
 from __future__ import annotations
 
 import re
+import uuid
 from html.parser import HTMLParser
 
 import pytest
@@ -24,6 +25,7 @@ from svit_cluster.gateway import (
 )
 from svit_cluster.gateway._console import console_files
 from svit_cluster.inprocess import InProcessRouter
+from svit_cluster.local import RedisServer
 
 ADMIN = "admin-token-0123456789"
 ACME = "acme-token-0123456789"
@@ -168,3 +170,47 @@ def test_listing_names_each_owner_token() -> None:
     [entry] = client.get("/v1/processes", headers=auth).json()["processes"]
     assert entry == {"process_id": "svit://acme/q", "version": 0, "active": True,
                      "host": "inprocess", "token": 0}
+
+
+@pytest.mark.servers
+def test_the_log_route_reads_the_newest_entries_from_redis(redis_server: RedisServer) -> None:
+    """``GET /v1/processes/log`` reads the real fenced commit log (``RedisBackend``):
+    newest first, each entry's token, source, paths and committing request."""
+    from tests.gateway.test_browser_observer import RedisLogRouter
+
+    router = RedisLogRouter(redis_server.url, "consolelog")
+    tokens = TokenStore()
+    tokens.add(ADMIN, Principal(tenant=None, admin=True))
+    tokens.add(ACME, Principal(tenant="acme"))
+    client = TestClient(create_app(router, tokens, redis_url=redis_server.url,
+                                   store_prefix=router.prefix))
+    auth = {"Authorization": f"Bearer {ACME}"}
+    pid = f"svit://acme/log-{uuid.uuid4().hex[:8]}"
+    try:
+        assert client.post("/v1/processes", headers=auth, json={
+            "process_id": pid, "memory": {"n": 0},
+            "scripts": {"inc": '(define (main input) (write "/memory/n" 1))'}}).status_code == 201
+        assert client.post("/v1/processes/inbox", headers=auth,
+                           json={"process_id": pid, "message": "hi"}).status_code == 200
+        r = client.post("/v1/control", headers=auth, json={
+            "protocol": "svit-control@1", "client_id": "cli", "request_id": "req-1",
+            "process_id": pid, "expected_version": 1,
+            "command": {"operation": "activate", "script": "inc",
+                        "input": {"type": "map", "value": {}}}})
+        assert r.json()["outcome"]["status"] == "committed", r.text
+        doc = client.get("/v1/processes/log", headers=auth,
+                         params={"process_id": pid, "limit": 5}).json()
+        newest, inbox = doc["entries"][:2]
+        assert (newest["version"], newest["client_id"], newest["request_id"]) == (
+            2, "cli", "req-1")
+        assert newest["paths"] == ["/memory/n"] and newest["token"] == 1
+        assert (inbox["version"], inbox["paths"], inbox["request_id"]) == (1, ["/inbox"], None)
+        assert inbox["source"] and newest["source"]
+        one = client.get("/v1/processes/log", headers=auth, params={"process_id": pid,
+                                                                     "limit": 1}).json()
+        assert [e["version"] for e in one["entries"]] == [2]
+        gone = client.get("/v1/processes/log", headers=auth,
+                          params={"process_id": "svit://acme/never-made"})
+        assert (gone.status_code, gone.json()["error"]["code"]) == (404, "not_found")
+    finally:
+        router.rclient.close()

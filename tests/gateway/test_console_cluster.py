@@ -142,8 +142,9 @@ def test_admin_sees_hosts_and_a_process_then_its_new_version_live(
             console.wait_text("#p-version", f"version {version}", 5)
             console.wait_text("#p-signals", f"v{version} committed under token", 5)
             assert console.page.evaluate("window.notReloaded") is True
-            # the tree is read again after the commit
+            # the tree and the log are read again after the commit
             console.wait_text("#p-tree", '"count": 1', 5)
+            console.wait_text("#p-log", f"v{version} token", 5)
 
             # an action asks first; accepted, it commits and the stream shows it
             asked: list[str] = []

@@ -314,7 +314,7 @@ async function openProcess(pid) {
   state.selected = sel;
   $("process-view").hidden = false;
   $("p-id").textContent = pid;
-  for (const id of ["p-signals", "p-moves", "p-messages", "p-tree", "p-timers"]) {
+  for (const id of ["p-signals", "p-moves", "p-messages", "p-tree", "p-timers", "p-log"]) {
     $(id).replaceChildren();
   }
   $("p-version").textContent = "version …";
@@ -438,6 +438,7 @@ function plain(v) {
 async function loadTree(sel) {
   sel.treeAt = performance.now();
   loadTimers(sel);
+  loadLog(sel);
   let doc;
   try {
     doc = await api("v1/processes/state", { params: { process_id: sel.pid, path: "/" } });
@@ -474,6 +475,21 @@ async function loadTimers(sel) {
   $("p-timers").replaceChildren(...doc.timers.map((t) =>
     el("li", `${t.state} ${t.id} → ${t.to} due ${new Date(t.due_ms).toLocaleString()}`)));
   if (!doc.timers.length) $("p-timers").appendChild(el("li", "none pending", "hint"));
+}
+
+async function loadLog(sel) {
+  let doc;
+  try {
+    doc = await api("v1/processes/log", { params: { process_id: sel.pid, limit: 20 } });
+  } catch (e) {
+    if (state.selected === sel) $("p-log").replaceChildren(el("li", describe(e)));
+    return;
+  }
+  if (state.selected !== sel) return;
+  $("p-log").replaceChildren(...doc.entries.map((e) => {
+    const by = e.request_id ? ` · request ${e.client_id}/${e.request_id}` : "";
+    return el("li", `v${e.version} token ${e.token} ${e.source}: ${e.paths.join(", ")}${by}`);
+  }));
 }
 
 async function loadMessages(sel) {
