@@ -850,7 +850,8 @@ class RayRouter:
             route = self.cache.routes.get(listed.process_id)
             out.append({"process_id": listed.process_id, "version": listed.version,
                         "active": route is not None,
-                        "host": route.host if route is not None else None})
+                        "host": route.host if route is not None else None,
+                        "token": route.token if route is not None else None})
         return {"processes": out, "next": page.next_cursor}
 
     async def hosts(self) -> list[dict[str, Any]]:
@@ -883,6 +884,10 @@ class RayRouter:
         view = list(await asyncio.gather(*(one(h) for h in names)))
         self._hosts_view, self._hosts_at = view, asyncio.get_running_loop().time()
         return view
+
+    async def owner_changes(self, limit: int) -> list[dict[str, Any]]:
+        """The route cache's newest ownership changes (``RouteCache.changes``)."""
+        return [c.to_json() for c in self.cache.changes.recent(limit)]
 
     async def health(self) -> dict[str, Any]:
         ready = self.cache.ready.is_set()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from svit_cluster.cluster._moves import OwnerChanges
 from svit_cluster.ownership import cluster_prefix, parse_key, record_token
 
 __all__ = ["Route", "RouteCache"]
@@ -70,6 +71,8 @@ class RouteCache:
         self._gone_revision = 0
         self._gone_hosts: set[str] = set()
         self._gone_routes: list[Route] = []
+        #: The ownership changes this cache saw (bounded; see ``_moves``).
+        self.changes = OwnerChanges()
 
     def start(self) -> RouteCache:
         """Start the load-and-watch loop on the running event loop."""
@@ -147,6 +150,8 @@ class RouteCache:
             pid = kind[1]
             if value is None:
                 gone = self.routes.pop(pid, None)
+                if gone is not None:
+                    self.changes.ended(pid, gone.host, gone.token)
                 if gone is not None and deleted_at:
                     self._note_gone(deleted_at, route=gone)
             else:
@@ -155,7 +160,11 @@ class RouteCache:
                     host, actor = str(record["host"]), str(record["address"])
                 except (ValueError, KeyError, TypeError):
                     return
-                self.routes[pid] = Route(pid, host, record_token(value, create_revision), actor)
+                route = Route(pid, host, record_token(value, create_revision), actor)
+                before = self.routes.get(pid)
+                self.changes.acquired(pid, host, route.token, None if before is None
+                                      else (before.host, before.token))
+                self.routes[pid] = route
             self._wake_movers(pid)
         elif kind is not None and kind[0] == "host":
             host = kind[1]
@@ -186,6 +195,8 @@ class RouteCache:
                 orphans = [route]
             else:
                 self._gone_routes.append(route)
+        for orphan in orphans:
+            self.changes.lease_ended(orphan.process_id)
         if self.on_orphaned is not None:
             for orphan in orphans:
                 try:
@@ -195,10 +206,17 @@ class RouteCache:
 
     async def _reload(self) -> None:
         got = await asyncio.wait_for(self.client.get_prefix(self.prefix), timeout=5)
+        before = dict(self.routes)
         self.routes.clear()
         self.hosts.clear()
         for kv in got:
             self._apply(bytes(kv.key), bytes(kv.value), int(kv.create_revision))
+        for pid, old in before.items():  # owners that changed while the watch was broken
+            new = self.routes.get(pid)
+            if new is None:
+                self.changes.ended(pid, old.host, old.token)
+            else:
+                self.changes.acquired(pid, new.host, new.token, (old.host, old.token))
         for pid in list(self._movers):  # records deleted while the watch was broken
             self._wake_movers(pid)
         self.revision = int(got.header.revision)

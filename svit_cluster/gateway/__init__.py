@@ -4,7 +4,9 @@ Public names: :func:`create_app`, :class:`TokenStore`, :class:`Principal`,
 :class:`Router` (its in-process implementation is
 ``svit_cluster.inprocess.InProcessRouter``), :class:`ByteCapMiddleware`,
 :class:`BearerAuthMiddleware`, :func:`authorize`, :class:`GatewayMetrics`,
-:class:`ObserveTokens` (browser observe tokens), :func:`parse_origins` (CORS).
+:class:`ObserveTokens` (browser observe tokens), :func:`parse_origins` (CORS),
+:class:`ConsoleMiddleware` (the browser console at ``/ui/``, its policy
+:data:`CONSOLE_CSP`).
 """
 
 from svit_cluster.gateway._app import CAPABILITIES, create_app
@@ -17,6 +19,7 @@ from svit_cluster.gateway._auth import (
     tenant_of,
 )
 from svit_cluster.gateway._bytecap import DEFAULT_MAX_REQUEST_BYTES, ByteCapMiddleware
+from svit_cluster.gateway._console import CONSOLE_CSP, ConsoleMiddleware
 from svit_cluster.gateway._cors import parse_origins
 from svit_cluster.gateway._metrics import GatewayMetrics
 from svit_cluster.gateway._observe import (
@@ -34,6 +37,7 @@ from svit_cluster.gateway._router import (
 
 __all__ = [
     "CAPABILITIES",
+    "CONSOLE_CSP",
     "DEFAULT_MAX_REQUEST_BYTES",
     "OBSERVE_COOKIE",
     "OBSERVE_PARAM",
@@ -41,6 +45,7 @@ __all__ = [
     "TOKEN_HEADER",
     "BearerAuthMiddleware",
     "ByteCapMiddleware",
+    "ConsoleMiddleware",
     "GatewayMetrics",
     "ObserveClaims",
     "ObserveTokens",

@@ -4,6 +4,8 @@ Layers, outermost first (each its own module and tests):
 
 0. :class:`TraceContextMiddleware` -- W3C ``traceparent`` in and out, the
    request's span (a bad header starts a new trace, never an error);
+   then :class:`ConsoleMiddleware` -- the browser console's static files under
+   ``/ui/`` (no data, so before the byte cap and authentication);
 1. :class:`ByteCapMiddleware` -- body byte cap, before any decoding (413);
 2. :class:`BearerAuthMiddleware` -- bearer token -> principal (401);
 3. the :func:`~svit_cluster.gateway._access.process_access` dependency (or, for
@@ -14,7 +16,8 @@ Layers, outermost first (each its own module and tests):
 Routes, one module per concern: ``_probes`` (health, readiness, liveness,
 metrics), ``_control`` (initialize, control), ``_processes`` (the host API),
 ``_events`` (signals and history), ``_deadletters`` (the admin queue),
-``_timers`` (a process's durable timers).
+``_timers`` (a process's durable timers), ``_log`` (its newest log entries),
+``_hosts`` and ``_summary`` (the admin cluster view).
 """
 
 from __future__ import annotations
@@ -39,17 +42,20 @@ from svit_cluster.gateway._bytecap import (
     PayloadTooLarge,
     payload_too_large_handler,
 )
+from svit_cluster.gateway._console import ConsoleMiddleware
 from svit_cluster.gateway._control import CAPABILITIES, control_router
 from svit_cluster.gateway._cors import with_cors
 from svit_cluster.gateway._deadletters import dead_letters_router
 from svit_cluster.gateway._errors import error_response, from_exception, from_http_exception
 from svit_cluster.gateway._events import events_router
 from svit_cluster.gateway._hosts import hosts_router
+from svit_cluster.gateway._log import log_router
 from svit_cluster.gateway._metrics import GatewayMetrics
 from svit_cluster.gateway._observe import ObserveTokens, install_log_redaction
 from svit_cluster.gateway._probes import probes_router
 from svit_cluster.gateway._processes import processes_router
 from svit_cluster.gateway._router import Router
+from svit_cluster.gateway._summary import summary_router
 from svit_cluster.gateway._timers import timers_router
 from svit_cluster.gateway._tracing import TraceContextMiddleware
 
@@ -65,6 +71,7 @@ def create_app(
     redis_url: str | None = None,
     cors_origins: Sequence[str] = (),
     store_prefix: str = "svit",
+    console: bool = True,
 ) -> Any:
     """Build the gateway ASGI app.
 
@@ -74,16 +81,19 @@ def create_app(
         max_request_bytes: body cap in bytes (default 1 MiB).
         metrics: a metrics registry; a fresh one by default.
         redis_url: the commit log's Redis, for the routes that read the
-            dispatcher's keys (``/v1/admin/dead-letters``,
-            ``/v1/processes/timers``); None: they answer 503.
+            dispatcher's keys and the commit log (``/v1/admin/dead-letters``,
+            ``/v1/processes/timers``, ``/v1/processes/log``); None: they answer 503.
         cors_origins: browser origins allowed cross-origin access
             (``scheme://host[:port]`` or ``*``); empty (default): no CORS.
         store_prefix: the store's key prefix in that Redis (default ``"svit"``).
+        console: serve the browser console at ``/ui/`` (default True; its
+            files hold no data, every call it makes is authenticated).
 
     Returns:
-        The ASGI app (trace context -> CORS when configured -> byte cap ->
-        auth -> FastAPI routes). Observe tokens (``POST /v1/processes/observe-token``) are
-        signed with ``tokens.observe_key()``; creating the app also installs
+        The ASGI app (trace context -> console files -> CORS when configured
+        -> byte cap -> auth -> FastAPI routes). Observe tokens
+        (``POST /v1/processes/observe-token``) are signed with
+        ``tokens.observe_key()``; creating the app also installs
         :func:`~svit_cluster.gateway._observe.install_log_redaction`.
 
     Raises:
@@ -102,7 +112,9 @@ def create_app(
     # One router per concern, each in its own module.
     api.include_router(dead_letters_router(redis_url, prefix=store_prefix))
     api.include_router(timers_router(redis_url, prefix=store_prefix))
+    api.include_router(log_router(redis_url, prefix=store_prefix))
     api.include_router(hosts_router(router))
+    api.include_router(summary_router(router, m))
     api.include_router(events_router(router, observe=observe))
     api.include_router(probes_router(router, m))
     api.include_router(control_router(router, m, max_request_bytes=max_request_bytes))
@@ -156,6 +168,7 @@ def create_app(
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
-    return TraceContextMiddleware(with_cors(
+    inner = with_cors(
         ByteCapMiddleware(BearerAuthMiddleware(api, tokens, observe), max_request_bytes),
-        cors_origins))
+        cors_origins)
+    return TraceContextMiddleware(ConsoleMiddleware(inner) if console else inner)

@@ -148,7 +148,8 @@ def processes_router(router: Router) -> APIRouter:
                                                "tenant token always sees its own only)"),
     ) -> JSONResponse:
         """One page of the existing processes:
-        ``{"processes": [{"process_id", "version", "active", "host"}], "next"}``.
+        ``{"processes": [{"process_id", "version", "active", "host", "token"}],
+        "next"}``.
 
         A tenant token lists its own tenant's processes only (a ``tenant``
         naming another one is 403); an admin token lists every tenant's, or
@@ -157,7 +158,8 @@ def processes_router(router: Router) -> APIRouter:
         than ``limit`` processes (even none) before the last one, since each
         page does a bounded amount of work. ``active``/``host``: whether an
         owner serves the process now, and where (the gateway's route cache).
-        A process that exists for the whole listing is listed at least once.
+        ``token``: the owner's fencing token (null when not active). A process
+        that exists for the whole listing is listed at least once.
         """
         principal = principal_of(request)
         if not principal.admin:

@@ -155,10 +155,11 @@ class Router(Protocol):
             cursor: the previous page's ``next``; None: the first page.
 
         Returns:
-            ``{"processes": [{"process_id", "version", "active", "host"}],
-            "next": cursor or None}``: ``version`` as read during the listing,
-            ``active`` whether an owner serves it now (as far as this router's
-            cached view knows), ``host`` that owner's host or None. ``next``
+            ``{"processes": [{"process_id", "version", "active", "host",
+            "token"}], "next": cursor or None}``: ``version`` as read during the
+            listing, ``active`` whether an owner serves it now (as far as this
+            router's cached view knows), ``host`` that owner's host or None,
+            ``token`` the fencing token it serves under or None. ``next``
             is None on the last page. A process that exists for the whole
             listing is listed at least once; one created or deleted meanwhile
             may or may not be.
@@ -171,6 +172,15 @@ class Router(Protocol):
 
     async def health(self) -> dict[str, Any]:
         """``{"ok": bool, ...details}``."""
+        ...
+
+    async def owner_changes(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` ownership changes this router saw, newest first:
+        ``{process_id, old_host, old_token, new_host, new_token, cause,
+        ended_at, acquired_at, gap_s}`` (``cause``: ``lease_ended`` -- a
+        failover --, ``released`` or ``replaced``; times in unix seconds). In
+        memory and bounded: this router's view since it started (see
+        ``svit_cluster.cluster`` ``_moves``)."""
         ...
 
     async def hosts(self) -> list[dict[str, Any]]:

@@ -208,12 +208,17 @@ class InProcessRouter:
                 continue
             if len(page) == limit:
                 return {"processes": page, "next": page[-1]["process_id"]}
-            page.append({"process_id": pid, "version": self._controllers[pid].process.version,
-                         "active": True, "host": "inprocess"})
+            controller = self._controllers[pid]
+            page.append({"process_id": pid, "version": controller.process.version,
+                         "active": True, "host": "inprocess", "token": controller.token})
         return {"processes": page, "next": None}
 
     async def health(self) -> dict[str, Any]:
         return {"ok": True, "processes": len(self._controllers)}
+
+    async def owner_changes(self, limit: int) -> list[dict[str, Any]]:
+        """None: every process stays in this Python process, under one owner."""
+        return []
 
     async def hosts(self) -> list[dict[str, Any]]:
         """One host, this Python process: no lease, no residency budget."""

@@ -17,6 +17,7 @@ Public names, by importance:
 * :class:`ProcessKeys` -- the Redis keys of one process (hash tag ``{<process>}``).
 * :func:`list_processes` -- one bounded page of the stored processes (``SCAN``
   over head keys; :class:`ProcessListing` of :class:`ListedProcess`);
+  :func:`newest_entries` -- a process's newest retained log entries (observers);
   :func:`list_queued` -- one bounded page of the processes whose committed
   inbox is non-empty (``SCAN`` over ``queued`` keys; :class:`QueuedPage`).
 * :class:`Head`, :class:`LogEntry`, :class:`StoredSnapshot`, :class:`RestoreStats`
@@ -44,6 +45,7 @@ from svit_cluster.store._listing import (
     QueuedPage,
     list_processes,
     list_queued,
+    newest_entries,
 )
 from svit_cluster.store._log import (
     DEFAULT_SNAPSHOT_EVERY,
@@ -102,6 +104,7 @@ __all__ = [
     "list_processes",
     "list_queued",
     "load_backend_factory",
+    "newest_entries",
     "redis_boundary",
     "require_noeviction",
     "stale_writes_key",

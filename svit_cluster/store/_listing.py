@@ -29,10 +29,11 @@ from typing import Any
 
 from svit_cluster.errors import InvalidInput
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
+from svit_cluster.store._records import LogEntry, parse_entry
 from svit_cluster.store._redis import RedisClient, redis_boundary
 
 __all__ = ["MAX_LIST_LIMIT", "MAX_SCAN_STEPS", "ListedProcess", "ProcessListing", "QueuedPage",
-           "list_processes", "list_queued"]
+           "list_processes", "list_queued", "newest_entries"]
 
 #: Largest ``limit`` of one page.
 MAX_LIST_LIMIT = 1000
@@ -233,3 +234,38 @@ def _versions(client: RedisClient, prefix: str, pids: list[str]) -> list[ListedP
         if isinstance(text, str) and text.isdigit():
             out.append(ListedProcess(pid, int(text)))
     return out
+
+
+def newest_entries(client: RedisClient, process_id: str, *, prefix: str = DEFAULT_PREFIX,
+                   limit: int = 20) -> list[LogEntry] | None:
+    """The newest ``limit`` retained commit-log entries of ``process_id``, newest first.
+
+    Read-only, for observers (the gateway's ``GET /v1/processes/log``): it
+    reads the stream with ``XREVRANGE ... COUNT limit``, never through the
+    owner. Only the retained tail is there (the entries after the latest
+    snapshot plus its margin). Two reads, not one view: an entry committed
+    between them may or may not be included.
+
+    Args:
+        client: a redis-py client (single server or cluster).
+        process_id: the ``svit://`` id.
+        prefix: the store's key prefix.
+        limit: at most this many entries (1..1000).
+
+    Returns:
+        The entries, or None when the process has no head (never created, or
+        deleted).
+
+    Raises:
+        InvalidInput: ``limit`` out of range.
+        UnavailableError: Redis failed (safe to retry).
+        CorruptData: a malformed entry.
+    """
+    if type(limit) is not int or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidInput(f"limit must be an integer in 1..{MAX_LIST_LIMIT}")
+    keys = ProcessKeys(process_id, prefix)
+    with redis_boundary("newest_entries", process_id):
+        if not client.exists(keys.head):
+            return None
+        raw = client.xrevrange(keys.stream, count=limit)
+    return [parse_entry(process_id, eid, fields) for eid, fields in raw or ()]

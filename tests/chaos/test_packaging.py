@@ -5,7 +5,7 @@ The chaos harness lives in ``./chaos`` but installs as ``svit_chaos``
 listed in ``[tool.setuptools] packages``. This builds the wheel from a copy of the
 checkout (setuptools, no network, no build isolation) and compares its modules
 with the checkout's files: a module missing from the wheel fails here, not on a
-user's machine.
+user's machine. The console's static files (package data) are checked too.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _modules(root: Path, package: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     src = tmp_path_factory.mktemp("src")
     for name in ("svit_cluster", "chaos"):
         shutil.copytree(ROOT / name, src / name,
@@ -40,7 +40,12 @@ def wheel_modules(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
                    timeout=300)
     [wheel] = out.glob("*.whl")
     with zipfile.ZipFile(wheel) as z:
-        return {n for n in z.namelist() if n.endswith(".py")}
+        return set(z.namelist())
+
+
+@pytest.fixture(scope="module")
+def wheel_modules(wheel_files: set[str]) -> set[str]:
+    return {n for n in wheel_files if n.endswith(".py")}
 
 
 def test_the_wheel_installs_every_chaos_module_as_svit_chaos(wheel_modules: set[str]) -> None:
@@ -59,3 +64,11 @@ def test_the_checkout_imports_the_same_chaos_modules() -> None:
     here = Path(svit_chaos.__file__).resolve().parent
     assert here == (ROOT / "chaos").resolve()  # svit_chaos is this checkout's chaos/
     assert _modules(here, "svit_chaos") == _modules(ROOT / "chaos", "svit_chaos")
+
+
+def test_the_wheel_ships_the_console_files(wheel_files: set[str]) -> None:
+    """The browser console's static files are package data (served at ``/ui/``)."""
+    folder = ROOT / "svit_cluster" / "gateway" / "console"
+    shipped = {f"svit_cluster/gateway/console/{p.name}" for p in folder.iterdir()}
+    assert "svit_cluster/gateway/console/index.html" in shipped
+    assert shipped <= wheel_files, shipped - wheel_files

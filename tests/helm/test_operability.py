@@ -170,7 +170,8 @@ def _routed(ingress: Manifest, path: str) -> bool:
 def test_public_ingress_routes_the_api_not_metrics_or_docs(render: Render,
                                                            values: Path | None) -> None:
     (ingress,) = _kind(render(values, "gateway.ingress.enabled=true"), "Ingress")
-    for path in ("/v1/control", "/v1/processes/state", "/healthz"):
+    for path in ("/v1/control", "/v1/processes/state", "/healthz", "/ui", "/ui/",
+                 "/ui/console.js"):
         assert _routed(ingress, path), path
     for path in ("/metrics", "/docs", "/openapi.json", "/docs/oauth2-redirect"):
         assert not _routed(ingress, path), path

@@ -17,6 +17,7 @@ def test_store_exports() -> None:
         "QueuedPage", "RedisBackend", "RedisClient", "RedisFences", "RestoreStats", "StoreConfig",
         "StoredSnapshot", "allow_unverified_from_env", "async_connect", "cluster_from_env",
         "connect", "failure_reason", "list_processes", "list_queued", "load_backend_factory",
+        "newest_entries",
         "redis_boundary", "require_noeviction", "stale_writes_key",
         "verify_eviction_policy",
     ]

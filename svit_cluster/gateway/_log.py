@@ -1,0 +1,94 @@
+"""A process's newest commit-log entries over HTTP: ``GET /v1/processes/log``.
+
+``GET /v1/processes/log?process_id=&limit=`` -- ``{"process_id", "entries":
+[{"version", "token", "source", "paths", "client_id", "request_id",
+"trace"}]}``, newest first: each retained entry's version, the fencing token
+it was committed under, what committed it (``source``: the activated script's
+operation, ``inbox.append``, ...), the paths its mutations wrote (at most
+:data:`MAX_PATHS`, sorted), the request that committed it (null for a host
+operation, or an entry older than the field) and the commit's ``traceparent``.
+
+Read from the commit log's Redis (``store.newest_entries``), never through the
+owner: it does not activate a passivated process. Only the retained tail is
+there (the entries after the latest snapshot and its margin), so ``limit``
+(1..:data:`MAX_LOG_PAGE`, default 20) is an upper bound. Needs the process's
+tenant or an admin token (403 otherwise); 404 for a process with no head;
+503 when the gateway has no Redis URL or Redis fails (safe to retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from starlette.responses import JSONResponse
+
+from svit_cluster.errors import NotFound, UnavailableError
+from svit_cluster.gateway._access import process_access
+from svit_cluster.process import Transaction, validate_process_id
+
+__all__ = ["MAX_LOG_PAGE", "MAX_PATHS", "log_router"]
+
+#: Largest ``limit`` of ``GET /v1/processes/log``.
+MAX_LOG_PAGE = 100
+#: Paths listed per entry (an entry may write many more).
+MAX_PATHS = 32
+
+
+def _request_ids(raw: bytes | None) -> tuple[str | None, str | None]:
+    """``(client_id, request_id)`` from an entry's ``tenant\\0client\\0request`` field."""
+    if not raw:
+        return None, None
+    parts = raw.split(b"\0")
+    if len(parts) != 3:
+        return None, None
+    return (parts[1].decode("utf-8", errors="replace"),
+            parts[2].decode("utf-8", errors="replace"))
+
+
+def log_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
+    """The log route, reading the commit log's Redis at ``redis_url`` (lazily connected).
+
+    Args:
+        redis_url: the commit log's Redis; None makes the route answer 503.
+        prefix: the store's key prefix (default ``"svit"``).
+    """
+    from svit_cluster.store import connect, newest_entries
+
+    api = APIRouter(tags=["processes"])
+    holder: dict[str, Any] = {}
+
+    def client() -> Any:
+        if redis_url is None:
+            raise UnavailableError("this gateway has no Redis URL for the commit log")
+        if "c" not in holder:
+            holder["c"] = connect(redis_url)
+        return holder["c"]
+
+    @api.get("/v1/processes/log", dependencies=[Depends(process_access)])
+    async def recent_log(
+        process_id: str = Query(..., description="svit:// process id"),
+        limit: int = Query(20, ge=1, le=MAX_LOG_PAGE, description="newest entries"),
+    ) -> JSONResponse:
+        """The process's newest retained commit-log entries, newest first."""
+        pid = validate_process_id(process_id)
+
+        def read() -> list[dict[str, Any]]:
+            entries = newest_entries(client(), pid, prefix=prefix, limit=limit)
+            if entries is None:
+                raise NotFound(f"unknown process {pid[:200]}")
+            out = []
+            for entry in entries:
+                record = Transaction.decode(entry.record)
+                client_id, request_id = _request_ids(entry.request)
+                out.append({"version": entry.version, "token": entry.token,
+                            "source": record.source,
+                            "paths": sorted({m.path for m in record.mutations})[:MAX_PATHS],
+                            "client_id": client_id, "request_id": request_id,
+                            "trace": entry.trace})
+            return out
+
+        return JSONResponse({"process_id": pid, "entries": await asyncio.to_thread(read)})
+
+    return api
