@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from svit_cluster.errors import ConfigurationError
 
 from .availability import availability_report, markdown_tables
-from .checker import check
+from .checker import build_context, check
 from .cluster import TOPOLOGIES
 from .errors import HistoryError
 from .history import read_history
@@ -30,7 +30,7 @@ from .logs import read_logs
 from .nemesis import SCENARIOS
 from .report import ports_markdown
 from .run import EXIT_CODES, WORKLOADS, RunConfig, run, validate
-from .timers import timers_markdown
+from .timers import timers_figures, timers_markdown
 from .workload import WorkloadStats
 
 __all__ = ["main"]
@@ -222,9 +222,6 @@ def check_command(history: Path, logs_path: Path | None, as_json: bool,
         console.print(leases_markdown(leases_report(events)), markup=False, highlight=False,
                       soft_wrap=True)
         if any(ev.get("kind") == "timers" for ev in events):
-            from .checker import build_context
-            from .timers import timers_figures
-
             console.print(timers_markdown(timers_figures(build_context(events, logs))),
                           markup=False, highlight=False, soft_wrap=True)
         console.print(markdown_tables(availability_report(events, logs), max_processes=10),

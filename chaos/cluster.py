@@ -37,10 +37,13 @@ import psutil
 import redis
 
 from svit_cluster.defaults import LOCAL_CLUSTER
+from svit_cluster.dispatch.testing import UNSAFE_IGNORE_CANCELS_ENV
+from svit_cluster.local import ClusterSpec, LocalCluster, RayNode, ServerError
 
 from .errors import HarnessError
 from .load import HostLoad, start_load
 from .nemesis import FaultTarget, Link
+from .observer import etcd_owners
 from .proxy import HubLinks
 
 __all__ = [
@@ -178,8 +181,6 @@ class ScaledStores:
     def redis_ready(self) -> bool:
         """Every node runs, sees ``cluster_state:ok``, every replica is in sync, and
         as many masters serve as the cluster was created with."""
-        from svit_cluster.local._servers import ServerError
-
         rc = self._rc()
         if len(rc.live_nodes()) != len(rc.nodes):
             return False
@@ -444,8 +445,6 @@ class LocalClusterTarget:
 
     def signal_gcs(self, sig: int) -> list[int]:
         """Send ``sig`` to the GCS server of the head node."""
-        from svit_cluster.local import RayNode
-
         head = RayNode.from_json(self.cluster.doc["ray"]["head"])
         return self._signal(self._matching(head, "gcs_server",
                                            lambda p: p.name() == "gcs_server"), sig)
@@ -461,8 +460,6 @@ class LocalClusterTarget:
 
     def owner(self, process: str) -> str | None:
         """The host of ``process``'s etcd ownership record (None: none, or etcd down)."""
-        from .observer import etcd_owners
-
         doc = self.cluster.doc
         try:
             owners = etcd_owners(doc["etcd"]["endpoint"], str(doc.get("cluster", LOCAL_CLUSTER)))
@@ -524,9 +521,6 @@ def local_launcher(spec: LaunchSpec) -> ChaosCluster:
         HarnessError: ``LocalCluster.up`` lacks the ``proxy_factory`` or
             ``unsafe_disable_fencing`` keyword, or the cluster did not start.
     """
-    from svit_cluster.dispatch.testing import UNSAFE_IGNORE_CANCELS_ENV
-    from svit_cluster.local import ClusterSpec, LocalCluster
-
     params = inspect.signature(LocalCluster.up).parameters
     missing = [k for k in ("proxy_factory", "unsafe_disable_fencing") if k not in params]
     if missing:

@@ -47,13 +47,11 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .context import Anomaly, Context, Unverified
 from .history import Event
 from .logfiles import texts_with
-
-if TYPE_CHECKING:
-    from .checker import Anomaly, Context
 
 __all__ = [
     "ALL_HOSTS_LEASE_KINDS",
@@ -294,8 +292,6 @@ def _s(t: float | None) -> str:
 def check_leases(ctx: Context) -> Iterator[Anomaly]:
     """(9) No host loses its etcd lease in a load window unless a deliberate fault
     explains it (see the module docstring)."""
-    from .checker import Anomaly, Unverified
-
     history = ctx.history
     losses = lease_losses(history)
     grace = grace_s(_ttl(history))

@@ -54,6 +54,7 @@ from typing import Any
 
 import psutil
 
+from svit_cluster.cluster import WORKER_NICENESS_ENV
 from svit_cluster.errors import ConfigurationError
 
 __all__ = [
@@ -102,8 +103,6 @@ def _die_with_starter() -> None:  # pragma: no cover - runs in the child before 
 
 def load_niceness() -> int:
     """The niceness loads run at: the host agent's (``RAY_worker_niceness``, 0)."""
-    from svit_cluster.cluster import WORKER_NICENESS_ENV
-
     return int(WORKER_NICENESS_ENV["RAY_worker_niceness"])
 
 

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from .checker import Anomaly, Context
+from .context import Anomaly, Context
 from .history import Event
 from .logfiles import texts_with
 

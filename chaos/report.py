@@ -26,13 +26,14 @@ from typing import Any
 
 from .availability import DEFAULT_THRESHOLD_S, availability_report, fault_windows, markdown_tables
 from .breakdown import STEPS, breakdown_markdown, breakdown_report
-from .checker import CheckResult
+from .checker import CheckResult, build_context
 from .failed import CAUSES, failed_markdown, failed_requests
 from .history import Event
 from .leases import leases_markdown, leases_report
 from .logs import StoredLogs
 from .nemesis import FAILOVER_KINDS
-from .timers import timers_markdown
+from .ports import ports_figures
+from .timers import timers_figures, timers_markdown
 
 __all__ = ["build_report", "failover_times", "ports_markdown", "render_timeline",
            "timeline_figure", "write_html", "write_json", "write_markdown"]
@@ -223,9 +224,6 @@ def _ports(history: Sequence[Event], logs: StoredLogs) -> dict[str, Any] | None:
     """The port-call figures of a ``--workload ports`` run (None for other workloads)."""
     if not any(ev.get("kind") == "ports" for ev in history):
         return None
-    from .checker import build_context
-    from .ports import ports_figures
-
     return ports_figures(build_context(history, logs))
 
 
@@ -233,9 +231,6 @@ def _timers(history: Sequence[Event], logs: StoredLogs) -> dict[str, Any] | None
     """The timer figures of a run that armed timers (None otherwise)."""
     if not any(ev.get("kind") == "timers" for ev in history):
         return None
-    from .checker import build_context
-    from .timers import timers_figures
-
     return timers_figures(build_context(history, logs))
 
 

@@ -45,6 +45,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from svit_cluster.dispatch import (
+    DeliveryState,
+    delivery_status,
+    destination_records,
+    list_timers,
+    outbox_summary,
+)
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys, connect
 
@@ -52,7 +59,7 @@ from .checker import CheckResult, build_context, check, outbox_event
 from .clock import Clock, MonotonicClock, wait_until
 from .cluster import TOPOLOGIES, ChaosCluster, Launcher, LaunchSpec, local_launcher
 from .errors import HarnessError
-from .history import HistoryWriter
+from .history import HistoryWriter, write_history
 from .leases import lease_loss_reasons, lease_losses
 from .load import stop_all_loads
 from .logs import StoredLogs, dump_processes, write_logs
@@ -411,13 +418,6 @@ async def _record_outbox(client: Any, workload: Workload, history: HistoryWriter
                          config: RunConfig, progress: ProgressSink, clock: Clock,
                          name: str) -> None:
     """Wait (bounded) until no intent is pending, then record the ``outbox`` event."""
-    from svit_cluster.dispatch import (
-        DeliveryState,
-        delivery_status,
-        destination_records,
-        outbox_summary,
-    )
-
     sink = workload.sink
     assert sink is not None
     deadline = clock.now() + config.outbox_timeout_s
@@ -471,8 +471,6 @@ async def _record_timers(client: Any, workload: Workload, history: HistoryWriter
                          name: str) -> None:
     """Wait (bounded by ``outbox_timeout_s``) until no timer is pending, then record
     the ``timers`` event (:func:`~svit_chaos.timers.timers_event`)."""
-    from svit_cluster.dispatch import list_timers
-
     def pending() -> int:
         return sum(len(list_timers(client, config.prefix, pid, limit=1000).timers)
                    for pid in workload.processes)
@@ -635,8 +633,6 @@ def _lost_commit_control(client: Any, processes: list[str], events: list[dict[st
     after = dump_processes(client, processes, prefix=prefix, collected=collected)
     directory.mkdir(parents=True, exist_ok=True)
     write_logs(directory / "logs.jsonl", after)
-    from .history import write_history
-
     write_history(directory / "history.jsonl", events)
     result = check(events, after)
     (directory / "check.json").write_text(json.dumps(result.to_json(), indent=2))

@@ -30,6 +30,7 @@ import redis
 from svit_cluster.errors import ErrorCode, FencedError, SvitError, UnavailableError
 from svit_cluster.process import Process, Value
 from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys, RedisBackend, StoreConfig
+from svit_cluster.store.testing import disable_fencing_for_negative_control
 
 from .history import HistoryWriter
 from .workload import KEEP_OPS
@@ -100,8 +101,6 @@ class StaleWriter:
     def _backend(self, process: str, token: int) -> RedisBackend:
         backend = RedisBackend(self.client, process, token, self.config)
         if self.unfenced:
-            from svit_cluster.store.testing import disable_fencing_for_negative_control
-
             disable_fencing_for_negative_control(backend)
         return backend
 

@@ -38,14 +38,14 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from svit_cluster.dispatch import list_timers, timer_log
 from svit_cluster.process import DEDUP_WINDOW
+from svit_cluster.store import ProcessKeys
 
 from .availability import fault_windows
-
-if TYPE_CHECKING:
-    from .checker import Anomaly, Context
+from .context import Anomaly, Context, Unverified, destination_record
 
 __all__ = ["CANCEL_OUTCOMES", "TIMER_PATH", "check_timers", "timers_event", "timers_figures",
            "timers_markdown"]
@@ -67,9 +67,6 @@ def timers_event(client: Any, processes: Sequence[str], *, prefix: str, drained:
         drained: no timer was pending when the harness stopped waiting.
         wall_ms: ``time.time()`` in ms, taken when the event is recorded.
     """
-    from svit_cluster.dispatch import list_timers, timer_log
-    from svit_cluster.store import ProcessKeys
-
     out: dict[str, Any] = {}
     for pid in processes:
         done = client.zrange(ProcessKeys(pid, prefix).timer_done, 0, -1, withscores=True)
@@ -172,8 +169,6 @@ def _version_of(timer_id: str) -> int | None:
 def check_timers(ctx: Context) -> Iterator[Anomaly]:
     """(10) Timers: see the module docstring. Skipped when the run armed no timer
     and recorded no ``timers`` event."""
-    from .checker import Anomaly, Unverified, _destination
-
     tm = _Timers(ctx)
     if tm.event is None:
         if tm.arms:
@@ -182,7 +177,7 @@ def check_timers(ctx: Context) -> Iterator[Anomaly]:
         return
     line = tm.line
     outbox = [ev for ev in ctx.history if ev.get("kind") == "outbox"]
-    record = _destination(outbox[-1].get("destination")) if outbox else None
+    record = destination_record(outbox[-1].get("destination")) if outbox else None
     if record is None and tm.arms:
         ctx.unverified.append(Unverified("timers", None, "the sink's record was not read",
                                          lines=(line,)))

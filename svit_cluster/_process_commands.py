@@ -26,6 +26,7 @@ from svit_cluster._cliutil import (
     timeout_option,
 )
 from svit_cluster.defaults import DEFAULT_PROCESS_PAGE, PROCESS_PAGE_MAX
+from svit_cluster.errors import NotFound, UnavailableError
 
 __all__ = ["COMMANDS"]
 
@@ -173,7 +174,6 @@ def activate(process_id: str, script: str, input_text: str, expected_version: in
     """
     from svit_cluster.client import new_request_id
     from svit_cluster.control import Committed, Conflict
-    from svit_cluster.errors import UnavailableError
     from svit_cluster.process import from_plain_json, to_plain_json
 
     value = from_plain_json(_json_argument(input_text, "INPUT"))
@@ -256,8 +256,6 @@ def delete(process_id: str, url: str | None, token: str | None, state_dir: Path 
     Exit 0 when deleted (or, with --missing-ok, already absent), 1 when
     refused (404 not found, 403), 3 when the gateway is unavailable.
     """
-    from svit_cluster.errors import NotFound
-
     with _client(url, token, state_dir, timeout_s) as client:
         try:
             result = client.delete_process(process_id)

@@ -10,14 +10,22 @@ Commands that talk to a gateway read ``SVIT_URL`` and ``SVIT_TOKEN`` (then
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import os
 import secrets
+import shlex
+import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import click
+import httpx
+from click.shell_completion import get_completion_class
+from rich.console import Console
+from rich.table import Table
 
 from svit_cluster import __version__
 from svit_cluster._cliutil import (
@@ -31,6 +39,7 @@ from svit_cluster._cliutil import (
     timeout_option,
     waiting,
 )
+from svit_cluster.cluster import check_heartbeat
 from svit_cluster.defaults import (
     DEFAULT_GATEWAY_PORT,
     DEFAULT_LEASE_TTL_S,
@@ -52,7 +61,8 @@ from svit_cluster.defaults import (
     RETENTION_MIN,
     TIMER_PAGE_MAX,
 )
-from svit_cluster.errors import SvitError, UnavailableError
+from svit_cluster.errors import ConfigurationError, ErrorCode, NotFound, SvitError, UnavailableError
+from svit_cluster.store import DEFAULT_PREFIX, RedisFences, connect
 
 __all__ = ["main"]
 
@@ -72,8 +82,6 @@ class _Cli(click.Group):
     """The root group: expected failures anywhere below become one line + exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        import httpx
-
         try:
             return super().invoke(ctx)
         except SvitError as exc:
@@ -241,8 +249,6 @@ def _invoked_as() -> str:
     """How to call this CLI again in a hint: ``svit-cluster`` when that name on PATH
     is the program running, else the path it was started by (``.venv/bin/svit-cluster``
     in a venv that is not activated)."""
-    import shutil
-
     argv0 = Path(sys.argv[0])
     if argv0.name != "svit-cluster":
         return "svit-cluster"  # python -m, or a test runner
@@ -259,7 +265,6 @@ def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str
     Raises:
         ConfigurationError: ``openai`` without a URL or model, a bad variable name.
     """
-    from svit_cluster.errors import ConfigurationError
     from svit_cluster.reasoning import ReasonerConfig
 
     if not key_env.replace("_", "").isalnum():
@@ -404,8 +409,6 @@ def _drop_command(process_id: str, failure: dict[str, Any], where: list[str]) ->
     message of a chat ``failure`` (:class:`svit_cluster.chat.TurnOutcome`): by
     ``--message-id`` when it has one, else by ``--hash``; the reason names the
     failure code; ``where`` (``--state-dir DIR`` or ``--url URL``) as chat got it."""
-    import shlex
-
     name = (["--message-id", failure["message_id"]] if failure.get("message_id")
             else ["--hash", str(failure.get("inbox_hash"))])
     args = ["inbox", "drop", process_id, *name,
@@ -488,8 +491,6 @@ def timers() -> None:
 
 def _due_in(due_ms: int, now_ms: float) -> str:
     """``2026-05-01 12:00:00.250Z (in 8.0 s)``: the due time, UTC, and how far off."""
-    import datetime
-
     at = datetime.datetime.fromtimestamp(due_ms / 1000, tz=datetime.UTC)
     delta_s = (due_ms - now_ms) / 1000
     rel = f"in {delta_s:.1f} s" if delta_s >= 0 else f"{-delta_s:.1f} s ago"
@@ -518,8 +519,6 @@ def timers_list(process_id: str, limit: int, after: str | None, url: str | None,
       svit-cluster timers list svit://local/agent --state-dir .svit
       svit-cluster timers list svit://local/agent -o json | jq '.timers[].id'
     """
-    import time
-
     from svit_cluster.client import SvitClient
     from svit_cluster.settings import resolve_gateway
 
@@ -534,9 +533,6 @@ def timers_list(process_id: str, limit: int, after: str | None, url: str | None,
         if not page.timers:
             click.echo(f"{process_id}: no pending timers")
             return
-        from rich.console import Console
-        from rich.table import Table
-
         now_ms = time.time() * 1000
         table = Table(title=f"timers of {process_id}", title_justify="left")
         for name in ("id", "to", "due (UTC)", "state", "version"):
@@ -620,8 +616,6 @@ def env(state_dir: Path, output: str) -> None:
     \b
       eval "$(svit-cluster env)"      then SvitClient() and every command find it
     """
-    import shlex
-
     from svit_cluster.local import LocalCluster
 
     doc = LocalCluster.load(state_dir).doc
@@ -697,7 +691,6 @@ def etcd_restored(state_dir: Path | None, etcd_endpoint: str | None, redis_url: 
     3 when etcd or Redis fails.
     """
     from svit_cluster.ownership import open_client, recover_after_restore
-    from svit_cluster.store import DEFAULT_PREFIX, RedisFences, connect
 
     if state_dir is not None:
         from svit_cluster.local import LocalCluster
@@ -910,8 +903,6 @@ def healthcheck(url: str | None, timeout_s: float, heartbeat_file: Path | None,
     Host agent:  svit-cluster healthcheck --heartbeat FILE [--require-lease]
     """
     if heartbeat_file is not None:
-        from svit_cluster.cluster import check_heartbeat
-
         ok, reason = check_heartbeat(heartbeat_file, max_age_s=max_age_s,
                                      require_lease=require_lease)
         if output == "json":
@@ -920,8 +911,6 @@ def healthcheck(url: str | None, timeout_s: float, heartbeat_file: Path | None,
         else:
             click.echo(reason, err=not ok)
         raise SystemExit(EXIT_OK if ok else EXIT_FAILED)
-
-    import httpx
 
     from svit_cluster.settings import ClientSettings
 
@@ -971,7 +960,6 @@ def smoke(url: str | None, token: str | None, state_dir: Path | None, tenant: st
     or not committed, 3 when the gateway is unreachable or unavailable.
     """
     from svit_cluster.client import RecoveredCommit, SvitClient
-    from svit_cluster.errors import ErrorCode
     from svit_cluster.settings import resolve_gateway
 
     base, tok = resolve_gateway(url, token, state_dir=state_dir)
@@ -1012,8 +1000,6 @@ def _delete_quietly(client: Any, pid: str) -> bool:
     Raises:
         SvitError: any other answer (the smoke run then fails with it).
     """
-    from svit_cluster.errors import NotFound
-
     try:
         client.delete_process(pid)
     except NotFound:
@@ -1063,8 +1049,6 @@ def completion(shell: str) -> None:
       zsh:   eval "$(svit-cluster completion zsh)"    (in ~/.zshrc)
       fish:  svit-cluster completion fish > ~/.config/fish/completions/svit-cluster.fish
     """
-    from click.shell_completion import get_completion_class
-
     comp_cls = get_completion_class(shell)
     assert comp_cls is not None  # click ships bash, zsh and fish
     comp = comp_cls(cli, {}, "svit-cluster", "_SVIT_CLUSTER_COMPLETE")

@@ -62,7 +62,14 @@ from svit_cluster.errors import (
     UnavailableError,
 )
 from svit_cluster.events import BoundedFeed, Lagged, Signal
-from svit_cluster.process import PROTOCOL, Value, decode_value, encode_value
+from svit_cluster.process import (
+    PROTOCOL,
+    Script,
+    Value,
+    decode_value,
+    encode_value,
+    from_plain_json,
+)
 
 __all__ = [
     "CLIENT_CAPABILITIES",
@@ -350,8 +357,6 @@ def _same_creation(memory: Any, scripts: dict[str, str] | None, memory_now: Valu
     ``memory`` is compared as the gateway decodes it (plain JSON, ``None`` =
     ``{}``); ``scripts`` by source text.
     """
-    from svit_cluster.process import Script, from_plain_json
-
     want_memory = from_plain_json(memory) if memory is not None else {}
     if memory_now != want_memory or not isinstance(lib_now, dict):
         return False

@@ -25,7 +25,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import tempfile
 import threading
 import time
@@ -33,13 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+import psutil
 from rich.console import Console
 from rich.table import Table
 
 from svit_cluster.client import SvitClient, new_request_id
 from svit_cluster.errors import SvitError
 from svit_cluster.examples import REFERENCE_REQUEST
-from svit_cluster.local import ClusterSpec, LocalCluster
+from svit_cluster.local import ClusterSpec, LocalCluster, cluster_status
+from svit_cluster.store import DEFAULT_PREFIX, RedisBackend, connect, stale_writes_key
 
 __all__ = ["run_demo"]
 
@@ -104,8 +109,6 @@ def _client_loop(url: str, token: str, n: int, ops: int, tally: _Tally,
 
 
 def _owner_host(cluster: LocalCluster, process_id: str) -> str | None:
-    from svit_cluster.local import cluster_status
-
     owner = cluster_status(cluster)["owners"].get(process_id)
     return None if owner is None else str(owner["host"])
 
@@ -123,8 +126,6 @@ def _metric(text: str, name: str) -> float:
 def _verify_log(cluster: LocalCluster, live_root_hash: str, process_id: str = COUNTER_ID
                 ) -> tuple[bool, str]:
     """Restore a process from Redis (snapshot + tail, chain verified) and compare hashes."""
-    from svit_cluster.store import RedisBackend, connect
-
     client = connect(cluster.doc["redis"]["url"])
     try:
         reader = RedisBackend(client, process_id, token=1)
@@ -200,8 +201,6 @@ def _owner_processes(cluster: LocalCluster, host: str) -> dict[str, list[int]]:
 
     The Ray raylet and the node's other daemons are not included.
     """
-    import psutil
-
     found: dict[str, list[int]] = {"agent": [], "actors": []}
     for pid in cluster.node(host).pids():
         try:
@@ -216,8 +215,6 @@ def _owner_processes(cluster: LocalCluster, host: str) -> dict[str, list[int]]:
 
 
 def _signal(pids: list[int], sig: int) -> None:
-    import os
-
     for pid in pids:
         try:
             os.kill(pid, sig)
@@ -244,9 +241,6 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
     event-driven: the requests' answers, then a blocking ``XREAD`` on the
     store's refusals stream (at most ``wait_refusal_s``).
     """
-    import signal
-
-    from svit_cluster.store import DEFAULT_PREFIX, connect, stale_writes_key
 
     res = _StaleResult()
     with SvitClient(url, token, client_id="demo-stale-setup") as c:
@@ -421,8 +415,6 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
         with SvitClient(url, token, client_id="demo-check") as admin:
             count, version = admin.state(COUNTER_ID, "/memory/count")
             snap = admin.snapshot(COUNTER_ID)["snapshot"]
-        import httpx
-
         metrics = httpx.get(url + "/metrics", timeout=5).text
         fenced = _metric(metrics, "svit_fenced_total")
         unavailable = _metric(metrics, "svit_unavailable_total")

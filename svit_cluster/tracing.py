@@ -41,6 +41,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
+from svit_cluster import __version__
+
 __all__ = [
     "TRACEPARENT",
     "TRACESTATE",
@@ -247,8 +249,6 @@ def _tracer() -> Any:
         from opentelemetry import trace
     except ImportError:
         return None
-    from svit_cluster import __version__
-
     provider = _CONFIG.provider or trace.get_tracer_provider()
     return provider.get_tracer("svit_cluster", __version__)
 

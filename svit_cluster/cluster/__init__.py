@@ -30,8 +30,9 @@ from svit_cluster.cluster._residency import Budget, derive_budget, node_memory_b
 
 if TYPE_CHECKING:
     from svit_cluster.cluster._actor import ProcessActor
-    from svit_cluster.cluster._agent import HostAgent, actor_name, agent_name, hosts_prefix
+    from svit_cluster.cluster._agent import HostAgent, hosts_prefix
     from svit_cluster.cluster._heartbeat import check_heartbeat
+    from svit_cluster.cluster._names import actor_name, agent_name
     from svit_cluster.cluster._router import RayRouter
     from svit_cluster.cluster._routes import Route, RouteCache
     from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
 _LAZY = {
     "ProcessActor": "_actor",
     "HostAgent": "_agent",
-    "actor_name": "_agent",
-    "agent_name": "_agent",
+    "actor_name": "_names",
+    "agent_name": "_names",
     "hosts_prefix": "_agent",
     "check_heartbeat": "_heartbeat",
     "RayRouter": "_router",

@@ -33,6 +33,8 @@ from typing import Any
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig, lower_priority
 from svit_cluster.cluster._direct import DirectServer
+from svit_cluster.cluster._error_dict import error_dict
+from svit_cluster.cluster._spawn import RaySpawner
 from svit_cluster.control import ControlAnswer, ProcessController, decode_request
 from svit_cluster.errors import (
     ConflictError,
@@ -42,17 +44,12 @@ from svit_cluster.errors import (
     SvitError,
     UnavailableError,
 )
-from svit_cluster.process import Process, encode_value
+from svit_cluster.process import Process, encode_value, to_plain_json
+from svit_cluster.store import StoreConfig, connect, load_backend_factory, redis_boundary
 
-__all__ = ["ProcessActor", "error_dict"]
+__all__ = ["ProcessActor"]
 
 log = logging.getLogger(__name__)
-
-
-def error_dict(exc: SvitError) -> dict[str, Any]:
-    """A Ray result carrying a project error: ``{"error": exc.to_wire()}``
-    (the gateway's :func:`~svit_cluster.cluster._router.raise_error_dict` inverts it)."""
-    return {"error": exc.to_wire()}
 
 
 class ProcessActor:
@@ -141,14 +138,14 @@ class ProcessActor:
             lower_priority(niceness)
 
     def _warm_sync(self) -> None:
+        """Load what a binding serves with (events, ports, reasoning: imported here,
+        in :meth:`warm`'s thread, so a new actor answers before it has paid for
+        them) and open the Redis connection ahead of :meth:`start`."""
         import svit_cluster.events
-        import svit_cluster.lisp
         import svit_cluster.ports
-        import svit_cluster.reasoning
-        import svit_cluster.store
-        from svit_cluster.cluster._spawn import RaySpawner  # noqa: F401
+        import svit_cluster.reasoning  # noqa: F401  (loaded, not called, here)
 
-        svit_cluster.store.StoreConfig()
+        StoreConfig()
         try:
             client = self._connect()
             client.ping()
@@ -158,8 +155,6 @@ class ProcessActor:
         self._client = client
 
     def _connect(self) -> Any:
-        from svit_cluster.store import connect
-
         return connect(self.cfg.redis_for(self.host), allow_unverified_eviction_policy=(
             self.cfg.redis_allow_unverified_eviction_policy), cluster=self.cfg.redis_cluster)
 
@@ -275,7 +270,6 @@ class ProcessActor:
 
     def _start_sync(self, create: dict[str, Any] | None) -> dict[str, Any]:
         from svit_cluster.events import RedisEventLog
-        from svit_cluster.store import StoreConfig, load_backend_factory
 
         client = self._client if self._client is not None else self._connect()
         # The fenced RedisBackend unless the chaos negative control named its
@@ -343,7 +337,6 @@ class ProcessActor:
             UnavailableError: Redis failed (retry the fork).
         """
         from svit_cluster.events import fork_events
-        from svit_cluster.store import redis_boundary
 
         self._guard()
         with redis_boundary("fork_exists", self.process_id):
@@ -357,7 +350,6 @@ class ProcessActor:
     def _registry(self) -> Any:
         """This host's port registry (``ClusterConfig.ports``); calls are kept for
         :meth:`port_calls` and logged with the fencing token."""
-        from svit_cluster.cluster._spawn import RaySpawner
         from svit_cluster.ports import PortsConfig, build_registry
         from svit_cluster.reasoning import ReasonerConfig
 
@@ -688,7 +680,6 @@ class ProcessActor:
         of its ``/thread``), which the child's :meth:`start` copies.
         """
         def run() -> dict[str, Any]:
-            from svit_cluster.process import to_plain_json
             from svit_cluster.reasoning import history_prefix_seq
 
             assert self._ctrl is not None

@@ -40,10 +40,12 @@ import json
 import logging
 import os
 import time
-import uuid
 from typing import Any
 
-from svit_cluster.cluster._actor import ProcessActor, error_dict
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+
+from svit_cluster.cluster._actor import ProcessActor
+from svit_cluster.cluster._agent_metrics import ResidencyCollector
 from svit_cluster.cluster._config import (
     AGENT_NICENESS,
     KEEPER_NICENESS,
@@ -51,6 +53,9 @@ from svit_cluster.cluster._config import (
     ClusterConfig,
     host_resource,
 )
+from svit_cluster.cluster._error_dict import error_dict
+from svit_cluster.cluster._health import HostHealth
+from svit_cluster.cluster._names import actor_name, agent_name
 from svit_cluster.cluster._residency import (
     Budget,
     Usage,
@@ -61,9 +66,19 @@ from svit_cluster.cluster._residency import (
 )
 from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
-from svit_cluster.ownership import host_key, hosts_prefix
+from svit_cluster.ownership import (
+    KeptLease,
+    KeptLeaseCollector,
+    LeaseState,
+    Owners,
+    host_key,
+    hosts_prefix,
+    open_client,
+    revoke_lease_id,
+)
+from svit_cluster.store import RedisFences, connect, verify_eviction_policy
 
-__all__ = ["HostAgent", "actor_name", "agent_name", "hosts_prefix"]
+__all__ = ["HostAgent", "hosts_prefix"]
 
 log = logging.getLogger(__name__)
 
@@ -105,16 +120,6 @@ RECONCILE_SWEEP_S = 30.0
 #: has the figures). A spare is not ready sooner than about a second anyway, so a
 #: second activation arriving meanwhile loses nothing by the delay.
 SPARE_REFILL_DELAY_S = 0.5
-
-
-def agent_name(host: str) -> str:
-    """Ray name of host ``host``'s agent."""
-    return f"agent:{host}"
-
-
-def actor_name(host: str) -> str:
-    """A fresh, never reused Ray name for a process actor on ``host``."""
-    return f"svit:{host}:{uuid.uuid4().hex}"
 
 
 def _own_actor_id() -> str | None:
@@ -270,8 +275,6 @@ class HostAgent:
                              max_starting=self.cfg.max_starting_per_host)
 
     def _check_redis(self) -> None:
-        from svit_cluster.store import verify_eviction_policy
-
         url = self.cfg.redis_for(self.host)
         try:
             verify_eviction_policy(
@@ -658,9 +661,6 @@ class HostAgent:
             UnavailableError: the host is unhealthy (no lease is granted) or
                 etcd could not grant a lease.
         """
-        from svit_cluster.cluster._health import HostHealth
-        from svit_cluster.ownership import KeptLease, open_client
-
         if self._health is None:
             self._health = HostHealth.of_this_worker()
             self._health.on_problem = self._report_unhealthy
@@ -713,8 +713,6 @@ class HostAgent:
         just died, but the lease cannot have expired yet): closing the actors
         then would make the loss of one etcd member an outage of the host.
         """
-        from svit_cluster.ownership import LeaseState
-
         self._lease_seq += 1
         seq = self._lease_seq
         for served in list(self.actors.values()):
@@ -728,8 +726,6 @@ class HostAgent:
     def _on_own_lease(self, lease: Any, state: Any) -> None:
         """When ``lease`` goes LOST without having been revoked, get it revoked at etcd
         now (:meth:`_revoke_lost`) instead of letting it run out its TTL there."""
-        from svit_cluster.ownership import LeaseState
-
         if state is LeaseState.LOST and not lease.revoked and lease.unhealthy is None:
             # (an unhealthy host's lease revokes itself: HostLease._revoke_unhealthy)
             task = asyncio.get_running_loop().create_task(self._revoke_lost(lease))
@@ -752,8 +748,6 @@ class HostAgent:
         Returns:
             True when someone confirmed the lease gone.
         """
-        from svit_cluster.ownership import revoke_lease_id
-
         lease_id = lease.lease_id
         if lease_id is None:
             return False
@@ -825,8 +819,6 @@ class HostAgent:
         Raises:
             UnavailableError: etcd could not be reached from here either.
         """
-        from svit_cluster.ownership import revoke_lease_id
-
         lease = self.lease
         if lease is None or host == self.host or lease.lease_id == lease_id:
             return False
@@ -839,8 +831,6 @@ class HostAgent:
     async def _rejoin_loop(self) -> None:
         """Never dies: after LOST, end every binding (keeping the workers), join
         again with a new lease, and activate the parked processes again."""
-        from svit_cluster.ownership import LeaseState
-
         while True:
             try:
                 await asyncio.sleep(0.25)
@@ -1008,8 +998,6 @@ class HostAgent:
     async def _bind(self, lease: Any, process_id: str, create: dict[str, Any] | None,
                     name: str, handle: Any) -> dict[str, Any]:
         """Own ``process_id`` under ``lease`` and bind the taken worker to it."""
-        from svit_cluster.ownership import Owners
-
         try:
             self._same_lease(lease)
         except BaseException:
@@ -1100,8 +1088,6 @@ class HostAgent:
 
     def _fences(self) -> Any:
         if self._fence_store is None:
-            from svit_cluster.store import RedisFences, connect
-
             self._fence_store = RedisFences(connect(self.cfg.redis_for(self.host),
                                                       cluster=self.cfg.redis_cluster))
         return self._fence_store
@@ -1212,8 +1198,6 @@ class HostAgent:
     async def _release_unserved(self, process_id: str) -> None:
         """Release a record under this host's lease that no actor here serves (an
         etcd restore can bring one back while this host keeps renewing the lease)."""
-        from svit_cluster.ownership import Owners
-
         if self.lease is None:
             return
         lock = self._locks.setdefault(process_id, asyncio.Lock())
@@ -1344,11 +1328,6 @@ class HostAgent:
     def _registry(self) -> Any:
         """This agent's Prometheus registry (made on first use)."""
         if self._lease_metrics is None:
-            from prometheus_client import CollectorRegistry, Counter
-
-            from svit_cluster.cluster._agent_metrics import ResidencyCollector
-            from svit_cluster.ownership import KeptLeaseCollector
-
             registry = CollectorRegistry()
             registry.register(KeptLeaseCollector(lambda: self.lease))
             registry.register(ResidencyCollector(self))
@@ -1367,8 +1346,6 @@ class HostAgent:
         see :class:`~svit_cluster.cluster._agent_metrics.ResidencyCollector`)
         and ``svit_agent_shed_activations_total`` (activations shed as
         overloaded)."""
-        from prometheus_client import generate_latest
-
         return generate_latest(self._registry()).decode()
 
     async def shutdown(self, reason: str = "host stopping") -> dict[str, Any]:

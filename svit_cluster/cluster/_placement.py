@@ -31,6 +31,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from svit_cluster.cluster._names import agent_name
+from svit_cluster.ownership import etcd_call, hosts_prefix
+
 __all__ = ["HostWatch", "NodeTable", "pick_host", "revoke_agentless_leases",
            "revoke_dead_leases"]
 
@@ -169,8 +172,6 @@ async def revoke_dead_leases(client: Any, cluster: str, table: NodeTable, *,
         UnavailableError: etcd could not be read (a failed revoke is logged and
             skipped: that lease runs out its TTL).
     """
-    from svit_cluster.ownership import etcd_call, hosts_prefix
-
     if not table.dead_node_ids:
         return []
     got = await etcd_call("get_prefix", client.get_prefix(hosts_prefix(cluster)),
@@ -221,8 +222,6 @@ def _agent_missing(host: str, namespace: str) -> bool:
     """
     import ray
 
-    from svit_cluster.cluster._agent import agent_name
-
     try:
         ray.get_actor(agent_name(host), namespace=namespace)
     except ValueError:
@@ -266,8 +265,6 @@ async def revoke_agentless_leases(client: Any, cluster: str, namespace: str,
     Raises:
         UnavailableError: etcd could not be read.
     """
-    from svit_cluster.ownership import etcd_call, hosts_prefix
-
     names = list(hosts)
     missing = []
     for host in names:  # cheap pre-check: usually every agent is there

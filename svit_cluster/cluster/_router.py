@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import time
 from typing import Any
 
 from svit_cluster import tracing
-from svit_cluster.cluster._agent import agent_name
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._direct import DirectClient, DirectEndpoint, DirectUnreachable
+from svit_cluster.cluster._error_dict import raise_error_dict
+from svit_cluster.cluster._names import agent_name
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
 from svit_cluster.cluster._redrive import InboxRedrive, RedriveBackoff
 from svit_cluster.cluster._rehome import Rehomer
@@ -35,11 +38,13 @@ from svit_cluster.errors import (
     SvitError,
     UnavailableError,
 )
+from svit_cluster.events import RedisSignalSource
 from svit_cluster.gateway import GatewayMetrics
-from svit_cluster.process import Script, Value, decode_value
-from svit_cluster.store import QueuedPage
+from svit_cluster.process import Script, Value, decode_value, encode_value
+from svit_cluster.reasoning import ReasonerConfig
+from svit_cluster.store import ProcessKeys, QueuedPage, connect, list_processes, list_queued
 
-__all__ = ["RayRouter", "RouteMoved", "classify_call_error", "raise_error_dict"]
+__all__ = ["RayRouter", "RouteMoved", "classify_call_error"]
 
 log = logging.getLogger(__name__)
 
@@ -64,21 +69,9 @@ REDRIVE_BATCH = 500
 def _redrive_backoff(config: ClusterConfig) -> RedriveBackoff:
     """The re-drive bookkeeping of ``config``: grace = the lease TTL; waits
     between re-drives of one process = the reasoning loop's retry rule."""
-    from svit_cluster.reasoning import ReasonerConfig
-
     rcfg = ReasonerConfig.from_dict(config.reasoner)
     return RedriveBackoff(grace_s=float(config.lease_ttl_s), base_s=rcfg.retry_after_s,
                           max_s=max(rcfg.retry_after_s, rcfg.max_retry_after_s))
-
-
-def raise_error_dict(result: dict[str, Any]) -> dict[str, Any]:
-    """Return ``result`` unless it is ``{"error": wire}``; then raise
-    :meth:`SvitError.from_wire(wire) <svit_cluster.errors.SvitError.from_wire>`
-    (the class registered for its code, with its fields)."""
-    err = result.get("error")
-    if err is None:
-        return result
-    raise SvitError.from_wire(err if isinstance(err, dict) else {"message": str(err)})
 
 
 def _create_outcome_unknown(process_id: str, why: str) -> UnavailableError:
@@ -140,10 +133,6 @@ def classify_call_error(exc: BaseException, what: str) -> SvitError | None:
 def _fingerprint(create: dict[str, Any]) -> str:
     """What a create (or fork) would write, exactly (a Svit integer 1 and float 1.0
     differ), so that only the very same create joins one under way."""
-    import hashlib
-    import json
-
-    from svit_cluster.process import encode_value
 
     def plain(obj: Any) -> Any:
         if isinstance(obj, Script):
@@ -264,8 +253,6 @@ class RayRouter:
 
     async def _queued_page(self, cursor: str | None) -> QueuedPage:
         """One page of queued process ids, once the route cache is loaded."""
-        from svit_cluster.store import connect, list_queued
-
         await self.cache.ready.wait()
 
         def scan() -> QueuedPage:
@@ -512,8 +499,6 @@ class RayRouter:
                 :meth:`_place_once`.
             ConflictError: as :meth:`_place_once`.
         """
-        from svit_cluster.store import ProcessKeys
-
         ProcessKeys(process_id)
         placing = asyncio.ensure_future(self._place_now(process_id, create))
         try:
@@ -825,8 +810,6 @@ class RayRouter:
     def signal_source(self) -> Any:
         """Signals and history, read straight from Redis (no actor, no etcd)."""
         if self._signals is None:
-            from svit_cluster.events import RedisSignalSource
-
             self._signals = RedisSignalSource.from_url(self.cfg.redis_url,
                                                        cluster=self.cfg.redis_cluster)
         return self._signals
@@ -837,8 +820,6 @@ class RayRouter:
         (:func:`svit_cluster.store.list_processes`: ``SCAN`` over head keys),
         each with its owner from the route cache (no etcd or actor call). See
         ``Router.list_processes``."""
-        from svit_cluster.store import connect, list_processes
-
         def scan() -> Any:
             if self._redis is None:  # a cluster client talks to Redis when built
                 self._redis = connect(self.cfg.redis_url, cluster=self.cfg.redis_cluster)

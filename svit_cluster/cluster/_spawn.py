@@ -20,6 +20,8 @@ from typing import Any
 
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._error_dict import raise_error_dict
+from svit_cluster.control import decode_request, decode_response
 from svit_cluster.errors import ErrorCode, ScriptFailed, UnavailableError
 from svit_cluster.process import encode_value
 from svit_cluster.values import Value
@@ -62,9 +64,6 @@ class RaySpawner:
                 rejected (the message carries the child's error code).
         """
         import ray
-
-        from svit_cluster.cluster._router import raise_error_dict
-        from svit_cluster.control import decode_request, decode_response
 
         agent = ray.get_actor(self.agent_name, namespace=self.cfg.namespace)
         snapshot = parent.fork(child).snapshot()

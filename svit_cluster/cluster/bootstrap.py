@@ -12,6 +12,7 @@ JSON line per host. Exits non-zero if any host fails.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -19,8 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from svit_cluster.cluster._agent import HostAgent, agent_name
+from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig, host_resource
+from svit_cluster.cluster._names import agent_name
 
 __all__ = ["start_agents"]
 
@@ -100,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
             not a.startswith(("host=", _FACTORY)) for a in extra):
         print(__doc__, file=sys.stderr)
         return 2
-    import dataclasses
-
     import ray
 
     path = Path(args[0])

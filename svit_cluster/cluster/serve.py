@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._heartbeat import write_heartbeat
+from svit_cluster.cluster._names import agent_name
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.settings import (
     AgentSettings,
@@ -100,7 +102,6 @@ async def serve_gateway(*, state_dir: Path | None, host: str, port: int,
     from svit_cluster.cluster._routes import RouteCache
     from svit_cluster.gateway import GatewayMetrics, TokenStore, create_app, parse_origins
     from svit_cluster.ownership import open_client
-    from svit_cluster.settings import GatewaySettings
 
     config, tokens_file, cap = _load(state_dir)
     tokens = TokenStore.from_file(tokens_file)
@@ -143,7 +144,6 @@ def run_host_agent(host_id: str, *, heartbeat_file: str | None = None,
     """
     import ray
 
-    from svit_cluster.cluster._heartbeat import write_heartbeat
     from svit_cluster.cluster.bootstrap import start_agents
 
     env = load_settings(AgentSettings)
@@ -153,8 +153,6 @@ def run_host_agent(host_id: str, *, heartbeat_file: str | None = None,
     ray.init(address=config.ray_address or "auto", namespace=config.namespace,
              logging_level=logging.ERROR, log_to_driver=False)
     start_agents(config, [host_id])
-    from svit_cluster.cluster._agent import agent_name
-
     handle = ray.get_actor(agent_name(host_id), namespace=config.namespace)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signo, _frame: stopping.set())

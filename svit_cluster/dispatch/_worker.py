@@ -51,12 +51,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+from prometheus_client import start_http_server
 from redis.exceptions import RedisError, ResponseError
 from tenacity import (
     AsyncRetrying,
@@ -891,16 +893,12 @@ def run_worker(config: DispatchConfig, *, metrics: DispatchMetrics | None = None
 
     Serves Prometheus metrics on ``config.metrics_port`` when it is set.
     """
-    import signal
-
     async def main() -> None:
         worker = DispatchWorker(config, metrics=metrics)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
         if config.metrics_port is not None:
-            from prometheus_client import start_http_server
-
             start_http_server(config.metrics_port, registry=worker.metrics.registry)
         log.info("dispatcher worker %s starting (redis %s)", worker.name,
                  redact_url(config.redis_url))

@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 
 from svit_cluster._cliutil import emit, fail, output_option
 from svit_cluster.defaults import (
@@ -22,8 +25,11 @@ from svit_cluster.defaults import (
     DEFAULT_DEAD_LETTER_PAGE,
     DEFAULT_REDRIVE_LIMIT,
 )
+from svit_cluster.dispatch import read_cluster_json, run_worker
 from svit_cluster.dispatch._config import DispatchConfig
-from svit_cluster.errors import ConfigurationError, NotFound, SvitError
+from svit_cluster.dispatch._status import status_and_summary
+from svit_cluster.errors import ConfigurationError, NotFound, SvitError, UnavailableError
+from svit_cluster.store import connect
 
 __all__ = ["dead_letters", "dispatcher"]
 
@@ -85,7 +91,6 @@ def run(state_dir: Path | None, redis_url: str | None, gateway_url: str | None,
         dead_letter_max_count: int | None, dead_letter_max_age_s: float | None,
         metrics_port: int | None, options_json: str | None, log_level: str) -> None:
     """Run one dispatcher worker until SIGTERM/SIGINT."""
-    from svit_cluster.dispatch import run_worker
     from svit_cluster.settings import DispatcherSettings, load_settings
 
     env = load_settings(DispatcherSettings)  # options win; a bad variable exits here
@@ -129,12 +134,6 @@ def status(state_dir: Path | None, redis_url: str | None, output: str,
     acknowledged entries were trimmed; ``-o json`` lists the retained and the
     pending or dead-lettered intents (trimmed delivered ones are not listed).
     """
-    from collections import Counter
-    from dataclasses import asdict
-
-    from svit_cluster.dispatch import read_cluster_json
-    from svit_cluster.dispatch._status import status_and_summary
-    from svit_cluster.store import connect
 
     cluster: bool | None = None  # None: SVIT_REDIS_CLUSTER decides
     if redis_url is None and state_dir is None:
@@ -184,10 +183,7 @@ def _gateway(state_dir: Path | None, url: str | None, token: str | None) -> tupl
 def _call(method: str, url: str, token: str, path: str, *, timeout_s: float,
           **kw: Any) -> Any:
     """One admin call; a 4xx/5xx raises the typed SDK error (see svit_cluster.client)."""
-    import httpx
-
     from svit_cluster.client import raise_for_response
-    from svit_cluster.errors import UnavailableError
 
     try:
         resp = httpx.request(method, url + path, headers={"Authorization": f"Bearer {token}"},

@@ -27,6 +27,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
@@ -154,8 +155,6 @@ def create_app(
 
     def openapi() -> dict[str, Any]:
         if api.openapi_schema is None:
-            from fastapi.openapi.utils import get_openapi
-
             spec = get_openapi(title=api.title, version=api.version,
                                description=api.description, routes=api.routes)
             request_schema = ControlRequest.model_json_schema(

@@ -30,6 +30,7 @@ from svit_cluster.defaults import (
 )
 from svit_cluster.errors import ErrorCode, InvalidInput, UnavailableError
 from svit_cluster.gateway._access import admin_only
+from svit_cluster.store import connect
 
 __all__ = ["dead_letters_router"]
 
@@ -60,8 +61,6 @@ def dead_letters_router(redis_url: str | None, *, prefix: str = "svit") -> APIRo
         if redis_url is None:
             raise UnavailableError("this gateway has no Redis URL for dead letters")
         if "q" not in holder:
-            from svit_cluster.store import connect
-
             holder["q"] = DeadLetters(connect(redis_url), prefix)
         return holder["q"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import JSONResponse, Response
 
 from svit_cluster.gateway._metrics import GatewayMetrics
@@ -38,8 +39,6 @@ def probes_router(router: Router, m: GatewayMetrics) -> APIRouter:
     async def metrics_endpoint() -> Response:
         """Prometheus exposition: the gateway's own metrics and every host's lease
         and residency (``svit_host_*``, from ``router.hosts()``)."""
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
         m.observe_hosts(await router.hosts())
         return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -47,6 +47,7 @@ from svit_cluster.defaults import DEFAULT_TIMER_PAGE, TIMER_PAGE_MAX
 from svit_cluster.errors import InvalidInput, UnavailableError
 from svit_cluster.gateway._access import process_access
 from svit_cluster.process import validate_process_id
+from svit_cluster.store import connect
 
 __all__ = ["MAX_TIMER_PAGE", "timer_owner", "timers_router"]
 
@@ -90,8 +91,6 @@ def timers_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
         if redis_url is None:
             raise UnavailableError("this gateway has no Redis URL for timers")
         if "c" not in holder:
-            from svit_cluster.store import connect
-
             holder["c"] = connect(redis_url)
         return holder["c"]
 

@@ -24,10 +24,11 @@ from svit_cluster.errors import ConflictError, NotFound
 from svit_cluster.events import SignalSource
 from svit_cluster.gateway import ProcessInfo
 from svit_cluster.inprocess._signals import MemoryEventLog, MemorySignals, SignalingMemoryBackend
-from svit_cluster.process import Process, Script, Value
+from svit_cluster.process import Process, Script, Value, to_plain_json
+from svit_cluster.reasoning import TurnLoop, history_prefix_seq
 
 if TYPE_CHECKING:
-    from svit_cluster.reasoning import Reasoner, ReasonerConfig, TurnLoop
+    from svit_cluster.reasoning import Reasoner, ReasonerConfig
 
 __all__ = ["InProcessRouter"]
 
@@ -60,8 +61,6 @@ class InProcessRouter:
         ctrl = ProcessController(
             proc, SignalingMemoryBackend(self.signals, proc.id, self._max_receipts))
         if self._reasoner is not None:
-            from svit_cluster.reasoning import TurnLoop
-
             loop = TurnLoop(ctrl, MemoryEventLog(self.signals, proc.id), self._reasoner(),
                             config=self._reasoner_config)
             self.loops[proc.id] = loop
@@ -155,9 +154,6 @@ class InProcessRouter:
             ConflictError: (409) ``new_process_id`` exists, or its event log
                 already holds events of its own.
         """
-        from svit_cluster.process import to_plain_json
-        from svit_cluster.reasoning import history_prefix_seq
-
         ctrl = self._get(process_id)
         async with self._lock:
             if new_process_id in self._controllers:

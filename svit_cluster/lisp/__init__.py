@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from svit_cluster.errors import ErrorCode, InvalidInput, SvitError
 from svit_cluster.lisp._compiler import compile_forms
+from svit_cluster.lisp._errors import resource_limit
 from svit_cluster.lisp._evaluator import Program
 from svit_cluster.lisp._meter import Meter
 from svit_cluster.lisp._reader import read_source
@@ -126,8 +127,6 @@ def compile_script(source: str, *, name: str, limits: Limits) -> Program:
         _store(key, entry)
         raise
     except RecursionError:  # pragma: no cover - the reader and compiler are iterative
-        from svit_cluster.lisp._errors import resource_limit
-
         raise resource_limit("syntax depth", "compiler recursion") from None
     _store(key, entry)
     return entry  # type: ignore[no-any-return]

@@ -22,10 +22,16 @@ from svit_cluster.local._rcluster import (
     RedisClusterNode,
     RedisClusterServer,
 )
-from svit_cluster.local._servers import EtcdServer, RedisServer, ServerError, free_port
+from svit_cluster.local._servers import (
+    EtcdServer,
+    RedisServer,
+    ServerError,
+    free_port,
+    stop_pid,
+)
 
 if TYPE_CHECKING:
-    from svit_cluster.local._cluster import ClusterSpec, LocalCluster, stop_pid
+    from svit_cluster.local._cluster import ClusterSpec, LocalCluster
     from svit_cluster.local._status import cluster_status
 
 __all__ = [
@@ -57,7 +63,7 @@ def __getattr__(name: str) -> Any:
     Raises:
         AttributeError: ``name`` is not a public name of this package.
     """
-    if name in ("ClusterSpec", "LocalCluster", "stop_pid"):
+    if name in ("ClusterSpec", "LocalCluster"):
         from svit_cluster.local import _cluster
 
         return getattr(_cluster, name)

@@ -8,6 +8,7 @@ tokens in ``<state_dir>/cluster.json`` so that later commands (``down``,
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import json
 import os
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
+import svit_cluster
+from svit_cluster.cluster import node_memory_bytes
 from svit_cluster.defaults import (
     DEFAULT_LEASE_TTL_S,
     DEFAULT_LOCAL_DISPATCHERS,
@@ -45,34 +47,26 @@ from svit_cluster.defaults import (
 )
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.gateway import DEFAULT_MAX_REQUEST_BYTES
+from svit_cluster.local._dispatchers import start_dispatchers, stop_dispatchers
 from svit_cluster.local._ray import PortAllocator, RayNode, ray_env, stop_nodes
 from svit_cluster.local._rcluster import EtcdClusterServer, RedisClusterServer
-from svit_cluster.local._servers import EtcdServer, RedisServer, pid_alive, wait_exited
+from svit_cluster.local._servers import (
+    EtcdServer,
+    RedisServer,
+    pid_alive,
+    stop_pid,
+    wait_exited,
+)
+from svit_cluster.ports import PortsConfig
+from svit_cluster.reasoning import ReasonerConfig
 from svit_cluster.store import CLUSTER_ENV, DEFAULT_SNAPSHOT_EVERY
+from svit_cluster.store.testing import UNFENCED_BACKEND_FACTORY
 
-__all__ = ["ClusterSpec", "LocalCluster", "stop_pid"]
+__all__ = ["ClusterSpec", "LocalCluster"]
 
 Progress = Callable[[str], None]
 #: ``(host, etcd_endpoint, redis_url) -> (etcd_endpoint, redis_url)`` for that host.
 ProxyFactory = Callable[[str, str, str], tuple[str, str]]
-
-
-def stop_pid(pid: int | None, *, grace_s: float = 10.0) -> None:
-    """SIGTERM ``pid`` (and SIGCONT it, in case it is paused), then SIGKILL after ``grace_s``."""
-    if pid is None:
-        return
-    try:
-        proc = psutil.Process(pid)
-        os.kill(pid, signal.SIGCONT)
-        proc.terminate()
-        proc.wait(grace_s)
-    except psutil.TimeoutExpired:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    except (psutil.NoSuchProcess, ProcessLookupError):
-        pass
 
 
 def _precompile() -> None:
@@ -84,9 +78,6 @@ def _precompile() -> None:
     of the compiler's garbage: 1-3 MiB of PSS per worker. A package that cannot
     be written is left as it is.
     """
-    import compileall
-
-    import svit_cluster
 
     with contextlib.suppress(OSError):
         compileall.compile_dir(str(Path(svit_cluster.__file__).parent), quiet=2)
@@ -162,8 +153,6 @@ class ClusterSpec:
     def host_share(self) -> tuple[int, int]:
         """``(cpus, memory_bytes)`` one host's Ray node advertises: this machine
         split evenly between the hosts (every host of a local cluster shares it)."""
-        from svit_cluster.cluster import node_memory_bytes
-
         return max(1, (os.cpu_count() or 1) // self.hosts), node_memory_bytes() // self.hosts
 
     def validate(self) -> ClusterSpec:
@@ -192,11 +181,7 @@ class ClusterSpec:
         if "api_key" in self.reasoner:
             raise ConfigurationError("the reasoner's API key is never written to "
                                      "cluster.json: set api_key_env instead")
-        from svit_cluster.reasoning import ReasonerConfig
-
         ReasonerConfig.from_dict(self.reasoner)
-        from svit_cluster.ports import PortsConfig
-
         PortsConfig.parse(self.ports)
         return self
 
@@ -299,7 +284,7 @@ class LocalCluster:
             progress("start failed; stopping what was started")
             self.down(progress=progress)
             raise
-        self._save()
+        self.save()
         return self
 
     def _start_all(self, progress: Progress) -> None:
@@ -312,7 +297,7 @@ class LocalCluster:
         head.start(ports)
         address = f"127.0.0.1:{head.gcs_port}"
         self.doc["ray"] = {"address": address, "head": head.to_json()}
-        self._save()
+        self.save()
         for i in range(self.spec.hosts):
             name = f"h{i + 1}"
             progress(f"starting Ray host {name}")
@@ -325,7 +310,7 @@ class LocalCluster:
                 etcd_ep, host_redis = self._proxy_factory(name, etcd_endpoint, redis_url)
                 entry["endpoints"] = {"etcd": etcd_ep, "redis": host_redis}
             self.doc["hosts"][name] = entry
-            self._save()
+            self.save()
         progress("starting host agents")
         self._run_driver(self._agents_args())
         progress("starting gateway")
@@ -339,10 +324,8 @@ class LocalCluster:
         url = f"http://127.0.0.1:{gw_port}"
         self.doc["next_port"] = ports.next_port
         self.doc["gateway"] = {"pid": gateway.pid, "url": url, "port": gw_port}
-        self._save()
+        self.save()
         self.wait_healthy(timeout_s=90.0)
-        from svit_cluster.local._dispatchers import start_dispatchers
-
         start_dispatchers(self, self.spec.dispatchers, self.spec.dispatch_options, progress)
 
     def _start_stores(self, state: Path, progress: Progress) -> tuple[str, str]:
@@ -362,7 +345,7 @@ class LocalCluster:
             etcd = self.etcd = EtcdServer(state)
             etcd.start()
             self.doc["etcd"] = {"pid": etcd.pid, "endpoint": etcd.endpoint, "port": etcd.port}
-        self._save()
+        self.save()
         if spec.redis_masters >= 3:
             progress(f"starting Redis Cluster ({spec.redis_masters} masters x "
                      f"{spec.redis_replicas} replicas, appendfsync always)")
@@ -382,7 +365,7 @@ class LocalCluster:
             redis = self.redis = RedisServer(state)
             redis.start()
             self.doc["redis"] = {"pid": redis.pid, "url": redis.url, "port": redis.port}
-        self._save()
+        self.save()
         return self.doc["etcd"]["endpoint"], self.doc["redis"]["url"]
 
     def _store_pids(self) -> dict[str, list[tuple[str, int | None]]]:
@@ -434,14 +417,12 @@ class LocalCluster:
     def _agents_args(self, *hosts: str) -> list[str]:
         args = ["agents", *(f"host={h}" for h in hosts)]
         if self._unsafe_disable_fencing:
-            from svit_cluster.store.testing import UNFENCED_BACKEND_FACTORY
-
             args.append(f"backend-factory={UNFENCED_BACKEND_FACTORY}")
         return args
 
     def _run_driver(self, args: list[str]) -> None:
         """Run ``python -m svit_cluster.cluster.bootstrap ARGS`` against this cluster."""
-        self._save()
+        self.save()
         result = subprocess.run(
             [sys.executable, "-m", "svit_cluster.cluster.bootstrap", str(self.path), *args],
             env=ray_env(), capture_output=True, text=True, timeout=180,
@@ -474,7 +455,7 @@ class LocalCluster:
             time.sleep(0.3)
         raise UnavailableError(f"cluster not healthy after {timeout_s} s: {last}")
 
-    def _save(self) -> None:
+    def save(self) -> None:
         """Write ``doc`` to ``cluster.json`` atomically (a private temporary file,
         mode 0600, then rename), one writer at a time. The temporary file is
         private to the call: two writers sharing one would make the second
@@ -611,7 +592,7 @@ class LocalCluster:
             node.start(ports)
             self.doc["next_port"] = ports.next_port
             self.doc["hosts"][name] = {**node.to_json(), **extra}
-            self._save()
+            self.save()
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -663,8 +644,6 @@ class LocalCluster:
 
     def down(self, *, progress: Progress = lambda _m: None) -> None:
         """Stop every recorded component by PID, newest first, and forget the cluster."""
-        from svit_cluster.local._dispatchers import stop_dispatchers
-
         stop_dispatchers(self, progress)
         gw = self.doc.get("gateway")
         if gw:

@@ -14,21 +14,20 @@ import signal
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
 
 import psutil
 
 from svit_cluster.dispatch import DispatchConfig
 from svit_cluster.errors import UnavailableError
-from svit_cluster.store import CLUSTER_ENV
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from svit_cluster.local._cluster import LocalCluster
+from svit_cluster.local._servers import stop_pid
+from svit_cluster.store import CLUSTER_ENV, connect
 
 __all__ = [
     "LOCAL_DEFAULTS",
+    "ClusterRecord",
     "kill_dispatcher",
     "start_dispatcher",
     "start_dispatchers",
@@ -43,7 +42,30 @@ LOCAL_DEFAULTS: dict[str, Any] = {"claim_ttl_s": 5.0, "claim_idle_s": 5.0,
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def _section(cluster: LocalCluster) -> dict[str, Any]:
+class _StateDir(Protocol):
+    @property
+    def state_dir(self) -> Path: ...
+
+
+class ClusterRecord(Protocol):
+    """The part of a local cluster these functions use (``LocalCluster`` is one).
+
+    They sit below the cluster that starts them, so they take this instead of
+    importing it: ``doc`` is its ``cluster.json`` document, changed in place
+    (``dispatch.options``, ``dispatch.workers``); ``spec.state_dir`` is where the
+    workers' logs go; ``save()`` writes ``doc`` back.
+    """
+
+    @property
+    def doc(self) -> dict[str, Any]: ...
+
+    @property
+    def spec(self) -> _StateDir: ...
+
+    def save(self) -> None: ...
+
+
+def _section(cluster: ClusterRecord) -> dict[str, Any]:
     section: dict[str, Any] = cluster.doc.setdefault("dispatch", {})
     section.setdefault("options", {})
     section.setdefault("workers", {})
@@ -59,7 +81,7 @@ def _worker_env(doc: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def start_dispatchers(cluster: LocalCluster, count: int, options: dict[str, Any],
+def start_dispatchers(cluster: ClusterRecord, count: int, options: dict[str, Any],
                       progress: Callable[[str], None] = lambda _m: None) -> None:
     """Record ``options`` and start ``count`` workers ``d1..dN``; wait until each heartbeats.
 
@@ -74,14 +96,12 @@ def start_dispatchers(cluster: LocalCluster, count: int, options: dict[str, Any]
         start_dispatcher(cluster, f"d{i + 1}")
 
 
-def start_dispatcher(cluster: LocalCluster, name: str, *, timeout_s: float = 30.0) -> int:
+def start_dispatcher(cluster: ClusterRecord, name: str, *, timeout_s: float = 30.0) -> int:
     """Start worker ``name`` (a fresh consumer name ``<name>-<random>``); return its PID.
 
     Raises:
         UnavailableError: it exited or did not heartbeat within ``timeout_s``.
     """
-    from svit_cluster.store import connect
-
     section = _section(cluster)
     state = cluster.spec.state_dir
     (state / "logs").mkdir(parents=True, exist_ok=True)
@@ -97,7 +117,7 @@ def start_dispatcher(cluster: LocalCluster, name: str, *, timeout_s: float = 30.
     _children[proc.pid] = proc
     section["workers"][name] = {"pid": proc.pid, "worker_id": worker_id,
                                 "log": str(log_path)}
-    cluster._save()
+    cluster.save()
     config = DispatchConfig.from_cluster_json_doc(cluster.doc)
     client = connect(config.redis_url,
                      cluster=bool(cluster.doc.get("redis", {}).get("cluster", False)))
@@ -125,7 +145,7 @@ def _reap(pid: int, timeout_s: float) -> None:
             psutil.Process(pid).wait(timeout_s)
 
 
-def kill_dispatcher(cluster: LocalCluster, name: str) -> int | None:
+def kill_dispatcher(cluster: ClusterRecord, name: str) -> int | None:
     """SIGKILL worker ``name`` (no clean shutdown: its claims and pending entries stay)."""
     entry = _section(cluster)["workers"].get(name)
     if not entry:
@@ -135,15 +155,13 @@ def kill_dispatcher(cluster: LocalCluster, name: str) -> int | None:
         os.kill(pid, signal.SIGKILL)
     _reap(pid, 10.0)
     entry["pid"] = None
-    cluster._save()
+    cluster.save()
     return pid
 
 
-def stop_dispatchers(cluster: LocalCluster,
+def stop_dispatchers(cluster: ClusterRecord,
                      progress: Callable[[str], None] = lambda _m: None) -> None:
     """SIGTERM every recorded worker (SIGKILL after 10 s), by PID."""
-    from svit_cluster.local._cluster import stop_pid
-
     workers = cluster.doc.get("dispatch", {}).get("workers", {})
     for name in sorted(workers, reverse=True):
         pid = workers[name].get("pid")

@@ -28,6 +28,7 @@ import psutil
 from svit_cluster.cluster import WORKER_NICENESS_ENV, host_resource
 from svit_cluster.errors import UnavailableError
 from svit_cluster.local._servers import pid_alive, wait_exited
+from svit_cluster.local._stop import continue_processes, stop_processes
 
 __all__ = ["PortAllocator", "RayNode", "ray_env", "stop_nodes"]
 
@@ -345,8 +346,6 @@ class RayNode:
                 (``uninterruptible_s`` while in uninterruptible sleep); the
                 message names each (PID, state, command).
         """
-        from svit_cluster.local._stop import stop_processes
-
         seen = stop_processes(self.pids, timeout_s=timeout_s,
                               uninterruptible_s=uninterruptible_s)
         return [s.pid for s in seen]
@@ -358,8 +357,6 @@ class RayNode:
             UnavailableError: one was still stopped after ``timeout_s`` seconds
                 (the message names it: PID, state, command).
         """
-        from svit_cluster.local._stop import continue_processes
-
         return [s.pid for s in continue_processes(self.pids, timeout_s=timeout_s)]
 
     def stop(self, timeout_s: float = 10.0) -> None:

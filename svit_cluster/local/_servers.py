@@ -17,6 +17,7 @@ Durability of the defaults (see ``svit_cluster/store/README.md``):
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -29,9 +30,11 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
 
+import psutil
+
 from svit_cluster.errors import UnavailableError
 
-__all__ = ["EtcdServer", "RedisServer", "ServerError", "free_port"]
+__all__ = ["EtcdServer", "RedisServer", "ServerError", "free_port", "stop_pid"]
 
 _LOOPBACK = "127.0.0.1"
 #: etcd history kept (periodic auto-compaction; below one hour, etcd compacts
@@ -113,6 +116,24 @@ def wait_exited(pids: list[int], *, timeout_s: float = 5.0) -> None:
             time.sleep(0.005)
 
 
+def stop_pid(pid: int | None, *, grace_s: float = 10.0) -> None:
+    """SIGTERM ``pid`` (and SIGCONT it, in case it is paused), then SIGKILL after ``grace_s``."""
+    if pid is None:
+        return
+    try:
+        proc = psutil.Process(pid)
+        os.kill(pid, signal.SIGCONT)
+        proc.terminate()
+        proc.wait(grace_s)
+    except psutil.TimeoutExpired:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        pass
+
+
 def _proc_state(pid: int) -> str | None:
     """The one-letter state of ``pid`` from ``/proc/<pid>/stat``; None if gone."""
     try:
@@ -151,8 +172,6 @@ def _find_binary(binary: str, package: str) -> str:
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """Ask Linux to SIGKILL this child when the thread that started it exits."""
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 

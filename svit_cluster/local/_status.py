@@ -10,6 +10,7 @@ import httpx
 
 from svit_cluster.local._cluster import LocalCluster
 from svit_cluster.local._servers import pid_alive
+from svit_cluster.ownership import cluster_prefix, open_client, parse_key, record_token
 
 __all__ = ["cluster_status"]
 
@@ -21,8 +22,6 @@ _AGENT_FIELDS = ("answered", "lease_state", "lease_id", "incarnation", "actors",
 
 
 async def _etcd_view(endpoint: str, cluster: str) -> dict[str, Any]:
-    from svit_cluster.ownership import cluster_prefix, open_client, parse_key, record_token
-
     client = open_client(endpoint)
     members = len(endpoint.split(","))
     try:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from svit_cluster.errors import ConfigurationError, ConflictError, InvalidInput
+from svit_cluster.errors import ConfigurationError, ConflictError, InvalidInput, UnavailableError
 from svit_cluster.ownership._etcd import etcd_call
 from svit_cluster.ownership._keys import epoch_key
 
@@ -122,8 +122,6 @@ async def raise_epoch(client: Any, cluster: str, *, at_least: int, timeout_s: fl
         ConfigurationError: ``at_least`` above :data:`MAX_EPOCH`, or a bad stored value.
         UnavailableError: etcd failed, or the epoch kept changing under us.
     """
-    from svit_cluster.errors import UnavailableError
-
     if at_least > MAX_EPOCH:
         raise ConfigurationError(f"fence epoch {at_least} would exceed {MAX_EPOCH}")
     key = epoch_key(cluster)

@@ -15,6 +15,7 @@ import aetcd
 from aetcd import rpc as _rpc
 
 from svit_cluster.errors import SvitError, UnavailableError
+from svit_cluster.ownership._failover import FailoverClient, parse_endpoints
 
 __all__ = ["DEFAULT_REQUEST_TIMEOUT_S", "etcd_call", "open_client"]
 
@@ -64,8 +65,6 @@ def open_client(
         ValueError: an entry is not ``host:port``, the list is empty, or the
             timeout is not positive.
     """
-    from svit_cluster.ownership._failover import FailoverClient, parse_endpoints
-
     endpoints = parse_endpoints(endpoint)
     if request_timeout_s <= 0:
         raise ValueError("request_timeout_s must be positive")

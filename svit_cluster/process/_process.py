@@ -23,6 +23,7 @@ from svit_cluster.process._namespace import (
     MAX_VERSION,
     SNAPSHOT_FORMAT,
     build_root,
+    check_port_catalog,
     check_script,
     decode_root,
     encode_node,
@@ -38,6 +39,7 @@ from svit_cluster.process._tree import (
     ScriptNode,
     get_node,
     lookup_node,
+    node_from_value,
     remove_node,
     value_from_node,
 )
@@ -281,9 +283,6 @@ class Process:
                 catalog (:func:`~svit_cluster.process._namespace.check_port_catalog`).
             LimitExceeded: tree bounds or the version limit.
         """
-        from svit_cluster.process._namespace import check_port_catalog
-        from svit_cluster.process._tree import node_from_value
-
         check_port_catalog(node_from_value(catalog))
         current = self.read("/ports")
         if values_equal(current, catalog):

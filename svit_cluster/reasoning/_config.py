@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.reasoning._model import Reasoner
+from svit_cluster.reasoning._simulated import SimulatedReasoner
 
 __all__ = ["DEFAULT_MAX_ITERATIONS", "DEFAULT_SYSTEM_PROMPT", "ReasonerConfig",
            "build_reasoner"]
@@ -101,8 +103,6 @@ class ReasonerConfig:
         Raises:
             ConfigurationError: invalid values.
         """
-        import dataclasses
-
         names = {f.name for f in dataclasses.fields(cls)}
         try:
             return cls(**{k: v for k, v in (doc or {}).items() if k in names})
@@ -121,6 +121,4 @@ def build_reasoner(config: ReasonerConfig) -> Reasoner:
 
         return OpenAICompatReasoner(config.base_url, config.model, config.key(),
                                     timeout_s=config.step_timeout_s)
-    from svit_cluster.reasoning._simulated import SimulatedReasoner
-
     return SimulatedReasoner(delay_s=config.simulated_delay_s)

@@ -56,7 +56,13 @@ from svit_cluster.errors import (
     sanitize_message,
 )
 from svit_cluster.events import EVENT_FORMAT, EventRecord, project_message, session_for
-from svit_cluster.process import Transition, WorkingCopy, canonical_json, to_plain_json
+from svit_cluster.process import (
+    Transition,
+    WorkingCopy,
+    canonical_json,
+    inbox_closed,
+    to_plain_json,
+)
 from svit_cluster.reasoning._config import ReasonerConfig
 from svit_cluster.reasoning._model import (
     Reasoner,
@@ -265,8 +271,6 @@ class TurnLoop:
     # -- one turn ------------------------------------------------------------------
 
     def _closed(self) -> bool:
-        from svit_cluster.process import inbox_closed
-
         with self.ctrl.locked():
             return inbox_closed(self.ctrl.process)
 

@@ -34,6 +34,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from svit_cluster.activation import PortContext
 from svit_cluster.control import ProcessController, decode_request
 from svit_cluster.errors import FencedError, SvitError, UnavailableError
 from svit_cluster.process import (
@@ -284,8 +285,6 @@ class ProcessTools:
             ScriptFailed, LimitExceeded: from the registry (shown to the model
                 as ``{"error": ...}`` by :meth:`run`).
         """
-        from svit_cluster.activation import PortContext
-
         with self.ctrl.locked():
             proc = self.ctrl.process
             version = proc.version

@@ -20,9 +20,11 @@ from typing import Any, TypeAlias
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import (
     AskError,
@@ -245,8 +247,6 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     on_connect = policy_checking_connect(allow, server_of(url), watch)
     client: RedisClient
     if cluster_from_env() if cluster is None else cluster:
-        from redis.cluster import ClusterNode
-
         first, extra = split_startup_nodes(url)
         try:
             client = RedisCluster.from_url(
@@ -344,15 +344,11 @@ def async_connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     Raises:
         ValueError: ``timeout_s`` is not positive; a malformed URL (from redis-py).
     """
-    from redis.asyncio.retry import Retry as AsyncRetry
-
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
     check = async_policy_check(url, allow_unverified=allow_unverified)
     connect_s = timeout_s if connect_timeout_s is None else connect_timeout_s
     if cluster_from_env() if cluster is None else cluster:
-        from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
-
         first, extra = split_startup_nodes(url)
         client = AsyncRedisCluster.from_url(
             first, startup_nodes=[AsyncClusterNode(h, p) for h, p in extra] or None,
@@ -397,8 +393,6 @@ def verify_eviction_policy(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     client: RedisClient | None = None
     try:
         if is_cluster:
-            from redis.cluster import ClusterNode
-
             first, extra = split_startup_nodes(url)
             client = RedisCluster.from_url(first, socket_timeout=timeout_s,
                                            startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]

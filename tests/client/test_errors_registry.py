@@ -20,8 +20,7 @@ import pytest
 
 from svit_cluster import errors as E
 from svit_cluster.client import AsyncSvitClient, SvitClient
-from svit_cluster.cluster._actor import error_dict
-from svit_cluster.cluster._router import raise_error_dict
+from svit_cluster.cluster._error_dict import error_dict, raise_error_dict
 from svit_cluster.errors import ErrorCode, error_class
 from svit_cluster.gateway import Principal, TokenStore, create_app
 from svit_cluster.inprocess import InProcessRouter

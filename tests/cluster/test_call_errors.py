@@ -210,8 +210,6 @@ AGENT: list[HostAgent] = []
 
 async def test_an_actor_is_not_registered_under_a_lease_replaced_during_activation(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import svit_cluster.ownership
-
     a = agent()
     AGENT[:] = [a]
     handle = FakeHandle({"status": "serving", "version": 0})
@@ -221,7 +219,7 @@ async def test_an_actor_is_not_registered_under_a_lease_replaced_during_activati
 
     a._take_actor = take  # type: ignore[method-assign]
     a._fences = lambda: None  # type: ignore[method-assign]  # FakeOwners.claim needs no store
-    monkeypatch.setattr(svit_cluster.ownership, "Owners", FakeOwners)
+    monkeypatch.setattr("svit_cluster.cluster._agent.Owners", FakeOwners)
     FakeOwners.released = []
     result = await a.activate("p1")
     assert result["error"]["code"] == "unavailable", result
@@ -253,7 +251,6 @@ async def test_a_taken_spare_is_replaced_only_after_the_activation_ends(
     """A Ray worker started beside an activation takes a core from it (cold
     activation), so the agent starts the replacement spare SPARE_REFILL_DELAY_S
     after the activation that took a spare has ended, not when it took it."""
-    import svit_cluster.ownership
     from svit_cluster.cluster import _agent
 
     a = agent()
@@ -261,7 +258,7 @@ async def test_a_taken_spare_is_replaced_only_after_the_activation_ends(
                  ("svit:h1:other", FakeHandle({"status": "serving", "version": 0}))]
     a._fences = lambda: None  # type: ignore[method-assign]
     a._start_watch = lambda *_: None  # type: ignore[method-assign,assignment]
-    monkeypatch.setattr(svit_cluster.ownership, "Owners", RecordingOwners)
+    monkeypatch.setattr("svit_cluster.cluster._agent.Owners", RecordingOwners)
     monkeypatch.setattr(_agent, "SPARE_REFILL_DELAY_S", 0.2, raising=False)
     refills: list[float] = []
     loop = asyncio.get_running_loop()

@@ -251,7 +251,7 @@ def wait_warm(cluster: LocalCluster, url: str, token: str, pids: dict[str, int],
     capacity, not failover."""
     import ray
 
-    from svit_cluster.cluster._agent import agent_name
+    from svit_cluster.cluster import agent_name
 
     connect_ray(cluster)
     namespace = f"svit-{cluster.doc['cluster']}"
@@ -494,7 +494,7 @@ def test_failover_with_an_etcd_restart_while_the_host_is_dead(
         etcd.kill9()
         etcd.start()
         cluster.doc["etcd"]["pid"] = etcd.pid  # so `down` signals the live PID
-        cluster._save()
+        cluster.save()
         back_at = time.monotonic() - start
         took = measure_failover(cluster, url, token, victim, pids, start,
                                 limit_s=max(30.0, 6 * ttl))

@@ -75,7 +75,7 @@ def connect_ray(cluster: LocalCluster) -> None:
 def agent_statuses(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
     import ray
 
-    from svit_cluster.cluster._agent import agent_name
+    from svit_cluster.cluster import agent_name
 
     connect_ray(cluster)
     out = {}

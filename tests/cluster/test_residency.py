@@ -155,8 +155,6 @@ class FakeLease:
 
 def _agent(world: World, monkeypatch: pytest.MonkeyPatch, *, max_active: int,
            max_starting: int = 1, spares: int = 0, pss_mib: float = 1e9) -> HostAgent:
-    import svit_cluster.ownership
-
     agent = HostAgent(ClusterConfig().to_dict(), "h1")
     agent.lease = FakeLease()
     agent.budget = Budget(max_active, pss_mib, max_starting, "test")
@@ -164,7 +162,7 @@ def _agent(world: World, monkeypatch: pytest.MonkeyPatch, *, max_active: int,
     agent._new_actor = world.new_actor  # type: ignore[method-assign]
     agent._kill = lambda handle: world.killed.append(handle.target.name)  # type: ignore[method-assign]
     agent._fences = lambda: None  # type: ignore[method-assign]
-    monkeypatch.setattr(svit_cluster.ownership, "Owners", world.owners(world))
+    monkeypatch.setattr("svit_cluster.cluster._agent.Owners", world.owners(world))
     return agent
 
 

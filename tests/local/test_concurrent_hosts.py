@@ -49,7 +49,7 @@ def test_concurrent_saves_never_fail_and_leave_whole_json(tmp_path: Path) -> Non
 
     def save_many(_i: int) -> None:
         for _ in range(100):
-            cluster._save()
+            cluster.save()
 
     assert _hammer(4, save_many) == []
     assert json.loads(cluster.path.read_text())["next_port"] == 27000
