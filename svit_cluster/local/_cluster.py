@@ -655,11 +655,12 @@ class LocalCluster:
         if head:
             nodes.append(RayNode.from_json(head))
         if nodes:
-            # one shared wait for all nodes, not up to 10 s each; a `ray start
-            # --block` process (and the head's raylet and GCS) may ignore SIGTERM
-            # for longer than that, and a Ray node keeps nothing durable: 3 s
+            # one shared wait for all nodes. Ray does not stop on SIGTERM in any
+            # useful time (`ray start --block`, the GCS and the runtime-env agent
+            # outlive it by more than 6 s), and a Ray node keeps nothing durable
+            # (commits live in Redis, ownership in etcd): SIGKILL after 0.5 s
             progress(f"stopping Ray ({', '.join(hosts + (['head'] if head else []))})")
-            stop_nodes(nodes, timeout_s=3.0)
+            stop_nodes(nodes, timeout_s=0.5)
         for svc, procs in self._store_pids().items():
             for name, pid in procs:
                 progress(f"stopping {svc} {name}")

@@ -367,9 +367,9 @@ class RayNode:
 def stop_nodes(nodes: list[RayNode], *, timeout_s: float = 10.0) -> None:
     """Stop several nodes together: SIGTERM every process of every node at once
     (``ray start``, raylet, workers), wait up to ``timeout_s`` (seconds) for
-    all of them, then SIGKILL what is left. One shared wait, not one per node:
-    ``down`` of a 5-node cluster took 53 s before (the raylet alone was
-    signalled, and lingering workers used up each node's 10 s)."""
+    all of them, then SIGKILL what is left. One shared wait, not one per node,
+    and every process of a node signalled (a node whose raylet alone is
+    signalled leaves its workers to use up the wait)."""
     all_pids: list[int] = []
     for node in nodes:
         node._signal_all(signal.SIGCONT)
