@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse
 from svit_cluster.errors import NotFound, UnavailableError
 from svit_cluster.gateway._access import process_access
 from svit_cluster.process import Transaction, validate_process_id
+from svit_cluster.store import connect, newest_entries
 
 __all__ = ["MAX_LOG_PAGE", "MAX_PATHS", "log_router"]
 
@@ -54,8 +55,6 @@ def log_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
         redis_url: the commit log's Redis; None makes the route answer 503.
         prefix: the store's key prefix (default ``"svit"``).
     """
-    from svit_cluster.store import connect, newest_entries
-
     api = APIRouter(tags=["processes"])
     holder: dict[str, Any] = {}
 
