@@ -129,8 +129,8 @@ def undelivered(client: RedisClient, process_id: str, *, prefix: str = DEFAULT_P
     """One sender's outbox intents that the dispatcher has not acknowledged yet.
 
     Reads the outbox stream's counters and its group's view (``XINFO``), at most
-    ``limit`` entries of the group's pending list (``XPENDING``, then each
-    entry), and at most ``limit`` entries after the group's last-delivered id.
+    ``limit`` entries of the group's pending list (``XPENDING``, then those
+    entries in one pipeline), and at most ``limit`` entries after the group's last-delivered id.
     An acknowledged intent is delivered, dead-lettered (see the dead letters)
     or parked as a timer (see the timers), so it is not listed; nor is an
     intent being re-driven from a dead letter (it is in the re-drive stream).
@@ -162,11 +162,13 @@ def undelivered(client: RedisClient, process_id: str, *, prefix: str = DEFAULT_P
                 rows: Any = client.xpending_range(stream, group, min="-", max="+",
                                                   count=limit + 1)
                 more = len(rows) > limit
+                pipe = client.pipeline(transaction=False)  # one slot: the stream's
                 for r in rows[:limit]:
-                    eid = text(r["message_id"])
-                    got: Any = client.xrange(stream, eid, eid)
-                    if got:
-                        out.append(_intent(stream, process_id, eid, got[0][1], "delivering",
+                    pipe.xrange(stream, text(r["message_id"]), text(r["message_id"]))
+                for r, got in zip(rows[:limit], pipe.execute(), strict=True):
+                    if got:  # trimmed since: acknowledged meanwhile
+                        out.append(_intent(stream, process_id, text(r["message_id"]),
+                                           got[0][1], "delivering",
                                            int(r.get("times_delivered") or 0)))
         room = limit - len(out)
         if room > 0:
