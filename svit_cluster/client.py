@@ -269,12 +269,17 @@ class ProcessEntry:
         active: whether an owner serves it now (the gateway's route cache);
             an inactive process is activated by its next request.
         host: that owner's host, or None.
+        token: the fencing token that owner serves it under, or None.
+        last_commit_at: when it last committed (unix seconds, Redis clock), or
+            None when the gateway does not know (see ``GET /v1/processes``).
     """
 
     process_id: str
     version: int
     active: bool
     host: str | None
+    token: int | None = None
+    last_commit_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +295,10 @@ class ProcessPage:
 def _process_page(doc: dict[str, Any]) -> ProcessPage:
     return ProcessPage([ProcessEntry(str(p["process_id"]), int(p["version"]),
                                      bool(p.get("active")),
-                                     None if p.get("host") is None else str(p["host"]))
+                                     None if p.get("host") is None else str(p["host"]),
+                                     None if p.get("token") is None else int(p["token"]),
+                                     None if p.get("last_commit_at") is None
+                                     else float(p["last_commit_at"]))
                         for p in doc["processes"]], doc.get("next"))
 
 

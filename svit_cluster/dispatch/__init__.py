@@ -21,6 +21,9 @@ Public names, by importance:
   :class:`RetryableDeliveryError`, :class:`PermanentDeliveryError`.
 * :class:`DispatchMetrics`, :class:`DispatchKeys`, :class:`Intent`;
   :func:`trim_acked` (what workers run after each acknowledged batch).
+* Bounded reads for observers: :func:`worker_health` -> :class:`WorkerHealth`
+  (the workers' heartbeats); :func:`undelivered` -> :class:`OutboxPage` of
+  :class:`UndeliveredIntent` (one sender's unacknowledged intents).
 
 Guarantees (details in ``README.md`` in this package):
 
@@ -44,6 +47,13 @@ from svit_cluster.dispatch._errors import PermanentDeliveryError, RetryableDeliv
 from svit_cluster.dispatch._intent import Intent
 from svit_cluster.dispatch._keys import DEFAULT_GROUP, DispatchKeys
 from svit_cluster.dispatch._metrics import DispatchMetrics
+from svit_cluster.dispatch._observe import (
+    OutboxPage,
+    UndeliveredIntent,
+    WorkerHealth,
+    undelivered,
+    worker_health,
+)
 from svit_cluster.dispatch._sinks import (
     RedisStreamSink,
     Sink,
@@ -84,6 +94,7 @@ __all__ = [
     "DispatchWorker",
     "Intent",
     "IntentStatus",
+    "OutboxPage",
     "OutboxSummary",
     "PermanentDeliveryError",
     "RedisStreamSink",
@@ -94,7 +105,9 @@ __all__ = [
     "SvitInboxSink",
     "Timer",
     "TimerPage",
+    "UndeliveredIntent",
     "WebhookSink",
+    "WorkerHealth",
     "cancel_timer",
     "default_sinks",
     "delivery_status",
@@ -105,4 +118,6 @@ __all__ = [
     "run_worker",
     "timer_log",
     "trim_acked",
+    "undelivered",
+    "worker_health",
 ]

@@ -17,7 +17,7 @@ Routes, one module per concern: ``_probes`` (health, readiness, liveness,
 metrics), ``_control`` (initialize, control), ``_processes`` (the host API),
 ``_events`` (signals and history), ``_deadletters`` (the admin queue),
 ``_timers`` (a process's durable timers), ``_log`` (its newest log entries),
-``_hosts`` and ``_summary`` (the admin cluster view).
+``_outbox`` (its undelivered outbox intents), ``_hosts`` and ``_summary`` (the admin cluster view).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from svit_cluster.gateway._hosts import hosts_router
 from svit_cluster.gateway._log import log_router
 from svit_cluster.gateway._metrics import GatewayMetrics
 from svit_cluster.gateway._observe import ObserveTokens, install_log_redaction
+from svit_cluster.gateway._outbox import outbox_router
 from svit_cluster.gateway._probes import probes_router
 from svit_cluster.gateway._processes import processes_router
 from svit_cluster.gateway._router import Router
@@ -83,7 +84,9 @@ def create_app(
         metrics: a metrics registry; a fresh one by default.
         redis_url: the commit log's Redis, for the routes that read the
             dispatcher's keys and the commit log (``/v1/admin/dead-letters``,
-            ``/v1/processes/timers``, ``/v1/processes/log``); None: they answer 503.
+            ``/v1/processes/timers``, ``/v1/processes/log``,
+            ``/v1/processes/outbox``); None: they answer 503, and the
+            listing's ``last_commit_at`` and the summary's ``dispatcher`` are null.
         cors_origins: browser origins allowed cross-origin access
             (``scheme://host[:port]`` or ``*``); empty (default): no CORS.
         store_prefix: the store's key prefix in that Redis (default ``"svit"``).
@@ -115,11 +118,12 @@ def create_app(
     api.include_router(timers_router(redis_url, prefix=store_prefix))
     api.include_router(log_router(redis_url, prefix=store_prefix))
     api.include_router(hosts_router(router))
-    api.include_router(summary_router(router, m))
+    api.include_router(outbox_router(redis_url, prefix=store_prefix))
+    api.include_router(summary_router(router, m, redis_url, prefix=store_prefix))
     api.include_router(events_router(router, observe=observe))
     api.include_router(probes_router(router, m))
     api.include_router(control_router(router, m, max_request_bytes=max_request_bytes))
-    api.include_router(processes_router(router))
+    api.include_router(processes_router(router, redis_url, prefix=store_prefix))
 
     @api.exception_handler(RequestValidationError)
     async def _bad_body(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
 from svit_cluster.defaults import DEFAULT_PROCESS_PAGE, PROCESS_PAGE_MAX
-from svit_cluster.errors import InvalidInput
+from svit_cluster.errors import InvalidInput, UnavailableError
 from svit_cluster.gateway._access import admin_only, principal_of, process_access
 from svit_cluster.gateway._auth import Principal
 from svit_cluster.gateway._router import Router
@@ -29,6 +29,7 @@ from svit_cluster.process import (
     strict_json_loads,
     validate_process_id,
 )
+from svit_cluster.store import connect, last_commit_times
 
 __all__ = ["MAX_PROCESS_PAGE", "processes_router"]
 
@@ -104,10 +105,20 @@ class ForkProcess(BaseModel):
     history: bool = False
 
 
-def processes_router(router: Router) -> APIRouter:
+def processes_router(router: Router, redis_url: str | None = None, *,
+                     prefix: str = "svit") -> APIRouter:
     """The ``/v1/processes`` routes over ``router`` (errors are ``SvitError``s,
-    answered by the app's handler)."""
+    answered by the app's handler); the listing's ``last_commit_at`` is read
+    from the commit log's Redis at ``redis_url`` (None: always null)."""
     api = APIRouter(tags=["processes"])
+    holder: dict[str, Any] = {}
+
+    def commit_times(pids: list[str]) -> dict[str, float | None]:
+        if redis_url is None or not pids:
+            return {}
+        if "c" not in holder:
+            holder["c"] = connect(redis_url)
+        return last_commit_times(holder["c"], pids, prefix=prefix)
 
     @api.post("/v1/processes", status_code=201, dependencies=[Depends(process_access)])
     async def create_process(body: CreateProcess) -> JSONResponse:
@@ -148,8 +159,8 @@ def processes_router(router: Router) -> APIRouter:
                                                "tenant token always sees its own only)"),
     ) -> JSONResponse:
         """One page of the existing processes:
-        ``{"processes": [{"process_id", "version", "active", "host", "token"}],
-        "next"}``.
+        ``{"processes": [{"process_id", "version", "active", "host", "token",
+        "last_commit_at"}], "next"}``.
 
         A tenant token lists its own tenant's processes only (a ``tenant``
         naming another one is 403); an admin token lists every tenant's, or
@@ -158,8 +169,12 @@ def processes_router(router: Router) -> APIRouter:
         than ``limit`` processes (even none) before the last one, since each
         page does a bounded amount of work. ``active``/``host``: whether an
         owner serves the process now, and where (the gateway's route cache).
-        ``token``: the owner's fencing token (null when not active). A process
-        that exists for the whole listing is listed at least once.
+        ``token``: the owner's fencing token (null when not active).
+        ``last_commit_at``: when it last committed (unix seconds, Redis clock;
+        ``store.last_commit_times``, one pipelined read per page), null when
+        unknown: no commit since creation, a reasoning session's signals
+        since, no Redis URL, or that read failed (the page is still answered).
+        A process that exists for the whole listing is listed at least once.
         """
         principal = principal_of(request)
         if not principal.admin:
@@ -170,7 +185,15 @@ def processes_router(router: Router) -> APIRouter:
                 return denied
             tenant = principal.tenant
         page = await router.list_processes(tenant=tenant, limit=limit, cursor=after)
-        return JSONResponse({"processes": page["processes"], "next": page["next"]})
+        processes = page["processes"]
+        try:
+            times = await asyncio.to_thread(
+                commit_times, [str(p["process_id"]) for p in processes])
+        except (UnavailableError, InvalidInput):
+            times = {}
+        return JSONResponse({"processes": [{**p, "last_commit_at": times.get(p["process_id"])}
+                                           for p in processes],
+                             "next": page["next"]})
 
     @api.put("/v1/processes/residency", dependencies=[Depends(process_access)])
     async def set_residency(body: Residency) -> JSONResponse:

@@ -39,10 +39,12 @@ from svit_cluster.store._factory import BackendFactory, load_backend_factory
 from svit_cluster.store._fences import RedisFences
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
 from svit_cluster.store._listing import (
+    LAST_COMMIT_SCAN,
     MAX_LIST_LIMIT,
     ListedProcess,
     ProcessListing,
     QueuedPage,
+    last_commit_times,
     list_processes,
     list_queued,
     newest_entries,
@@ -81,6 +83,7 @@ __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
     "DEFAULT_TIMEOUT_S",
     "EVICTION_CHECK_ENV",
+    "LAST_COMMIT_SCAN",
     "MAX_LIST_LIMIT",
     "AsyncRedisClient",
     "BackendFactory",
@@ -101,6 +104,7 @@ __all__ = [
     "cluster_from_env",
     "connect",
     "failure_reason",
+    "last_commit_times",
     "list_processes",
     "list_queued",
     "load_backend_factory",

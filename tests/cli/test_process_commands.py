@@ -111,6 +111,8 @@ def test_list_is_tenant_scoped_and_paged(gateway: tuple[str, CliRouter]) -> None
         assert len(page.processes) == 2 and page.next_after is not None
         entry = page.processes[0]
         assert entry.active is True and entry.host == "inprocess" and entry.version >= 0
+        # the owner's fencing token; no commit time from a gateway without Redis
+        assert entry.token == 0 and entry.last_commit_at is None
     refused = httpx.get(url + "/v1/processes", params={"limit": 0},
                         headers={"Authorization": f"Bearer {ADMIN}"})
     assert refused.status_code == 400

@@ -33,6 +33,7 @@ def test_exported_names_are_pinned() -> None:
         "default_sinks", "delivery_status", "destination_records", "outbox_summary",
         "read_cluster_json", "run_worker", "trim_acked",
         "CancelOutcome", "Timer", "TimerPage", "cancel_timer", "list_timers", "timer_log",
+        "OutboxPage", "UndeliveredIntent", "WorkerHealth", "undelivered", "worker_health",
     ])
     for name in dispatch.__all__:
         assert getattr(dispatch, name) is not None

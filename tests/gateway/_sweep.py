@@ -492,6 +492,18 @@ CASES: tuple[Case, ...] = (
          query={"process_id": "$GONE"}),
     Case("log-ok", "GET", "/v1/processes/log", 404, "not_found", query={"process_id": "$P"},
          cluster_status=200, why="the in-process router keeps its processes out of Redis"),
+    # -- outbox: GET /v1/processes/outbox ---------------------------------------
+    Case("outbox-limit-zero", "GET", "/v1/processes/outbox", 400, "decode_error",
+         query={"process_id": "$P", "limit": "0"}),
+    Case("outbox-limit-over-max", "GET", "/v1/processes/outbox", 400, "decode_error",
+         query={"process_id": "$P", "limit": "201"}),
+    Case("outbox-pid-bad", "GET", "/v1/processes/outbox", 400, "invalid_process_id",
+         query={"process_id": "local/x"}),
+    Case("outbox-other-tenant", "GET", "/v1/processes/outbox", 403, "forbidden",
+         query={"process_id": "$FOREIGN"}),
+    Case("outbox-unknown-process", "GET", "/v1/processes/outbox", 200,
+         query={"process_id": "$GONE"}, why="documented: nothing committed, an empty list"),
+    Case("outbox-ok", "GET", "/v1/processes/outbox", 200, query={"process_id": "$P"}),
     # -- timers: GET /v1/processes/timers, /timers/log, POST /timers/cancel -------
     Case("timers-limit-zero", "GET", "/v1/processes/timers", 400, "decode_error",
          query={"process_id": "$P", "limit": "0"}),

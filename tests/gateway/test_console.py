@@ -169,7 +169,12 @@ def test_listing_names_each_owner_token() -> None:
     client.post("/v1/processes", headers=auth, json={"process_id": "svit://acme/q"})
     [entry] = client.get("/v1/processes", headers=auth).json()["processes"]
     assert entry == {"process_id": "svit://acme/q", "version": 0, "active": True,
-                     "host": "inprocess", "token": 0}
+                     "host": "inprocess", "token": 0, "last_commit_at": None}
+    # without a Redis URL the summary has no dispatcher figures and the outbox is 503
+    auth_doc = client.get("/v1/admin/summary", headers=auth).json()
+    assert auth_doc["dispatcher"] is None
+    r = client.get("/v1/processes/outbox", headers=auth, params={"process_id": "svit://acme/q"})
+    assert (r.status_code, r.json()["error"]["code"]) == (503, "unavailable")
 
 
 @pytest.mark.servers
@@ -212,5 +217,65 @@ def test_the_log_route_reads_the_newest_entries_from_redis(redis_server: RedisSe
         gone = client.get("/v1/processes/log", headers=auth,
                           params={"process_id": "svit://acme/never-made"})
         assert (gone.status_code, gone.json()["error"]["code"]) == (404, "not_found")
+    finally:
+        router.rclient.close()
+
+
+@pytest.mark.servers
+def test_commit_times_outbox_and_dispatcher_health_come_from_redis(
+        redis_server: RedisServer) -> None:
+    """The listing's ``last_commit_at`` (the ``committed`` signal's Redis time), a
+    process's undelivered outbox intents and the dispatcher workers' heartbeats."""
+    import time
+
+    from svit_cluster.dispatch import DispatchKeys
+    from tests.gateway.test_browser_observer import RedisLogRouter
+
+    router = RedisLogRouter(redis_server.url, "consoleobs")
+    tokens = TokenStore()
+    tokens.add(ADMIN, Principal(tenant=None, admin=True))
+    tokens.add(ACME, Principal(tenant="acme"))
+    client = TestClient(create_app(router, tokens, redis_url=redis_server.url,
+                                   store_prefix=router.prefix))
+    auth = {"Authorization": f"Bearer {ACME}"}
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    pid = f"svit://acme/obs-{uuid.uuid4().hex[:8]}"
+    try:
+        assert client.post("/v1/processes", headers=auth, json={
+            "process_id": pid, "memory": {"n": 0},
+            "scripts": {"send": '(define (main input) (do (send! "https://example.invalid/h" '
+                                '1) (write "/memory/n" 1)))'}}).status_code == 201
+        [fresh] = client.get("/v1/processes", headers=auth).json()["processes"]
+        assert fresh["last_commit_at"] is None  # created, never committed
+        r = client.post("/v1/control", headers=auth, json={
+            "protocol": "svit-control@1", "client_id": "cli", "request_id": "req-1",
+            "process_id": pid, "expected_version": 0,
+            "command": {"operation": "activate", "script": "send",
+                        "input": {"type": "map", "value": {}}}})
+        assert r.json()["outcome"]["status"] == "committed", r.text
+        [entry] = client.get("/v1/processes", headers=auth).json()["processes"]
+        assert abs(entry["last_commit_at"] - time.time()) < 30, entry
+
+        doc = client.get("/v1/processes/outbox", headers=auth,
+                         params={"process_id": pid}).json()
+        assert (doc["process_id"], doc["committed"], doc["group"], doc["more"]) == (
+            pid, 1, False, False)
+        [intent] = doc["intents"]
+        assert (intent["to"], intent["version"], intent["state"]) == (
+            "https://example.invalid/h", 1, "queued")
+        none = client.get("/v1/processes/outbox", headers=auth,
+                          params={"process_id": "svit://acme/never-made"}).json()
+        assert (none["committed"], none["intents"]) == (0, [])
+        bad = client.get("/v1/processes/outbox", headers=auth,
+                         params={"process_id": pid, "limit": 0})
+        assert bad.status_code == 400
+
+        summary = client.get("/v1/admin/summary", headers=admin).json()
+        assert summary["dispatcher"] == {"ok": False, "live": 0, "expired": 0, "workers": []}
+        seconds, _ = router.rclient.time()
+        router.rclient.zadd(DispatchKeys(router.prefix).workers,
+                            {"w1": (int(seconds) + 60) * 1000})
+        d = client.get("/v1/admin/summary", headers=admin).json()["dispatcher"]
+        assert (d["ok"], d["live"], [w["worker"] for w in d["workers"]]) == (True, 1, ["w1"])
     finally:
         router.rclient.close()

@@ -132,6 +132,8 @@ def test_admin_sees_hosts_and_a_process_then_its_new_version_live(
                 console.wait_text("#hosts tbody", host, 15)
             console.wait_text("#processes tbody", pid, 15)
             assert time.monotonic() - started < 15
+            # this cluster runs no dispatcher worker: the summary says so
+            console.wait_text("#dispatcher-line", "NO LIVE WORKER", 10)
             console.page.evaluate("window.notReloaded = true")
 
             console.page.get_by_role("button", name=pid).click()
@@ -145,6 +147,7 @@ def test_admin_sees_hosts_and_a_process_then_its_new_version_live(
             # the tree and the log are read again after the commit
             console.wait_text("#p-tree", '"count": 1', 5)
             console.wait_text("#p-log", f"v{version} token", 5)
+            console.wait_text("#p-outbox", "none pending", 5)  # the counter sends nothing
 
             # an action asks first; accepted, it commits and the stream shows it
             asked: list[str] = []

@@ -83,5 +83,5 @@ def test_every_process_route_refuses_another_tenant() -> None:
             "POST /v1/processes/snapshot", "POST /v1/processes/fork",
             "GET /v1/processes/events/recent", "GET /v1/processes/timers",
             "POST /v1/processes/timers/cancel", "GET /v1/processes/timers/log",
-            "GET /v1/processes/log",
+            "GET /v1/processes/log", "GET /v1/processes/outbox",
             } <= set(checked), checked

@@ -114,6 +114,8 @@ ALLOWED: dict[tuple[str, str], str] = {
                    "falls back to asyncio",
     # the gateway
     ("svit_cluster/gateway/_deadletters.py", "svit_cluster.dispatch"): _DISPATCH_IN_GATEWAY,
+    ("svit_cluster/gateway/_outbox.py", "svit_cluster.dispatch"): _DISPATCH_IN_GATEWAY,
+    ("svit_cluster/gateway/_summary.py", "svit_cluster.dispatch"): _DISPATCH_IN_GATEWAY,
     ("svit_cluster/gateway/_timers.py", "svit_cluster.dispatch"): _DISPATCH_IN_GATEWAY,
     # the dev cluster (PEP 562 names)
     ("svit_cluster/local/__init__.py", "svit_cluster.local._cluster"):

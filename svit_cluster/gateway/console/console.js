@@ -210,6 +210,7 @@ async function loadSummary() {
     `gateway ${g.version} · ${g.ok ? "ready" : "NOT READY"}${live}${routes}` +
     ` · totals: ${c.committed} commits, ${c.conflict} conflicts,` +
     ` ${c.fenced} fenced, ${c.failovers} failovers${rates}`;
+  $("dispatcher-line").textContent = describeDispatcher(s.dispatcher);
   const changes = s.owner_changes || [];
   $("moves-none").hidden = changes.length > 0;
   $("moves").tBodies[0].replaceChildren(...changes.map((m) => row([
@@ -227,6 +228,16 @@ async function loadSummary() {
       fmtS(h.lru_idle_s),
     ]);
   }));
+}
+
+function describeDispatcher(d) {
+  if (d === null || d === undefined) return "dispatcher: not watched (the gateway has no Redis URL)";
+  if (d.error) return `dispatcher: UNKNOWN (${d.error})`;
+  const expired = d.expired ? ` · ${d.expired} expired heartbeat(s)` : "";
+  const next = d.workers.filter((w) => w.live)
+    .map((w) => `${w.worker} (${fmtS(w.expires_in_s)} left)`).join(", ");
+  return `dispatcher: ${d.live ? "ok" : "NO LIVE WORKER"} · ${d.live} worker(s) live` +
+    expired + (next ? ` · ${next}` : "");
 }
 
 async function loadProcesses() {
@@ -262,7 +273,9 @@ function renderProcesses() {
     const open = el("button", p.process_id, "link");
     open.type = "button";
     open.addEventListener("click", () => openProcess(p.process_id));
-    return row([open, p.version, p.active ? "active" : "passivated", p.host, p.token]);
+    return row([open, p.version, p.active ? "active" : "passivated", p.host, p.token,
+      p.last_commit_at === null || p.last_commit_at === undefined ? "–"
+        : fmtTime(p.last_commit_at * 1000)]);
   }));
   const sel = state.selected;
   if (sel) {
@@ -314,16 +327,21 @@ async function openProcess(pid) {
   state.selected = sel;
   $("process-view").hidden = false;
   $("p-id").textContent = pid;
-  for (const id of ["p-signals", "p-moves", "p-messages", "p-tree", "p-timers", "p-log"]) {
+  for (const id of ["p-signals", "p-moves", "p-messages", "p-tree", "p-timers", "p-log",
+                    "p-outbox"]) {
     $(id).replaceChildren();
   }
   $("p-version").textContent = "version …";
   $("p-token").textContent = "…";
   $("p-last").textContent = "–";
+  $("p-outbox-facts").textContent = "";
   $("p-action").textContent = "";
   const listed = state.rows.find((p) => p.process_id === pid);
   $("p-host").textContent = listed ? (listed.host ?? "none (passivated)") : "…";
   if (listed && listed.token !== null && listed.token !== undefined) setToken(listed.token);
+  if (listed && typeof listed.last_commit_at === "number") {
+    $("p-last").textContent = fmtTime(listed.last_commit_at * 1000);
+  }
   await openStream(sel);
   loadMessages(sel);
 }
@@ -439,6 +457,7 @@ async function loadTree(sel) {
   sel.treeAt = performance.now();
   loadTimers(sel);
   loadLog(sel);
+  loadOutbox(sel);
   let doc;
   try {
     doc = await api("v1/processes/state", { params: { process_id: sel.pid, path: "/" } });
@@ -475,6 +494,25 @@ async function loadTimers(sel) {
   $("p-timers").replaceChildren(...doc.timers.map((t) =>
     el("li", `${t.state} ${t.id} → ${t.to} due ${new Date(t.due_ms).toLocaleString()}`)));
   if (!doc.timers.length) $("p-timers").appendChild(el("li", "none pending", "hint"));
+}
+
+async function loadOutbox(sel) {
+  let doc;
+  try {
+    doc = await api("v1/processes/outbox", { params: { process_id: sel.pid, limit: 20 } });
+  } catch (e) {
+    if (state.selected === sel) $("p-outbox").replaceChildren(el("li", describe(e)));
+    return;
+  }
+  if (state.selected !== sel) return;
+  $("p-outbox-facts").textContent = `${doc.committed} committed in all, ` +
+    `${doc.retained} retained` + (doc.group ? "" : " · no dispatcher worker has read it yet");
+  $("p-outbox").replaceChildren(...doc.intents.map((i) => {
+    const tries = i.state === "delivering" ? ` (read ${i.deliveries}×)` : "";
+    return el("li", `${i.state}${tries} v${i.version ?? "?"} ${i.id} → ${i.to ?? "?"}`);
+  }));
+  if (!doc.intents.length) $("p-outbox").appendChild(el("li", "none pending", "hint"));
+  if (doc.more) $("p-outbox").appendChild(el("li", "… more not shown", "hint"));
 }
 
 async function loadLog(sel) {

@@ -1,0 +1,78 @@
+"""A process's undelivered outbox intents over HTTP: ``GET /v1/processes/outbox``.
+
+``GET /v1/processes/outbox?process_id=&limit=`` -- ``{"process_id", "committed",
+"retained", "group", "intents": [{"id", "to", "version", "entry_id", "state",
+"deliveries"}], "more"}``: the intents the process committed to its outbox that
+the dispatcher has not acknowledged yet, at most ``limit`` (1..:data:`MAX_OUTBOX_PAGE`,
+default 50): those a worker is delivering (``state: "delivering"``, with how many
+times it was read) first, then those no worker has read yet (``"queued"``), each
+in commit order; ``more`` says some were left out. ``committed`` counts every
+intent the outbox ever took, ``retained`` those still in its stream; ``group``
+is false until a dispatcher worker has read the outbox. An acknowledged intent
+was delivered, dead-lettered (``/v1/admin/dead-letters``) or parked as a timer
+(``/v1/processes/timers``), so it is not listed here.
+
+Read from the commit log's Redis (``dispatch.undelivered``: a bounded number of
+reads whatever the outbox's length), never through the owner. Needs the
+process's tenant or an admin token (403 otherwise); a process that never
+committed an intent (or does not exist) answers an empty list; 503 when the
+gateway has no Redis URL or Redis fails (safe to retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from starlette.responses import JSONResponse
+
+from svit_cluster.errors import UnavailableError
+from svit_cluster.gateway._access import process_access
+from svit_cluster.process import validate_process_id
+from svit_cluster.store import connect
+
+__all__ = ["MAX_OUTBOX_PAGE", "outbox_router"]
+
+#: Largest ``limit`` of ``GET /v1/processes/outbox``.
+MAX_OUTBOX_PAGE = 200
+
+
+def outbox_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
+    """The outbox route, reading the commit log's Redis at ``redis_url`` (lazily connected).
+
+    Args:
+        redis_url: the commit log's Redis; None makes the route answer 503.
+        prefix: the store's key prefix (default ``"svit"``).
+    """
+    from svit_cluster import dispatch
+
+    api = APIRouter(tags=["processes"])
+    holder: dict[str, Any] = {}
+
+    def client() -> Any:
+        if redis_url is None:
+            raise UnavailableError("this gateway has no Redis URL for the outbox")
+        if "c" not in holder:
+            holder["c"] = connect(redis_url)
+        return holder["c"]
+
+    @api.get("/v1/processes/outbox", dependencies=[Depends(process_access)])
+    async def outbox(
+        process_id: str = Query(..., description="svit:// process id"),
+        limit: int = Query(50, ge=1, le=MAX_OUTBOX_PAGE, description="intents listed at most"),
+    ) -> JSONResponse:
+        """The process's outbox intents the dispatcher has not acknowledged yet."""
+        pid = validate_process_id(process_id)
+        page = await asyncio.to_thread(
+            lambda: dispatch.undelivered(client(), pid, prefix=prefix, limit=limit))
+        return JSONResponse({
+            "process_id": pid, "committed": page.committed, "retained": page.retained,
+            "group": page.group,
+            "intents": [{"id": i.id, "to": i.to, "version": i.version,
+                         "entry_id": i.entry_id, "state": i.state,
+                         "deliveries": i.deliveries} for i in page.intents],
+            "more": page.more,
+        })
+
+    return api
