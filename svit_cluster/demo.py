@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -222,16 +223,58 @@ def _signal(pids: list[int], sig: int) -> None:
             pass
 
 
+def _socket_backlog(pids: list[int]) -> int:
+    """Bytes received but not yet read by ``pids``' TCP sockets (Linux ``/proc``):
+    grows when a request reaches a stopped process."""
+    inodes: set[str] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
+    total = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and fields[9] in inodes:
+                    total += int(fields[4].split(":")[1], 16)
+    return total
+
+
+class _Inflight(threading.Thread):
+    """The stale-owner scene's +100, sent once (one attempt, no retry) from a
+    thread; ``outcome`` is ``(status, owner token)`` or the ``SvitError``."""
+
+    def __init__(self, url: str, token: str) -> None:
+        super().__init__(daemon=True)
+        self._url, self._token = url, token
+        self.outcome: tuple[str, int | None] | SvitError = SvitError("not sent")
+
+    def run(self) -> None:
+        try:
+            with SvitClient(self._url, self._token, client_id="demo-stale-inflight",
+                            attempts=1, timeout_s=15.0) as c:
+                sent = c.activate(STALE_ID, "counter", {"by": 100}, expected_version=1,
+                                  request_id=new_request_id())
+                self.outcome = (sent.outcome.status, c.last_owner_token)
+        except SvitError as exc:
+            self.outcome = exc
+
+
 def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
                  *, wait_refusal_s: float = 30.0) -> _StaleResult:
     """Freeze the owner with a request in flight, let a new owner take over, wake the old.
 
-    The owner's processes on its host -- its process actor and the host agent
-    that keeps its lease -- are paused (SIGSTOP), as in a long GC pause; the
-    Ray node itself keeps answering (pausing the whole node makes Ray declare
-    it dead within ~2 s and kill its workers, so the old owner never wakes).
-    A request (+100) is sent to the frozen owner, one attempt. The lease runs
-    out; when the owner record goes, the gateway abandons the call and sends
+    The owner's processes on its host are paused (SIGSTOP), as in a long GC
+    pause: first its process actors, then, once a request (+100, one attempt)
+    waits unread in the frozen actor's socket (at most 15 s), the host agent,
+    whose lease keeper then revokes the host's lease at once. The Ray node
+    itself keeps answering (pausing the whole node makes Ray declare it dead
+    within ~2 s and kill its workers, so the old owner never wakes). When
+    the owner record goes, the gateway abandons the call and sends
     the same request once to a new owner, which claims a higher fencing token
     and commits it (or the client gives up: then the request is left with the
     frozen owner alone). A second request (+1) commits on the new owner. Then
@@ -261,24 +304,37 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
     try:
         last: Any = redis_client.xrevrange(rkey, count=1)
         cursor = last[0][0] if last else "0-0"
-        _signal(frozen, signal.SIGSTOP)
+        # The actor first: its host keeps the lease, so the request below is
+        # routed to it and waits in its socket. Only then the agent, whose
+        # keeper revokes the host's lease within a watch poll: had the agent
+        # stopped first, the process could move before the request left, and
+        # the new owner would answer it with nothing stale to refuse.
+        _signal(procs["actors"], signal.SIGSTOP)
         paused_at = time.monotonic()
-        console.print(f"[yellow]froze the owner on {res.old_host}[/] (SIGSTOP: its actor and "
-                      f"host agent, token {res.old_token}); sending it a request")
-        try:
-            with SvitClient(url, token, client_id="demo-stale-inflight", attempts=1,
-                            timeout_s=15.0) as c:
-                sent = c.activate(STALE_ID, "counter", {"by": 100}, expected_version=1,
-                                  request_id=new_request_id())
-                res.inflight, res.inflight_token = sent.outcome.status, c.last_owner_token
+        backlog = _socket_backlog(procs["actors"])
+        console.print(f"[yellow]froze the owner's actor on {res.old_host}[/] (SIGSTOP, token "
+                      f"{res.old_token}); sending it a request")
+        inflight = _Inflight(url, token)
+        inflight.start()
+        deadline = time.monotonic() + 15.0
+        while (_socket_backlog(procs["actors"]) <= backlog and inflight.is_alive()
+               and time.monotonic() < deadline):
+            time.sleep(0.02)
+        _signal(procs["agent"], signal.SIGSTOP)
+        console.print("[yellow]froze its host agent[/] once the request waited in the actor: "
+                      "the host's lease is revoked and the process moves")
+        inflight.join()
+        if isinstance(inflight.outcome, SvitError):
+            res.inflight = inflight.outcome.code
+            console.print(f"in-flight request (+100): {res.inflight} (left with the frozen "
+                          "owner)")
+        else:
+            res.inflight, res.inflight_token = inflight.outcome
             if res.inflight_token == res.old_token:
                 res.error = "the frozen owner answered"
             console.print(f"in-flight request (+100): {res.inflight} by the new owner "
                           f"(token {res.inflight_token}): the gateway re-sent it when the "
                           "frozen owner's record went")
-        except SvitError as exc:
-            res.inflight = exc.code
-            console.print(f"in-flight request (+100): {exc.code} (left with the frozen owner)")
         try:
             with SvitClient(url, token, client_id="demo-stale-takeover", attempts=400,
                             max_wait_s=0.5, timeout_s=10.0) as c:
