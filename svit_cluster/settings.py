@@ -408,14 +408,21 @@ def resolve_gateway(
         ``(url, token)``; ``token`` may be None (a gateway without auth refuses later).
 
     Raises:
-        ConfigurationError: no URL anywhere, or the cluster file is unreadable.
+        ConfigurationError: no URL anywhere, the cluster file is unreadable, or
+            ``state_dir`` holds no ``cluster.json`` (a mistyped ``--state-dir``
+            never falls back to ``./.svit``: that would drive another cluster).
     """
     if state_dir is not None:
-        file_url, file_token = _from_cluster_json(state_dir / "cluster.json")
+        path = state_dir / "cluster.json"
+        if not path.is_file():
+            raise ConfigurationError(
+                f"no cluster recorded in {state_dir} (no cluster.json there): check "
+                f"--state-dir, or start one with `svit-cluster up --state-dir {state_dir}`")
+        file_url, file_token = _from_cluster_json(path)
         url, token = url or file_url, token or file_token
     env = load_settings(ClientSettings)
     url, token = url or env.url, token or env.token
-    if url is None or token is None:
+    if state_dir is None and (url is None or token is None):
         file_url, file_token = _from_cluster_json(DEFAULT_CLUSTER_JSON)
         url, token = url or file_url, token or file_token
     if not url:

@@ -107,6 +107,22 @@ def test_usage_is_2_and_only_usage(clean_env: Path, tmp_path: Path) -> None:
     one_line_failure(missing, "svit-cluster up")
 
 
+def test_a_mistyped_state_dir_never_falls_back_to_the_local_cluster(clean_env: Path) -> None:
+    """With ``./.svit/cluster.json`` present, ``--state-dir`` naming a folder
+    without one is a usage error naming that folder, not a command against
+    ``./.svit``'s cluster."""
+    here = clean_env / ".svit"
+    here.mkdir()
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: a fallback would exit 3
+    (here / "cluster.json").write_text(
+        f'{{"gateway": {{"url": "{url}"}}, "tokens": {{"admin": "{ADMIN}"}}}}')
+    typo = clean_env / "svit-typo"
+    for args in (["list"], ["state", "svit://local/a"], ["delete", "svit://local/a"]):
+        result = run([*args, "--state-dir", str(typo)])
+        assert result.exit_code == 2, (args, result.output)
+        one_line_failure(result, str(typo))
+
+
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_completion_scripts(shell: str) -> None:
     result = run(["completion", shell])
