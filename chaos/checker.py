@@ -64,7 +64,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from svit_cluster.dispatch import DestinationRecord, IntentStatus, OutboxSummary
-from svit_cluster.errors import SvitError
 from svit_cluster.process import DEDUP_WINDOW, GENESIS_HASH, Process
 
 from .context import (
@@ -81,6 +80,7 @@ from .context import (
     build_context,
     destination_record,
     replay,
+    restore_snapshot,
 )
 from .history import Event
 from .leases import check_leases as _check_leases
@@ -398,17 +398,6 @@ def check_tokens(ctx: Context) -> Iterator[Anomaly]:
                                *_op_lines(ctx.acked_at(process, version))))
 
 
-def _restore_only(process: str, snap: SnapshotRecord) -> Process | str:
-    try:
-        proc = Process.restore(snap.data, position=snap.position, chain_head=snap.chain_head)
-    except SvitError as exc:
-        return f"the snapshot at version {snap.version} does not restore: {exc.message}"
-    if proc.id != process or proc.version != snap.version or proc.root_hash != snap.root_hash:
-        return (f"the snapshot at version {snap.version} does not match its stored id, "
-                "version or root hash")
-    return proc
-
-
 def check_restore(ctx: Context) -> Iterator[Anomaly]:
     """(5) Every snapshot plus its tail replays to the live head (and the final state).
 
@@ -441,7 +430,7 @@ def check_restore(ctx: Context) -> Iterator[Anomaly]:
             is_final = snap is final_snap
             if not is_final and verified_from is not None and snap.version > verified_from:
                 entry = chain.get(snap.version)
-                cheap = _restore_only(process, snap)
+                cheap = restore_snapshot(process, snap)
                 if isinstance(cheap, str):
                     yield Anomaly("restore", process, cheap, versions=(snap.version,),
                                   tokens=(snap.token,))

@@ -40,6 +40,7 @@ __all__ = [
     "build_context",
     "destination_record",
     "replay",
+    "restore_snapshot",
     "rid_of",
 ]
 
@@ -304,6 +305,19 @@ def build_context(history: Sequence[Event], logs: StoredLogs, *,
     return ctx
 
 
+def restore_snapshot(process: str, snap: SnapshotRecord) -> Process | str:
+    """Restore ``snap`` alone, or say why it does not restore or does not match its
+    stored id, version and root hash."""
+    try:
+        proc = Process.restore(snap.data, position=snap.position, chain_head=snap.chain_head)
+    except SvitError as exc:
+        return f"the snapshot at version {snap.version} does not restore: {exc.message}"
+    if proc.id != process or proc.version != snap.version or proc.root_hash != snap.root_hash:
+        return (f"the snapshot at version {snap.version} does not match its stored id, "
+                "version or root hash")
+    return proc
+
+
 def replay(process: str, snap: SnapshotRecord, chain: dict[int, ChainEntry],
             upto: int, base: int) -> Process | str:
     """Restore ``snap`` and replay up to ``upto``; entries above ``base`` (the final
@@ -313,13 +327,9 @@ def replay(process: str, snap: SnapshotRecord, chain: dict[int, ChainEntry],
         The restored process, or why it could not be restored (``missing:<version>``
         when the tail lacks that version).
     """
-    try:
-        proc = Process.restore(snap.data, position=snap.position, chain_head=snap.chain_head)
-    except SvitError as exc:
-        return f"the snapshot at version {snap.version} does not restore: {exc.message}"
-    if proc.id != process or proc.version != snap.version or proc.root_hash != snap.root_hash:
-        return (f"the snapshot at version {snap.version} does not match its stored id, "
-                "version or root hash")
+    proc = restore_snapshot(process, snap)
+    if isinstance(proc, str):
+        return proc
     records: list[Transaction] = []
     for version in range(snap.version + 1, upto + 1):
         entry = chain.get(version)

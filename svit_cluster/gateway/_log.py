@@ -24,10 +24,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from starlette.responses import JSONResponse
 
-from svit_cluster.errors import NotFound, UnavailableError
+from svit_cluster.errors import NotFound
 from svit_cluster.gateway._access import process_access
+from svit_cluster.gateway._redis import lazy_redis
 from svit_cluster.process import Transaction, validate_process_id
-from svit_cluster.store import connect, newest_entries
+from svit_cluster.store import newest_entries
 
 __all__ = ["MAX_LOG_PAGE", "MAX_PATHS", "log_router"]
 
@@ -56,14 +57,7 @@ def log_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
         prefix: the store's key prefix (default ``"svit"``).
     """
     api = APIRouter(tags=["processes"])
-    holder: dict[str, Any] = {}
-
-    def client() -> Any:
-        if redis_url is None:
-            raise UnavailableError("this gateway has no Redis URL for the commit log")
-        if "c" not in holder:
-            holder["c"] = connect(redis_url)
-        return holder["c"]
+    client = lazy_redis(redis_url, "the commit log")
 
     @api.get("/v1/processes/log", dependencies=[Depends(process_access)])
     async def recent_log(

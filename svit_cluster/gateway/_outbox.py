@@ -22,15 +22,13 @@ gateway has no Redis URL or Redis fails (safe to retry).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 from starlette.responses import JSONResponse
 
-from svit_cluster.errors import UnavailableError
 from svit_cluster.gateway._access import process_access
+from svit_cluster.gateway._redis import lazy_redis
 from svit_cluster.process import validate_process_id
-from svit_cluster.store import connect
 
 __all__ = ["MAX_OUTBOX_PAGE", "outbox_router"]
 
@@ -48,14 +46,7 @@ def outbox_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
     from svit_cluster import dispatch
 
     api = APIRouter(tags=["processes"])
-    holder: dict[str, Any] = {}
-
-    def client() -> Any:
-        if redis_url is None:
-            raise UnavailableError("this gateway has no Redis URL for the outbox")
-        if "c" not in holder:
-            holder["c"] = connect(redis_url)
-        return holder["c"]
+    client = lazy_redis(redis_url, "the outbox")
 
     @api.get("/v1/processes/outbox", dependencies=[Depends(process_access)])
     async def outbox(

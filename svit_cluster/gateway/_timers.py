@@ -37,17 +37,16 @@ Redis failure (a cancel's outcome is then unknown: retry it).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
 from svit_cluster.defaults import DEFAULT_TIMER_PAGE, TIMER_PAGE_MAX
-from svit_cluster.errors import InvalidInput, UnavailableError
+from svit_cluster.errors import InvalidInput
 from svit_cluster.gateway._access import process_access
+from svit_cluster.gateway._redis import lazy_redis
 from svit_cluster.process import validate_process_id
-from svit_cluster.store import connect
 
 __all__ = ["MAX_TIMER_PAGE", "timer_owner", "timers_router"]
 
@@ -85,14 +84,7 @@ def timers_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
     from svit_cluster import dispatch
 
     api = APIRouter(prefix="/v1/processes/timers", tags=["timers"])
-    holder: dict[str, Any] = {}
-
-    def client() -> Any:
-        if redis_url is None:
-            raise UnavailableError("this gateway has no Redis URL for timers")
-        if "c" not in holder:
-            holder["c"] = connect(redis_url)
-        return holder["c"]
+    client = lazy_redis(redis_url, "timers")
 
     @api.get("", dependencies=[Depends(process_access)])
     async def list_timers(
