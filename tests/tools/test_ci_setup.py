@@ -52,3 +52,21 @@ def test_the_readme_quick_start_names_every_package_setup_installs() -> None:
     packages = set(_packages(_check()))
     assert {"etcd-server", "redis-server"} <= packages
     assert packages <= named, packages - named
+
+
+def test_the_venv_carries_bytecode_for_what_every_ray_worker_imports() -> None:
+    """Each Ray worker imports Ray, grpc and pydantic at start; where processes may
+    not write bytecode (``PYTHONDONTWRITEBYTECODE``, a read-only venv) only the
+    installer's compile step gives them cached bytecode. Without it every
+    worker compiles them again at start, which slows every cluster test and
+    can starve a host's lease keeping under a burst."""
+    import importlib.util
+
+    import grpc
+    import pydantic
+    import ray
+
+    missing = [mod.__name__ for mod in (ray, grpc, pydantic)
+               if mod.__file__ is None
+               or not Path(importlib.util.cache_from_source(mod.__file__)).is_file()]
+    assert not missing, f"no cached bytecode for {missing}: install with bytecode compiled"
