@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from html.parser import HTMLParser
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -177,18 +178,23 @@ def test_listing_names_each_owner_token() -> None:
     assert (r.status_code, r.json()["error"]["code"]) == (503, "unavailable")
 
 
+def _redis_app(redis_server: RedisServer, prefix: str) -> tuple[Any, TestClient]:
+    """A gateway over the real fenced commit log at ``prefix`` (admin and acme tokens)."""
+    from tests.gateway.test_browser_observer import RedisLogRouter
+
+    router = RedisLogRouter(redis_server.url, prefix)
+    tokens = TokenStore()
+    tokens.add(ADMIN, Principal(tenant=None, admin=True))
+    tokens.add(ACME, Principal(tenant="acme"))
+    return router, TestClient(create_app(router, tokens, redis_url=redis_server.url,
+                                         store_prefix=router.prefix))
+
+
 @pytest.mark.servers
 def test_the_log_route_reads_the_newest_entries_from_redis(redis_server: RedisServer) -> None:
     """``GET /v1/processes/log`` reads the real fenced commit log (``RedisBackend``):
     newest first, each entry's token, source, paths and committing request."""
-    from tests.gateway.test_browser_observer import RedisLogRouter
-
-    router = RedisLogRouter(redis_server.url, "consolelog")
-    tokens = TokenStore()
-    tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    tokens.add(ACME, Principal(tenant="acme"))
-    client = TestClient(create_app(router, tokens, redis_url=redis_server.url,
-                                   store_prefix=router.prefix))
+    router, client = _redis_app(redis_server, "consolelog")
     auth = {"Authorization": f"Bearer {ACME}"}
     pid = f"svit://acme/log-{uuid.uuid4().hex[:8]}"
     try:
@@ -229,14 +235,7 @@ def test_commit_times_outbox_and_dispatcher_health_come_from_redis(
     import time
 
     from svit_cluster.dispatch import DispatchKeys
-    from tests.gateway.test_browser_observer import RedisLogRouter
-
-    router = RedisLogRouter(redis_server.url, "consoleobs")
-    tokens = TokenStore()
-    tokens.add(ADMIN, Principal(tenant=None, admin=True))
-    tokens.add(ACME, Principal(tenant="acme"))
-    client = TestClient(create_app(router, tokens, redis_url=redis_server.url,
-                                   store_prefix=router.prefix))
+    router, client = _redis_app(redis_server, "consoleobs")
     auth = {"Authorization": f"Bearer {ACME}"}
     admin = {"Authorization": f"Bearer {ADMIN}"}
     pid = f"svit://acme/obs-{uuid.uuid4().hex[:8]}"
