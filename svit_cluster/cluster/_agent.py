@@ -43,6 +43,7 @@ import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
+from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential
 
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._agent_metrics import ResidencyCollector
@@ -106,6 +107,10 @@ TAKE_TIMEOUT_S = 30.0
 #: waiting for a Ray worker to start, and an idle host still gives its workers
 #: back.
 SPARE_LINGER_S = 60.0
+#: Seconds a process parked at a lease loss is retried after the rejoin while
+#: its activation answers ``unavailable``: nobody else asks for it, so without
+#: retries one transient failure would leave it unowned until its next request.
+UNPARK_RETRY_S = 60.0
 
 #: Seconds between two fallback sweeps of :meth:`HostAgent.reconcile` over the
 #: served actors. A dead actor is noticed at once by its outstanding
@@ -873,7 +878,7 @@ class HostAgent:
         import ray
 
         served, self.actors = dict(self.actors), {}
-        self._parked = [*self._parked, *served][-4 * self.budget.max_active:]
+        self._parked = list(dict.fromkeys([*self._parked, *served]))[-4 * self.budget.max_active:]
         for pid in served:
             self._forget_served(pid)
 
@@ -899,16 +904,35 @@ class HostAgent:
     async def _unpark(self) -> None:
         """Activate the processes parked at the last lease loss again, a few at a
         time, under the new lease; one that another host took meanwhile stays
-        there (its record exists: the answer is ``owned``)."""
+        there (its record exists: the answer is ``owned``).
+
+        Nobody else asks for a parked process, so a transient failure
+        (``unavailable``: the new lease briefly SUSPENDED, no worker in time, the
+        host shedding, no lease at all) is retried, with waits doubling from
+        0.25 s to 2 s, for up to :data:`UNPARK_RETRY_S`, under whichever lease the
+        agent holds then. Any other answer (``not_found``: deleted meanwhile,
+        ``conflict``, ...) is final.
+        """
         parked, self._parked = self._parked, []
         gate = asyncio.Semaphore(max(1, self.budget.max_starting))
 
-        async def one(pid: str) -> None:
+        async def attempt(pid: str) -> str:
+            if pid in self.actors:
+                return "serving"
             async with gate:
                 result = await self.activate(pid)
-            if "error" in result:
+            return str(result["error"].get("code")) if "error" in result else "ok"
+
+        async def one(pid: str) -> None:
+            retrying = AsyncRetrying(
+                stop=stop_after_delay(UNPARK_RETRY_S),
+                wait=wait_exponential(multiplier=0.25, max=2.0),
+                retry=retry_if_result(lambda code: code == "unavailable"),
+                retry_error_callback=lambda state: "unavailable (gave up)")
+            code: str = await retrying(attempt, pid)
+            if code not in ("ok", "serving"):
                 log.info("host %s: %s not activated again after the rejoin: %s",
-                         self.host, pid, result["error"].get("code"))
+                         self.host, pid, code)
 
         await asyncio.gather(*(one(p) for p in parked if p not in self.actors))
 

@@ -64,7 +64,14 @@ def test_a_host_that_lost_its_lease_keeps_its_workers_and_serves_its_processes_a
             now = etcd_view(cluster)["owners"]
             return all(p in now and now[p]["token"] > old[p]["token"] for p in pids)
 
-        _wait("every process owned again", back, 30.0)
+        try:
+            _wait("every process owned again", back, 30.0)
+        except AssertionError as exc:  # say where the rejoin stopped
+            status = {k: v for k, v in agent_statuses(cluster)[victim].items()
+                      if k in ("lease_state", "incarnation", "actors", "spares",
+                               "lost_leases", "activations", "shed_activations")}
+            owners = {p: etcd_view(cluster)["owners"].get(p) for p in pids}
+            raise AssertionError(f"{exc}: {victim} {status}; owners {owners}") from None
         now = etcd_view(cluster)["owners"]
         after = agent_statuses(cluster)[victim]
         print(f"REJOIN {victim}: tokens {[old[p]['token'] for p in pids]} -> "

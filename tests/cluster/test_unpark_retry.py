@@ -1,0 +1,47 @@
+"""After a rejoin the agent activates its parked processes again, and retries
+those whose activation answered ``unavailable`` (pure retry logic: the agent
+object without Ray, its ``activate`` answering from a script).
+
+Nobody else asks for a parked process, so a single transient failure (the new
+lease briefly SUSPENDED on a loaded machine, no worker in time) used to leave
+it unowned until its next request. The end-to-end case is
+``tests/cluster/test_lease_rejoin.py`` on the real cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from svit_cluster.cluster._agent import HostAgent
+from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._error_dict import error_dict
+from svit_cluster.errors import NotFound, UnavailableError
+
+
+def test_unpark_retries_unavailable_and_stops_at_a_final_answer() -> None:
+    agent = HostAgent(ClusterConfig().to_dict(), "h1")
+    answers: dict[str, list[dict[str, Any]]] = {
+        # busy twice, then serving
+        "svit://t/busy": [error_dict(UnavailableError("no lease yet")),
+                          error_dict(UnavailableError("suspended")),
+                          {"status": "serving", "host": "h1", "token": 7}],
+        # deleted meanwhile: final, never asked again
+        "svit://t/gone": [error_dict(NotFound("no such process"))],
+        # another host took it: final
+        "svit://t/moved": [{"status": "owned", "host": "h2", "token": 9}],
+    }
+    calls: list[str] = []
+
+    async def activate(pid: str, create: dict[str, Any] | None = None) -> dict[str, Any]:
+        calls.append(pid)
+        return answers[pid].pop(0)
+
+    agent.activate = activate  # type: ignore[method-assign]
+    agent._parked = list(answers)
+    asyncio.run(asyncio.wait_for(agent._unpark(), 10))
+    assert calls.count("svit://t/busy") == 3, calls
+    assert calls.count("svit://t/gone") == 1, calls
+    assert calls.count("svit://t/moved") == 1, calls
+    assert agent._parked == []
+
