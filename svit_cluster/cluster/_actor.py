@@ -28,6 +28,7 @@ import logging
 import os
 import time
 from collections import deque
+from enum import StrEnum
 from typing import Any
 
 from svit_cluster import tracing
@@ -50,6 +51,22 @@ from svit_cluster.store import StoreConfig, connect, load_backend_factory, redis
 __all__ = ["ProcessActor"]
 
 log = logging.getLogger(__name__)
+
+
+class ActorClosed(StrEnum):
+    """Why a process actor's binding stopped serving for good (until it is bound
+    again): each refuses every request of that binding."""
+
+    #: idle past its timeout, or unbound by its agent (the worker is reused)
+    PASSIVATED = "passivated"
+    #: a commit met a newer owner's fence
+    FENCED = "fenced"
+    #: its agent ended the binding: the host lease was LOST
+    FENCED_OUT = "fenced out"
+    #: the process was deleted through this binding
+    DELETED = "deleted"
+    #: restore or create failed (the detail is the error code)
+    START_FAILED = "start failed"
 
 
 class ProcessActor:
@@ -101,7 +118,9 @@ class ProcessActor:
         #: Why the host lease is SUSPENDED (refusing work until it is HELD again).
         self._suspended: str | None = None
         self._ctrl: ProcessController | None = None
-        self._closed: str | None = None
+        #: Why this binding stopped serving for good (None while open), and detail.
+        self._closed: ActorClosed | None = None
+        self._closed_why = ""
         self._last_used = time.monotonic()
         self._inflight = 0
         self._watchdog: asyncio.Task[None] | None = None
@@ -198,7 +217,7 @@ class ProcessActor:
         if only_if_idle and (self._inflight > 0 or (loop is not None and loop.busy)):
             return {"unbound": False, "busy": True}
         if self._closed is None:
-            self._closed = "passivated"
+            self._closed = ActorClosed.PASSIVATED
         self._ended.set()
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None and watchdog is not asyncio.current_task():
@@ -222,9 +241,16 @@ class ProcessActor:
                 "inflight": self._inflight, "busy": busy, "pid": os.getpid(),
                 "bindings": self.bindings}
 
+    def _closed_text(self) -> str:
+        """Why the binding stopped serving, for messages (empty while open)."""
+        if self._closed is None:
+            return ""
+        return f"{self._closed}: {self._closed_why}" if self._closed_why else str(self._closed)
+
     def _guard(self) -> None:
         if self._closed is not None:
-            raise UnavailableError(f"{self.process_id} is not served here: {self._closed}")
+            raise UnavailableError(f"{self.process_id} is not served here: "
+                                   f"{self._closed_text()}")
         if self._suspended is not None:
             raise UnavailableError(f"{self.process_id} is not served now: {self._suspended}; "
                                    "retry", lease_state="suspended")
@@ -265,7 +291,7 @@ class ProcessActor:
         try:
             return await asyncio.to_thread(self._start_sync, create)
         except SvitError as exc:
-            self._closed = f"start failed: {exc.code}"
+            self._closed, self._closed_why = ActorClosed.START_FAILED, str(exc.code)
             return error_dict(exc)
 
     def _start_sync(self, create: dict[str, Any] | None) -> dict[str, Any]:
@@ -398,7 +424,7 @@ class ProcessActor:
 
     def _loop_fenced(self) -> None:
         if self._closed is None:
-            self._closed = "fenced"
+            self._closed = ActorClosed.FENCED
             asyncio.get_running_loop().create_task(self._leave("fenced", self.token))
 
     async def _stop_loop(self) -> None:
@@ -442,7 +468,7 @@ class ProcessActor:
                     # Not while the host lease is SUSPENDED: the release could not
                     # reach etcd, and the lease may still come back HELD.
                     if self._inflight == 0 and self._suspended is None:
-                        self._closed = "passivated"
+                        self._closed = ActorClosed.PASSIVATED
                         await self._leave("passivated", self.token)
                         return
                     delay = period  # a request is under way: its end moves the deadline
@@ -512,7 +538,7 @@ class ProcessActor:
         if token != self.token or not token:
             return
         if self._closed is None:
-            self._closed = reason
+            self._closed, self._closed_why = ActorClosed.FENCED_OUT, reason
         if self._direct is not None:
             self._direct.close()
         await self._stop_loop()
@@ -524,12 +550,12 @@ class ProcessActor:
             return error_dict(UnavailableError(
                 f"this actor does not serve owner token {token} (now {self.token or 'none'}); "
                 "its route moved, retry", route_moved=True))
-        if self._closed == "deleted":
+        if self._closed is ActorClosed.DELETED:
             return error_dict(NotFound(f"process {self.process_id} was deleted"))
         if self._closed is not None or self._ctrl is None:
             # nothing ran: the router may send it to the current owner at once
             return error_dict(UnavailableError(f"{self.process_id} is not served here: "
-                                               f"{self._closed or 'starting'}",
+                                               f"{self._closed_text() or 'starting'}",
                                                route_moved=True))
         if self._suspended is not None:
             return error_dict(UnavailableError(f"{self.process_id} is not served now: "
@@ -540,7 +566,7 @@ class ProcessActor:
         try:
             return await asyncio.to_thread(fn, *args, **kw)
         except FencedError as exc:
-            self._closed = "fenced"
+            self._closed = ActorClosed.FENCED
             await self._stop_loop()
             await self._leave("fenced", token)
             return error_dict(exc)
@@ -587,7 +613,7 @@ class ProcessActor:
         """
         if self._closed is not None or self._ctrl is None:
             return error_dict(UnavailableError(f"{self.process_id} is not served here: "
-                                               f"{self._closed or 'starting'}"))
+                                               f"{self._closed_text() or 'starting'}"))
         if self._direct is None:
             import ray
 
@@ -741,11 +767,11 @@ class ProcessActor:
             assert self._ctrl is not None
             with self._ctrl.locked():
                 result: dict[str, Any] = self._backend.delete()
-            self._closed = "deleted"
+            self._closed = ActorClosed.DELETED
             return {**result, "host": self.host, "token": self.token}
 
         result = await self._run(token, run)
-        if self._closed == "deleted" and token == self.token:
+        if self._closed is ActorClosed.DELETED and token == self.token:
             asyncio.get_running_loop().create_task(
                 self._leave_later("deleted", token, delay_s=2.0))
         elif "error" in result and self._closed is None:
@@ -763,7 +789,7 @@ class ProcessActor:
         version = self._ctrl.process.version if self._ctrl is not None else None
         loop = self._loop
         return {"process_id": self.process_id, "host": self.host, "token": self.token,
-                "closed": self._closed, "version": version, "niceness": os.nice(0),
+                "closed": self._closed_text() or None, "version": version, "niceness": os.nice(0),
                 "idle_s": time.monotonic() - self._last_used,
                 "loop": None if loop is None else {
                     "state": loop.state, "turns_completed": loop.turns_completed,

@@ -54,7 +54,7 @@ from svit_cluster.cluster._config import (
     ClusterConfig,
     host_resource,
 )
-from svit_cluster.cluster._error_dict import error_dict
+from svit_cluster.cluster._error_dict import error_code, error_dict
 from svit_cluster.cluster._health import HostHealth
 from svit_cluster.cluster._names import actor_name, agent_name
 from svit_cluster.cluster._residency import (
@@ -921,7 +921,7 @@ class HostAgent:
                 return "serving"
             async with gate:
                 result = await self.activate(pid)
-            return str(result["error"].get("code")) if "error" in result else "ok"
+            return error_code(result) or "ok"
 
         async def one(pid: str) -> None:
             retrying = AsyncRetrying(

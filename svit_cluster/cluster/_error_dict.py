@@ -13,13 +13,29 @@ from typing import Any
 
 from svit_cluster.errors import SvitError
 
-__all__ = ["error_dict", "raise_error_dict"]
+__all__ = ["STALE_OWNER_CODES", "error_code", "error_dict", "raise_error_dict"]
+
+#: Error codes with which an actor answers when it no longer serves the binding
+#: the caller routed to (passivated, fenced out, its host's lease lost): the
+#: caller may place the process again and resend once.
+STALE_OWNER_CODES = frozenset({"unavailable", "fenced"})
 
 
 def error_dict(exc: SvitError) -> dict[str, Any]:
     """A Ray result carrying a project error: ``{"error": exc.to_wire()}``
     (:func:`raise_error_dict` inverts it)."""
     return {"error": exc.to_wire()}
+
+
+def error_code(result: dict[str, Any]) -> str | None:
+    """The error code a Ray result carries (``result["error"]["code"]``), or None
+    when it carries no error. An error that is not a wire dict counts as
+    ``internal``."""
+    err = result.get("error")
+    if err is None:
+        return None
+    code = err.get("code") if isinstance(err, dict) else None
+    return str(code) if code else "internal"
 
 
 def raise_error_dict(result: dict[str, Any]) -> dict[str, Any]:

@@ -19,12 +19,13 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._direct import DirectClient, DirectEndpoint, DirectUnreachable
-from svit_cluster.cluster._error_dict import raise_error_dict
+from svit_cluster.cluster._error_dict import STALE_OWNER_CODES, error_code, raise_error_dict
 from svit_cluster.cluster._names import agent_name
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
 from svit_cluster.cluster._redrive import InboxRedrive, RedriveBackoff
@@ -677,21 +678,35 @@ class RayRouter:
             # refused by the fence.
             route = await self._route(request.process_id)
             result = await self._control_call(route, body, partition, trace)
-        if "error" in result and result["error"].get("code") in ("unavailable", "fenced"):
-            # The actor stopped serving (passivated, fenced, lease lost): if
-            # etcd already shows no owner, place again once; else tell the
-            # client to retry while the old lease runs out.
-            self._drop_direct((route.actor, route.token))
-            await asyncio.sleep(0.05)
-            if self.cache.routes.get(request.process_id) in (None, route):
-                self.cache.routes.pop(request.process_id, None)
-                route = await self._place(request.process_id, None)
-                result = await self._control_call(route, body, partition, trace)
+        route, result = await self._again_if_stale_owner(
+            request.process_id, route, result,
+            lambda r: self._control_call(r, body, partition, trace))
         raise_error_dict(result)
         answer = ControlAnswer.from_result(result)
         if self.metrics is not None and answer.status == "committed":
             self.metrics.activations.labels(answer.host or route.host).inc()
         return answer
+
+    async def _again_if_stale_owner(
+        self, process_id: str, route: Route, result: dict[str, Any],
+        call: Callable[[Route], Awaitable[dict[str, Any]]],
+    ) -> tuple[Route, dict[str, Any]]:
+        """``(route, result)`` unchanged unless ``result`` says the actor no longer
+        serves that binding (:data:`STALE_OWNER_CODES`: passivated, fenced, its
+        lease lost). Then, if etcd already shows no other owner, the process is
+        placed again and ``call(new_route)`` sent once; if another owner is
+        recorded, the error stands and the client retries while the old
+        lease runs out.
+        """
+        if error_code(result) not in STALE_OWNER_CODES:
+            return route, result
+        self._drop_direct((route.actor, route.token))
+        await asyncio.sleep(0.05)
+        if self.cache.routes.get(process_id) in (None, route):
+            self.cache.routes.pop(process_id, None)
+            route = await self._place(process_id, None)
+            result = await call(route)
+        return route, result
 
     async def create(self, process_id: str, memory: Value, scripts: dict[str, Script]
                      ) -> dict[str, Any]:
@@ -787,13 +802,9 @@ class RayRouter:
         is re-placed once, as in :meth:`control`.
         """
         route = await self._route(process_id)
-        result = await self._call_route(route, "delete")
-        if "error" in result and result["error"].get("code") in ("unavailable", "fenced"):
-            await asyncio.sleep(0.05)
-            if self.cache.routes.get(process_id) in (None, route):
-                self.cache.routes.pop(process_id, None)
-                route = await self._place(process_id, None)
-                result = await self._call_route(route, "delete")
+        route, result = await self._again_if_stale_owner(
+            process_id, route, await self._call_route(route, "delete"),
+            lambda r: self._call_route(r, "delete"))
         raise_error_dict(result)
         released = False
         try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
-from svit_cluster.cluster._error_dict import raise_error_dict
+from svit_cluster.cluster._error_dict import error_code, raise_error_dict
 from svit_cluster.control import decode_request, decode_response
 from svit_cluster.errors import ErrorCode, ScriptFailed, UnavailableError
 from svit_cluster.process import encode_value
@@ -68,7 +68,7 @@ class RaySpawner:
         agent = ray.get_actor(self.agent_name, namespace=self.cfg.namespace)
         snapshot = parent.fork(child).snapshot()
         placed = self._get(agent.activate.remote(child, {"snapshot": snapshot}), "create")
-        if placed.get("error", {}).get("code") == str(ErrorCode.CONFLICT):
+        if error_code(placed) == ErrorCode.CONFLICT:
             placed = self._get(agent.activate.remote(child, None), "activate")  # a retry
         raise_error_dict(placed)
         actor, token = placed.get("actor"), placed.get("token")

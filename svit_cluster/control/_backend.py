@@ -13,12 +13,12 @@ cluster. Only the backend differs:
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from svit_cluster.errors import ConfigurationError, ErrorCode
-from svit_cluster.process import Transition
+from svit_cluster.process import Process, Transition
 
 __all__ = [
     "DEFAULT_RECEIPTS",
@@ -119,10 +119,15 @@ class CommitBackend(Protocol):
         transition: Transition,
         receipt: Receipt | None = None,
         intents: Sequence[dict[str, Any]] = (),
+        *,
+        completion: Mapping[str, Any] | None = None,
     ) -> None:
         """Durably commit ``transition`` with its receipt and outbox intents, atomically.
 
         ``receipt`` is None for host operations (inbox append/acknowledge).
+        ``completion`` (a reasoning turn's end) is published as a ``completion``
+        signal in the same step by a backend that keeps signals; one that
+        keeps none (:class:`MemoryBackend`) publishes nothing.
 
         Raises:
             FencedError: a newer owner holds the process (durable backends).
@@ -136,6 +141,18 @@ class CommitBackend(Protocol):
 
         Raises:
             FencedError, UnavailableError: as :meth:`commit`.
+        """
+        ...
+
+    def catch_up(self, process: Process) -> Process:
+        """``process`` brought up to the durable head: the tail after its version
+        replayed with the hash chain verified (or a restore from the snapshot
+        when that tail was trimmed). A backend without a durable head returns
+        ``process`` as it is.
+
+        Raises:
+            UnavailableError: the store cannot be reached.
+            CorruptData: the durable log does not continue ``process``.
         """
         ...
 
@@ -194,6 +211,8 @@ class MemoryBackend:
         transition: Transition,
         receipt: Receipt | None = None,
         intents: Sequence[dict[str, Any]] = (),
+        *,
+        completion: Mapping[str, Any] | None = None,
     ) -> None:
         key = None
         if receipt is not None:
@@ -201,6 +220,10 @@ class MemoryBackend:
             key = (receipt.tenant, receipt.client_id, receipt.request_id)
         self._committers.append((transition.record.process_version_after, key))
         self.outbox.extend(intents)
+
+    def catch_up(self, process: Process) -> Process:
+        """No durable head to re-read: ``process`` as it is."""
+        return process
 
     def find_request(
         self, tenant: str, client_id: str, request_id: str, *, head_version: int

@@ -238,10 +238,7 @@ class ProcessController:
                 next call retries.
             CorruptData: the durable log does not continue the served state.
         """
-        catch_up: Callable[[Process], Process] | None = getattr(
-            self._backend, "catch_up", None)
-        if catch_up is not None:
-            self._process = catch_up(self._process)
+        self._process = self._backend.catch_up(self._process)
         self._stale = False
 
     def _at_durable_head(self, step: Callable[[], T]) -> T:
@@ -428,18 +425,14 @@ class ProcessController:
     ) -> Change:
         """The one place that commits: the fenced backend write, then memory.
 
-        ``completion`` (a reasoning turn's end) is passed only when given: a
-        backend without signals takes no such argument.
+        ``completion``: a reasoning turn's end, published by the backend in the
+        same step (:meth:`CommitBackend.commit`).
         """
         try:
             with tracing.span("svit.commit", attributes={
                     "svit.process_id": self._process.id, "svit.token": self._token,
                     "svit.version": transition.record.process_version_after}):
-                if completion is None:
-                    self._backend.commit(transition, receipt, intents)
-                else:
-                    commit: Callable[..., None] = self._backend.commit
-                    commit(transition, receipt, intents, completion=completion)
+                self._backend.commit(transition, receipt, intents, completion=completion)
         except FencedError:
             raise
         except UnavailableError:
