@@ -65,6 +65,11 @@ Without such a fault the change is ``unattributed`` and owner loss is the old
 owner's last acknowledged commit. Failover = new owner's first commit - owner
 loss.
 
+**Cluster stall**: a gap longer than ``threshold_s`` in the acknowledged
+commits of *all* processes together, inside the union of every process's
+demand: clients were asking and no process committed. Each stall names the
+fault windows it overlaps (none: a stall no deliberate fault explains).
+
 **Distributions** use the nearest-rank percentile: ``pN`` of ``n`` sorted
 values is the value at rank ``ceil(N/100 * n)`` (1-based).
 """
@@ -87,6 +92,7 @@ __all__ = [
     "IGNORED_KINDS",
     "Fault",
     "availability_report",
+    "cluster_stalls",
     "distribution",
     "failovers",
     "fault_windows",
@@ -362,6 +368,31 @@ def failovers(history: Sequence[Event], logs: StoredLogs | None = None
     return sorted(out, key=lambda f: (f["t_new"], f["process"]))
 
 
+def cluster_stalls(history: Sequence[Event], *,
+                   threshold_s: float = DEFAULT_THRESHOLD_S) -> list[dict[str, Any]]:
+    """Every cluster stall (see the module docstring), in time order.
+
+    Returns:
+        One dict per stall: ``start``, ``end``, ``seconds``, ``faults`` (the
+        kinds of the fault windows it overlaps, sorted), ``windows`` (their
+        indexes).
+    """
+    procs = _processes(history, None).values()
+    demand = _merge([interval for proc in procs for interval in proc.demand])
+    acks = sorted(t for proc in procs for t, _ in proc.acks)
+    faults = fault_windows(history)
+    out: list[dict[str, Any]] = []
+    for start, end in demand:
+        inside = acks[bisect_left(acks, start):bisect_right(acks, end)]
+        for a, b in pairwise([start, *inside, end]):
+            if b - a > threshold_s:
+                during = [f for f in faults if f.start < b and f.end > a]
+                out.append({"start": _r(a), "end": _r(b), "seconds": _r(b - a),
+                            "faults": sorted({f.kind for f in during}),
+                            "windows": [f.window for f in during]})
+    return out
+
+
 def distribution(values: Sequence[float]) -> dict[str, Any]:
     """``count``, ``p50``, ``p90``, ``max`` (nearest rank; None when empty)."""
     ordered = sorted(values)
@@ -396,11 +427,13 @@ def availability_report(history: Sequence[Event], logs: StoredLogs | None = None
         unrecovered, outages}}, "events": [...]}``; ``faults``: per fault
         ``window``, ``kind``, ``start``, ``end``, ``recovered_at`` (the last
         affected process's recovery; None if one never recovered or none was
-        affected), ``affected``.
+        affected), ``affected``; ``stalls``: ``count``, ``longest_s``,
+        ``total_s`` and ``events`` (:func:`cluster_stalls`).
     """
     procs = process_availability(history, threshold_s=threshold_s)
     rec = recoveries(history, logs, threshold_s=threshold_s)
     fail = failovers(history, logs)
+    stalls = cluster_stalls(history, threshold_s=threshold_s)
     values = [p["availability"] for p in procs if p["availability"] is not None]
     per_fault: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in rec:
@@ -421,6 +454,10 @@ def availability_report(history: Sequence[Event], logs: StoredLogs | None = None
         "recovery": {"by_kind": _by_kind(rec), "events": rec},
         "failover": {"by_kind": _by_kind(fail), "events": fail},
         "faults": faults,
+        "stalls": {"count": len(stalls),
+                   "longest_s": max((x["seconds"] for x in stalls), default=None),
+                   "total_s": _r(sum(x["seconds"] for x in stalls)),
+                   "events": stalls},
     }
 
 
@@ -462,4 +499,14 @@ def markdown_tables(section: dict[str, Any], *, max_processes: int | None = None
         rows = [{"kind": k, **v} for k, v in (section.get(key, {}).get("by_kind") or {}).items()]
         parts += ["", f"### {title}", "",
                   _md(rows, ["kind", "count", "p50", "p90", "max", "unrecovered"])]
+    stalls = section.get("stalls") or {}
+    events = sorted(stalls.get("events") or [], key=lambda x: -x["seconds"])
+    parts += ["", f"### Cluster stalls (no process committed for more than {thr} s "
+                  "while clients asked)",
+              f"{stalls.get('count', 0)} stalls, longest {stalls.get('longest_s')} s, "
+              f"{stalls.get('total_s')} s in total" + ("; the 10 longest:" if len(events) > 10
+                                                        else "")]
+    if events:
+        rows = [{**x, "faults": ", ".join(x["faults"]) or "none"} for x in events[:10]]
+        parts += ["", _md(rows, ["start", "seconds", "faults"])]
     return "\n".join(parts) + "\n"

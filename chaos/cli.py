@@ -22,7 +22,7 @@ from svit_cluster.errors import ConfigurationError
 
 from .availability import availability_report, markdown_tables
 from .checker import build_context, check
-from .cluster import TOPOLOGIES
+from .cluster import ETCD_MEMBERS, TOPOLOGIES
 from .errors import HistoryError
 from .history import read_history
 from .leases import leases_markdown, leases_report
@@ -82,8 +82,14 @@ def main() -> None:
                    "--topology scaled.")
 @click.option("--topology", type=click.Choice(list(TOPOLOGIES)), default=RunConfig.topology,
               show_default=True,
-              help="single: one redis-server and one etcd, hosts behind proxies; scaled: "
-                   "a Redis Cluster of 3 masters x 1 replica and 3 etcd members.")
+              help="single: one redis-server and --etcd-members etcd members, each host "
+                   "behind its own proxies; scaled: a Redis Cluster of 3 masters x 1 replica "
+                   "and 3 etcd members.")
+@click.option("--etcd-members", type=click.Choice([str(n) for n in ETCD_MEMBERS]),
+              default=str(RunConfig.etcd_members), show_default=True,
+              help="etcd members of the single topology. 3 is production's shape: kill-etcd "
+                   "kills the leader and the others elect a new one (kill-etcd-majority "
+                   "takes the quorum away); 1: kill-etcd stops all of etcd.")
 @click.option("--wait-replicas", type=click.IntRange(0, 16), default=None,
               help="WAIT for this many replicas after every write (SVIT_REDIS_WAIT_REPLICAS "
                    "of the cluster; default: the environment's, 0 = off).")
@@ -121,7 +127,8 @@ def main() -> None:
 @click.option("--port-dedup/--no-port-dedup", default=RunConfig.port_dedup, show_default=True,
               help="With --workload ports: the test server dedups by idempotency key "
                    "(--no-port-dedup is a negative control: the checker must fail).")
-def run_command(scenario: str | None, topology: str, wait_replicas: int | None,
+def run_command(scenario: str | None, topology: str, etcd_members: str,
+                wait_replicas: int | None,
                 duration_s: float, seed: int, hosts: int, clients: int,
                 processes: int, out_dir: Path, lease_ttl_s: int, snapshot_every: int,
                 negative_control: bool | None, loss_control: bool | None,
@@ -137,7 +144,8 @@ def run_command(scenario: str | None, topology: str, wait_replicas: int | None,
                        negative_control=negative_control, loss_control=loss_control,
                        workload=workload, port_dedup=port_dedup,
                        timer_every=timer_every, timer_delay_ms=timer_delay_ms,
-                       topology=topology, wait_replicas=wait_replicas)
+                       topology=topology, wait_replicas=wait_replicas,
+                       etcd_members=int(etcd_members))
     try:
         validate(config)
     except ConfigurationError as exc:

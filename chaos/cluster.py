@@ -47,6 +47,7 @@ from .observer import etcd_owners
 from .proxy import HubLinks
 
 __all__ = [
+    "ETCD_MEMBERS",
     "SCALED_TOPOLOGY",
     "TOPOLOGIES",
     "ChaosCluster",
@@ -95,11 +96,14 @@ class LaunchSpec:
         progress: status messages while starting.
         ports: the deployment's ports (``svit_cluster.ports.PortsConfig``
             fields; default none granted).
-        topology: ``"single"`` (one redis-server, one etcd, each host behind
-            its own proxies) or ``"scaled"`` (:data:`SCALED_TOPOLOGY`: a Redis
+        topology: ``"single"`` (one redis-server and ``etcd_members`` etcd
+            members, each host behind its own proxies: one per member and one
+            for Redis) or ``"scaled"`` (:data:`SCALED_TOPOLOGY`: a Redis
             Cluster of 3 masters x 1 replica and a 3-member etcd; no per-host
             proxies, since a Redis Cluster client follows ``MOVED`` to node
             addresses that a per-host TCP proxy cannot rewrite).
+        etcd_members: etcd members of the single topology: 3 (default, as in
+            production) or 1 (``kill-etcd`` then stops all of etcd); 1, 3 or 5.
         wait_replicas: ``SVIT_REDIS_WAIT_REPLICAS`` for every process of the
             cluster (``WAIT`` after each write script; None: leave the
             environment as it is, which means 0 = off unless set).
@@ -115,10 +119,13 @@ class LaunchSpec:
     ports: dict[str, Any] = field(default_factory=dict)
     topology: str = "single"
     wait_replicas: int | None = None
+    etcd_members: int = 3
 
 
 #: Topologies ``svit-chaos run --topology`` starts.
 TOPOLOGIES = ("single", "scaled")
+#: etcd members the single topology may run (``--etcd-members``).
+ETCD_MEMBERS = (1, 3, 5)
 #: The scaled topology's shape: a Redis Cluster and a 3-member etcd.
 SCALED_TOPOLOGY = {"redis_masters": 3, "redis_replicas": 1, "etcd_members": 3}
 
@@ -269,6 +276,8 @@ class LocalClusterTarget:
         self.cluster = cluster
         self.hub = hub
         self._ttl = lease_ttl_s
+        #: etcd members killed by kill-etcd(-majority), started again by start_etcd
+        self._killed_etcd: list[str] = []
         #: host -> restarts under way (heals run in daemon threads, several at once)
         self._restarting: Counter[str] = Counter()
         self._restarting_lock = threading.Lock()
@@ -330,10 +339,44 @@ class LocalClusterTarget:
         self._restart("redis")
 
     def kill_etcd(self) -> None:
-        self._server("etcd").kill9()
+        """SIGKILL etcd: the one server, or with several members the leader only
+        (the others elect a new one; :meth:`start_etcd` starts it again)."""
+        stores = self._stores()
+        if stores.etcd_cluster is None:
+            self._server("etcd").kill9()
+            return
+        name = stores.etcd_member("leader")
+        stores.kill_etcd_member(name)
+        self._killed_etcd.append(name)
+
+    def kill_etcd_majority(self) -> list[str]:
+        """SIGKILL a majority of the etcd members (the leader first): etcd loses
+        its quorum. Returns their names; :meth:`start_etcd` starts them again.
+
+        Raises:
+            HarnessError: etcd has a single member (use ``kill-etcd``), or the
+                members agree on no leader.
+        """
+        stores = self._stores()
+        if stores.etcd_cluster is None:
+            raise HarnessError("kill-etcd-majority needs several etcd members "
+                               "(--etcd-members 3)", stage="inject")
+        members = stores.etcd_cluster.members
+        leader = stores.etcd_member("leader")
+        names = [leader] + [m.name for m in members if m.name != leader and m.running]
+        for name in names[:len(members) // 2 + 1]:
+            stores.kill_etcd_member(name)
+            self._killed_etcd.append(name)
+        return names[:len(members) // 2 + 1]
 
     def start_etcd(self) -> None:
-        self._restart("etcd")
+        """Start what :meth:`kill_etcd` or :meth:`kill_etcd_majority` killed."""
+        if self._stores().etcd_cluster is None:
+            self._restart("etcd")
+            return
+        killed, self._killed_etcd = self._killed_etcd, []
+        for name in killed:
+            self._stores().start_etcd_member(name)
 
     def service_ready(self, service: str) -> bool:
         doc = self.cluster.doc
@@ -536,7 +579,8 @@ def local_launcher(spec: LaunchSpec) -> ChaosCluster:
                                ports=dict(spec.ports),
                                redis_masters=SCALED_TOPOLOGY["redis_masters"] if scaled else 0,
                                redis_replicas=SCALED_TOPOLOGY["redis_replicas"] if scaled else 0,
-                               etcd_members=SCALED_TOPOLOGY["etcd_members"] if scaled else 1)
+                               etcd_members=SCALED_TOPOLOGY["etcd_members"] if scaled
+                               else spec.etcd_members)
     # Ray nodes, their workers, the gateway and the dispatchers inherit the
     # environment at start: WAIT reaches every writer that way.
     # The negative leg's dispatcher ignores committed cancels (test-only switch,

@@ -36,7 +36,7 @@ from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["HubLinks", "Link", "LinkMode", "ProxyFactory", "ProxyHub", "TcpProxy"]
+__all__ = ["HubLinks", "Link", "LinkGroup", "LinkMode", "ProxyFactory", "ProxyHub", "TcpProxy"]
 
 T = TypeVar("T")
 
@@ -290,11 +290,50 @@ class Link(Protocol):
 L = TypeVar("L", bound=Link)
 
 
+class LinkGroup:
+    """One host's link to a service of several members (a 3-member etcd): one
+    proxy per member, switched together, so a cut of the host's link cuts it
+    off from every member at once.
+
+    Args:
+        name: the link's name (``"h1/etcd"``).
+        members: the members' proxies, in the order of the service's endpoints.
+
+    Raises:
+        ValueError: ``members`` is empty.
+    """
+
+    def __init__(self, name: str, members: list[Link]) -> None:
+        if not members:
+            raise ValueError(f"link group {name!r} has no member")
+        self.name = name
+        self.members = list(members)
+        self.upstream = members[0].upstream
+
+    @property
+    def address(self) -> str:
+        """The members' proxy addresses, comma-separated (an etcd endpoint list)."""
+        return ",".join(m.address for m in self.members)
+
+    @property
+    def resets(self) -> int:
+        return sum(m.resets for m in self.members)
+
+    def set_mode(self, mode: LinkMode | str, *, delay_ms: int = 0) -> None:
+        for member in self.members:
+            member.set_mode(mode, delay_ms=delay_ms)
+
+    def close(self) -> None:
+        for member in self.members:
+            with contextlib.suppress(Exception):
+                member.close()
+
+
 class HubLinks(ABC, Generic[L]):
     """What both hubs share: the (host, service) links and the cluster's proxy
     factory, over a hub-specific :meth:`proxy`."""
 
-    _links: dict[tuple[str, str], L]
+    _links: dict[tuple[str, str], Link]
 
     @abstractmethod
     def proxy(self, name: str, upstream_host: str, upstream_port: int) -> L:
@@ -312,7 +351,7 @@ class HubLinks(ABC, Generic[L]):
     def close(self) -> None:
         """Close every proxy and stop serving (idempotent, never raises)."""
 
-    def link(self, host: str, service: str) -> L:
+    def link(self, host: str, service: str) -> Link:
         """The proxy of ``host``'s link to ``service`` (``"etcd"`` or ``"redis"``).
 
         Raises:
@@ -325,22 +364,29 @@ class HubLinks(ABC, Generic[L]):
             raise KeyError(f"no link {host}/{service}; links: {known or 'none'}") from None
 
     @property
-    def links(self) -> dict[tuple[str, str], L]:
+    def links(self) -> dict[tuple[str, str], Link]:
         return dict(self._links)
 
     def factory(self) -> ProxyFactory:
-        """The ``proxy_factory`` for ``LocalCluster.up``: one etcd and one Redis proxy per host.
+        """The ``proxy_factory`` for ``LocalCluster.up``: per host, one proxy per etcd
+        member and one Redis proxy.
 
-        The returned callable maps ``(host, "127.0.0.1:<etcd port>",
+        The returned callable maps ``(host, "127.0.0.1:<etcd port>[,...]",
         "redis://127.0.0.1:<port>/0")`` to the same endpoints on the host's
-        proxies. Calling it twice for one host returns the same proxies.
+        proxies; several etcd members become a :class:`LinkGroup`, the host's
+        one ``etcd`` link. Calling it twice for one host returns the same
+        proxies.
         """
 
         def make(host: str, etcd_endpoint: str, redis_url: str) -> tuple[str, str]:
             etcd = self._links.get((host, "etcd"))
             if etcd is None:
-                ehost, _, eport = etcd_endpoint.rpartition(":")
-                etcd = self.proxy(f"{host}/etcd", ehost or _LOOPBACK, int(eport))
+                members: list[Link] = []
+                for i, member in enumerate(etcd_endpoint.split(",")):
+                    ehost, _, eport = member.strip().rpartition(":")
+                    members.append(self.proxy(f"{host}/etcd" + (f"-{i}" if i else ""),
+                                              ehost or _LOOPBACK, int(eport)))
+                etcd = members[0] if len(members) == 1 else LinkGroup(f"{host}/etcd", members)
                 self._links[(host, "etcd")] = etcd
             redis = self._links.get((host, "redis"))
             parts = urlsplit(redis_url)
@@ -374,7 +420,7 @@ class ProxyHub(HubLinks[TcpProxy]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._proxies: dict[str, TcpProxy] = {}
-        self._links: dict[tuple[str, str], TcpProxy] = {}
+        self._links: dict[tuple[str, str], Link] = {}
         self._lock = threading.Lock()
 
     def _all(self) -> list[TcpProxy]:

@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
-from .proxy import HubLinks, LinkMode, ProxyHub
+from .proxy import HubLinks, Link, LinkMode, ProxyHub
 
 __all__ = ["ProcessProxyHub", "RemoteProxy"]
 
@@ -104,7 +104,7 @@ class ProcessProxyHub(HubLinks[RemoteProxy]):
         self._conn: Connection | None = None
         self._lock = threading.Lock()
         self._proxies: dict[str, RemoteProxy] = {}
-        self._links: dict[tuple[str, str], RemoteProxy] = {}
+        self._links: dict[tuple[str, str], Link] = {}
 
     def _all(self) -> list[RemoteProxy]:
         return list(self._proxies.values())

@@ -57,7 +57,7 @@ from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys, connect
 
 from .checker import CheckResult, build_context, check, outbox_event
 from .clock import Clock, MonotonicClock, wait_until
-from .cluster import TOPOLOGIES, ChaosCluster, Launcher, LaunchSpec, local_launcher
+from .cluster import ETCD_MEMBERS, TOPOLOGIES, ChaosCluster, Launcher, LaunchSpec, local_launcher
 from .errors import HarnessError
 from .history import HistoryWriter, write_history
 from .leases import lease_loss_reasons, lease_losses
@@ -176,6 +176,9 @@ class RunConfig:
             call and its commit, where a pause or kill makes a retry repeat it.
         topology: ``"single"`` (default) or ``"scaled"`` (3 Redis masters x 1
             replica and 3 etcd members; see :mod:`svit_chaos.cluster`).
+        etcd_members: etcd members of the single topology: 3 (default, as in
+            production: ``kill-etcd`` kills the leader only) or 1 (``kill-etcd``
+            stops all of etcd), or 5.
         wait_replicas: ``WAIT`` replicas after every write script, for every
             process of the cluster (``SVIT_REDIS_WAIT_REPLICAS``); None leaves
             the environment's setting (0 = off unless set).
@@ -209,6 +212,7 @@ class RunConfig:
     port_delay_s: float = 0.05
     topology: str = "single"
     wait_replicas: int | None = None
+    etcd_members: int = 3
 
     def duration_for(self, scenario: str) -> float:
         if scenario == self.scenario and self.schedule is not None:
@@ -310,7 +314,8 @@ async def run_leg(
                           negative_control=negative, hub=hub,
                           progress=lambda m: progress.message(f"[{name}] {m}"),
                           ports=_port_grants(port_server),
-                          topology=config.topology, wait_replicas=config.wait_replicas)
+                          topology=config.topology, wait_replicas=config.wait_replicas,
+                          etcd_members=config.etcd_members)
         cluster = await asyncio.to_thread(launcher, spec)
         if config.schedule is not None and not negative:
             schedule = config.schedule
@@ -342,7 +347,7 @@ async def run_leg(
                        processes=wl_config.process_ids(), hosts=cluster.host_names(),
                        lease_ttl_s=config.lease_ttl_s, schedule=schedule.to_json(),
                        topology=config.topology, wait_replicas=config.wait_replicas,
-                       host_leases=bool(cluster.cluster_name),
+                       etcd_members=config.etcd_members, host_leases=bool(cluster.cluster_name),
                        config={k: str(v) for k, v in asdict(config).items()
                                if k != "schedule"})
         workload = Workload(cluster.gateway_url, cluster.admin_token, history, wl_config,
@@ -718,6 +723,9 @@ def validate(config: RunConfig) -> None:
                                  f"{', '.join(TOPOLOGIES)}")
     if config.scenario == "scaled" and config.topology != "scaled":
         raise ConfigurationError("scenario scaled needs --topology scaled")
+    if config.etcd_members not in ETCD_MEMBERS:
+        raise ConfigurationError(f"etcd_members must be one of "
+                                 f"{', '.join(map(str, ETCD_MEMBERS))}")
     if config.wait_replicas is not None and not 0 <= config.wait_replicas <= 16:
         raise ConfigurationError("wait_replicas must be in 0..16")
     hosts = [f"h{i + 1}" for i in range(config.hosts)]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from svit_chaos.availability import (
     availability_report,
+    cluster_stalls,
     distribution,
     failovers,
     markdown_tables,
@@ -93,6 +94,24 @@ def test_a_known_five_second_gap_is_shown_and_a_gapless_run_is_fully_available()
     assert p["commits"] == 10 + 21
     assert (q["outages"], q["unavailable_s"], q["availability"]) == (0, 0.0, 1.0)
     assert q["longest_gap_s"] == 0.5
+
+
+def test_a_cluster_stall_is_a_gap_of_every_process_at_once_and_names_its_faults() -> None:
+    # P and Q commit every 0.5 s over [0, 20]; both wait from 10.0 to 13.0 (a kill-etcd
+    # window 9.5..12.5 covers it): one 3 s stall. P alone waits 15.0 -> 17.0 while Q
+    # keeps committing every 0.5 s: an outage of P, not a stall (negative control).
+    p = chain(P, "c0", 0.0, [*steps(0.5, 10.0, 1), (13.0, 1), *steps(13.5, 15.0, 1),
+                             *steps(17.0, 20.0, 1)])
+    q = chain(Q, "c1", 0.0, [*steps(0.5, 10.0, 2), *steps(13.0, 20.0, 2)])
+    events = history(p, q, fault("kill-etcd", 0, 9.5, 12.5))
+    assert cluster_stalls(events) == [{"start": 10.0, "end": 13.0, "seconds": 3.0,
+                                       "faults": ["kill-etcd"], "windows": [0]}]
+    assert {r["process"]: r["outages"] for r in process_availability(events)} == {P: 2, Q: 1}
+    section = availability_report(events)
+    assert (section["stalls"]["count"], section["stalls"]["longest_s"]) == (1, 3.0)
+    assert "| 10.0 | 3.0 | kill-etcd |" in markdown_tables(section)
+    # the same stall without a fault window: it names none
+    assert cluster_stalls(history(p, q))[0]["faults"] == []
 
 
 def test_threshold_is_strict_and_an_outage_counts_whole() -> None:

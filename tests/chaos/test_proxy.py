@@ -8,15 +8,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from svit_chaos.proxy import LinkMode, ProxyHub
+from svit_chaos.proxy import LinkGroup, LinkMode, ProxyHub
 from svit_chaos.proxy_process import ProcessProxyHub
 
 from svit_cluster.errors import UnavailableError
-from svit_cluster.local import EtcdServer, RedisServer
+from svit_cluster.local import EtcdClusterServer, EtcdServer, RedisServer
 from svit_cluster.ownership import open_client
 from svit_cluster.ownership._etcd import etcd_call
 
@@ -216,3 +217,41 @@ def test_a_busy_harness_delays_only_the_in_process_proxy(
     else:
         window = [lat for sent, lat in pairs if held_from <= sent <= held_to - 0.3]
         assert len(window) >= 5 and max(window) < held / 3, (held, window)
+
+
+async def test_a_hosts_link_to_a_3_member_etcd_cuts_and_heals_every_member_at_once(
+        tmp_path: Path) -> None:
+    """With several etcd members each host gets one proxy per member, grouped as
+    its one ``etcd`` link: the client (failing over between members) sees the
+    cut only when every member is cut, and the heal brings all of them back."""
+    members = EtcdClusterServer(tmp_path / "etcd3", members=3, die_with_parent=True)
+    members.start()
+    try:
+        with ProxyHub() as hub:
+            endpoint, _ = hub.factory()("h1", members.endpoints, "redis://127.0.0.1:1/0")
+            link = hub.link("h1", "etcd")
+            assert isinstance(link, LinkGroup) and len(link.members) == 3
+            assert endpoint == link.address and len(endpoint.split(",")) == 3
+            assert sorted(m.upstream[1] for m in link.members) == sorted(
+                m.port for m in members.members)
+            client = open_client(endpoint, request_timeout_s=0.5)
+            try:
+                await etcd_call("put", client.put(b"/chaos/g", b"v"), timeout_s=3)
+                await asyncio.to_thread(link.set_mode, LinkMode.DROP)
+                with pytest.raises(UnavailableError):
+                    await etcd_call("get", client.get(b"/chaos/g"), timeout_s=2)
+                assert link.resets >= 1
+                await asyncio.to_thread(link.set_mode, LinkMode.PASS)
+                deadline = time.monotonic() + 15
+                while True:
+                    try:
+                        got = await etcd_call("get", client.get(b"/chaos/g"), timeout_s=1)
+                        break
+                    except UnavailableError:
+                        assert time.monotonic() < deadline, "etcd not reachable after healing"
+                        await asyncio.sleep(0.2)
+                assert got is not None and got.value == b"v"
+            finally:
+                await client.close()
+    finally:
+        members.stop()
