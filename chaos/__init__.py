@@ -37,21 +37,15 @@ from .cluster import ChaosCluster, LaunchSpec, local_launcher
 from .errors import HarnessError, HistoryError
 from .history import HistoryWriter, read_history, write_history
 from .logs import StoredLogs, dump_processes, read_logs, write_logs
-from .nemesis import (
-    SCENARIOS,
-    FaultTarget,
-    NemesisRunner,
-    NemesisSpec,
-    Schedule,
-    Window,
-    build_schedule,
-    random_schedule,
-)
 from .observer import StoreObserver
 from .proxy import LinkMode, ProxyHub, TcpProxy
 from .proxy_process import ProcessProxyHub
 from .run import RunConfig, RunOutcome, run
+from .runner import NemesisRunner
+from .schedule import SCENARIOS, build_schedule, random_schedule
+from .spec import NemesisSpec, Schedule, Window
 from .stale import StaleWriter
+from .target import FaultTarget
 from .workload import SCRIPT, Workload, WorkloadConfig
 
 __all__ = [

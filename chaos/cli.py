@@ -27,9 +27,9 @@ from .errors import HistoryError
 from .history import read_history
 from .leases import leases_markdown, leases_report
 from .logs import read_logs
-from .nemesis import SCENARIOS
 from .report import ports_markdown
 from .run import EXIT_CODES, WORKLOADS, RunConfig, run, validate
+from .schedule import SCENARIOS
 from .timers import timers_figures, timers_markdown
 from .workload import WorkloadStats
 

@@ -3,7 +3,7 @@
 :class:`ChaosCluster` is everything a run needs from a cluster; a
 :data:`Launcher` starts one. :func:`local_launcher` starts the embedded
 ``svit_cluster.local.LocalCluster`` with every host behind its own proxies and
-adapts it to :class:`~svit_chaos.nemesis.FaultTarget`.
+adapts it to :class:`~svit_chaos.target.FaultTarget`.
 
 Hooks relied on in ``LocalCluster`` (also listed in ``chaos/README.md``):
 
@@ -42,9 +42,9 @@ from svit_cluster.local import ClusterSpec, LocalCluster, RayNode, ServerError
 
 from .errors import HarnessError
 from .load import HostLoad, start_load
-from .nemesis import FaultTarget, Link
 from .observer import etcd_owners
 from .proxy import HubLinks
+from .target import FaultTarget, Link
 
 __all__ = [
     "ETCD_MEMBERS",

@@ -1,7 +1,7 @@
 """Load beside one host: busy loops and held memory, a noisy neighbour stopped by PID.
 
 :func:`start_load` starts, for the ``load-host`` nemesis
-(:class:`svit_chaos.nemesis.LoadHost`), ``cpu`` busy-loop processes and, with
+(:class:`svit_chaos.faults.LoadHost`), ``cpu`` busy-loop processes and, with
 ``memory_mib`` > 0, one process that allocates that many MiB, writes to every
 page and keeps the pages resident (it writes to each again every second) until
 it is stopped. :meth:`HostLoad.stop` SIGKILLs and reaps each of them by its

@@ -29,9 +29,9 @@ from .breakdown import STEPS, breakdown_markdown, breakdown_report
 from .checker import CheckResult, build_context
 from .failed import CAUSES, failed_markdown, failed_requests
 from .history import Event
+from .kinds import FAILOVER_KINDS
 from .leases import leases_markdown, leases_report
 from .logs import StoredLogs
-from .nemesis import FAILOVER_KINDS
 from .ports import ports_figures
 from .timers import timers_figures, timers_markdown
 

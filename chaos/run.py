@@ -58,25 +58,21 @@ from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys, connect
 from .checker import CheckResult, build_context, check, outbox_event
 from .clock import Clock, MonotonicClock, wait_until
 from .cluster import ETCD_MEMBERS, TOPOLOGIES, ChaosCluster, Launcher, LaunchSpec, local_launcher
+from .daemon_pool import in_daemon_thread
 from .errors import HarnessError
+from .faults import NemesisContext
 from .history import HistoryWriter, write_history
 from .leases import lease_loss_reasons, lease_losses
 from .load import stop_all_loads
 from .logs import StoredLogs, dump_processes, write_logs
-from .nemesis import (
-    NemesisContext,
-    NemesisRunner,
-    Schedule,
-    build_schedule,
-    check_topology,
-    in_daemon_thread,
-    smoke_duration_s,
-)
 from .observer import StoreObserver
 from .ports import PortServer, owner_log_lines
 from .proxy import HubLinks
 from .proxy_process import ProcessProxyHub
 from .report import build_report, render_timeline, write_html, write_json, write_markdown
+from .runner import NemesisRunner
+from .schedule import build_schedule, check_topology, smoke_duration_s
+from .spec import Schedule
 from .stale import StaleWriter
 from .timers import timers_event, timers_figures
 from .workload import Workload, WorkloadConfig, WorkloadStats
@@ -135,7 +131,7 @@ class RunConfig:
     """Parameters of ``svit-chaos run``.
 
     Attributes:
-        scenario: a name from :data:`~svit_chaos.nemesis.SCENARIOS`.
+        scenario: a name from :data:`~svit_chaos.schedule.SCENARIOS`.
         duration_s: workload seconds; 0 picks the scenario's default.
         seed: seeds the schedule and the clients.
         hosts, clients, processes: cluster and workload shape.

@@ -24,14 +24,16 @@ from typing import Any
 import pytest
 import redis
 from svit_chaos.checker import check
+from svit_chaos.faults import NemesisContext
 from svit_chaos.history import HistoryWriter
 from svit_chaos.leases import lease_loss_reasons, lease_losses, leases_report
 from svit_chaos.load import HostLoad, start_load, stop_all_loads
 from svit_chaos.logs import StoredLogs
-from svit_chaos.nemesis import NemesisContext, NemesisRunner, NemesisSpec, Schedule, Window
 from svit_chaos.observer import StoreObserver
 from svit_chaos.proxy import LinkMode, ProxyHub
 from svit_chaos.report import write_markdown
+from svit_chaos.runner import NemesisRunner
+from svit_chaos.spec import NemesisSpec, Schedule, Window
 
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import host_key

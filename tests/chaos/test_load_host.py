@@ -25,26 +25,22 @@ import pytest
 from svit_chaos import load as load_module
 from svit_chaos.clock import ManualClock
 from svit_chaos.cluster import LocalClusterTarget
+from svit_chaos.faults import LoadHost, NemesisContext
 from svit_chaos.history import HistoryWriter
+from svit_chaos.kinds import HOST_KINDS, KINDS
 from svit_chaos.load import LOAD_MARKER, start_load, stop_all_loads
-from svit_chaos.nemesis import (
-    HOST_KINDS,
-    KINDS,
+from svit_chaos.proxy import ProxyHub
+from svit_chaos.runner import NemesisRunner
+from svit_chaos.schedule import (
     LOAD_CPU,
     LOAD_MEMORY_MIB,
     SCENARIOS,
     SMOKE_KINDS,
-    LoadHost,
-    NemesisContext,
-    NemesisRunner,
-    NemesisSpec,
-    Schedule,
-    Window,
     build_schedule,
     random_schedule,
     smoke_duration_s,
 )
-from svit_chaos.proxy import ProxyHub
+from svit_chaos.spec import NemesisSpec, Schedule, Window
 
 from svit_cluster.errors import ConfigurationError
 

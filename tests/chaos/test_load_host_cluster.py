@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from svit_chaos.cluster import ChaosCluster, LaunchSpec, local_launcher
 from svit_chaos.load import HostLoad
-from svit_chaos.nemesis import NemesisSpec, Schedule, Window
 from svit_chaos.proxy import LinkMode
 from svit_chaos.run import RunConfig, run
+from svit_chaos.spec import NemesisSpec, Schedule, Window
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 

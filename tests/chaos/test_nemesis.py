@@ -11,19 +11,12 @@ from typing import Any
 import pytest
 from svit_chaos.clock import ManualClock, MonotonicClock
 from svit_chaos.cluster import etcd_ready, redis_ready
+from svit_chaos.faults import NemesisContext
 from svit_chaos.history import HistoryWriter
-from svit_chaos.nemesis import (
-    SMOKE_KINDS,
-    NemesisContext,
-    NemesisRunner,
-    NemesisSpec,
-    Schedule,
-    Window,
-    build_schedule,
-    random_schedule,
-    smoke_duration_s,
-)
 from svit_chaos.proxy import LinkMode
+from svit_chaos.runner import NemesisRunner
+from svit_chaos.schedule import SMOKE_KINDS, build_schedule, random_schedule, smoke_duration_s
+from svit_chaos.spec import NemesisSpec, Schedule, Window
 
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.local import EtcdServer, RedisServer

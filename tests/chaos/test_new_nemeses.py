@@ -21,21 +21,13 @@ from svit_chaos.availability import fault_windows
 from svit_chaos.clock import ManualClock
 from svit_chaos.cluster import LocalClusterTarget
 from svit_chaos.errors import HarnessError
+from svit_chaos.faults import EtcdRestartDeadHost, NemesisContext, restart_if_died
 from svit_chaos.history import HistoryWriter
-from svit_chaos.nemesis import (
-    FAILOVER_KINDS,
-    KINDS,
-    EtcdRestartDeadHost,
-    NemesisContext,
-    NemesisRunner,
-    NemesisSpec,
-    Schedule,
-    Window,
-    build_schedule,
-    random_schedule,
-    restart_if_died,
-)
+from svit_chaos.kinds import FAILOVER_KINDS, KINDS
 from svit_chaos.proxy import ProxyHub
+from svit_chaos.runner import NemesisRunner
+from svit_chaos.schedule import build_schedule, random_schedule
+from svit_chaos.spec import NemesisSpec, Schedule, Window
 
 NEW = ("stop-raylet", "kill-agent", "term-host", "pause-gcs", "etcd-restart-dead-host")
 HOSTS = ["h1", "h2", "h3"]

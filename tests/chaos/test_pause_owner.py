@@ -16,9 +16,10 @@ import redis
 from svit_chaos.checker import check
 from svit_chaos.clock import ManualClock
 from svit_chaos.errors import HarnessError
+from svit_chaos.faults import NemesisContext, PauseOwner
 from svit_chaos.history import HistoryWriter
 from svit_chaos.logs import dump_processes
-from svit_chaos.nemesis import NemesisContext, NemesisSpec, PauseOwner
+from svit_chaos.spec import NemesisSpec
 from svit_chaos.stale import StaleWriter
 
 from svit_cluster.store import RedisBackend, StoreConfig

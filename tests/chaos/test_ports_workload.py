@@ -22,9 +22,9 @@ from urllib.parse import quote
 import pytest
 from svit_chaos.checker import build_context
 from svit_chaos.cluster import LaunchSpec
-from svit_chaos.nemesis import NemesisSpec, Schedule, Window
 from svit_chaos.ports import PortServer, check_ports, owner_log_lines, ports_figures
 from svit_chaos.run import RunConfig, run
+from svit_chaos.spec import NemesisSpec, Schedule, Window
 
 from svit_cluster.ports import idempotency_key
 from tests.chaos._mini import MiniCluster, mini_launcher

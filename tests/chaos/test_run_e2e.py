@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from svit_chaos.cli import main
 from svit_chaos.cluster import LaunchSpec
 from svit_chaos.errors import HarnessError
-from svit_chaos.nemesis import NemesisSpec, Schedule, Window
 from svit_chaos.run import RunConfig, run
+from svit_chaos.spec import NemesisSpec, Schedule, Window
 
 from tests.chaos._mini import MiniCluster, mini_launcher
 

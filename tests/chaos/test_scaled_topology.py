@@ -18,8 +18,9 @@ import json
 from pathlib import Path
 
 import pytest
-from svit_chaos.nemesis import NemesisSpec, Schedule, Window, build_schedule, check_topology
 from svit_chaos.run import RunConfig, run, validate
+from svit_chaos.schedule import build_schedule, check_topology
+from svit_chaos.spec import NemesisSpec, Schedule, Window
 
 from svit_cluster.errors import ConfigurationError
 from tests.chaos._mini import mini_launcher

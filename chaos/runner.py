@@ -1,0 +1,182 @@
+"""The loop that runs a schedule against a cluster and records what it did.
+
+:class:`NemesisRunner` starts every window of a
+:class:`~svit_chaos.spec.Schedule` at its offset (windows run concurrently),
+injects its fault (:func:`~svit_chaos.faults.make_nemesis`), waits out the window
+or the run's stop, heals the fault and waits for the healed services to answer
+(a condition, not a sleep). Each inject, heal and failure is a ``nemesis``
+history event. The runner **always heals what it broke**:
+:meth:`NemesisRunner.heal_all` runs on stop, on error and on cancellation. A
+fault that could not be injected or healed is a harness error that makes the
+run inconclusive (:meth:`NemesisRunner.raise_if_failed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .clock import Clock, MonotonicClock, wait_until
+from .daemon_pool import in_daemon_thread
+from .errors import HarnessError
+from .faults import Nemesis, NemesisContext, make_nemesis
+from .spec import Schedule, Window
+
+__all__ = ["Blocking", "NemesisRunner"]
+
+#: Runs one blocking call off the event loop and returns its result.
+Blocking = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+class NemesisRunner:
+    """Runs a schedule against a target, recording ``nemesis`` events.
+
+    Args:
+        schedule: the windows to run (offsets from :meth:`run`'s start).
+        ctx: target, history, processes and the optional stale writer.
+        clock: for window timing (default monotonic).
+        heal_timeout_s: bound on each inject and heal call, and on how long a
+            healed service may take to answer (default 60 s); past it the fault
+            counts as not healed (a harness error: the run is inconclusive).
+        blocking: runs a blocking inject/heal call without blocking the loop
+            (default :func:`in_daemon_thread`; tests run them inline).
+
+    Attributes:
+        injected: count of injected faults by kind.
+        errors: harness errors (a fault that could not be injected or healed);
+            any error makes the run inconclusive.
+    """
+
+    def __init__(
+        self,
+        schedule: Schedule,
+        ctx: NemesisContext,
+        *,
+        clock: Clock | None = None,
+        heal_timeout_s: float = 60.0,
+        blocking: Blocking | None = None,
+    ) -> None:
+        self.schedule = schedule
+        self._blocking: Blocking = blocking or in_daemon_thread
+        self.ctx = ctx
+        self.clock: Clock = clock or MonotonicClock()
+        self.heal_timeout_s = heal_timeout_s
+        self.injected: Counter[str] = Counter()
+        self.errors: list[str] = []
+        self.active: dict[int, Nemesis] = {}
+        self._lock = asyncio.Lock()
+
+    @property
+    def active_labels(self) -> list[str]:
+        return [n.spec.label for n in self.active.values()]
+
+    async def _sleep_or_stop(self, seconds: float, stop: asyncio.Event) -> bool:
+        """Sleep ``seconds`` on the clock; True if ``stop`` was set first."""
+        if stop.is_set():
+            return True
+        sleeper = asyncio.ensure_future(self.clock.sleep(seconds))
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            stopper.cancel()
+        return stop.is_set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run every window (concurrently, each at its offset) until done or ``stop``.
+
+        Everything injected is healed before this returns, also on cancellation.
+        """
+        start = self.clock.now()
+        tasks = [asyncio.ensure_future(self._window(i, w, start, stop))
+                 for i, w in enumerate(self.schedule.windows)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.shield(self.heal_all())
+
+    async def _window(self, index: int, window: Window, start: float,
+                      stop: asyncio.Event) -> None:
+        delay = start + window.start_s - self.clock.now()
+        if await self._sleep_or_stop(delay, stop):
+            return
+        nemesis = make_nemesis(window.spec)
+        spec = window.spec.to_json()
+        try:
+            detail = await asyncio.wait_for(
+                self._blocking(functools.partial(nemesis.inject, self.ctx)),
+                self.heal_timeout_s)
+        except Exception as exc:  # recorded; the run becomes inconclusive
+            message = f"inject {window.spec.label} failed: {type(exc).__name__}: {exc}"
+            self.errors.append(message)
+            self.ctx.history.record("nemesis", phase="error", nemesis=window.spec.kind,
+                                    window=index, spec=spec, detail={"error": message})
+            self.active[index] = nemesis  # heal what may be half-broken
+            await self._heal(index)
+            return
+        self.active[index] = nemesis
+        self.injected[window.spec.kind] += 1
+        self.ctx.history.record("nemesis", phase="inject", nemesis=window.spec.kind,
+                                window=index, spec=spec, detail=detail)
+        try:
+            nemesis.interrupted = await self._sleep_or_stop(window.duration_s, stop)
+        except BaseException:
+            nemesis.interrupted = True
+            raise
+        finally:
+            await asyncio.shield(self._heal(index))
+
+    async def _heal(self, index: int) -> None:
+        async with self._lock:
+            nemesis = self.active.pop(index, None)
+        if nemesis is None:
+            return
+        spec = nemesis.spec
+        try:
+            timeout = self.heal_timeout_s * nemesis.heal_timeout_factor
+            detail = await asyncio.wait_for(
+                self._blocking(functools.partial(nemesis.heal, self.ctx)), timeout)
+            ok = await wait_until(lambda: self._blocking(functools.partial(nemesis.healed,
+                                                                            self.ctx)),
+                                  timeout_s=self.heal_timeout_s, clock=self.clock,
+                                  interval_s=0.1)
+        except TimeoutError:
+            detail = {"error": f"no answer within "
+                               f"{self.heal_timeout_s * nemesis.heal_timeout_factor} s"}
+            ok = False
+        except Exception as exc:
+            detail, ok = {"error": f"{type(exc).__name__}: {exc}"}, False
+        if not ok:
+            message = f"heal {spec.label} failed: {detail.get('error', 'not healthy in time')}"
+            self.errors.append(message)
+            self.ctx.history.record("nemesis", phase="error", nemesis=spec.kind, window=index,
+                                    spec=spec.to_json(), detail={"error": message})
+            return
+        self.ctx.history.record("nemesis", phase="heal", nemesis=spec.kind, window=index,
+                                spec=spec.to_json(), detail=detail)
+
+    async def heal_all(self) -> None:
+        """Heal every active nemesis (idempotent; errors are recorded, never raised)."""
+        for index in sorted(self.active):
+            await self._heal(index)
+
+    def heal_all_sync(self) -> None:
+        """Blocking :meth:`heal_all` for paths without a running loop (best effort)."""
+        for index, nemesis in sorted(self.active.items()):
+            nemesis.interrupted = True
+            with contextlib.suppress(Exception):
+                nemesis.heal(self.ctx)
+            self.active.pop(index, None)
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`HarnessError` if any fault could not be injected or healed."""
+        if self.errors:
+            raise HarnessError("; ".join(self.errors[:5]), stage="nemesis")
