@@ -196,7 +196,7 @@ def lazy_imports(root: Path, name: str | None = None) -> list[tuple[str, str, st
     """Every import inside a function that runs: [(file, function, module)].
 
     ``file`` is the root directory's name and the path under it
-    (``svit_cluster/cli.py``, ``chaos/report.py``); ``module`` is the module the
+    (``svit_cluster/cli/local.py``, ``chaos/report.py``); ``module`` is the module the
     statement loads: a module under the root as :meth:`Import.module_in` finds
     it, else the ``from`` module (``from rich.table import Table``:
     ``rich.table``), else the name imported (``import matplotlib.pyplot``).

@@ -10,6 +10,7 @@ Public names, by importance:
 * :class:`DispatchWorker`, :func:`run_worker` -- a worker; :class:`DispatchConfig`.
 * :func:`delivery_status` -> :class:`IntentStatus` / :class:`DeliveryState`;
   :func:`outbox_summary` -> :class:`OutboxSummary` (counts that survive trimming);
+  :func:`status_and_summary` -- both from one pass (``dispatcher status``);
   :func:`destination_records` -> :class:`DestinationRecord` -- read-only checks
   for tests and the chaos checker.
 * :class:`DeadLetters`, :class:`DeadLetter`, :class:`RedriveResult` -- list and
@@ -69,6 +70,7 @@ from svit_cluster.dispatch._status import (
     delivery_status,
     destination_records,
     outbox_summary,
+    status_and_summary,
 )
 from svit_cluster.dispatch._timers import (
     CancelOutcome,
@@ -116,6 +118,7 @@ __all__ = [
     "outbox_summary",
     "read_cluster_json",
     "run_worker",
+    "status_and_summary",
     "timer_log",
     "trim_acked",
     "undelivered",

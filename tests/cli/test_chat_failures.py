@@ -18,7 +18,7 @@ import httpx
 import pytest
 from click.testing import CliRunner, Result
 
-import svit_cluster.cli as cli_module
+import svit_cluster.cli.chat as chat_module
 from svit_cluster.cli import cli
 from svit_cluster.client import SvitClient
 from svit_cluster.gateway import Principal, TokenStore, create_app
@@ -107,7 +107,7 @@ def test_a_timeout_exits_3_and_names_the_message(url: str, pid: str) -> None:
 
 def test_interactive_chat_prompts_and_says_how_to_quit(
         url: str, pid: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli_module, "_stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(chat_module, "_stdin_is_terminal", lambda: True)
     result = chat(url, pid, "--timeout", "30", stdin="hello\n\n")
     assert result.exit_code == 0, result.output
     assert "empty line or Ctrl-D quits" in result.stderr

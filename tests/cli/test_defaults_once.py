@@ -25,12 +25,12 @@ import click
 import pytest
 
 from svit_cluster import defaults as d
-from svit_cluster._process_commands import list_ as list_command
 from svit_cluster.cli import cli
+from svit_cluster.cli.dispatch import dead_letters
+from svit_cluster.cli.process import list_ as list_command
 from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.dispatch import DeadLetters
-from svit_cluster.dispatch.cli import dead_letters
 from svit_cluster.gateway._processes import MAX_PROCESS_PAGE
 from svit_cluster.gateway._timers import MAX_TIMER_PAGE
 from svit_cluster.local import ClusterSpec
@@ -222,14 +222,14 @@ FIELD_BOUNDS: dict[str, tuple[str, ...]] = {
 }
 #: (module file, command function) -> options whose default and range must be names.
 CLICK_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("cli.py", "up"): ("--hosts", "--lease-ttl", "--snapshot-every", "--passivate-after",
-                       "--dispatchers", "--max-active-per-host", "--signal-retention",
-                       "--max-events"),
-    ("cli.py", "gateway"): ("--port",),
-    ("cli.py", "timers_list"): ("--limit",),
-    ("_process_commands.py", "list_"): ("--limit",),
-    ("dispatch/cli.py", "list_letters"): ("--limit",),
-    ("dispatch/cli.py", "redrive"): ("--limit",),
+    ("cli/local.py", "up"): ("--hosts", "--lease-ttl", "--snapshot-every",
+                             "--passivate-after", "--dispatchers", "--max-active-per-host",
+                             "--signal-retention", "--max-events"),
+    ("cli/serve.py", "gateway"): ("--port",),
+    ("cli/admin.py", "timers_list"): ("--limit",),
+    ("cli/process.py", "list_"): ("--limit",),
+    ("cli/dispatch.py", "list_letters"): ("--limit",),
+    ("cli/dispatch.py", "redrive"): ("--limit",),
 }
 #: Range checks written outside pydantic: module file -> upper bounds that must not
 #: appear there as literals (only values no other setting of that file shares: 16,
@@ -237,9 +237,9 @@ CLICK_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
 RANGE_LITERALS: dict[str, set[int]] = {
     "local/_cluster.py": {d.RETENTION_MAX, d.LEASE_TTL_S_MAX, d.MAX_ACTIVE_PER_HOST_MAX},
     "store/_log.py": {d.RETENTION_MAX, d.WAIT_TIMEOUT_MS_MAX},
-    "cli.py": {d.RETENTION_MAX, d.LEASE_TTL_S_MAX, d.MAX_ACTIVE_PER_HOST_MAX},
+    "cli/local.py": {d.RETENTION_MAX, d.LEASE_TTL_S_MAX, d.MAX_ACTIVE_PER_HOST_MAX},
     "dispatch/_deadletter.py": {d.DEAD_LETTER_PAGE_MAX},
-    "dispatch/cli.py": {d.DEAD_LETTER_PAGE_MAX},
+    "cli/dispatch.py": {d.DEAD_LETTER_PAGE_MAX},
     "gateway/_deadletters.py": {d.DEAD_LETTER_PAGE_MAX},
 }
 

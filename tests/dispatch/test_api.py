@@ -31,7 +31,7 @@ def test_exported_names_are_pinned() -> None:
         "RedriveResult",
         "RetryableDeliveryError", "Sink", "SinkRegistry", "SvitInboxSink", "WebhookSink",
         "default_sinks", "delivery_status", "destination_records", "outbox_summary",
-        "read_cluster_json", "run_worker", "trim_acked",
+        "read_cluster_json", "run_worker", "status_and_summary", "trim_acked",
         "CancelOutcome", "Timer", "TimerPage", "cancel_timer", "list_timers", "timer_log",
         "OutboxPage", "UndeliveredIntent", "WorkerHealth", "undelivered", "worker_health",
     ])
@@ -139,7 +139,7 @@ def test_redrive_of_a_letter_the_bounds_removed_says_so(
                                             f"letter below {ids[2]} is gone; the dispatcher "
                                             "keeps at most 1 letters, none older than 604800 s")
 
-    import svit_cluster.dispatch.cli as dcli
+    import svit_cluster.cli.dispatch as dcli
     from svit_cluster.cli import cli
 
     monkeypatch.setattr(dcli, "_call", lambda *a, **k: doc)

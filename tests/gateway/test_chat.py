@@ -18,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from svit_cluster.cli import cli, reasoner_options
+from svit_cluster.cli import cli
+from svit_cluster.cli.local import reasoner_options
 from svit_cluster.client import SvitClient
 from svit_cluster.control import ProcessController
 from svit_cluster.errors import ConfigurationError

@@ -1,7 +1,7 @@
 """``svit-cluster dispatcher …`` and ``svit-cluster dead-letters …`` (click groups).
 
 Registered in :mod:`svit_cluster.cli` (whose root group turns expected failures
-into one line and an exit code, see :mod:`svit_cluster._cliutil`).
+into one line and an exit code, see :mod:`svit_cluster.cli._util`).
 ``dispatcher run`` is one worker in this OS process; ``dead-letters`` talks to
 a gateway's admin API (admin token; ``SVIT_URL``/``SVIT_TOKEN``).
 """
@@ -19,19 +19,22 @@ from typing import Any
 import click
 import httpx
 
-from svit_cluster._cliutil import emit, fail, output_option
+from svit_cluster.cli._util import emit, fail, output_option
 from svit_cluster.defaults import (
     DEAD_LETTER_PAGE_MAX,
     DEFAULT_DEAD_LETTER_PAGE,
     DEFAULT_REDRIVE_LIMIT,
 )
-from svit_cluster.dispatch import read_cluster_json, run_worker
-from svit_cluster.dispatch._config import DispatchConfig
-from svit_cluster.dispatch._status import status_and_summary
+from svit_cluster.dispatch import (
+    DispatchConfig,
+    read_cluster_json,
+    run_worker,
+    status_and_summary,
+)
 from svit_cluster.errors import ConfigurationError, NotFound, SvitError, UnavailableError
 from svit_cluster.store import connect
 
-__all__ = ["dead_letters", "dispatcher"]
+__all__ = ["COMMANDS", "dead_letters", "dispatcher"]
 
 #: ``DispatchConfig``'s field defaults, named in the ``run`` options' help (the
 #: options default to None: an unset option keeps the config's default).
@@ -265,3 +268,7 @@ def redrive(state_dir: Path | None, url: str | None, token: str | None, timeout_
         shown = ", ".join(trimmed[:5]) + (" ..." if len(trimmed) > 5 else "")
         fail(NotFound(f"dead letter(s) {shown}: {doc.get('trimmed_reason') or 'removed'}",
                       trimmed=trimmed))
+
+
+#: The commands, in the order ``svit-cluster`` registers them.
+COMMANDS: tuple[click.Command, ...] = (dispatcher, dead_letters)

@@ -1,4 +1,4 @@
-"""Shared CLI conventions: exit codes, one-line failures, ``--output {text,json}``.
+"""Shared CLI conventions: exit codes, one-line failures, ``--output {text,json}``, hints.
 
 Exit codes (every ``svit-cluster`` command):
 
@@ -15,6 +15,8 @@ do>``, never a traceback. Results go to stdout (JSON with ``--output json``);
 progress and logs go to stderr: :func:`waiting` shows a rich spinner with the
 current step and the elapsed time when stderr is a terminal, and one plain line
 per step otherwise (pipes, CI logs), so stdout stays pure JSON either way.
+A hint that prints a command to run next names the program as
+:func:`invoked_as` finds it, so it runs as printed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,6 +57,7 @@ __all__ = [
     "fail",
     "failure_line",
     "gateway_options",
+    "invoked_as",
     "output_option",
     "timeout_option",
     "waiting",
@@ -150,6 +155,18 @@ def emit(output: str, doc: Any, text: Callable[[], None]) -> None:
     else:
         text()
 
+
+def invoked_as() -> str:
+    """How to call this CLI again in a hint: ``svit-cluster`` when that name on PATH
+    is the program running, else the path it was started by (``.venv/bin/svit-cluster``
+    in a venv that is not activated)."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name != "svit-cluster":
+        return "svit-cluster"  # python -m, or a test runner
+    found = shutil.which(argv0.name)
+    if found is not None and Path(found).resolve() == argv0.resolve():
+        return argv0.name
+    return str(sys.argv[0])
 
 
 class Step:

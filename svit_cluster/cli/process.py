@@ -1,7 +1,7 @@
-"""``svit-cluster create | activate | state | delete | list``: drive processes through a gateway.
+"""``svit-cluster create | activate | state | delete | list | fork``: processes via a gateway.
 
 Each command is one SDK call (:class:`~svit_cluster.client.SvitClient`) with
-the shared conventions of :mod:`svit_cluster._cliutil`: the gateway and token
+the shared conventions of :mod:`svit_cluster.cli._util`: the gateway and token
 from ``--url``/``--token``, else ``SVIT_URL``/``SVIT_TOKEN``, else
 ``./.svit/cluster.json`` (``--state-dir DIR``: ``DIR/cluster.json``, its admin
 token); ``--output json``; exit codes 0 ok, 1 refused or not committed, 2
@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from svit_cluster._cliutil import (
+from svit_cluster.cli._util import (
     EXIT_FAILED,
     emit,
     gateway_options,
@@ -331,5 +331,38 @@ def list_(tenant: str | None, limit: int, after: str | None, url: str | None,
     emit(output, doc, text)
 
 
-#: The commands, in the order ``svit-cluster --help`` lists them.
-COMMANDS: tuple[click.Command, ...] = (create, activate, state, list_, delete)
+@click.command()
+@click.argument("process_id")
+@click.argument("new_process_id")
+@click.option("--history", is_flag=True,
+              help="Also share PROCESS_ID's reasoning history (its acknowledged turns) "
+                   "with the child, whose turns then continue after it.")
+@gateway_options
+@click.option("--timeout", "timeout_s", default=10.0, show_default=True,
+              type=click.FloatRange(0.01), help="Seconds per HTTP call.")
+@output_option
+def fork(process_id: str, new_process_id: str, history: bool, url: str | None,
+         token: str | None, state_dir: Path | None, timeout_s: float, output: str) -> None:
+    """Fork PROCESS_ID into NEW_PROCESS_ID (same state and version, new identity).
+
+    Without --history the child starts a fresh reasoning session; with it the
+    child's session starts with the parent's events up to its last
+    acknowledged turn, and parent and child diverge from there.
+
+    Exit 0 when forked, 1 when refused (404 unknown parent, 409 the child
+    exists, 403), 3 when the gateway is unavailable.
+    """
+    from svit_cluster.client import SvitClient
+    from svit_cluster.settings import resolve_gateway
+
+    base, tok = resolve_gateway(url, token, state_dir=state_dir)
+    with SvitClient(base, tok, timeout_s=timeout_s) as client:
+        result = client.fork(process_id, new_process_id, history=history)
+    shared = result.get("history")
+    emit(output, result, lambda: click.echo(
+        f"forked {process_id} -> {new_process_id}"
+        + (f" (history up to event {shared['upto_seq']})" if shared else "")))
+
+
+#: The commands, in the order ``svit-cluster`` registers them.
+COMMANDS: tuple[click.Command, ...] = (create, activate, state, list_, delete, fork)
