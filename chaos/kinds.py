@@ -16,6 +16,7 @@ __all__ = [
     "HOST_KINDS",
     "KINDS",
     "OWNER_KINDS",
+    "QUORUM_KINDS",
     "RESTART_KINDS",
     "SCALED_KINDS",
     "SINGLE_ONLY_KINDS",
@@ -23,10 +24,14 @@ __all__ = [
 
 #: Kinds of the scaled topology (a Redis Cluster with replicas, a 3-member etcd).
 SCALED_KINDS = ("kill-redis-master", "kill-etcd-leader", "partition-etcd-member")
+#: Kinds that take etcd's quorum away (several members needed). Never drawn by
+#: ``random``: without a quorum no host keeps its lease, so every process stops
+#: until the heal; it runs as its own scenario.
+QUORUM_KINDS = ("kill-etcd-majority",)
 #: Every nemesis kind (``stale-owner`` last: it is no scenario of its own).
 KINDS = ("kill-host", "pause-host", "cut-etcd", "cut-redis", "slow-link", "kill-redis",
          "kill-etcd", "pause-owner", "stop-raylet", "kill-agent", "term-host", "pause-gcs",
-         "etcd-restart-dead-host", "load-host", *SCALED_KINDS, "stale-owner")
+         "etcd-restart-dead-host", "load-host", *SCALED_KINDS, *QUORUM_KINDS, "stale-owner")
 #: Kinds that need the single topology: per-host proxies, or the one redis-server / etcd.
 SINGLE_ONLY_KINDS = frozenset({"cut-etcd", "cut-redis", "slow-link", "kill-redis",
                                "kill-etcd", "etcd-restart-dead-host"})

@@ -72,6 +72,7 @@ HOST_LEASE_KINDS = frozenset({"kill-host", "pause-host", "cut-etcd", "pause-owne
                               "etcd-restart-dead-host"})
 #: Faults expected to cost any host its lease.
 ALL_HOSTS_LEASE_KINDS = frozenset({"kill-etcd", "etcd-restart-dead-host", "kill-etcd-leader",
+                                   "kill-etcd-majority",
                                    "partition-etcd-member", "pause-gcs"})
 #: Lease TTL assumed when the history's ``meta`` event names none (the run default).
 DEFAULT_TTL_S = 3.0

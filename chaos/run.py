@@ -62,6 +62,7 @@ from .daemon_pool import in_daemon_thread
 from .errors import HarnessError
 from .faults import NemesisContext
 from .history import HistoryWriter, write_history
+from .kinds import QUORUM_KINDS
 from .leases import lease_loss_reasons, lease_losses
 from .load import stop_all_loads
 from .logs import StoredLogs, dump_processes, write_logs
@@ -732,11 +733,17 @@ def validate(config: RunConfig) -> None:
         legs.append("negative")
     for scenario in legs:
         if scenario == config.scenario and config.schedule is not None:
-            check_topology(config.schedule, config.topology)
-            continue
-        build_schedule(scenario, hosts=hosts, duration_s=config.duration_for(scenario),
-                       lease_ttl_s=config.lease_ttl_s, seed=config.seed,
-                       topology=config.topology)
+            schedule = config.schedule
+            check_topology(schedule, config.topology)
+        else:
+            schedule = build_schedule(scenario, hosts=hosts,
+                                      duration_s=config.duration_for(scenario),
+                                      lease_ttl_s=config.lease_ttl_s, seed=config.seed,
+                                      topology=config.topology)
+        quorum = set(schedule.kinds()) & set(QUORUM_KINDS)
+        if quorum and config.topology == "single" and config.etcd_members < 3:
+            raise ConfigurationError(f"nemeses {', '.join(sorted(quorum))} need several etcd "
+                                     "members (--etcd-members 3)")
 
 
 async def run(

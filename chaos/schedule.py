@@ -24,6 +24,7 @@ from .kinds import (
     HOST_KINDS,
     KINDS,
     OWNER_KINDS,
+    QUORUM_KINDS,
     RESTART_KINDS,
     SCALED_KINDS,
     SINGLE_ONLY_KINDS,
@@ -117,6 +118,8 @@ class _Planner:
             "kill-redis-master": 3.0 + self.rng.uniform(0, 2.0),
             # a new leader within 1-2 s (election timeout 1 s)
             "kill-etcd-leader": 2.0 + self.rng.uniform(0, 2.0),
+            # past two TTLs: every host's lease runs out while there is no quorum
+            "kill-etcd-majority": 2 * ttl + 2.0 + self.rng.uniform(0, ttl),
             # longer than a TTL: a host stuck on that member must move to another
             "partition-etcd-member": ttl + 2.0 + self.rng.uniform(0, ttl),
             # a saturated CPU for many TTLs: keepalives must get through all along
@@ -233,8 +236,9 @@ def build_schedule(
     gap = lease_ttl_s + 2.0
     cool = lease_ttl_s + 3.0 if cooldown_s is None else cooldown_s
     if name == "random":
-        kinds = [k for k in KINDS if (k not in SINGLE_ONLY_KINDS if topology == "scaled"
-                                      else k not in SCALED_KINDS)]
+        kinds = [k for k in KINDS if k not in QUORUM_KINDS
+                 and (k not in SINGLE_ONLY_KINDS if topology == "scaled"
+                      else k not in SCALED_KINDS)]
         return random_schedule(seed, hosts=hosts, duration_s=duration_s,
                                lease_ttl_s=lease_ttl_s, host_restart=host_restart,
                                warmup_s=warmup_s, cooldown_s=cool, kinds=kinds)

@@ -13,7 +13,8 @@ cut-etcd       host's etcd proxy DROP / STALL     PASS
 cut-redis      host's Redis proxy DROP / STALL    PASS
 slow-link      host's proxy DELAY n ms            PASS
 kill-redis     ``kill -9`` redis-server           start it again; it reloads its AOF
-kill-etcd      ``kill -9`` etcd                   start it again on the same data directory
+kill-etcd      ``kill -9`` etcd (with several     start it again on the same data directory
+               members: the leader only)
 pause-owner    seal a change under a process's    wait (polling Redis, bounded) until a newer
                owner token, SIGSTOP that owner's  owner committed; SIGCONT; then commit the
                host                               sealed change with the old token
@@ -34,6 +35,8 @@ kill-etcd-     SIGKILL the etcd leader (the two   start the member again on its 
 leader         others elect a new one)
 partition-     isolate one etcd member (leader    rejoin it (SIGCONT)
 etcd-member    or follower) by SIGSTOP
+kill-etcd-     SIGKILL a majority of the etcd     start them again (every host has lost its
+majority       members: no quorum                 lease meanwhile; see ``KillEtcdMajority``)
 load-host      start ``cpu`` busy loops and a     SIGKILL and reap every load by PID, whatever
                ``memory_mib`` MiB holder beside   became of the host meanwhile (see ``load``)
                the host, at the agent's niceness
@@ -67,6 +70,7 @@ from .owners import PauseOwner, StaleOwner
 from .services import (
     CutLink,
     KillEtcdLeader,
+    KillEtcdMajority,
     KillRedisMaster,
     KillServer,
     PartitionEtcdMember,
@@ -78,6 +82,7 @@ __all__ = [
     "EtcdRestartDeadHost",
     "KillAgent",
     "KillEtcdLeader",
+    "KillEtcdMajority",
     "KillHost",
     "KillRedisMaster",
     "KillServer",
@@ -116,6 +121,7 @@ _CLASSES: dict[str, type[Nemesis]] = {
     "etcd-restart-dead-host": EtcdRestartDeadHost,
     "kill-redis-master": KillRedisMaster,
     "kill-etcd-leader": KillEtcdLeader,
+    "kill-etcd-majority": KillEtcdMajority,
     "partition-etcd-member": PartitionEtcdMember,
     "load-host": LoadHost,
 }

@@ -133,6 +133,30 @@ class KillEtcdLeader(Nemesis):
         return ctx.target.service_ready("etcd")
 
 
+class KillEtcdMajority(Nemesis):
+    """``kill-etcd-majority``: SIGKILL a majority of the etcd members, the leader
+    first, so etcd has no quorum; start them again at heal.
+
+    What happens meanwhile: no keepalive, claim or release succeeds, so every
+    host finds its lease LOST at its local deadline and stops serving (its
+    processes answer ``unavailable``); commits in flight are still fenced by
+    Redis. After the heal etcd elects a leader, which renews every old lease
+    for a full TTL; the hosts join under new leases, and processes whose old
+    ownership records are still held come back when those leases lapse (the
+    gateways restore them) or on their next request.
+    """
+
+    def inject(self, ctx: NemesisContext) -> dict[str, Any]:
+        return {"members": ctx.target.kill_etcd_majority()}
+
+    def heal(self, ctx: NemesisContext) -> dict[str, Any]:
+        ctx.target.start_etcd()
+        return {}
+
+    def healed(self, ctx: NemesisContext) -> bool:
+        return ctx.target.service_ready("etcd")
+
+
 class PartitionEtcdMember(Nemesis):
     """``partition-etcd-member``: isolate the leader or a follower; rejoin it at heal."""
 
