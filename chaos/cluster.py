@@ -26,6 +26,7 @@ import inspect
 import os
 import signal
 import threading
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
@@ -471,16 +472,37 @@ class LocalClusterTarget:
                     return True
         return False
 
-    def kill_agent(self, host: str) -> list[int]:
+    def kill_agent(self, host: str, *, wait_s: float = 2.0) -> list[int]:
         """SIGKILL the worker process running host ``host``'s ``HostAgent`` actor.
 
         Ray titles an actor's worker ``ray::<Class>`` (``ray::<Class>.<method>``
-        while it runs a method).
+        while it runs a method). A live host may have no agent worker for a
+        moment (one being started); it is looked for during ``wait_s`` seconds.
+
+        Returns:
+            The PIDs killed; empty when the host runs no agent worker.
         """
-        pids = self._matching(
-            self.cluster.node(host), f"HostAgent worker of {host}",
-            lambda p: " ".join(p.cmdline()).startswith("ray::HostAgent"))
-        return self._signal(pids, signal.SIGKILL)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                pids = self._matching(
+                    self.cluster.node(host), f"HostAgent worker of {host}",
+                    lambda p: " ".join(p.cmdline()).startswith("ray::HostAgent"))
+            except HarnessError:
+                if time.monotonic() >= deadline:
+                    return []
+                time.sleep(0.2)
+                continue
+            return self._signal(pids, signal.SIGKILL)
+
+    def host_processes(self, host: str) -> list[str]:
+        """``"<pid> <title>"`` of every process of host ``host``'s node (for a
+        fault's detail when it did not find what it looked for)."""
+        out = []
+        for proc in self._node_procs(self.cluster.node(host)):
+            with contextlib.suppress(psutil.Error):
+                out.append(f"{proc.pid} {' '.join(proc.cmdline())[:60] or proc.name()}")
+        return out
 
     def term_host(self, host: str) -> list[int]:
         """SIGTERM every process of host ``host`` (``ray start``, raylet, workers)."""

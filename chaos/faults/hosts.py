@@ -119,7 +119,14 @@ class KillAgent(_OnLiveHost):
     heal_timeout_factor = _RestartHost.heal_timeout_factor
 
     def act(self, ctx: NemesisContext, host: str) -> dict[str, Any]:
-        return {"killed": ctx.target.kill_agent(host)}
+        killed = ctx.target.kill_agent(host)
+        if killed:
+            return {"killed": killed}
+        # a live host without an agent worker: nothing to kill, and the heal's
+        # restart brings the agent back; say what the host ran instead
+        describe = getattr(ctx.target, "host_processes", None)
+        return {"killed": [], "no_agent_worker": True,
+                "found": describe(host) if describe is not None else None}
 
     def undo(self, ctx: NemesisContext, host: str) -> dict[str, Any]:
         return restart_host(ctx, host)
