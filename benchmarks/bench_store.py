@@ -6,7 +6,7 @@ object. Starts its own redis-server with the launcher (AOF on) and stops it.
 * **commit**: sequential round trips per second of the fenced commit script
   (fence check, version check, XADD, receipt, committed signal, head;
   ``EVALSHA`` with the exact arguments ``RedisBackend.commit`` sends, built by
-  the same ``RedisBackend._commit_args``) vs a bare ``XADD`` carrying the same
+  the same ``RedisBackend._commit_args``, a ``CommitArgs``) vs a bare ``XADD`` carrying the same
   payload bytes (record + receipt), on the same client connection,
   interleaved in batches so drift hits both. ``ratio`` = fenced / bare cost
   per round trip (target <= 1.3); ``end_to_end_ratio`` also counts the
@@ -93,7 +93,7 @@ def _commit_round_trips(client: RedisClient, n: int, batch: int) -> dict[str, An
     raw_chain = _chain(raw.process_id, n)
     receipts = [_receipt(i) for i in range(n)]
     # the exact ARGV RedisBackend.commit sends (one builder: this cannot drift)
-    raw_args = [raw._commit_args(t, r, (), None)
+    raw_args = [raw._commit_args(t, r, (), None).as_args()
                 for t, r in zip(raw_chain, receipts, strict=True)]
     raw_keys = raw._commit_keys  # the same keys the backend passes
     script = raw._scripts.commit
@@ -169,7 +169,8 @@ def _commit_concurrent(client: RedisClient, clients: int, n: int, batch: int
         log = _new_log(client, f"svit://bench/c{c}-{stamp}")
         chain = _chain(log.process_id, n)
         receipts = [_receipt(i) for i in range(n)]
-        args = [log._commit_args(t, r, (), None) for t, r in zip(chain, receipts, strict=True)]
+        args = [log._commit_args(t, r, (), None).as_args()
+                for t, r in zip(chain, receipts, strict=True)]
         payloads = [t.record.encode() + b"\n" + r.response + _FINGERPRINT.encode()
                     for t, r in zip(chain, receipts, strict=True)]
         work.append((log, args, payloads, f"bench:{{{log.process_id}}}:bare"))

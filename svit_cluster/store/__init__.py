@@ -49,12 +49,8 @@ from svit_cluster.store._listing import (
     list_queued,
     newest_entries,
 )
-from svit_cluster.store._log import (
-    DEFAULT_SNAPSHOT_EVERY,
-    RedisBackend,
-    StoreConfig,
-    stale_writes_key,
-)
+from svit_cluster.store._log import RedisBackend
+from svit_cluster.store._log_config import DEFAULT_SNAPSHOT_EVERY, StoreConfig
 from svit_cluster.store._records import Head, LogEntry, StoredSnapshot
 from svit_cluster.store._redis import ALLOW_UNVERIFIED_ENV as ALLOW_UNVERIFIED_EVICTION_ENV
 from svit_cluster.store._redis import (
@@ -74,6 +70,7 @@ from svit_cluster.store._redis import (
 )
 from svit_cluster.store._scripts import ADD_SIGNAL
 from svit_cluster.store._snapshots import RestoreStats
+from svit_cluster.store._stale_writes import stale_writes_key
 
 __all__ = [
     "ADD_SIGNAL",

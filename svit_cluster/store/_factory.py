@@ -11,7 +11,9 @@ import importlib
 from typing import Protocol
 
 from svit_cluster.errors import ConfigurationError
-from svit_cluster.store._log import Guard, RedisBackend, StoreConfig
+from svit_cluster.store._fenced_runner import Guard
+from svit_cluster.store._log import RedisBackend
+from svit_cluster.store._log_config import StoreConfig
 from svit_cluster.store._redis import RedisClient
 
 __all__ = ["BackendFactory", "load_backend_factory"]

@@ -13,7 +13,8 @@ import asyncio
 from collections.abc import Iterator
 
 from svit_cluster.store._keys import DEFAULT_PREFIX, ProcessKeys
-from svit_cluster.store._log import RedisBackend, StoreConfig
+from svit_cluster.store._log import RedisBackend
+from svit_cluster.store._log_config import StoreConfig
 from svit_cluster.store._redis import RedisClient, redis_boundary
 
 __all__ = ["RedisFences"]

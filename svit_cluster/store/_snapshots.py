@@ -1,6 +1,6 @@
 """Snapshots of committed state, and restore = snapshot + verified tail replay.
 
-Pure functions, no I/O: :mod:`svit_cluster.store._log` reads the stored
+Pure functions, no I/O: :mod:`svit_cluster.store._log_reader` reads the stored
 snapshot, tail, head and fence in one consistent view and hands them here.
 
 A restore never repairs anything. It fails loudly with

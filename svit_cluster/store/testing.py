@@ -8,7 +8,9 @@ Python; no configuration, environment variable or command line enables it.
 
 from __future__ import annotations
 
-from svit_cluster.store._log import Guard, RedisBackend, StoreConfig
+from svit_cluster.store._fenced_runner import Guard
+from svit_cluster.store._log import RedisBackend
+from svit_cluster.store._log_config import StoreConfig
 from svit_cluster.store._redis import RedisClient
 from svit_cluster.store._scripts import commit_source
 

@@ -36,7 +36,7 @@ from svit_cluster.gateway._timers import MAX_TIMER_PAGE
 from svit_cluster.local import ClusterSpec
 from svit_cluster.ownership import DEFAULT_TTL_S
 from svit_cluster.settings import ClusterSettings, NodeSettings, StoreSettings
-from svit_cluster.store._log import StoreConfig
+from svit_cluster.store._log_config import StoreConfig
 
 PKG = Path(__file__).resolve().parents[2] / "svit_cluster"
 
@@ -212,7 +212,7 @@ CLASS_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("local/_cluster.py", "ClusterSpec"): (
         "hosts", "lease_ttl_s", "snapshot_every", "passivate_after_s", "cluster",
         "dispatchers", "max_active_per_host", "signal_retention", "max_events"),
-    ("store/_log.py", "StoreConfig"): ("snapshot_every", "signal_retention"),
+    ("store/_log_config.py", "StoreConfig"): ("snapshot_every", "signal_retention"),
 }
 #: ``Field`` keywords that must name a constant (besides ``default``), per field.
 FIELD_BOUNDS: dict[str, tuple[str, ...]] = {
@@ -236,7 +236,7 @@ CLICK_OPTIONS: dict[tuple[str, str], tuple[str, ...]] = {
 #: for one, is also the Redis Cluster's largest master count and the trim margin).
 RANGE_LITERALS: dict[str, set[int]] = {
     "local/_cluster.py": {d.RETENTION_MAX, d.LEASE_TTL_S_MAX, d.MAX_ACTIVE_PER_HOST_MAX},
-    "store/_log.py": {d.RETENTION_MAX, d.WAIT_TIMEOUT_MS_MAX},
+    "store/_log_config.py": {d.RETENTION_MAX, d.WAIT_TIMEOUT_MS_MAX},
     "cli/local.py": {d.RETENTION_MAX, d.LEASE_TTL_S_MAX, d.MAX_ACTIVE_PER_HOST_MAX},
     "dispatch/_deadletter.py": {d.DEAD_LETTER_PAGE_MAX},
     "cli/dispatch.py": {d.DEAD_LETTER_PAGE_MAX},

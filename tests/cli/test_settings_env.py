@@ -25,7 +25,7 @@ from svit_cluster.settings import (
     env_names,
     load_settings,
 )
-from svit_cluster.store._log import StoreConfig
+from svit_cluster.store._log_config import StoreConfig
 from svit_cluster.store._redis import cluster_from_env
 
 REPO = Path(__file__).resolve().parents[2]

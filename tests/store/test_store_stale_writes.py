@@ -14,7 +14,7 @@ import redis
 
 from svit_cluster.errors import FencedError, UnavailableError
 from svit_cluster.store import RedisBackend, StoreConfig
-from svit_cluster.store._log import stale_writes_key
+from svit_cluster.store._stale_writes import stale_writes_key
 from tests.store._support import commit_write, new_log, unique
 
 pytestmark = pytest.mark.servers
@@ -64,9 +64,9 @@ def test_the_stale_writes_stream_keeps_about_the_newest_retained(
         rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """``MAXLEN ~ STALE_WRITES_RETAINED``: at most one stream node (100 entries)
     over the bound, the newest refusals kept."""
-    from svit_cluster.store import _log
+    from svit_cluster.store import _stale_writes
 
-    monkeypatch.setattr(_log, "STALE_WRITES_RETAINED", 20)
+    monkeypatch.setattr(_stale_writes, "STALE_WRITES_RETAINED", 20)
     config = StoreConfig(prefix=unique("stalewrites"))
     pid = f"svit://test/{unique('many')}"
     old, proc = new_log(rclient, pid, 1, config)

@@ -137,7 +137,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("svit_cluster/reasoning/__init__.py", "svit_cluster.reasoning._openai"): _OPENAI,
     ("svit_cluster/reasoning/_config.py", "svit_cluster.reasoning._openai"): _OPENAI,
     # the store, inside a process actor
-    ("svit_cluster/store/_log.py", "svit_cluster.settings"): _WORKER_SETTINGS,
+    ("svit_cluster/store/_log_config.py", "svit_cluster.settings"): _WORKER_SETTINGS,
     ("svit_cluster/store/_policy.py", "svit_cluster.settings"): _WORKER_SETTINGS,
     ("svit_cluster/store/_redis.py", "svit_cluster.settings"): _WORKER_SETTINGS,
     ("svit_cluster/store/_redispy.py", "redis"):
