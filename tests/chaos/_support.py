@@ -19,12 +19,6 @@ from svit_chaos.logs import HeadRecord, ProcessLog, SnapshotRecord, StoredEntry,
 from svit_cluster.process import Process, Transition
 from svit_cluster.store import RedisBackend, StoreConfig
 
-_ids = itertools.count(1)
-
-
-def unique(name: str) -> str:
-    return f"{name}-{next(_ids)}"
-
 
 def seal_op(process: Process, rid: str) -> Transition:
     """Seal (not apply) one workload-shaped change: last = rid, count += 1."""

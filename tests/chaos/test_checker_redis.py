@@ -22,7 +22,8 @@ from svit_cluster.errors import FencedError
 from svit_cluster.local import EtcdServer, RedisServer
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 from svit_cluster.store.testing import disable_fencing_for_negative_control
-from tests.chaos._support import Clients, redis_commit, redis_new_log, seal_op, unique
+from tests._support import unique
+from tests.chaos._support import Clients, redis_commit, redis_new_log, seal_op
 
 pytestmark = pytest.mark.servers
 

@@ -37,7 +37,7 @@ from svit_chaos.spec import NemesisSpec, Schedule, Window
 
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import host_key
-from tests.chaos._support import unique
+from tests._support import unique
 
 # -- the rules, on hand-made histories ------------------------------------------------------
 

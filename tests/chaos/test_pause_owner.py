@@ -24,7 +24,8 @@ from svit_chaos.stale import StaleWriter
 
 from svit_cluster.store import RedisBackend, StoreConfig
 from svit_cluster.store._records import parse_head
-from tests.chaos._support import Clients, redis_commit, redis_new_log, unique
+from tests._support import unique
+from tests.chaos._support import Clients, redis_commit, redis_new_log
 
 pytestmark = pytest.mark.servers
 

@@ -8,7 +8,6 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,16 +152,6 @@ class Sender:
         return [m.message_id for m in resp.outcome.activation.messages]
 
 
-def wait_for(cond: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition",
-             interval_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def new_pid(kind: str) -> str:

@@ -27,8 +27,9 @@ from svit_cluster.dispatch import (
 )
 from svit_cluster.dispatch._claim import StreamClaims
 from svit_cluster.dispatch._redisutil import async_client
+from tests._support import wait_for
 from tests.conftest import RedisTarget
-from tests.dispatch._support import Sender, WebhookStub, wait_for
+from tests.dispatch._support import Sender, WebhookStub
 
 pytestmark = pytest.mark.servers
 

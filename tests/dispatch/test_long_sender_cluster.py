@@ -24,7 +24,8 @@ from svit_cluster.dispatch import outbox_summary
 from svit_cluster.local import ClusterSpec, LocalCluster
 from svit_cluster.process import OUTBOX_WINDOW
 from svit_cluster.store import connect
-from tests.dispatch._support import WebhookStub, wait_for
+from tests._support import wait_for
+from tests.dispatch._support import WebhookStub
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -26,7 +26,8 @@ from svit_cluster.local import ClusterSpec, LocalCluster
 from svit_cluster.local._status import cluster_status
 from svit_cluster.process import Transaction
 from svit_cluster.store import RedisBackend
-from tests.dispatch._support import new_pid, wait_for
+from tests._support import wait_for
+from tests.dispatch._support import new_pid
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

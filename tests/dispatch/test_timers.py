@@ -32,7 +32,8 @@ from svit_cluster.dispatch._timers import TimerScripts, timer_keys
 from svit_cluster.local import RedisServer
 from svit_cluster.process import canonical_json
 from svit_cluster.store import ProcessKeys, connect
-from tests.dispatch._support import WebhookStub, wait_for
+from tests._support import wait_for
+from tests.dispatch._support import WebhookStub
 
 pytestmark = pytest.mark.servers
 

@@ -25,7 +25,8 @@ from svit_cluster.local import ClusterSpec, LocalCluster
 from svit_cluster.local._dispatchers import kill_dispatcher, start_dispatcher
 from svit_cluster.local._status import cluster_status
 from svit_cluster.store import connect
-from tests.dispatch._support import WebhookStub, wait_for
+from tests._support import wait_for
+from tests.dispatch._support import WebhookStub
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

@@ -28,8 +28,9 @@ from svit_cluster.errors import Forbidden, InvalidInput
 from svit_cluster.gateway import Principal, TokenStore, create_app
 from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.process import canonical_json
+from tests._support import wait_for
 from tests.conftest import RedisTarget
-from tests.dispatch._support import WebhookStub, wait_for
+from tests.dispatch._support import WebhookStub
 from tests.events._server import serve
 
 pytestmark = pytest.mark.servers

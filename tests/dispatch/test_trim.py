@@ -24,7 +24,8 @@ from svit_cluster.dispatch import (
 )
 from svit_cluster.process import Process, encode_value
 from svit_cluster.store import ProcessKeys, RedisBackend, StoreConfig
-from tests.dispatch._support import SEND, Sender, wait_for
+from tests._support import wait_for
+from tests.dispatch._support import SEND, Sender
 
 pytestmark = pytest.mark.servers
 

@@ -17,7 +17,8 @@ from svit_cluster.dispatch import (
     delivery_status,
     outbox_summary,
 )
-from tests.dispatch._support import Sender, WebhookStub, wait_for
+from tests._support import wait_for
+from tests.dispatch._support import Sender, WebhookStub
 
 pytestmark = pytest.mark.servers
 

@@ -33,8 +33,9 @@ from starlette.routing import Route
 
 from svit_cluster.dispatch import DeliveryState, DispatchKeys, delivery_status
 from svit_cluster.local import free_port
+from tests._support import wait_for
 from tests.conftest import RedisTarget
-from tests.dispatch._support import Sender, wait_for
+from tests.dispatch._support import Sender
 
 pytestmark = pytest.mark.servers
 

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
-_n = itertools.count(1)
-
-
-def unique(name: str) -> str:
-    return f"{name}-{next(_n)}"
+from tests._support import unique
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 from typing import Any
 
 import redis
@@ -23,11 +22,7 @@ COUNTER = """(define (main input)
 #: SHA-1 of the commit script, as redis-py sends it in ``EVALSHA``.
 COMMIT_SHA = hashlib.sha1(COMMIT.encode()).hexdigest().encode()
 
-_counter = itertools.count(1)
 
-
-def unique(name: str) -> str:
-    return f"{name}-{next(_counter)}"
 
 
 def is_commit(args: list[bytes]) -> bool:

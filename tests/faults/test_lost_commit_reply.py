@@ -17,14 +17,9 @@ from svit_cluster.control import ProcessController
 from svit_cluster.errors import UnavailableError
 from svit_cluster.local import RedisServer
 from svit_cluster.store import StoreConfig, connect
+from tests._support import unique
 from tests.faults._proxy import Fault, FaultProxy
-from tests.faults._support import (
-    activate,
-    is_commit,
-    load_commit_script,
-    new_controller,
-    unique,
-)
+from tests.faults._support import activate, is_commit, load_commit_script, new_controller
 
 pytestmark = pytest.mark.servers
 

@@ -64,9 +64,10 @@ from svit_cluster.local import EtcdServer, RedisServer
 from svit_cluster.ownership import HostLease, Owners, Ownership, open_client
 from svit_cluster.process import Process, Transaction, encode_value
 from svit_cluster.store import RedisBackend, StoreConfig, connect
+from tests._support import unique
 from tests.conftest import running
 from tests.faults._proxy import Fault, FaultProxy
-from tests.faults._support import any_command, is_commit, unique
+from tests.faults._support import any_command, is_commit
 
 pytestmark = pytest.mark.servers
 

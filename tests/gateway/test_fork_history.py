@@ -11,8 +11,7 @@ prefix" and "subagent owns an isolated forked process" (everruns/svit).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -25,6 +24,7 @@ from svit_cluster.events import session_for
 from svit_cluster.gateway import Principal, TokenStore, create_app
 from svit_cluster.inprocess import InProcessRouter
 from svit_cluster.reasoning import ReasonReply, SimulatedReasoner
+from tests._support import wait_for
 from tests.events._server import serve
 
 ACME = "acme-token-0123456789"
@@ -59,13 +59,6 @@ def client(models: list[Recording]) -> Iterator[SvitClient]:
     router = InProcessRouter(reasoner=model)
     with serve(create_app(router, tokens)) as base, SvitClient(base, ACME) as c:
         yield c
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def turns(c: SvitClient, pid: str) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,6 @@ from svit_cluster.control._backend import Receipt
 from svit_cluster.local import RedisServer
 from svit_cluster.process import Process, Transition
 from svit_cluster.store import RedisBackend, StoreConfig
-
-_counter = itertools.count(1)
 
 
 class ConfiguredRedis(RedisServer):
@@ -27,10 +24,6 @@ class ConfiguredRedis(RedisServer):
     def _command(self, binary: str) -> list[str]:
         return [*super()._command(binary), *self.extra]
 
-
-def unique(name: str) -> str:
-    """A name no other test in this session uses."""
-    return f"{name}-{next(_counter)}"
 
 
 def seal_write(process: Process, value: Any, path: str = "/memory/count") -> Transition:

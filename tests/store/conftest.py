@@ -11,8 +11,9 @@ import pytest
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import HostLease, LeaseState, open_client
 from svit_cluster.store import StoreConfig
+from tests._support import unique
 from tests.conftest import running
-from tests.store._support import ConfiguredRedis, unique
+from tests.store._support import ConfiguredRedis
 
 
 @pytest.fixture

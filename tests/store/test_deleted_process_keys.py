@@ -25,7 +25,7 @@ from svit_cluster.local._servers import COMPACTION_RETENTION
 from svit_cluster.ownership import Owners, owners_prefix
 from svit_cluster.process import Process
 from svit_cluster.store import RedisBackend, StoreConfig
-from tests.store._support import unique
+from tests._support import unique
 
 pytestmark = pytest.mark.servers
 

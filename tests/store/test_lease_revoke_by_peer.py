@@ -15,7 +15,7 @@ from typing import Any
 
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import LeaseState, open_client, revoke_lease_id
-from tests.store._support import unique
+from tests._support import unique
 
 
 async def test_a_peer_revokes_a_lost_lease_and_its_keys_go_long_before_the_ttl(

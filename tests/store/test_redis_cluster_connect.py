@@ -21,7 +21,7 @@ from svit_cluster.store._redis import (
     async_connect,
     verify_eviction_policy,
 )
-from tests.store._support import unique
+from tests._support import unique
 
 pytestmark = pytest.mark.servers
 

@@ -37,8 +37,8 @@ from svit_cluster.ownership import (
     split_token,
 )
 from svit_cluster.store import RedisBackend, RedisFences, StoreConfig
+from tests._support import unique
 from tests.conftest import RedisTarget
-from tests.store._support import unique
 
 pytestmark = pytest.mark.servers
 

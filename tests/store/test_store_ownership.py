@@ -13,7 +13,7 @@ from svit_cluster.errors import ConflictError, ErrorCode, InvalidInput, Unavaila
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import HostLease, LeaseState, Owners
 from svit_cluster.store import RedisFences, StoreConfig
-from tests.store._support import unique
+from tests._support import unique
 
 pytestmark = pytest.mark.servers
 

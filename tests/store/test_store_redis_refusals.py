@@ -23,8 +23,9 @@ from svit_cluster.local import RedisServer
 from svit_cluster.process import Process, encode_value
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 from svit_cluster.store._redis import REFUSALS, failure_reason, refusal_reason
+from tests._support import unique
 from tests.conftest import running
-from tests.store._support import new_log, receipt, seal_write, unique
+from tests.store._support import new_log, receipt, seal_write
 
 COUNTER = """(define (main input)
   (let ((count (+ (read "/memory/count") (value-get input "/by"))))
