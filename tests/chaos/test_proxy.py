@@ -121,6 +121,19 @@ def test_delay_adds_latency_in_order(hub: Any, redis_server: RedisServer) -> Non
         c.close()
 
 
+async def _get_after_heal(client: Any, key: bytes, timeout_s: float) -> bytes | None:
+    """``key``'s value once etcd answers again after a healed cut (gRPC reconnects
+    with backoff, capped at 1 s here)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            got = await etcd_call("get", client.get(key), timeout_s=1)
+            return None if got is None else bytes(got.value)
+        except UnavailableError:
+            assert time.monotonic() < deadline, "etcd not reachable after healing"
+            await asyncio.sleep(0.2)
+
+
 async def test_etcd_through_a_proxy_can_be_cut_and_healed(fresh_etcd: EtcdServer) -> None:
     with ProxyHub() as hub:
         endpoint, _ = hub.factory()("h1", fresh_etcd.endpoint, "redis://127.0.0.1:1/0")
@@ -132,15 +145,7 @@ async def test_etcd_through_a_proxy_can_be_cut_and_healed(fresh_etcd: EtcdServer
             with pytest.raises(UnavailableError):
                 await etcd_call("get", client.get(b"/chaos/k"), timeout_s=1)
             await asyncio.to_thread(link.set_mode, LinkMode.PASS)
-            deadline = time.monotonic() + 10
-            while True:  # gRPC reconnects with backoff (capped at 1 s here)
-                try:
-                    got = await etcd_call("get", client.get(b"/chaos/k"), timeout_s=1)
-                    break
-                except UnavailableError:
-                    assert time.monotonic() < deadline, "etcd not reachable after healing"
-                    await asyncio.sleep(0.2)
-            assert got is not None and got.value == b"v"
+            assert await _get_after_heal(client, b"/chaos/k", 10.0) == b"v"
         finally:
             await client.close()
 
@@ -242,15 +247,7 @@ async def test_a_hosts_link_to_a_3_member_etcd_cuts_and_heals_every_member_at_on
                     await etcd_call("get", client.get(b"/chaos/g"), timeout_s=2)
                 assert link.resets >= 1
                 await asyncio.to_thread(link.set_mode, LinkMode.PASS)
-                deadline = time.monotonic() + 15
-                while True:
-                    try:
-                        got = await etcd_call("get", client.get(b"/chaos/g"), timeout_s=1)
-                        break
-                    except UnavailableError:
-                        assert time.monotonic() < deadline, "etcd not reachable after healing"
-                        await asyncio.sleep(0.2)
-                assert got is not None and got.value == b"v"
+                assert await _get_after_heal(client, b"/chaos/g", 15.0) == b"v"
             finally:
                 await client.close()
     finally:
