@@ -2,8 +2,8 @@
 
 Feature: the reference's virtual mounts (/mounts/<name> backed by folders or queries).
 Each reference test is listed by name and fails with "feature absent: ..." (it is not
-skipped) until the feature exists; then it is ported for real. Marker
-``reference_absent`` lets a run deselect them (``-m "not reference_absent"``). See
+skipped) until the feature exists; then it is ported for real. Marker ``reference_absent``
+runs them as strict expected failures (``conftest.py`` here). See
 docs/conformance.md, "Reference test port".
 """
 

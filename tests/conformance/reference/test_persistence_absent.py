@@ -2,9 +2,9 @@
 
 Feature: the reference's persistence tests of features this host lacks. Each reference
 test is listed by name and fails with "feature absent: ..." (it is not skipped) until
-the feature exists; then it is ported for real. Marker ``reference_absent`` lets a run
-deselect them (``-m "not reference_absent"``). See docs/conformance.md, "Reference test
-port".
+the feature exists; then it is ported for real. Marker ``reference_absent``
+runs them as strict expected failures (``conftest.py`` here). See
+docs/conformance.md, "Reference test port".
 """
 
 from __future__ import annotations
