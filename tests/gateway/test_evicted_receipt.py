@@ -23,13 +23,13 @@ import redis
 
 from svit_cluster import errors as svit_errors
 from svit_cluster.client import AsyncSvitClient, SvitClient
-from svit_cluster.control import ControlAnswer, ControlRequest, ControlResponse, ProcessController
-from svit_cluster.errors import NotFound, SvitError
+from svit_cluster.control import ControlResponse
+from svit_cluster.errors import SvitError
 from svit_cluster.gateway import Principal, TokenStore, create_app
-from svit_cluster.inprocess import InProcessRouter, MemorySignals
-from svit_cluster.process import Process, Script, Value
-from svit_cluster.store import RedisBackend, StoreConfig
+from svit_cluster.inprocess import InProcessRouter
+from svit_cluster.store import StoreConfig
 from tests.events._server import serve
+from tests.gateway._redis_router import RedisRouter
 
 TOKEN = "tenant-token-0123456789"
 ADMIN = "admin-token-0123456789"
@@ -38,50 +38,6 @@ COUNTER = """(define (main input)
     (do (write "/memory/count" count) (value-map "count" count))))"""
 EVICTING = 256  # DEFAULT_RECEIPTS: one more receipt than this evicts the oldest
 _prefixes = itertools.count()
-
-
-class RedisRouter:
-    """A Ray-free gateway Router: one owner (token 1) per process over the fenced store."""
-
-    def __init__(self, client: redis.Redis, config: StoreConfig) -> None:
-        self.client = client
-        self.config = config
-        self.ctrls: dict[str, ProcessController] = {}
-        self.signals = MemorySignals()
-
-    def _get(self, pid: str) -> ProcessController:
-        if pid not in self.ctrls:
-            raise NotFound(f"unknown process {pid}")
-        return self.ctrls[pid]
-
-    async def control(self, request: ControlRequest, partition: str,
-                      body: bytes | None = None) -> ControlAnswer:
-        ctrl = self._get(request.process_id)
-        return ControlAnswer.of(
-            await asyncio.to_thread(ctrl.execute, request, tenant=partition))
-
-    async def create(self, process_id: str, memory: Value, scripts: dict[str, Script]
-                     ) -> dict[str, Any]:
-        backend = RedisBackend(self.client, process_id, 1, self.config)
-        backend.claim()
-        proc = Process.create(process_id, memory=memory, scripts=dict(scripts))
-        backend.create(proc)
-        self.ctrls[process_id] = ProcessController(proc, backend)
-        return {"process_id": process_id, "version": 0, "root_hash": proc.root_hash}
-
-    async def state(self, process_id: str, path: str) -> tuple[Value, int]:
-        return self._get(process_id).read_versioned(path)
-
-    async def request_status(self, process_id: str, partition: str, client_id: str,
-                             request_id: str) -> dict[str, Any]:
-        status = self._get(process_id).request_status(client_id, request_id, tenant=partition)
-        return status.to_json()
-
-    async def health(self) -> dict[str, Any]:
-        return {"ok": True}
-
-    def signal_source(self) -> Any:
-        return self.signals
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ their parent/child links). A third test imports the tracing path with
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import subprocess
 import sys
@@ -27,12 +26,9 @@ import redis
 
 from svit_cluster import tracing
 from svit_cluster.client import AsyncSvitClient
-from svit_cluster.control import ControlAnswer, ControlRequest, ProcessController
-from svit_cluster.errors import NotFound
 from svit_cluster.gateway import Principal, TokenStore, create_app
-from svit_cluster.inprocess import MemorySignals
-from svit_cluster.process import Process, Script, Value
-from svit_cluster.store import RedisBackend, StoreConfig, connect
+from svit_cluster.store import connect
+from tests.gateway._redis_router import RedisRouter
 
 TOKEN = "tenant-token-0123456789"
 INCREMENT = """(define (main input)
@@ -42,49 +38,6 @@ TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 INCOMING = f"00-{TRACE_ID}-{PARENT_ID}-01"
 _ids = itertools.count()
-
-
-class RedisRouter:
-    """A Ray-free Router: one owner (token 1) per process over the fenced Redis log."""
-
-    def __init__(self, client: redis.Redis) -> None:
-        self.client = client
-        self.backends: dict[str, RedisBackend] = {}
-        self.ctrls: dict[str, ProcessController] = {}
-        self.signals = MemorySignals()
-
-    def _get(self, pid: str) -> ProcessController:
-        if pid not in self.ctrls:
-            raise NotFound(f"unknown process {pid}")
-        return self.ctrls[pid]
-
-    async def control(self, request: ControlRequest, partition: str,
-                      body: bytes | None = None) -> ControlAnswer:
-        ctrl = self._get(request.process_id)
-        return ControlAnswer.of(
-            await asyncio.to_thread(ctrl.execute, request, tenant=partition))
-
-    async def create(self, process_id: str, memory: Value, scripts: dict[str, Script]
-                     ) -> dict[str, Any]:
-        backend = RedisBackend(self.client, process_id, 1, StoreConfig())
-        backend.claim()
-        proc = Process.create(process_id, memory=memory, scripts=dict(scripts))
-        backend.create(proc)
-        self.backends[process_id] = backend
-        self.ctrls[process_id] = ProcessController(proc, backend)
-        return {"process_id": process_id, "version": 0, "root_hash": proc.root_hash}
-
-    async def inbox(self, process_id: str, message: Value, dedup_key: str | None
-                    ) -> dict[str, Any]:
-        appended, version, _ = await asyncio.to_thread(
-            self._get(process_id).append_inbox, message, dedup_key=dedup_key)
-        return {"appended": appended, "version": version}
-
-    async def health(self) -> dict[str, Any]:
-        return {"ok": True}
-
-    def signal_source(self) -> MemorySignals:
-        return self.signals
 
 
 @pytest.fixture
