@@ -85,9 +85,10 @@ def main() -> None:
               help="single: one redis-server and --etcd-members etcd members, each host "
                    "behind its own proxies; scaled: a Redis Cluster of 3 masters x 1 replica "
                    "and 3 etcd members.")
-@click.option("--etcd-members", type=click.Choice([str(n) for n in ETCD_MEMBERS]),
-              default=str(RunConfig.etcd_members), show_default=True,
-              help="etcd members of the single topology. 3 is production's shape: kill-etcd "
+@click.option("--etcd-members", type=click.IntRange(min(ETCD_MEMBERS), max(ETCD_MEMBERS)),
+              default=RunConfig.etcd_members, show_default=True,
+              help="etcd members of the single topology: 1, 3 or 5. 3 is production's shape: "
+                   "kill-etcd "
                    "kills the leader and the others elect a new one (kill-etcd-majority "
                    "takes the quorum away); 1: kill-etcd stops all of etcd.")
 @click.option("--wait-replicas", type=click.IntRange(0, 16), default=None,
@@ -127,7 +128,7 @@ def main() -> None:
 @click.option("--port-dedup/--no-port-dedup", default=RunConfig.port_dedup, show_default=True,
               help="With --workload ports: the test server dedups by idempotency key "
                    "(--no-port-dedup is a negative control: the checker must fail).")
-def run_command(scenario: str | None, topology: str, etcd_members: str,
+def run_command(scenario: str | None, topology: str, etcd_members: int,
                 wait_replicas: int | None,
                 duration_s: float, seed: int, hosts: int, clients: int,
                 processes: int, out_dir: Path, lease_ttl_s: int, snapshot_every: int,
@@ -145,7 +146,7 @@ def run_command(scenario: str | None, topology: str, etcd_members: str,
                        workload=workload, port_dedup=port_dedup,
                        timer_every=timer_every, timer_delay_ms=timer_delay_ms,
                        topology=topology, wait_replicas=wait_replicas,
-                       etcd_members=int(etcd_members))
+                       etcd_members=etcd_members)
     try:
         validate(config)
     except ConfigurationError as exc:

@@ -10,7 +10,7 @@ committed transition (what the Redis stream would hold).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from svit_cluster.control import (
@@ -46,8 +46,9 @@ class RecordingBackend(MemoryBackend):
         self.transitions: list[Transition] = []
 
     def commit(self, transition: Transition, receipt: Receipt | None = None,
-               intents: Sequence[dict[str, Any]] = ()) -> None:
-        super().commit(transition, receipt, intents)
+               intents: Sequence[dict[str, Any]] = (), *,
+               completion: Mapping[str, Any] | None = None) -> None:
+        super().commit(transition, receipt, intents, completion=completion)
         self.transitions.append(transition)
 
     @property

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -101,12 +101,13 @@ def test_the_backend_commits_before_apply_and_a_refused_commit_changes_nothing()
         refuse = False
 
         def commit(self, transition: Transition, receipt: Receipt | None = None,
-                   intents: Sequence[dict[str, Any]] = ()) -> None:
+                   intents: Sequence[dict[str, Any]] = (), *,
+                   completion: Mapping[str, Any] | None = None) -> None:
             assert p.version == transition.record.process_version_before  # not yet applied
             if self.refuse:
                 raise FencedError("fenced out")
             seen.append(transition.record.process_version_after)
-            super().commit(transition, receipt, intents)
+            super().commit(transition, receipt, intents, completion=completion)
 
     backend = Checking()
     host = Host(p, backend)
