@@ -50,6 +50,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, stub: WebhookStub
         lc.down()
 
 
+# 25,000 activations one after another take 135-235 s on a quiet 2-core machine;
+# the latency ratio below is the criterion, the timeout only guards against a hang.
+@pytest.mark.timeout(600)
 def test_a_process_sending_25000_webhooks_stays_fast_and_bounded(
         cluster: LocalCluster, stub: WebhookStub) -> None:
     pid = f"svit://t/long-{uuid.uuid4().hex[:8]}"
