@@ -397,10 +397,10 @@ class AgentlessTarget(FakeTarget):
 
 
 async def test_kill_agent_on_a_live_host_without_an_agent_says_what_it_found_and_heals() -> None:
-    """Seen in a random run (seed 31, 3 hosts, TTL 3): kill-agent h3 found no
-    HostAgent worker on a live, settled host twice, and the run ended
-    inconclusive. Now the inject records what the host ran, and the heal
-    restarts the host as after any kill-agent, so the agent comes back."""
+    """A live host that no heal is restarting may still run no agent worker when
+    kill-agent comes. That is no harness error: the inject records what the host
+    ran, and the heal restarts the host as after any kill-agent, so the agent
+    comes back."""
     target = AgentlessTarget()
     events = await run_windows(target, Window(1.0, 3.0, NemesisSpec("kill-agent", host="h1")))
     assert [e["phase"] for e in events] == ["inject", "heal"]

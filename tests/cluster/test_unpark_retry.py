@@ -2,9 +2,9 @@
 those whose activation answered ``unavailable`` (pure retry logic: the agent
 object without Ray, its ``activate`` answering from a script).
 
-Nobody else asks for a parked process, so a single transient failure (the new
-lease briefly SUSPENDED on a loaded machine, no worker in time) used to leave
-it unowned until its next request. The end-to-end case is
+Nobody else asks for a parked process, so a transient failure (the new lease
+briefly SUSPENDED on a loaded machine, no worker in time) must be retried, or
+the process stays unowned until its next request. The end-to-end case is
 ``tests/cluster/test_lease_rejoin.py`` on the real cluster.
 """
 
