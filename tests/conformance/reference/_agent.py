@@ -154,6 +154,31 @@ class Agent:
         await self.loop.stop()
 
 
+async def two_live_turns(process_id: str) -> Agent:
+    """A new agent at ``process_id`` whose one started loop answers two messages, the
+    second sent after the first turn completed, then drains its closed inbox and stops.
+
+    Asserts each answer (``"first answer"``, ``"second answer"``) and that the loop's
+    task is the same live task throughout (the loop waits after a completed turn; it
+    is never restarted). Returns the stopped agent for the caller's checks.
+    """
+    agent = Agent(process_id, [text("first answer"), text("second answer")])
+    agent.start()
+    try:
+        task = agent.loop._task
+        agent.send("first question")
+        await agent.wait(lambda: len(agent.completions()) == 1)
+        assert agent.completions()[0]["response"]["content"] == "first answer"
+        agent.send("second question")
+        await agent.wait(lambda: len(agent.completions()) == 2)
+        assert agent.completions()[1]["response"]["content"] == "second answer"
+        assert agent.loop._task is task and task is not None and not task.done()
+        await agent.block()
+    finally:
+        await agent.stop()
+    return agent
+
+
 class DurableHost:
     """One Redis key prefix standing in for the reference's durable process store.
 

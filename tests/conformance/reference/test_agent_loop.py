@@ -28,7 +28,7 @@ from svit_cluster.ports import (
     build_registry,
 )
 from svit_cluster.process import Limits, Process, to_plain_json
-from tests.conformance.reference._agent import Agent, call, text
+from tests.conformance.reference._agent import Agent, call, text, two_live_turns
 from tests.conformance.reference._http import fixture_server
 from tests.conformance.reference.test_reasoning_loop import CLAIM, tool_results
 
@@ -64,20 +64,7 @@ async def test_svit_builder_combines_process_definition_and_blocking_inbox_loop(
 async def test_started_svit_processes_inbox_messages_in_commit_order() -> None:
     # After a completed turn the loop waits, still running; the next committed
     # message becomes the next turn without a restart.
-    agent = Agent("svit://local/ordered-inbox", [text("first answer"), text("second answer")])
-    agent.start()
-    try:
-        task = agent.loop._task
-        agent.send("first question")
-        await agent.wait(lambda: len(agent.completions()) == 1)
-        assert agent.completions()[0]["response"]["content"] == "first answer"
-        agent.send("second question")
-        await agent.wait(lambda: len(agent.completions()) == 2)
-        assert agent.completions()[1]["response"]["content"] == "second answer"
-        assert agent.loop._task is task and task is not None and not task.done()
-        await agent.block()
-    finally:
-        await agent.stop()
+    agent = await two_live_turns("svit://local/ordered-inbox")
     assert len(agent.messages()) == 4
     assert [m["turn"] for m in agent.messages()] == [1, 1, 2, 2]
     assert agent.read("/inbox") == []
@@ -198,12 +185,7 @@ async def test_process_owned_agent_enforces_its_script_allowlist() -> None:
                   scripts={"denied":
                            '(define (main input) (do (write "/memory/changed" true) input))'},
                   allow_scripts=["allowed"])
-    agent.start()
-    try:
-        agent.send("try the denied script")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("try the denied script")
     assert agent.read("/memory/changed") is False
     (result,) = [m["content"] for m in agent.messages() if m["role"] == "tool"]
     assert '"code":"forbidden"' in result
@@ -251,12 +233,7 @@ async def test_native_search_and_jq_process_structured_data() -> None:
                                "input": records}),
                    text("found active record")],
                   memory={"records": records}, scripts=BIN_SCRIPTS)
-    agent.start()
-    try:
-        agent.send("find the active record")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("find the active record")
     found, selected = tool_results(agent)
     assert "/memory/records/items/1/name" in found, found
     assert [m["path"] for m in json.loads(found)["output"]["matches"]] == [
@@ -304,12 +281,7 @@ async def test_native_llm_uses_only_the_host_selected_nested_model() -> None:
                   [call("port", name="llm", input={"prompt": "nested question"}),
                    text("outer answer")],
                   ports=build_registry(PortsConfig(llm=LlmPortConfig(enabled=True))))
-    agent.start()
-    try:
-        agent.send("delegate once")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("delegate once")
     (result,) = tool_results(agent)
     assert json.loads(result)["result"]["content"] == "echo: nested question", result
     assert agent.reasoner.steps == 2
@@ -327,12 +299,7 @@ async def test_native_spawn_runs_and_retains_an_isolated_child_svit() -> None:
                   memory={"owner": "parent"}, scripts={"claim": CLAIM},
                   ports=build_registry(PortsConfig(spawn=SpawnPortConfig(enabled=True)),
                                        spawner=spawner))
-    agent.start()
-    try:
-        agent.send("create a child")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("create a child")
     (result,) = tool_results(agent)
     spawned = json.loads(result)["result"]
     (child_id,) = spawner.children
@@ -354,12 +321,7 @@ async def test_native_data_tools_reject_unbounded_or_oversized_work() -> None:
                    text("limit observed")],
                   memory={"text": "bounded"}, scripts=BIN_SCRIPTS)
     before = agent.read("/memory")
-    agent.start()
-    try:
-        agent.send("loop forever")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("loop forever")
     jq_result, search_result = tool_results(agent)
     assert "unbounded construct" in jq_result, jq_result
     assert "pattern limit exceeded" in search_result, search_result

@@ -35,7 +35,7 @@ from svit_cluster.ports import (
 from svit_cluster.process import Limits, Process, to_plain_json
 from svit_cluster.reasoning import DEFAULT_MAX_ITERATIONS, THREAD_FORMAT, LoopState, TurnLoop
 from svit_cluster.reasoning._thread import HOST_KEYS, METADATA_KEYS
-from tests.conformance.reference._agent import Agent, DurableHost, call, text
+from tests.conformance.reference._agent import Agent, DurableHost, call, text, two_live_turns
 from tests.conformance.reference._http import fixture_server
 from tests.conformance.reference._support import activate_request
 
@@ -118,12 +118,7 @@ async def test_svit_owns_the_system_prompt_without_host_instructions() -> None:
     # Without operator instructions, /thread/instructions is null and the generated
     # system prompt names the process and teaches exec, value-map and port-call.
     agent = Agent("svit://local/base-prompt", [text("ok")])
-    agent.start()
-    try:
-        agent.send("hello")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("hello")
     assert agent.read("/thread/instructions") is None
     prompt = agent.read("/thread/system_prompt")
     assert isinstance(prompt, str) and "svit://local/base-prompt" in prompt
@@ -166,12 +161,7 @@ async def test_svit_uses_the_everruns_iteration_default() -> None:
     agent = Agent("svit://local/default-turn-iterations",
                   [*steps, text("finished after discovery")])
     assert agent.loop.config.max_iterations == DEFAULT_MAX_ITERATIONS == 10
-    agent.start()
-    try:
-        agent.send("finish the task")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("finish the task")
     (done,) = agent.completions()
     assert done["response"]["content"] == "finished after discovery"
     assert agent.read("/inbox") == []
@@ -327,12 +317,7 @@ async def test_canonical_events_are_observed_without_materializing_thread_histor
     # Canonical events reach observers; /thread keeps only bounded metadata (the
     # reference's five keys plus this project's documented bookkeeping keys).
     agent = Agent("svit://local/canonical-event-observation", [text("done")])
-    agent.start()
-    try:
-        agent.send("run")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("run")
     kinds = [s.data["event"]["kind"] for s in agent.signals(SignalKind.CANONICAL_EVENT)]
     assert kinds[0] == "user"
     keys = set(agent.process.discover("/thread"))
@@ -345,12 +330,7 @@ async def test_reasoning_tool_commits_are_observed_through_the_contract() -> Non
     # The write tool's commit is a committed signal touching exactly its path.
     agent = Agent("svit://local/reasoning-tool-events",
                   [call("write", path="/memory/research", value="complete"), text("done")])
-    agent.start()
-    try:
-        agent.send("remember this")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("remember this")
     paths = [s.data["paths"] for s in agent.signals(SignalKind.COMMITTED)]
     assert ["/memory/research"] in paths
     assert agent.read("/memory/research") == "complete"
@@ -359,20 +339,7 @@ async def test_reasoning_tool_commits_are_observed_through_the_contract() -> Non
 async def test_started_svit_processes_inbox_messages_in_commit_order() -> None:
     # The loop stays live after a completed turn: a message committed while it
     # waits becomes the next turn, without restarting the loop.
-    agent = Agent("svit://local/ordered-inbox", [text("first answer"), text("second answer")])
-    agent.start()
-    try:
-        task = agent.loop._task
-        agent.send("first question")
-        await agent.wait(lambda: len(agent.completions()) == 1)
-        assert agent.completions()[0]["response"]["content"] == "first answer"
-        agent.send("second question")
-        await agent.wait(lambda: len(agent.completions()) == 2)
-        assert agent.completions()[1]["response"]["content"] == "second answer"
-        assert agent.loop._task is task and task is not None and not task.done()
-        await agent.block()
-    finally:
-        await agent.stop()
+    agent = await two_live_turns("svit://local/ordered-inbox")
     assert [m["content"] for m in agent.messages()] == [
         "first question", "first answer", "second question", "second answer"]
     assert agent.read("/inbox") == []
@@ -386,12 +353,7 @@ async def test_reasoning_loop_exposes_bounded_thread_metadata_and_host_history()
                   [call("read", path="/thread/system_prompt"),
                    call("discover", path="/ports"), text("projection inspected")],
                   instructions=instructions)
-    agent.start()
-    try:
-        agent.send("inspect projection")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("inspect projection")
     thread = agent.read("/thread")
     assert thread["format"] == THREAD_FORMAT == "svit-thread@8"
     assert thread["instructions"] == instructions
@@ -421,12 +383,7 @@ async def test_reasoning_resume_rejects_materialized_thread_history() -> None:
     # A fork whose /thread carries a message list cannot start a loop: it is refused
     # with a failed signal and its inbox item is left alone.
     source = Agent("svit://local/projection-source", [text("ok")])
-    source.start()
-    try:
-        source.send("hello")
-        await source.block()
-    finally:
-        await source.stop()
+    await source.one_turn("hello")
     child = source.process.fork("svit://local/projection-tampered")
     wc = child.working_copy()
     wc.host_set("/thread/messages", [])
@@ -448,12 +405,7 @@ async def test_reasoning_resume_rejects_materialized_thread_history() -> None:
 async def test_reasoning_resume_rejects_thread_metadata_without_its_owner() -> None:
     # /thread metadata without its process_id is refused as a loop start.
     source = Agent("svit://local/event-sequence-source", [text("ok")])
-    source.start()
-    try:
-        source.send("hello")
-        await source.block()
-    finally:
-        await source.stop()
+    await source.one_turn("hello")
     child = source.process.fork("svit://local/event-sequence-tampered")
     wc = child.working_copy()
     wc.host_remove("/thread/process_id")
@@ -485,12 +437,7 @@ async def test_process_snapshot_restores_thread_metadata_but_not_event_history()
     assert resumed.messages() == []
     assert resumed.read("/thread/instructions") == prompt
     assert "svit://local/durable-agent" in resumed.read("/thread/system_prompt")
-    resumed.start()
-    try:
-        resumed.send("second question")
-        await resumed.block()
-    finally:
-        await resumed.stop()
+    await resumed.one_turn("second question")
     assert [m["content"] for m in resumed.messages()] == ["second question", "second answer"]
     assert resumed.read("/thread/session_id") == first.read("/thread/session_id")
 
@@ -532,12 +479,7 @@ async def test_process_reasoning_executes_any_process_script() -> None:
                   scripts={"any_script":
                            '(define (main input) (do (write "/memory/changed" true) input))'})
     assert agent.process.discover("/ports") == []
-    agent.start()
-    try:
-        agent.send("run the script")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("run the script")
     assert agent.read("/memory/changed") is True
 
 
@@ -592,12 +534,7 @@ async def test_host_extension_registers_discoverable_process_builtin() -> None:
     descriptor = agent.read("/ports/read-value")
     assert descriptor["version"] == "v1" and descriptor["effect"] == "read"
     assert descriptor["output"] == "The committed JSON value at path."
-    agent.start()
-    try:
-        agent.send("read the color")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("read the color")
     (result,) = tool_results(agent)
     assert json.loads(result)["output"] == "blue", result
 
@@ -621,12 +558,7 @@ async def test_port_output_cannot_cross_the_persistent_value_boundary() -> None:
                   scripts={"oversized": '(define (main input) (port-call "oversized" input))'},
                   ports=PortRegistry({"oversized": Oversized()}))
     before = agent.read("/memory")
-    agent.start()
-    try:
-        agent.send("run oversized")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("run oversized")
     (result,) = tool_results(agent)
     assert "max_output_bytes" in result and "resource_limit_exceeded" in result
     assert "x" * 1024 not in result
@@ -649,12 +581,7 @@ async def test_standard_library_processes_structured_data() -> None:
                    text("found active record")],
                   memory={"records": RECORDS},
                   scripts={"search-records": SEARCH_RECORDS, "select-active": SELECT_ACTIVE})
-    agent.start()
-    try:
-        agent.send("find the active record")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("find the active record")
     found, selected = tool_results(agent)
     assert "/memory/records/items/1/name" in found, found
     assert json.loads(found)["output"] == {
@@ -817,12 +744,7 @@ async def test_builtin_llm_uses_only_the_host_selected_nested_model() -> None:
                   scripts={"ask": '(define (main input) (port-call "llm" input))'},
                   ports=build_registry(PortsConfig(llm=LlmPortConfig(enabled=True))))
     assert agent.read("/ports/llm/limits/reasoner") == "simulated"
-    agent.start()
-    try:
-        agent.send("delegate once")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("delegate once")
     (result,) = tool_results(agent)
     assert json.loads(result)["output"] == {"content": "echo: nested question",
                                             "tool_calls": []}, result
@@ -844,12 +766,7 @@ async def test_builtin_spawn_runs_and_retains_an_isolated_child_svit() -> None:
                            "claim": CLAIM},
                   ports=build_registry(PortsConfig(spawn=SpawnPortConfig(enabled=True)),
                                        spawner=spawner))
-    agent.start()
-    try:
-        agent.send("create a child")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("create a child")
     (result,) = tool_results(agent)
     spawned = json.loads(result)["output"]
     assert spawned["output"] == "analyze this"
@@ -877,12 +794,7 @@ async def test_bounded_data_operations_reject_unbounded_or_oversized_work() -> N
                   memory={"text": "bounded"},
                   scripts={"unbounded-jq": UNBOUNDED_JQ, "search-input": SEARCH_INPUT})
     before = agent.read("/memory")
-    agent.start()
-    try:
-        agent.send("loop forever")
-        await agent.block()
-    finally:
-        await agent.stop()
+    await agent.one_turn("loop forever")
     jq_result, search_result = tool_results(agent)
     assert "unbounded construct" in jq_result, jq_result
     assert "pattern limit exceeded" in search_result, search_result
