@@ -8,7 +8,9 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -19,7 +21,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from svit_cluster.control import ProcessController, decode_request
-from svit_cluster.local import free_port
+from svit_cluster.local import ClusterSpec, LocalCluster, free_port
 from svit_cluster.process import Process, encode_value
 from svit_cluster.store import RedisBackend, StoreConfig
 
@@ -157,3 +159,22 @@ class Sender:
 def new_pid(kind: str) -> str:
     """A fresh process id ``svit://local/<kind>-<8 hex>``."""
     return f"svit://local/{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def webhook_cluster(state_dir: Path, stub: WebhookStub, *, hosts: int, lease_ttl_s: int,
+                    dispatchers: int) -> Iterator[LocalCluster]:
+    """A real local cluster whose dispatchers may deliver webhooks to ``stub`` only,
+    for a module fixture to ``yield from``: it is taken down when the fixture ends.
+
+    Args:
+        state_dir: the cluster's state directory (a fresh temp dir).
+        stub: the webhook server; its loopback ``host:port`` is the one allowed host.
+        hosts, lease_ttl_s, dispatchers: as :class:`ClusterSpec` (lease TTL in seconds).
+    """
+    lc = LocalCluster.up(ClusterSpec(
+        state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s, dispatchers=dispatchers,
+        dispatch_options={"webhook_hosts": [f"127.0.0.1:{stub.port}"]}))
+    try:
+        yield lc
+    finally:
+        lc.down()

@@ -15,17 +15,16 @@ import statistics
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from svit_cluster.client import SvitClient
 from svit_cluster.dispatch import outbox_summary
-from svit_cluster.local import ClusterSpec, LocalCluster
+from svit_cluster.local import LocalCluster
 from svit_cluster.process import OUTBOX_WINDOW
 from svit_cluster.store import connect
 from tests._support import wait_for
-from tests.dispatch._support import WebhookStub
+from tests.dispatch._support import WebhookStub, webhook_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -40,14 +39,8 @@ HOOK = """(define (main input)
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, stub: WebhookStub
             ) -> Iterator[LocalCluster]:
-    state: Path = tmp_path_factory.mktemp("long")
-    lc = LocalCluster.up(ClusterSpec(
-        state_dir=state, hosts=1, lease_ttl_s=5, dispatchers=1,
-        dispatch_options={"webhook_hosts": [f"127.0.0.1:{stub.port}"]}))
-    try:
-        yield lc
-    finally:
-        lc.down()
+    yield from webhook_cluster(tmp_path_factory.mktemp("long"), stub,
+                               hosts=1, lease_ttl_s=5, dispatchers=1)
 
 
 # 25,000 activations one after another take 135-235 s on a quiet 2-core machine;

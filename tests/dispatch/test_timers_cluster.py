@@ -14,19 +14,18 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 from svit_cluster.client import SvitClient
 from svit_cluster.dispatch import DispatchKeys
-from svit_cluster.local import ClusterSpec, LocalCluster
+from svit_cluster.local import LocalCluster
 from svit_cluster.local._dispatchers import kill_dispatcher, start_dispatcher
 from svit_cluster.local._status import cluster_status
 from svit_cluster.store import connect
 from tests._support import wait_for
-from tests.dispatch._support import WebhookStub
+from tests.dispatch._support import WebhookStub, webhook_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -47,14 +46,8 @@ ARM = """(define (arm to n i delay)
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, stub: WebhookStub
             ) -> Iterator[LocalCluster]:
-    state: Path = tmp_path_factory.mktemp("timers")
-    lc = LocalCluster.up(ClusterSpec(
-        state_dir=state, hosts=3, lease_ttl_s=3, dispatchers=2,
-        dispatch_options={"webhook_hosts": [f"127.0.0.1:{stub.port}"]}))
-    try:
-        yield lc
-    finally:
-        lc.down()
+    yield from webhook_cluster(tmp_path_factory.mktemp("timers"), stub,
+                               hosts=3, lease_ttl_s=3, dispatchers=2)
 
 
 def _holder(rc: redis.Redis, cluster: LocalCluster, pid: str) -> str:
