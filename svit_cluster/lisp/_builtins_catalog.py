@@ -39,6 +39,7 @@ from svit_cluster.lisp._builtins_svit import (
     b_map_get,
     result_error,
     result_ok,
+    string_keyed_pairs,
 )
 from svit_cluster.lisp._errors import catchable, invalid_path, script_failed
 from svit_cluster.lisp._jq import run_jq
@@ -345,16 +346,12 @@ def b_value_has_path(r: Run, a: Args) -> Any:
 
 
 def b_dispatch_table(r: Run, a: Args) -> Any:
-    if len(a) % 2:
-        raise script_failed("dispatch-table expects name/function pairs")
-    entries: dict[str, Any] = {}
-    for i in range(0, len(a), 2):
-        name = a[i]
-        if type(name) is not str:
-            raise script_failed(f"dispatch-table name must be a string, got {type_name(name)}")
-        if name in entries:
-            raise script_failed(f"dispatch-table handler names must be unique: {name[:200]}")
-        entries[name] = _function("dispatch-table", a[i + 1])
+    entries = string_keyed_pairs(
+        a, lambda f: _function("dispatch-table", f),
+        odd="dispatch-table expects name/function pairs",
+        not_str="dispatch-table name must be a string",
+        duplicate=lambda name: script_failed(
+            f"dispatch-table handler names must be unique: {name[:200]}"))
     r.touch(len(entries))
     r.alloc(16 + 16 * len(entries))
     return DispatchTable(entries)

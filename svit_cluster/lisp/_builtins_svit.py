@@ -43,7 +43,7 @@ from svit_cluster.values import (
     validate_address,
 )
 
-__all__ = ["SVIT", "SVIT_NOT_INLINE", "result_error", "result_ok"]
+__all__ = ["SVIT", "SVIT_NOT_INLINE", "result_error", "result_ok", "string_keyed_pairs"]
 
 Args = Sequence[Any]
 T = TypeVar("T")
@@ -110,17 +110,36 @@ def b_value_get(r: Run, a: Args) -> Any:
     return cur
 
 
-def b_value_map(r: Run, a: Args) -> Any:
+def string_keyed_pairs(a: Args, convert: Callable[[Any], T], *, odd: str, not_str: str,
+                       duplicate: Callable[[str], SvitError]) -> dict[str, T]:
+    """The arguments ``k1 v1 k2 v2 ...`` as ``{k: convert(v)}``, in argument order.
+
+    Each key is checked (a string, not seen before) before its value is converted,
+    so the first bad pair raises.
+
+    Raises:
+        ScriptFailed: an odd number of arguments (message ``odd``), or a key that
+            is not a string (``"<not_str>, got <type>"``).
+        SvitError: ``duplicate(key)`` for a repeated key; whatever ``convert`` raises.
+    """
     if len(a) % 2:
-        raise script_failed("value-map expects key/value pairs")
-    pairs: dict[str, Any] = {}
+        raise script_failed(odd)
+    pairs: dict[str, T] = {}
     for i in range(0, len(a), 2):
         key = a[i]
         if type(key) is not str:
-            raise script_failed(f"value-map key must be a string, got {type_name(key)}")
+            raise script_failed(f"{not_str}, got {type_name(key)}")
         if key in pairs:
-            raise invalid_value(f"duplicate map key: {key[:200]}")
-        pairs[key] = to_value(r, a[i + 1])
+            raise duplicate(key)
+        pairs[key] = convert(a[i + 1])
+    return pairs
+
+
+def b_value_map(r: Run, a: Args) -> Any:
+    pairs = string_keyed_pairs(
+        a, lambda v: to_value(r, v), odd="value-map expects key/value pairs",
+        not_str="value-map key must be a string",
+        duplicate=lambda key: invalid_value(f"duplicate map key: {key[:200]}"))
     n = len(pairs)
     r.alloc(16 + 16 * n)
     r.touch(n)
