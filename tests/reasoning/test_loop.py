@@ -8,8 +8,9 @@ import pytest
 import redis
 
 import svit_cluster.reasoning as reasoning
-from svit_cluster.events import SignalKind, session_for
+from svit_cluster.events import SignalKind, fork_events, session_for
 from svit_cluster.reasoning import LoopState, ReasonReply, SimulatedReasoner
+from svit_cluster.store import RedisBackend, StoreConfig
 from tests.reasoning._support import Owner, kinds, wait_for
 
 pytestmark = pytest.mark.servers
@@ -179,9 +180,13 @@ async def test_a_new_owner_resumes_pending_items_in_order(
     assert [c["turn"] for c in completions(second)] == [1, 2, 3]
 
 
-async def test_process_only_fork_begins_a_fresh_session(
-    rclient: redis.Redis, pid: str, prefix: str
-) -> None:
+async def _fork_after_one_turn(rclient: redis.Redis, pid: str, prefix: str,
+                               child_id: str) -> Owner:
+    """Create ``pid`` (owner token 1), answer "before fork" on its loop, then fork it
+    to ``child_id`` and claim and create the child in the store at ``prefix`` (token 1).
+
+    Returns the parent owner, its loop stopped; the child is for the caller to own.
+    """
     parent = Owner(rclient, pid, prefix, 1, create=True)
     parent.loop.start()
     try:
@@ -189,14 +194,19 @@ async def test_process_only_fork_begins_a_fresh_session(
         await wait_for(lambda: len(completions(parent)) == 1)
     finally:
         await parent.loop.stop()
-    child_id = pid + "-fork"
-    from svit_cluster.store import RedisBackend, StoreConfig
-
     with parent.ctrl.locked():
         child_proc = parent.ctrl.process.fork(child_id)
     b = RedisBackend(rclient, child_id, 1, StoreConfig(prefix=prefix))
     b.claim()
     b.create(child_proc)
+    return parent
+
+
+async def test_process_only_fork_begins_a_fresh_session(
+    rclient: redis.Redis, pid: str, prefix: str
+) -> None:
+    child_id = pid + "-fork"
+    await _fork_after_one_turn(rclient, pid, prefix, child_id)
     child = Owner(rclient, child_id, prefix, 1)
     child.loop.start()
     try:
@@ -230,22 +240,8 @@ async def test_store_level_fork_continues_after_the_shared_prefix(
     # (fork_events) numbers its first turn after them and gives them to its model
     # as history; a retry of that first turn (it failed after appending its user
     # event, so no acknowledge moved /thread/session yet) keeps its turn number.
-    from svit_cluster.events import fork_events
-    from svit_cluster.store import RedisBackend, StoreConfig
-
-    parent = Owner(rclient, pid, prefix, 1, create=True)
-    parent.loop.start()
-    try:
-        parent.send("before fork")
-        await wait_for(lambda: len(completions(parent)) == 1)
-    finally:
-        await parent.loop.stop()
     child_id = pid + "-durable-fork"
-    with parent.ctrl.locked():
-        child_proc = parent.ctrl.process.fork(child_id)
-    b = RedisBackend(rclient, child_id, 1, StoreConfig(prefix=prefix))
-    b.claim()
-    b.create(child_proc)
+    parent = await _fork_after_one_turn(rclient, pid, prefix, child_id)
     last_seq = parent.ctrl.read_versioned("/thread/session/last_seq")[0]
     assert fork_events(rclient, pid, child_id, prefix=prefix, upto_seq=last_seq) == 2
     model = _Recording(fail_first=True)
