@@ -24,7 +24,7 @@ class ResidencyCollector(Collector):
     full), ``svit_agent_worker_starts_total``, ``svit_agent_worker_reuses_total``.
 
     Args:
-        agent: the agent (its :meth:`residency` and ``actors``/``_spares``).
+        agent: the agent (its :meth:`residency`, ``actors`` and ``pool.spares``).
     """
 
     def __init__(self, agent: Any) -> None:
@@ -37,7 +37,7 @@ class ResidencyCollector(Collector):
             ("svit_agent_active_actors", "Processes this host serves now.", len(agent.actors)),
             ("svit_agent_max_active_actors", "Process actors this host may run (budget).",
              r["max_active"]),
-            ("svit_agent_warm_spares", "Warm, unbound process actors.", len(agent._spares)),
+            ("svit_agent_warm_spares", "Warm, unbound process actors.", len(agent.pool.spares)),
             ("svit_agent_starting_workers", "Ray workers being started now.", r["starting"]),
             ("svit_agent_actors_pss_bytes", "Summed PSS of this host's process actors.",
              r["pss_mib"] * (1 << 20)),

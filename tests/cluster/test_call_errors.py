@@ -160,7 +160,7 @@ def agent() -> HostAgent:
     a = HostAgent(ClusterConfig().to_dict(), "h1")
     a.lease = FakeLease()
     killed: list[Any] = []
-    a._kill = killed.append  # type: ignore[method-assign]
+    a.pool.kill = killed.append  # type: ignore[method-assign]
     a.killed = killed  # type: ignore[attr-defined]
     return a
 
@@ -177,7 +177,7 @@ async def test_activate_after_the_lease_was_reset_during_an_await_is_unavailable
     a._take_actor = take  # type: ignore[method-assign]
     result = await a.activate("p1")
     assert result["error"]["code"] == "unavailable", result
-    assert a._spares == [spare]  # the unused actor is kept warm
+    assert a.pool.spares == [spare]  # the unused actor is kept warm
     assert a.actors == {}
 
 
@@ -254,29 +254,29 @@ async def test_a_taken_spare_is_replaced_only_after_the_activation_ends(
     from svit_cluster.cluster import _agent
 
     a = agent()
-    a._spares = [("svit:h1:spare", FakeHandle({"status": "serving", "version": 0})),
+    a.pool.spares = [("svit:h1:spare", FakeHandle({"status": "serving", "version": 0})),
                  ("svit:h1:other", FakeHandle({"status": "serving", "version": 0}))]
     a._fences = lambda: None  # type: ignore[method-assign]
-    a._start_watch = lambda *_: None  # type: ignore[method-assign,assignment]
+    a.supervisor.start_watch = lambda *_: None  # type: ignore[method-assign,assignment]
     monkeypatch.setattr("svit_cluster.cluster._agent.Owners", RecordingOwners)
     monkeypatch.setattr(_agent, "SPARE_REFILL_DELAY_S", 0.2, raising=False)
     refills: list[float] = []
     loop = asyncio.get_running_loop()
-    a._refill_loop = lambda: _record(refills, loop.time())  # type: ignore[method-assign]
+    a.pool.refill_loop = lambda: _record(refills, loop.time())  # type: ignore[method-assign]
 
     started = loop.time()
     result = await a.activate("p1")
     ended = loop.time()
     assert result["status"] == "serving", result
-    assert len(a._spares) == 1 and "p1" in a.actors
+    assert len(a.pool.spares) == 1 and "p1" in a.actors
     assert refills == [], "the replacement spare started during the activation"
     await asyncio.sleep(0.35)
     assert len(refills) == 1 and refills[0] - ended >= 0.19, (started, ended, refills)
 
     # A refill still pending when the host shuts down never runs.
     assert (await a.activate("p2"))["status"] == "serving"
-    assert a._refill_timer is not None
-    a.actors, a._spares, a.lease = {}, [], None  # nothing for shutdown to release or revoke
+    assert a.pool.refill_timer is not None
+    a.actors, a.pool.spares, a.lease = {}, [], None  # nothing for shutdown to release or revoke
     await a.shutdown("test")
     await asyncio.sleep(0.35)
     assert len(refills) == 1

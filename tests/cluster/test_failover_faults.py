@@ -40,7 +40,7 @@ Measured (printed), with a documented bound:
   clock at the local deadline (send time of the last keepalive that got
   through + TTL - safety margin: 1.7-2.25 s after the cut at TTL 3, margin
   0.75 s, keepalive interval 0.56 s); it stops serving and gets the lease
-  revoked at once by a peer agent that reaches etcd (``HostAgent._revoke_lost``)
+  revoked at once by a peer agent that reaches etcd (``AgentLease.revoke_lost``)
   instead of waiting for etcd's expiry (up to a TTL after the last keepalive,
   plus etcd's expiry scan). Then the gateway's etcd watch sees the records go
   and places the processes elsewhere. Floor: about TTL - margin + one claim

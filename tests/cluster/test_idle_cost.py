@@ -76,7 +76,7 @@ class _Ownership(str):
 
 def _agent_serving(pid: str) -> tuple[HostAgent, FakeActorHandle, FakeOwners]:
     agent = HostAgent(ClusterConfig().to_dict(), "h1")
-    agent._kill = lambda handle: None  # type: ignore[method-assign]
+    agent.pool.kill = lambda handle: None  # type: ignore[method-assign]
     handle, owners = FakeActorHandle(), FakeOwners()
     agent.actors[pid] = ServedActor(7, handle, owners, _Ownership("ownership"))  # type: ignore[arg-type]
     return agent, handle, owners
@@ -86,7 +86,7 @@ async def test_the_agent_does_not_call_an_idle_actor() -> None:
     """The agent's background loops leave a served, idle actor alone (before: an
     ``info`` call every 2 s to each actor, which woke every idle worker)."""
     agent, handle, _ = _agent_serving("svit://t/idle")
-    sweep = asyncio.get_running_loop().create_task(agent._reconcile_loop())
+    sweep = asyncio.get_running_loop().create_task(agent.supervisor.reconcile_loop())
     try:
         await asyncio.sleep(3.0)
     finally:
@@ -99,7 +99,7 @@ async def test_a_dead_actor_is_released_at_once_through_its_watch() -> None:
     the agent releases the process within a fraction of a second (no poll)."""
     pid = "svit://t/dies"
     agent, handle, owners = _agent_serving(pid)
-    agent._start_watch(pid, 7, handle)
+    agent.supervisor.start_watch(pid, 7, handle)
     await asyncio.sleep(0.05)
     assert handle.calls == ["watch"] and pid in agent.actors  # alive: nothing else asked
     handle.die()
@@ -109,7 +109,7 @@ async def test_a_dead_actor_is_released_at_once_through_its_watch() -> None:
             break
     assert pid not in agent.actors
     assert owners.released == ["ownership"]
-    assert agent._watches == {}
+    assert agent.supervisor.watches == {}
 
 
 async def test_a_released_actor_is_not_released_twice_by_its_watch() -> None:
@@ -117,7 +117,7 @@ async def test_a_released_actor_is_not_released_twice_by_its_watch() -> None:
     process gone (or served under another token) and does nothing more."""
     pid = "svit://t/released"
     agent, handle, owners = _agent_serving(pid)
-    agent._start_watch(pid, 7, handle)
+    agent.supervisor.start_watch(pid, 7, handle)
     await asyncio.sleep(0.01)
     assert await agent.release(pid, 7, "passivated")
     newer, newer_owners = FakeActorHandle(), FakeOwners()

@@ -42,10 +42,10 @@ def test_the_agent_suspends_resumes_and_fences_out_on_lease_states() -> None:
     agent = HostAgent(ClusterConfig().to_dict(), "h1")
     handle = RecordingHandle()
     agent.actors["svit://t/p"] = ServedActor(1, handle, None, None)  # type: ignore[arg-type]
-    agent._on_lease(LeaseState.SUSPENDED)
-    agent._on_lease(LeaseState.HELD)
-    agent._on_lease(LeaseState.SUSPENDED)
-    agent._on_lease(LeaseState.LOST)
+    agent.supervisor.on_lease(LeaseState.SUSPENDED)
+    agent.supervisor.on_lease(LeaseState.HELD)
+    agent.supervisor.on_lease(LeaseState.SUSPENDED)
+    agent.supervisor.on_lease(LeaseState.LOST)
     assert [entry[0] for entry in handle.log] == ["suspend", "resume", "suspend", "fence_out"]
     seqs = [entry[-2] for entry in handle.log[:3]]
     assert seqs == sorted(seqs) and len(set(seqs)) == 3  # notices carry increasing numbers

@@ -159,18 +159,18 @@ def _agent(world: World, monkeypatch: pytest.MonkeyPatch, *, max_active: int,
     agent.lease = FakeLease()
     agent.budget = Budget(max_active, pss_mib, max_starting, "test")
     agent.spare_target = spares
-    agent._new_actor = world.new_actor  # type: ignore[method-assign]
-    agent._kill = lambda handle: world.killed.append(handle.target.name)  # type: ignore[method-assign]
+    agent.pool.new_actor = world.new_actor  # type: ignore[method-assign]
+    agent.pool.kill = lambda handle: world.killed.append(handle.target.name)  # type: ignore[method-assign]
     agent._fences = lambda: None  # type: ignore[method-assign]
     monkeypatch.setattr("svit_cluster.cluster._agent.Owners", world.owners(world))
     return agent
 
 
 async def _shutdown(agent: HostAgent) -> None:
-    for task in agent._watches.values():
+    for task in agent.supervisor.watches.values():
         task.cancel()
-    if agent._refill_timer is not None:
-        agent._refill_timer.cancel()
+    if agent.pool.refill_timer is not None:
+        agent.pool.refill_timer.cancel()
 
 
 async def test_at_the_budget_the_least_recently_used_idle_process_gives_its_worker(
@@ -185,14 +185,14 @@ async def test_at_the_budget_the_least_recently_used_idle_process_gives_its_work
     for w in world.workers.values():
         w.idle_s = idle[w.process_id]
     world.workers[agent.actors["p1"].ownership.address].busy = True
-    agent._usage_at = 0.0  # the view is stale: asked again
+    agent.supervisor.usage_at = 0.0  # the view is stale: asked again
     answer = await agent.activate("p4")
     assert answer["status"] == "serving", answer
     assert sorted(agent.actors) == ["p1", "p3", "p4"]
     assert world.released == ["p2"]  # its ownership record went first
     assert agent.worker_starts == 3 and agent.worker_reuses == 1 and agent.evictions == 1
     assert world.killed == []  # the worker was reused, not stopped
-    assert len(agent.actors) + len(agent._spares) <= 3
+    assert len(agent.actors) + len(agent.pool.spares) <= 3
     await _shutdown(agent)
 
 
@@ -204,7 +204,7 @@ async def test_a_host_whose_actors_are_all_busy_answers_host_full(
         await agent.activate(pid)
     for w in world.workers.values():
         w.busy = True
-    agent._usage_at = 0.0
+    agent.supervisor.usage_at = 0.0
     answer = await agent.activate("p3")
     err = answer["error"]
     assert err["code"] == "unavailable", answer
@@ -231,11 +231,11 @@ async def test_concurrent_activations_never_overshoot_the_budget(
     in the same step as the room is checked."""
     world = World(warm_s=0.05)
     agent = _agent(world, monkeypatch, max_active=4, max_starting=2, spares=2)
-    agent._refill()
+    agent.pool.refill()
     answers = await asyncio.gather(*(agent.activate(f"p{i}") for i in range(8)))
     assert sum(1 for a in answers if a.get("status") == "serving") >= 4
     assert len(world.workers) <= 4, len(world.workers)
-    assert len(agent.actors) + len(agent._spares) <= 4
+    assert len(agent.actors) + len(agent.pool.spares) <= 4
     await _shutdown(agent)
 
 
@@ -246,30 +246,30 @@ async def test_a_passivated_process_leaves_its_worker_warm_for_a_while(
     await agent.activate("p1")
     served = agent.actors["p1"]
     assert await agent.release("p1", served.token, "passivated")
-    assert [n for n, _h in agent._spares] == [served.ownership.address]
-    assert agent._trim_spares(linger_s=60.0) == 0  # still lingering
-    assert agent._trim_spares(linger_s=0.0) == 1  # a surplus spare (target 0) goes
-    assert world.killed == [served.ownership.address] and agent._spares == []
+    assert [n for n, _h in agent.pool.spares] == [served.ownership.address]
+    assert agent.pool.trim(linger_s=60.0) == 0  # still lingering
+    assert agent.pool.trim(linger_s=0.0) == 1  # a surplus spare (target 0) goes
+    assert world.killed == [served.ownership.address] and agent.pool.spares == []
     await _shutdown(agent)
 
 
 async def test_the_memory_guard_stops_spares_then_passivates_the_least_recently_used(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from svit_cluster.cluster import _agent as agent_module
+    from svit_cluster.cluster import _memory_guard
 
     world = World()
     agent = _agent(world, monkeypatch, max_active=10, pss_mib=250.0)
     for pid in ("p1", "p2", "p3"):
         await agent.activate(pid)
-    agent._add_spare(*world.new_actor())
-    agent._pids[agent._spares[0][0]] = world.workers[agent._spares[0][0]].pid
+    agent.pool.add_spare(*world.new_actor())
+    agent.pool.pids[agent.pool.spares[0][0]] = world.workers[agent.pool.spares[0][0]].pid
     for w in world.workers.values():
         w.idle_s = {"p1": 30.0, "p2": 300.0, "p3": 3.0}.get(w.process_id, 0.0)
-    agent._usage_at = 0.0
-    monkeypatch.setattr(agent_module, "read_pss_kib", lambda pid: 100 * 1024)  # 100 MiB each
+    agent.supervisor.usage_at = 0.0
+    monkeypatch.setattr(_memory_guard, "read_pss_kib", lambda pid: 100 * 1024)  # 100 MiB each
     pss = await agent.check_memory()
     assert pss < 250.0, pss
-    assert agent._spares == []  # the spare went first
+    assert agent.pool.spares == []  # the spare went first
     assert sorted(agent.actors) == ["p1", "p3"] and world.released == ["p2"]
     assert len(world.killed) == 2  # the spare's and p2's workers: stopped, not reused
     await _shutdown(agent)
@@ -303,7 +303,7 @@ async def test_a_release_racing_a_passivation_never_stops_the_reused_worker(
         await agent.activate(pid)
     for w in world.workers.values():
         w.idle_s = {"p1": 100.0, "p2": 1.0}[w.process_id]
-    agent._usage_at = 0.0
+    agent.supervisor.usage_at = 0.0
     served = agent.actors["p1"]
     world.unbind_s = 0.05  # both reach the worker while the other waits on it
     activation = asyncio.ensure_future(agent.activate("p3"))
@@ -350,10 +350,10 @@ async def test_the_agent_forgets_the_locks_of_processes_it_no_longer_serves(
     agent = _agent(world, monkeypatch, max_active=2)
     for pid in ("p1", "p2", "p3", "p4"):
         await agent.activate(pid)
-    assert len(agent._locks) == 4 and len(agent.actors) == 2
-    held = agent._locks.setdefault("p9", asyncio.Lock())
+    assert len(agent.supervisor.locks) == 4 and len(agent.actors) == 2
+    held = agent.supervisor.locks.setdefault("p9", asyncio.Lock())
     await held.acquire()  # an activation of p9 under way
-    assert agent._prune_locks() == 2
-    assert sorted(agent._locks) == sorted([*agent.actors, "p9"])
+    assert agent.supervisor.prune_locks() == 2
+    assert sorted(agent.supervisor.locks) == sorted([*agent.actors, "p9"])
     held.release()
     await _shutdown(agent)

@@ -38,10 +38,10 @@ def test_unpark_retries_unavailable_and_stops_at_a_final_answer() -> None:
         return answers[pid].pop(0)
 
     agent.activate = activate  # type: ignore[method-assign]
-    agent._parked = list(answers)
+    agent.supervisor.parked = list(answers)
     asyncio.run(asyncio.wait_for(agent._unpark(), 10))
     assert calls.count("svit://t/busy") == 3, calls
     assert calls.count("svit://t/gone") == 1, calls
     assert calls.count("svit://t/moved") == 1, calls
-    assert agent._parked == []
+    assert agent.supervisor.parked == []
 

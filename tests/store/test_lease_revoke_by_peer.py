@@ -3,7 +3,7 @@
 Only etcd ends a lease its holder cannot reach: without help its keys stay
 until etcd expires it (up to a TTL after the last keepalive that got through).
 The holder, once LOST by its own clock, asks a peer to revoke it
-(``HostAgent._revoke_lost`` -> ``revoke_lease_id``); the keys go at once.
+(``AgentLease.revoke_lost`` -> ``revoke_lease_id``); the keys go at once.
 """
 
 from __future__ import annotations
