@@ -350,7 +350,9 @@ def leases_markdown(section: dict[str, Any] | None) -> str:
 
 
 #: What a host agent logs when it finds its lease lost (``HostAgent._rejoin_loop``).
-_LOST = re.compile(r"lost its lease \(lease (\d+): (.*?)\); dropping")
+#: Matches ``svit_cluster.cluster.LEASE_LOST_LOG`` with the agent's reason
+#: (``lease <id>: <why>``) in it.
+_LOST = re.compile(r"lost its lease \(lease (\d+): (.*?)\); parking \d+ actors")
 
 
 def lease_loss_reasons(root: Path, *, max_bytes: int = 64 * 1024 * 1024) -> dict[str, str]:

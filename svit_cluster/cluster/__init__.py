@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from svit_cluster.cluster._actor import ProcessActor
     from svit_cluster.cluster._agent import HostAgent, hosts_prefix
     from svit_cluster.cluster._heartbeat import check_heartbeat
+    from svit_cluster.cluster._host_lease import LEASE_LOST_LOG
     from svit_cluster.cluster._names import actor_name, agent_name
     from svit_cluster.cluster._router import RayRouter
     from svit_cluster.cluster._routes import Route, RouteCache
@@ -46,6 +47,7 @@ _LAZY = {
     "agent_name": "_names",
     "hosts_prefix": "_agent",
     "check_heartbeat": "_heartbeat",
+    "LEASE_LOST_LOG": "_host_lease",
     "RayRouter": "_router",
     "Route": "_routes",
     "RouteCache": "_routes",
@@ -56,6 +58,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "LEASE_LOST_LOG",
     "WORKER_NICENESS_ENV",
     "Activated",
     "Budget",

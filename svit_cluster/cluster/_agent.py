@@ -55,7 +55,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from svit_cluster.cluster._agent_metrics import ResidencyCollector
 from svit_cluster.cluster._config import AGENT_NICENESS, ClusterConfig
 from svit_cluster.cluster._error_dict import error_dict
-from svit_cluster.cluster._host_lease import AgentLease
+from svit_cluster.cluster._host_lease import LEASE_LOST_LOG, AgentLease
 from svit_cluster.cluster._memory_guard import MEMORY_SAMPLE_S, MemoryGuard
 from svit_cluster.cluster._residency import Budget, derive_budget, node_memory_bytes
 from svit_cluster.cluster._spare_pool import MAX_BINDINGS_PER_WORKER, SPARE_LINGER_S, WorkerPool
@@ -265,8 +265,7 @@ class HostAgent:
                 if self.lease is not None and self.lease.state is LeaseState.LOST:
                     n = len(self.actors)
                     old = self.leases.note_lost()
-                    log.warning("host %s lost its lease (%s); parking %d actors and "
-                                "rejoining", self.host, self.lost_leases[-1], n)
+                    log.warning(LEASE_LOST_LOG, self.host, self.lost_leases[-1], n)
                     await self.supervisor.park_all("lease lost")
                     try:
                         await old.close()

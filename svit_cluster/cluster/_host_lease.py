@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 
 #: Reasons of earlier lost leases kept for ``status`` (the newest).
 LOST_LEASES_KEPT = 10
+#: The agent's log line when its lease is lost (``%`` args: host, the reason
+#: recorded by :meth:`AgentLease.note_lost`, actors parked). The chaos
+#: harness reads the lease id and reason back from it (``svit_chaos.leases``).
+LEASE_LOST_LOG = "host %s lost its lease (%s); parking %d actors and rejoining"
 
 
 def _own_actor_id() -> str | None:

@@ -35,6 +35,7 @@ from svit_chaos.report import write_markdown
 from svit_chaos.runner import NemesisRunner
 from svit_chaos.spec import NemesisSpec, Schedule, Window
 
+from svit_cluster.cluster import LEASE_LOST_LOG
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import host_key
 from tests._support import unique
@@ -178,9 +179,9 @@ def test_the_report_shows_every_loss_with_its_window_and_the_agents_reason(
 def test_the_agents_reason_is_read_from_its_log_line(tmp_path: Path) -> None:
     log = tmp_path / "ray" / "session" / "logs" / "worker-1.err"
     log.parent.mkdir(parents=True)
-    log.write_text("x WARNING host h2 lost its lease (lease 7587: local deadline passed 0.01 "
-                   "s ago, 4.01 s after the last keepalive was sent); dropping 3 actors and "
-                   "rejoining\n")
+    reason = ("lease 7587: local deadline passed 0.01 s ago, 4.01 s after the last "
+              "keepalive was sent")
+    log.write_text("x WARNING " + LEASE_LOST_LOG % ("h2", reason, 3) + "\n")
     assert lease_loss_reasons(tmp_path) == {
         "7587": "local deadline passed 0.01 s ago, 4.01 s after the last keepalive was sent"}
 
