@@ -15,8 +15,9 @@
 #     as uid 10001 with a read-only root filesystem, and the host-agent probe
 #     command answers (exit 1: no heartbeat yet).
 #
-# Prints the time of each stage. .ci/run runs it after the main test suite, then
-# the container check (tests/deploy/test_chart_containers.py).
+# Prints the time of each stage. .ci/run runs it beside the main test suite (at
+# nice 19 and the idle I/O class), then the container check
+# (tests/deploy/test_chart_containers.py).
 # Environment: IMAGE (localhost/svit-cluster:ci), BASE_IMAGE
 # (localhost/debian:bookworm-min), DEBIAN_MIRROR, NICE (19), NPROC_LIMIT (32768).
 set -euo pipefail
