@@ -1,5 +1,5 @@
-"""The benchmarks' local cluster: up, yielded, always downed; a failure inside
-prints the tracebacks and ERROR lines of the cluster's logs to stderr first.
+"""The benchmarks' local cluster: up, yielded, always downed; a failure to start
+or inside prints the tracebacks and ERROR lines of the cluster's logs to stderr first.
 
 The benchmarks keep their cluster's state dir in a temporary directory, which
 is gone once they return; the log tails on stderr are what a failed CI run
@@ -89,12 +89,16 @@ def log_tails(log_dir: Path, max_lines: int = MAX_TAIL_LINES) -> str:
 
     Returns:
         The text (ends with a newline); a line saying so when ``log_dir``
-        does not exist or holds no files.
+        does not exist, cannot be listed or holds no files. Never raises
+        ``OSError``: it runs while another error is being reported.
     """
     if not log_dir.is_dir():
         return f"==> {log_dir}: no such directory <==\n"
-    files = sorted((p for p in log_dir.iterdir() if p.is_file()),
-                   key=lambda p: (p.name != "gateway.log", p.name))
+    try:
+        files = sorted((p for p in log_dir.iterdir() if p.is_file()),
+                       key=lambda p: (p.name != "gateway.log", p.name))
+    except OSError as exc:  # never hide the error being reported behind this one
+        return f"==> {log_dir}: unreadable ({exc}) <==\n"
     if not files:
         return f"==> {log_dir}: no log files <==\n"
     out: list[str] = []
@@ -121,9 +125,9 @@ def print_log_tails(log_dir: Path, stream: TextIO | None = None) -> None:
 def running(cluster: LocalCluster) -> Iterator[LocalCluster]:
     """Yield the already started ``cluster``; always ``down()`` it after.
 
-    Any exception from the block (``KeyboardInterrupt`` too: a CI timeout
-    interrupts) first prints :func:`log_tails` of ``<state_dir>/logs`` to
-    stderr, while the logs still exist, and is then re-raised unchanged.
+    Any exception from the block (``KeyboardInterrupt`` too) first prints
+    :func:`log_tails` of ``<state_dir>/logs`` to stderr, while the logs still
+    exist, and is then re-raised unchanged.
     """
     try:
         yield cluster
@@ -138,9 +142,17 @@ def running(cluster: LocalCluster) -> Iterator[LocalCluster]:
 def local_cluster(spec: ClusterSpec) -> Iterator[LocalCluster]:
     """``LocalCluster.up(spec)``, then as :func:`running`.
 
+    When ``up`` itself fails (e.g. the gateway exits while starting), the
+    log tails are printed too and the exception re-raised; ``up`` has stopped
+    what it started, so nothing is downed here.
+
     Raises:
-        whatever ``LocalCluster.up`` raises (nothing is downed then), and
-        whatever the block raises.
+        whatever ``LocalCluster.up`` raises, and whatever the block raises.
     """
-    with running(LocalCluster.up(spec)) as cluster:
+    try:
+        cluster = LocalCluster.up(spec)
+    except BaseException:
+        print_log_tails(spec.state_dir / "logs")
+        raise
+    with running(cluster):
         yield cluster

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from benchmarks._cluster import error_lines, log_tails, print_log_tails, running
+import benchmarks._cluster
+from benchmarks._cluster import (
+    error_lines,
+    local_cluster,
+    log_tails,
+    print_log_tails,
+    running,
+)
 
 GATEWAY_LOG = """\
 INFO:     started
@@ -122,3 +129,21 @@ def test_print_log_tails_writes_to_the_given_stream(tmp_path: Path) -> None:
     out = io.StringIO()
     print_log_tails(tmp_path, out)
     assert "no log files" in out.getvalue()
+
+
+def test_local_cluster_prints_the_tails_when_up_fails(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "gateway.log").write_text("t ERROR cannot bind\n")
+
+    class NeverUp:
+        @staticmethod
+        def up(spec: Any) -> Any:
+            raise TimeoutError("gateway not healthy")
+
+    monkeypatch.setattr(benchmarks._cluster, "LocalCluster", NeverUp)
+    spec: Any = SimpleNamespace(state_dir=tmp_path)
+    with pytest.raises(TimeoutError), local_cluster(spec):
+        pytest.fail("the block runs only once the cluster is up")
+    assert "==> gateway.log <==\nt ERROR cannot bind\n" in capsys.readouterr().err
