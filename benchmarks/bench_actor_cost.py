@@ -219,6 +219,7 @@ def run(actors: int, idle_s: float, cold: int, bare: int = 0,
         compile_first: bool = False) -> dict[str, Any]:
     import ray
 
+    from benchmarks._cluster import running
     from svit_cluster.client import SvitClient, new_request_id
     from svit_cluster.errors import ConflictError
     from svit_cluster.local import ClusterSpec, LocalCluster
@@ -238,66 +239,64 @@ def run(actors: int, idle_s: float, cold: int, bare: int = 0,
             except UnavailableError:
                 if attempt == 2:
                     raise
-        try:
-            doc = cluster.doc
-            url, token = doc["gateway"]["url"], doc["tokens"]["admin"]
-            roots = [int(h["pid"]) for h in doc["hosts"].values()]
-            roots.append(int(doc["ray"]["head"]["pid"]))
-            ray.init(address=doc["ray"]["address"], namespace=f"svit-{doc['cluster']}",
-                     logging_level="ERROR", log_to_driver=False)
-            host = next(iter(doc["hosts"]))
-            agent = ray.get_actor(f"agent:{host}")
-            pids = [f"svit://local/cost-{i}" for i in range(actors + cold)]
-            with SvitClient(url, token) as c:
-                for pid in pids:
-                    try:
-                        _retry(lambda pid=pid: c.create_process(
-                            pid, memory={"count": 0}, scripts={"counter": COUNTER}))
-                    except ConflictError:  # a retried create that had succeeded
-                        pass
-                    rid = new_request_id()
-                    resp = _retry(lambda pid=pid, rid=rid: c.activate(
-                        pid, "counter", {"by": 1}, expected_version=0, request_id=rid))
-                    assert resp.outcome.status == "committed", resp.outcome
-                # -- cold: passivate `cold` processes, then bring each back once --
-                cold_ms: list[float] = []
-                for pid in pids[actors:]:
-                    _passivate(agent, pid)
-                # the route cache forgets the released owners through its etcd watch
-                time.sleep(1.0)
-                for i, pid in enumerate(pids[actors:]):
-                    _spares_ready(agent, 1)
-                    time.sleep(0.3)
-                    t0 = time.perf_counter()
-                    rid = new_request_id()
-                    resp = _retry(lambda pid=pid, rid=rid: c.activate(
-                        pid, "counter", {"by": 1}, expected_version=1, request_id=rid))
-                    cold_ms.append((time.perf_counter() - t0) * 1000)
-                    assert resp.outcome.status == "committed", (i, resp.outcome)
-                # keep exactly `actors` active: passivate the cold ones again, and
-                # stop the workers they leave as surplus spares
-                for pid in pids[actors:]:
-                    _passivate(agent, pid)
-                ray.get(agent.trim_spares.remote(0.0))
-                st = ray.get(agent.status.remote())
-                assert st["actors"] == actors, st
-                _spares_ready(agent, 1)
-                bare_handles = _start_bare(bare, host) if bare else []
-                time.sleep(3.0)  # let the killed workers go and the spares settle
-                comps = _components(roots, int(doc["gateway"]["pid"]))
-                before = {k: {p: _thread_cpu(p) for p in v} for k, v in comps.items()}
-                t0 = time.monotonic()
-                time.sleep(idle_s)
-                wall = time.monotonic() - t0
-                after = {k: {p: _thread_cpu(p) for p in v} for k, v in comps.items()}
-                mem = [_rollup(p) for p in comps["actors"]]
-                bare_mem = [_rollup(p)["pss"] for p in comps.get("bare_ray_actors", [])]
-                del bare_handles
-        finally:
+        with running(cluster):
             try:
-                ray.shutdown()
+                doc = cluster.doc
+                url, token = doc["gateway"]["url"], doc["tokens"]["admin"]
+                roots = [int(h["pid"]) for h in doc["hosts"].values()]
+                roots.append(int(doc["ray"]["head"]["pid"]))
+                ray.init(address=doc["ray"]["address"], namespace=f"svit-{doc['cluster']}",
+                         logging_level="ERROR", log_to_driver=False)
+                host = next(iter(doc["hosts"]))
+                agent = ray.get_actor(f"agent:{host}")
+                pids = [f"svit://local/cost-{i}" for i in range(actors + cold)]
+                with SvitClient(url, token) as c:
+                    for pid in pids:
+                        try:
+                            _retry(lambda pid=pid: c.create_process(
+                                pid, memory={"count": 0}, scripts={"counter": COUNTER}))
+                        except ConflictError:  # a retried create that had succeeded
+                            pass
+                        rid = new_request_id()
+                        resp = _retry(lambda pid=pid, rid=rid: c.activate(
+                            pid, "counter", {"by": 1}, expected_version=0, request_id=rid))
+                        assert resp.outcome.status == "committed", resp.outcome
+                    # -- cold: passivate `cold` processes, then bring each back once --
+                    cold_ms: list[float] = []
+                    for pid in pids[actors:]:
+                        _passivate(agent, pid)
+                    # the route cache forgets the released owners through its etcd watch
+                    time.sleep(1.0)
+                    for i, pid in enumerate(pids[actors:]):
+                        _spares_ready(agent, 1)
+                        time.sleep(0.3)
+                        t0 = time.perf_counter()
+                        rid = new_request_id()
+                        resp = _retry(lambda pid=pid, rid=rid: c.activate(
+                            pid, "counter", {"by": 1}, expected_version=1, request_id=rid))
+                        cold_ms.append((time.perf_counter() - t0) * 1000)
+                        assert resp.outcome.status == "committed", (i, resp.outcome)
+                    # keep exactly `actors` active: passivate the cold ones again, and
+                    # stop the workers they leave as surplus spares
+                    for pid in pids[actors:]:
+                        _passivate(agent, pid)
+                    ray.get(agent.trim_spares.remote(0.0))
+                    st = ray.get(agent.status.remote())
+                    assert st["actors"] == actors, st
+                    _spares_ready(agent, 1)
+                    bare_handles = _start_bare(bare, host) if bare else []
+                    time.sleep(3.0)  # let the killed workers go and the spares settle
+                    comps = _components(roots, int(doc["gateway"]["pid"]))
+                    before = {k: {p: _thread_cpu(p) for p in v} for k, v in comps.items()}
+                    t0 = time.monotonic()
+                    time.sleep(idle_s)
+                    wall = time.monotonic() - t0
+                    after = {k: {p: _thread_cpu(p) for p in v} for k, v in comps.items()}
+                    mem = [_rollup(p) for p in comps["actors"]]
+                    bare_mem = [_rollup(p)["pss"] for p in comps.get("bare_ray_actors", [])]
+                    del bare_handles
             finally:
-                cluster.down()
+                ray.shutdown()
     cpu_ms_s: dict[str, float] = {}
     threads: dict[str, dict[str, float]] = {"actors": defaultdict(float),
                                             "bare_ray_actors": defaultdict(float)}

@@ -42,6 +42,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benchmarks._cluster import local_cluster
 from svit_cluster.control import DEFAULT_RECEIPTS, ProcessController, decode_request
 from svit_cluster.defaults import DEFAULT_SNAPSHOT_EVERY
 from svit_cluster.dispatch import DispatchConfig, DispatchWorker, outbox_summary
@@ -300,7 +301,7 @@ def _ray(actors: int, requests: int, idle_s: float) -> dict[str, Any]:
     import psutil
 
     from svit_cluster.client import SvitClient
-    from svit_cluster.local import ClusterSpec, LocalCluster
+    from svit_cluster.local import ClusterSpec
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -338,8 +339,7 @@ def _ray(actors: int, requests: int, idle_s: float) -> dict[str, Any]:
         return total
 
     with tempfile.TemporaryDirectory(prefix="svit-bench-cap-ray-") as tmp:
-        cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=1))
-        try:
+        with local_cluster(ClusterSpec(state_dir=Path(tmp), hosts=1)) as cluster:
             url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]
             gateway = tree(int(cluster.doc["gateway"]["pid"]))
             pids = [f"svit://local/cap-{i}" for i in range(actors)]
@@ -368,8 +368,6 @@ def _ray(actors: int, requests: int, idle_s: float) -> dict[str, Any]:
                         pid, "counter", {"by": 1}, expected_version=versions[pid]))
                 elapsed = time.perf_counter() - t
                 g1, a1 = cpu(gateway), cpu(procs)
-        finally:
-            cluster.down()
     return {
         "active_processes": actors, "actor_worker_processes": len(pss),
         "pss_mib_total": round(sum(pss) / 2**20, 1),

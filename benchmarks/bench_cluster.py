@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from benchmarks._cluster import local_cluster
 from svit_cluster.client import AsyncSvitClient, SvitClient, new_request_id
 from svit_cluster.local import ClusterSpec, LocalCluster, cluster_status
 
@@ -155,9 +156,8 @@ def main() -> int:
         args.hosts, args.actor_calls = 2, 100
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory(prefix="svit-bench-") as tmp:
-        cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=args.hosts,
-                                              lease_ttl_s=args.lease_ttl))
-        try:
+        with local_cluster(ClusterSpec(state_dir=Path(tmp), hosts=args.hosts,
+                                       lease_ttl_s=args.lease_ttl)) as cluster:
             url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]
             pids = [f"svit://local/bench-{i}" for i in range(args.processes)]
             with SvitClient(url, token) as c:
@@ -166,8 +166,6 @@ def main() -> int:
             load = asyncio.run(gateway_load(url, token, pids, args.clients, args.ops))
             actor = bare_actor_calls(cluster.doc["ray"]["address"], "h1", args.actor_calls)
             fo = failovers(cluster, url, token, args.kills)
-        finally:
-            cluster.down()
     print(json.dumps({"gateway": load, "bare_ray_actor_call": actor, "failover": fo,
                       "ratio_gateway_p50_to_actor_p50": load["latency_p50_ms"] / actor["p50_ms"]},
                      indent=2))

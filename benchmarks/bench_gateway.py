@@ -35,8 +35,9 @@ from typing import Any
 
 import psutil
 
+from benchmarks._cluster import local_cluster
 from svit_cluster.client import AsyncSvitClient, SvitClient
-from svit_cluster.local import ClusterSpec, LocalCluster
+from svit_cluster.local import ClusterSpec
 
 COUNTER = """(define (main input)
   (let ((count (+ (read "/memory/count") (value-get input "/by"))))
@@ -203,8 +204,7 @@ def main() -> int:
         args.hosts = 1
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory(prefix="svit-bench-gw-") as tmp:
-        cluster = LocalCluster.up(ClusterSpec(state_dir=Path(tmp), hosts=args.hosts))
-        try:
+        with local_cluster(ClusterSpec(state_dir=Path(tmp), hosts=args.hosts)) as cluster:
             url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]
             pids = [f"svit://local/gw-{i}" for i in range(args.processes)]
             with SvitClient(url, token) as c:
@@ -212,8 +212,6 @@ def main() -> int:
                     c.create_process(pid, memory={"count": 0}, scripts={"counter": COUNTER})
             result = asyncio.run(closed_loop(url, token, pids, args.clients,
                                              args.warmup_s, args.window_s, cluster.doc))
-        finally:
-            cluster.down()
     print(json.dumps({**result, "hosts": args.hosts}, indent=2))
     return 0
 

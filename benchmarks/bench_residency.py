@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._cluster import local_cluster
 from svit_cluster.client import AsyncSvitClient
 from svit_cluster.errors import ConflictError
 from svit_cluster.local import ClusterSpec, LocalCluster
@@ -247,26 +248,25 @@ def main() -> int:
         args.hosts, memory_every_s = 2, 2.0
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     with tempfile.TemporaryDirectory(prefix="svit-res-") as tmp:
-        cluster = LocalCluster.up(ClusterSpec(
-            state_dir=Path(tmp), hosts=args.hosts, lease_ttl_s=args.lease_ttl, dispatchers=0,
-            max_active_per_host=args.max_active))
-        sampler = Sampler(cluster, memory_every_s)
-        try:
-            url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]
-            pids = [f"svit://local/z-{i}" for i in range(args.processes)]
-            sampler.start()
-            t0 = time.monotonic()
-            seen = asyncio.run(register(url, token, pids, 16))
-            registered_s = round(time.monotonic() - t0, 1)
-            print(f"registered {len(pids)} processes in {registered_s} s", file=sys.stderr)
-            sampler.loading.set()
-            result = asyncio.run(load(url, token, pids, args.clients, args.duration_s,
-                                      args.zipf_s, seen))
-            agents = _agents(url, token)
-        finally:
-            sampler.stop.set()
-            sampler.join(10)
-            cluster.down()
+        with local_cluster(ClusterSpec(
+                state_dir=Path(tmp), hosts=args.hosts, lease_ttl_s=args.lease_ttl,
+                dispatchers=0, max_active_per_host=args.max_active)) as cluster:
+            sampler = Sampler(cluster, memory_every_s)
+            try:
+                url, token = cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]
+                pids = [f"svit://local/z-{i}" for i in range(args.processes)]
+                sampler.start()
+                t0 = time.monotonic()
+                seen = asyncio.run(register(url, token, pids, 16))
+                registered_s = round(time.monotonic() - t0, 1)
+                print(f"registered {len(pids)} processes in {registered_s} s", file=sys.stderr)
+                sampler.loading.set()
+                result = asyncio.run(load(url, token, pids, args.clients, args.duration_s,
+                                          args.zipf_s, seen))
+                agents = _agents(url, token)
+            finally:
+                sampler.stop.set()
+                sampler.join(10)
     memory = {h: {"samples": [v for _, v in pts],
                   "slope_mib_per_min": (None if (s := slope(pts)) is None else round(s, 2))}
               for h, pts in sampler.memory.items()}

@@ -63,6 +63,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from benchmarks._cluster import local_cluster
 from benchmarks._llm import LLMServer, start_llm_server
 from benchmarks.bench_residency import host_pss_mib, pct, slope
 from svit_cluster.chat import chat_turn
@@ -432,15 +433,14 @@ def main() -> int:
     agents = [f"svit://local/soak-agent-{i}" for i in range(args.agents)]
     try:
         with tempfile.TemporaryDirectory(prefix="svit-soak-") as tmp:
-            cluster = LocalCluster.up(ClusterSpec(
-                state_dir=Path(tmp), hosts=args.hosts, lease_ttl_s=5, dispatchers=1,
-                dispatch_options={"webhook_hosts": [f"127.0.0.1:{hook.port}"]},
-                reasoner={"kind": "openai", "base_url": llm.base_url, "model": "gpt-4o-mini"},
-                signal_retention=args.signal_retention, max_events=args.max_events))
-            try:
+            with local_cluster(ClusterSpec(
+                    state_dir=Path(tmp), hosts=args.hosts, lease_ttl_s=5, dispatchers=1,
+                    dispatch_options={"webhook_hosts": [f"127.0.0.1:{hook.port}"]},
+                    reasoner={"kind": "openai", "base_url": llm.base_url,
+                              "model": "gpt-4o-mini"},
+                    signal_retention=args.signal_retention,
+                    max_events=args.max_events)) as cluster:
                 result = run(cluster, args, hook, llm, agents)
-            finally:
-                cluster.down()
     finally:
         llm.stop()
         hook.stop()

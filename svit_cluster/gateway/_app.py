@@ -47,7 +47,12 @@ from svit_cluster.gateway._console import ConsoleMiddleware
 from svit_cluster.gateway._control import CAPABILITIES, control_router
 from svit_cluster.gateway._cors import with_cors
 from svit_cluster.gateway._deadletters import dead_letters_router
-from svit_cluster.gateway._errors import error_response, from_exception, from_http_exception
+from svit_cluster.gateway._errors import (
+    error_response,
+    from_exception,
+    from_http_exception,
+    internal_error_handler,
+)
 from svit_cluster.gateway._events import events_router
 from svit_cluster.gateway._hosts import hosts_router
 from svit_cluster.gateway._log import log_router
@@ -156,6 +161,17 @@ def create_app(
         if isinstance(exc, FencedError | UnavailableError):
             m.unavailable.inc()
         return from_exception(exc)
+
+    # Any other exception: a typed 500 plus one ERROR log line. FastAPI's
+    # ``build_middleware_stack`` hands the handler registered for ``Exception``
+    # not to ExceptionMiddleware but to the outermost ServerErrorMiddleware,
+    # which awaits it and sends its response when no response has started yet,
+    # then re-raises; uvicorn logs that traceback and sends its own plain-text
+    # 500 only when no response has started, so the client gets this JSON body.
+    # A response already streaming cannot be replaced (the connection closes),
+    # and exceptions in the ASGI layers wrapped around ``api`` below never
+    # reach this handler.
+    api.add_exception_handler(Exception, internal_error_handler)
 
     def openapi() -> dict[str, Any]:
         if api.openapi_schema is None:

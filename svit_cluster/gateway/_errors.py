@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from svit_cluster.errors import ErrorCode, FencedError, SvitError, sanitize_message
 
-__all__ = ["RETRY_AFTER_S", "error_response", "from_exception", "from_http_exception"]
+__all__ = [
+    "RETRY_AFTER_S",
+    "error_response",
+    "from_exception",
+    "from_http_exception",
+    "internal_error_handler",
+]
+
+log = logging.getLogger(__name__)
 
 #: Seconds a client should wait before retrying an ``unavailable`` answer.
 RETRY_AFTER_S = 1
@@ -92,3 +102,18 @@ def from_http_exception(exc: HTTPException) -> JSONResponse:
     elif status == 400 and isinstance(cause, UnicodeDecodeError):
         message = "request body is not valid JSON: not UTF-8"
     return error_response(status, str(code), message, headers=dict(exc.headers or {}))
+
+
+async def internal_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """The typed 500 answer for an exception no other handler took.
+
+    Logs one ERROR record on this module's logger with the request's method,
+    path (no query string: it may carry an observe token) and ``exc`` with its
+    traceback. Answers 500 ``{"error": {"code": "internal", "message"}}``;
+    the message names only the exception's class: its text and traceback
+    stay in the log, since they may hold internal state or secrets.
+    """
+    name = type(exc).__name__
+    log.exception("unhandled %s on %s %s", name, request.method, request.url.path,
+                  exc_info=exc)
+    return error_response(500, str(ErrorCode.INTERNAL), f"internal error ({name})")
