@@ -678,10 +678,11 @@ class RayRouter:
             # refused by the fence.
             route = await self._route(request.process_id)
             result = await self._control_call(route, body, partition, trace)
-        route, result = await self._again_if_stale_owner(
-            request.process_id, route, result,
-            lambda r: self._control_call(r, body, partition, trace))
-        raise_error_dict(result)
+        if result.get("error") is not None:  # a commit, the common answer, takes no detour
+            route, result = await self._again_if_stale_owner(
+                request.process_id, route, result,
+                lambda r: self._control_call(r, body, partition, trace))
+            raise_error_dict(result)
         answer = ControlAnswer.from_result(result)
         if self.metrics is not None and answer.status == "committed":
             self.metrics.activations.labels(answer.host or route.host).inc()
