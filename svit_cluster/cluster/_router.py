@@ -22,6 +22,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.exceptions import RedisClusterException, RedisError
+
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._direct import DirectClient, DirectEndpoint, DirectUnreachable
@@ -36,6 +38,7 @@ from svit_cluster.control import ControlAnswer, ControlRequest
 from svit_cluster.errors import (
     ConflictError,
     InternalError,
+    NotFound,
     SvitError,
     UnavailableError,
 )
@@ -257,11 +260,16 @@ class RayRouter:
         await self.cache.ready.wait()
 
         def scan() -> QueuedPage:
-            if self._redis is None:
-                self._redis = connect(self.cfg.redis_url, cluster=self.cfg.redis_cluster)
-            return list_queued(self._redis, limit=REDRIVE_BATCH, cursor=cursor)
+            return list_queued(self._store(), limit=REDRIVE_BATCH, cursor=cursor)
 
         return await asyncio.to_thread(scan)
+
+    def _store(self) -> Any:
+        """The commit log's Redis client, built on first use. Call it from a
+        thread: building a Redis Cluster client talks to the cluster."""
+        if self._redis is None:
+            self._redis = connect(self.cfg.redis_url, cluster=self.cfg.redis_cluster)
+        return self._redis
 
     async def close(self) -> None:
         """Stop the node watch (if started) and close the direct-transport connections."""
@@ -475,11 +483,35 @@ class RayRouter:
         return result
 
     async def _route(self, process_id: str) -> Route:
+        """The route of ``process_id``: cached, or placed now.
+
+        Raises:
+            NotFound: (``not_found``) the commit log holds no such process
+                (never created, or deleted): answered before any host claims
+                it, so a request for an unknown id costs one Redis ``EXISTS``,
+                not a claim, a worker and a failed restore.
+            InvalidInput, UnavailableError, ConflictError: as :meth:`_place`.
+        """
         await self.cache.ready.wait()
         route = self.cache.routes.get(process_id)
         if route is not None:
             return route
+        await self._require_stored(process_id)
         return await self._place(process_id, None)
+
+    async def _require_stored(self, process_id: str) -> None:
+        """Raise :class:`NotFound` unless ``process_id``'s head key exists (every
+        create writes it; a delete removes it). When Redis does not answer or
+        refuses (its eviction policy), nothing is decided here: the placement's
+        own restore reports that."""
+        head = ProcessKeys(process_id).head
+        try:
+            stored = await asyncio.to_thread(lambda: bool(self._store().exists(head)))
+        except (RedisError, RedisClusterException, OSError, SvitError) as exc:
+            log.debug("existence check of %s skipped: %s", process_id, exc)
+            return
+        if not stored:
+            raise NotFound(f"unknown process {process_id[:200]}", process_id=process_id)
 
     async def _place(self, process_id: str, create: dict[str, Any] | None) -> Route:
         """Place ``process_id`` (activate it on a host), waiting at most
@@ -833,9 +865,7 @@ class RayRouter:
         each with its owner from the route cache (no etcd or actor call). See
         ``Router.list_processes``."""
         def scan() -> Any:
-            if self._redis is None:  # a cluster client talks to Redis when built
-                self._redis = connect(self.cfg.redis_url, cluster=self.cfg.redis_cluster)
-            return list_processes(self._redis, tenant=tenant, limit=limit, cursor=cursor)
+            return list_processes(self._store(), tenant=tenant, limit=limit, cursor=cursor)
 
         page = await asyncio.to_thread(scan)
         out = []

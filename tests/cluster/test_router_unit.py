@@ -511,3 +511,39 @@ async def test_a_create_retried_while_it_is_under_way_joins_it(
     info = await retry
     assert info["process_id"] == "svit://t/p"
     assert sum(len(agent.activations) for agent in agents.values()) == 1
+
+
+# -- unknown processes --------------------------------------------------------------------
+
+
+async def test_an_unknown_or_deleted_process_is_not_found_without_asking_an_agent(
+        redis_server: Any) -> None:
+    """A process the commit log does not hold (no head key: never created, or
+    deleted) is answered ``not_found`` by the router itself; only a stored one
+    is placed. Real redis-server, fake agents."""
+    from svit_cluster.errors import NotFound
+    from svit_cluster.store import ProcessKeys, connect
+
+    router = RayRouter(ClusterConfig(cluster=CLUSTER, redis_url=redis_server.url),
+                       routes_cache(["a"]))
+    agent = FakeAgent("a", router)
+    router._handles[agent_name("a")] = FakeHandle(agent)
+    pid = f"svit://t/unknown-{id(router)}"
+    try:
+        with pytest.raises(NotFound) as raised:
+            await router._route(pid)
+        assert raised.value.code == "not_found" and agent.activations == []
+        rc = connect(redis_server.url)
+        try:
+            rc.hset(ProcessKeys(pid).head, mapping={"version": 0})  # as a create leaves it
+            route = await router._route(pid)
+            assert route.host == "a" and agent.activations == [pid]
+            rc.delete(ProcessKeys(pid).head)  # as a delete leaves it
+        finally:
+            rc.close()
+        router.cache.routes.pop(pid, None)
+        with pytest.raises(NotFound):
+            await router._route(pid)
+        assert agent.activations == [pid]
+    finally:
+        await router.close()
