@@ -1,11 +1,15 @@
 """A process that sends forever, on a REAL local cluster.
 
 One host, one dispatcher delivering webhooks to a real HTTP server, at the
-dispatcher's defaults (trimming on). One process commits 25 000 activations,
-each sending one webhook intent: every one commits and is delivered, the
-activation latency does not grow with the number of sends, and
-``/system/outbox`` in the state stays a window (docs/conformance.md D9), so
-an append costs O(window), not O(intents ever sent).
+dispatcher's defaults (trimming on). One process commits 4 000 activations
+(over fifteen times ``OUTBOX_WINDOW``), each sending one webhook intent: every
+one commits and is delivered, the activation latency does not grow with the
+number of sends, and ``/system/outbox`` in the state stays a window
+(docs/conformance.md D9), so an append costs O(window), not O(intents ever sent).
+
+The long figures live elsewhere: 25 000 sends in process, past the send count
+at which an unbounded outbox fails (tests/process/test_outbox_window.py), and
+50 000 sends on a cluster whose hosts are killed (benchmarks/bench_soak.py).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from tests.dispatch._support import WebhookStub, webhook_cluster
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-SENDS = 25_000
+SENDS = 4_000
 HOOK = """(define (main input)
   (do (send! (value-get input "/to") (value-map "n" (value-get input "/n")))
       (write "/memory/n" (value-get input "/n"))
@@ -43,10 +47,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, stub: WebhookStub
                                hosts=1, lease_ttl_s=5, dispatchers=1)
 
 
-# 25,000 activations one after another take 135-235 s on a quiet 2-core machine;
+# 4,000 activations one after another take 25-40 s on a quiet 2-core machine;
 # the latency ratio below is the criterion, the timeout only guards against a hang.
-@pytest.mark.timeout(600)
-def test_a_process_sending_25000_webhooks_stays_fast_and_bounded(
+@pytest.mark.timeout(300)
+def test_a_process_sending_4000_webhooks_stays_fast_and_bounded(
         cluster: LocalCluster, stub: WebhookStub) -> None:
     pid = f"svit://t/long-{uuid.uuid4().hex[:8]}"
     to = f"{stub.base}/ok"
@@ -63,7 +67,8 @@ def test_a_process_sending_25000_webhooks_stays_fast_and_bounded(
     assert isinstance(outbox, list) and len(outbox) == OUTBOX_WINDOW <= 1000
     assert outbox[-1]["message_id"] == f"{pid}:{SENDS}:0"  # type: ignore[index]
 
-    first = statistics.median(durations[:1000])
+    # the first window fills the outbox; compare full-window activations
+    first = statistics.median(durations[OUTBOX_WINDOW:OUTBOX_WINDOW + 1000])
     last = statistics.median(durations[-1000:])
     print(f"\nLONG-SENDER first 1000 p50 {first * 1e3:.2f} ms, last 1000 p50 {last * 1e3:.2f} ms")
     assert last <= 1.5 * first, (first, last)
