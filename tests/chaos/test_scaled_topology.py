@@ -9,7 +9,7 @@ of an acknowledged entry (on the cluster) must be caught.
 
 The mini cluster keeps ownership out of etcd, so the etcd nemeses here test the
 harness (leader found, killed, restarted, isolated, healed); what a 3-member
-etcd's loss of its leader does to host leases is tests/store/test_etcd_cluster_leader.py.
+etcd's loss of its leader does to host leases is tests/ownership/test_etcd_cluster_leader.py.
 """
 
 from __future__ import annotations

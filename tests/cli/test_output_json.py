@@ -60,7 +60,7 @@ def test_every_result_command_has_output_and_json_alias() -> None:
         assert list(output.type.choices) == ["text", "json"], name
     # the commands this file exercises below (kept in step with the CLI)
     # up/demo need Ray (test_up_and_down_output_json, the demo run); restart-host and
-    # add-host are driven on a real cluster in tests/cluster/test_host_cli.py;
+    # add-host start real hosts (Ray), their argument checks are tests/cli/test_host_cli.py;
     # kill-redis/kill-etcd need `up --redis-cluster/--etcd-members` (a Redis Cluster);
     # timers list/cancel need a dispatcher's parked timers
     # (tests/dispatch/test_timers_surface.py::test_cli_lists_and_cancels_with_exit_codes);

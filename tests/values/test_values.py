@@ -13,9 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded, SvitError
-from svit_cluster.process import (
-    Process,
-    Script,
+from svit_cluster.process import Process, Script
+from svit_cluster.process._tree import MapNode, _Branch, _Leaf, node_from_value
+from svit_cluster.values import (
+    I64_MAX,
+    I64_MIN,
     canonical_json,
     decode_value,
     encode_value,
@@ -24,10 +26,7 @@ from svit_cluster.process import (
     to_plain_json,
     values_equal,
 )
-from svit_cluster.process._tree import MapNode, _Branch, _Leaf, node_from_value
-from svit_cluster.values import I64_MAX, I64_MIN
-
-from .strategies import PROPS, big_maps, scalars, segments, shuffled, values
+from tests.process.strategies import PROPS, big_maps, scalars, segments, shuffled, values
 
 # -- the exact tagged wire shapes ---------------------------------------------------
 
