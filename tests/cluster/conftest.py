@@ -1,4 +1,8 @@
-"""One real local cluster (etcd, Redis, Ray head + 3 hosts, gateway) per test session.
+"""One real local cluster (etcd, Redis, Ray head + 3 hosts, gateway) for the tests of
+this package, down once its last test ran: left up, it would idle beside every
+later test (its agents, keepalives and Ray daemons take about a quarter of a
+core). ``__init__.py`` makes this folder a package, which ``scope="package"``
+needs (without it the fixture lives as long as the session).
 
 Each host reaches etcd through its own user-space TCP proxy (``svit_chaos``'s
 :class:`~svit_chaos.proxy_process.ProcessProxyHub`, PASS by default; served from a
@@ -23,7 +27,7 @@ from svit_cluster.local import ClusterSpec, LocalCluster
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def _etcd_hub() -> Iterator[tuple[ProcessProxyHub, dict[str, RemoteProxy]]]:
     hub = ProcessProxyHub().start()
     try:
@@ -32,7 +36,7 @@ def _etcd_hub() -> Iterator[tuple[ProcessProxyHub, dict[str, RemoteProxy]]]:
         hub.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory,
             _etcd_hub: tuple[ProcessProxyHub, dict[str, RemoteProxy]]) -> Iterator[LocalCluster]:
     # A short state path: Ray's socket paths (``.../ray/session_<date>_<pid>/sockets/
@@ -58,13 +62,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory,
         shutil.rmtree(state, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def etcd_links(cluster: LocalCluster,
                _etcd_hub: tuple[ProcessProxyHub, dict[str, RemoteProxy]]) -> dict[str, RemoteProxy]:
     """Host name -> the proxy of that host's link to etcd."""
     return _etcd_hub[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gateway(cluster: LocalCluster) -> tuple[str, str]:
     return cluster.doc["gateway"]["url"], cluster.doc["tokens"]["admin"]

@@ -162,18 +162,21 @@ def new_pid(kind: str) -> str:
 
 
 def webhook_cluster(state_dir: Path, stub: WebhookStub, *, hosts: int, lease_ttl_s: int,
-                    dispatchers: int) -> Iterator[LocalCluster]:
+                    dispatchers: int, reasoner: dict[str, Any] | None = None
+                    ) -> Iterator[LocalCluster]:
     """A real local cluster whose dispatchers may deliver webhooks to ``stub`` only,
     for a module fixture to ``yield from``: it is taken down when the fixture ends.
 
     Args:
         state_dir: the cluster's state directory (a fresh temp dir).
         stub: the webhook server; its loopback ``host:port`` is the one allowed host.
-        hosts, lease_ttl_s, dispatchers: as :class:`ClusterSpec` (lease TTL in seconds).
+        hosts, lease_ttl_s, dispatchers, reasoner: as :class:`ClusterSpec` (lease
+            TTL in seconds; ``reasoner`` None: the spec's default).
     """
     lc = LocalCluster.up(ClusterSpec(
         state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s, dispatchers=dispatchers,
-        dispatch_options={"webhook_hosts": [f"127.0.0.1:{stub.port}"]}))
+        dispatch_options={"webhook_hosts": [f"127.0.0.1:{stub.port}"]},
+        **({"reasoner": reasoner} if reasoner is not None else {})))
     try:
         yield lc
     finally:

@@ -1,0 +1,1 @@
+"""Tests of ``svit_cluster.cluster`` on a real local cluster (conftest.py)."""
