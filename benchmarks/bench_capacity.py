@@ -301,7 +301,7 @@ def _ray(actors: int, requests: int, idle_s: float) -> dict[str, Any]:
     import psutil
 
     from svit_cluster.client import SvitClient
-    from svit_cluster.local import ClusterSpec
+    from svit_cluster.local import ClusterSpec, LocalCluster
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -312,15 +312,11 @@ def _ray(actors: int, requests: int, idle_s: float) -> dict[str, Any]:
         except psutil.Error:
             return []
 
-    def everything() -> list[psutil.Process]:
-        seen: dict[int, psutil.Process] = {}
-        for p in psutil.process_iter(["cmdline"]):
-            seen[p.pid] = p
-        return list(seen.values())
-
-    def actor_procs() -> list[psutil.Process]:
+    def actor_procs(cluster: LocalCluster) -> list[psutil.Process]:
+        """The process actors' workers of this cluster's hosts (descendants of each
+        host's ``ray start``), never another cluster's on the same machine."""
         out = []
-        for p in everything():
+        for p in [q for h in cluster.doc["hosts"].values() for q in tree(int(h["pid"]))]:
             try:
                 if "ProcessActor" in " ".join(p.cmdline()):
                     out.append(p)
@@ -350,7 +346,7 @@ def _ray(actors: int, requests: int, idle_s: float) -> dict[str, Any]:
                     versions[pid] = _committed(c.activate(pid, "counter", {"by": 1},
                                                           expected_version=0))
                 time.sleep(2.0)
-                procs = actor_procs()
+                procs = actor_procs(cluster)
                 pss = []
                 for p in procs:
                     try:
