@@ -311,8 +311,8 @@ class LocalCluster:
                 entry["endpoints"] = {"etcd": etcd_ep, "redis": host_redis}
             self.doc["hosts"][name] = entry
             self.save()
-        progress("starting host agents")
-        self._run_driver(self._agents_args())
+        # The gateway learns of hosts from etcd as their agents register, so it
+        # starts (and connects to Ray) while the agents start.
         progress("starting gateway")
         gw_port = ports.take()
         log = open(state / "logs" / "gateway.log", "ab")
@@ -325,6 +325,8 @@ class LocalCluster:
         self.doc["next_port"] = ports.next_port
         self.doc["gateway"] = {"pid": gateway.pid, "url": url, "port": gw_port}
         self.save()
+        progress("starting host agents")
+        self._run_driver(self._agents_args())
         self.wait_healthy(timeout_s=90.0)
         start_dispatchers(self, self.spec.dispatchers, self.spec.dispatch_options, progress)
 
