@@ -116,18 +116,22 @@ async def read_frame(reader: asyncio.StreamReader, *, max_meta_bytes: int = MAX_
 
 @dataclass(frozen=True, slots=True)
 class DirectEndpoint:
-    """Where one process actor serves its control path: ``host:port`` and the
-    connection secret (hex), as answered by ``ProcessActor.direct_endpoint``."""
+    """Where one process actor serves its control path: ``host:port``, the
+    connection secret (hex) and the owner token of the binding it serves
+    (None when not named), as answered by ``ProcessActor.direct_endpoint``."""
 
     host: str
     port: int
     secret: str
+    token: int | None = None
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> DirectEndpoint:
         """Raises:
             KeyError, TypeError, ValueError: ``doc`` lacks or mistypes a field."""
-        return cls(str(doc["host"]), int(doc["port"]), str(doc["secret"]))
+        token = doc.get("token")
+        return cls(str(doc["host"]), int(doc["port"]), str(doc["secret"]),
+                   None if token is None else int(token))
 
 
 class DirectServer:
