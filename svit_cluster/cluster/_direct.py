@@ -30,8 +30,9 @@ Why this keeps the guarantees:
 Wire format (both directions): a frame is ``>II`` (meta length, payload
 length), then ``meta`` as UTF-8 JSON (an object), then ``payload`` bytes. The
 client's first frame on a connection is ``{"secret": ...}``; then each request
-is ``{"op": "control", "partition", "trace"}`` + the request body, each answer
-the actor's result dict without ``"response"`` + the response bytes.
+is ``{"op": "control", "partition", "trace", "token"}`` + the request body,
+each answer ``{"status", "code", "token", "host"}`` + the response bytes, or
+``{"error": wire}`` + no payload (``_results.control_frame``).
 """
 
 from __future__ import annotations

@@ -65,8 +65,9 @@ class ControlAnswer:
 
     @classmethod
     def from_result(cls, result: dict[str, Any]) -> ControlAnswer:
-        """From ``ProcessActor.control``'s result ``{"response": bytes, "status",
-        "code", "token", "host"}``.
+        """From a result map ``{"response": bytes, "status", "code", "token",
+        "host"}`` (a direct-transport answer's meta with its payload as
+        ``"response"``).
 
         A result without ``status`` (an actor of an older release, during a
         rolling upgrade) is decoded once to find it.
@@ -87,7 +88,7 @@ class ControlAnswer:
         return cls(body, status, str(code) if code is not None else None, token, host)
 
     def to_result(self) -> dict[str, Any]:
-        """The inverse of :meth:`from_result` (what the actor returns)."""
+        """The inverse of :meth:`from_result`."""
         return {"response": self.body, "status": self.status, "code": self.code,
                 "token": self.token, "host": self.host}
 
