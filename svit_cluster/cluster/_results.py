@@ -14,6 +14,10 @@ The direct transport's frames (:mod:`svit_cluster.cluster._direct`) carry a
 control answer as JSON meta plus the response bytes; :func:`control_frame` and
 :func:`control_from_frame` convert between that frame and an :class:`Outcome`
 without copying the bytes.
+
+These types are not versioned: a gateway and the hosts it calls run the same
+release (a mixed-version cluster answers ``internal`` where the two sides'
+answers differ), so an upgrade replaces the gateways and the hosts together.
 """
 
 from __future__ import annotations

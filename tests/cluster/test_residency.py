@@ -17,6 +17,7 @@ from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._residency import MIN_ACTIVE, Usage, lru_order
 from svit_cluster.cluster._results import ActorUsage, Outcome, Started, Unbound
+from svit_cluster.cluster._types import ServeStatus
 
 GiB = 1 << 30
 
@@ -235,7 +236,8 @@ async def test_concurrent_activations_never_overshoot_the_budget(
     agent = _agent(world, monkeypatch, max_active=4, max_starting=2, spares=2)
     agent.pool.refill()
     answers = await asyncio.gather(*(agent.activate(f"p{i}") for i in range(8)))
-    assert sum(1 for a in answers if a.get("status") == "serving") >= 4
+    assert sum(1 for a in answers
+               if a.value is not None and a.value.status is ServeStatus.SERVING) >= 4
     assert len(world.workers) <= 4, len(world.workers)
     assert len(agent.actors) + len(agent.pool.spares) <= 4
     await _shutdown(agent)
