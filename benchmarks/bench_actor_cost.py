@@ -169,12 +169,13 @@ def _passivate(agent: Any, pid: str, timeout_s: float = 120.0) -> None:
 
     end = time.monotonic() + timeout_s
     while True:
-        ans = ray.get(agent.activate.remote(pid))
-        if ans.get("status") == "serving" and ray.get(
-                agent.release.remote(pid, ans["token"], "bench passivate")):
+        ans = ray.get(agent.activate.remote(pid))  # an Outcome[Activated]
+        activated = ans.value
+        if activated is not None and activated.status == "serving" and ray.get(
+                agent.release.remote(pid, activated.token, "bench passivate")):
             return
         if time.monotonic() > end:
-            raise RuntimeError(f"could not passivate {pid}: {ans}")
+            raise RuntimeError(f"could not passivate {pid}: {ans.error or activated}")
         time.sleep(0.5)
 
 

@@ -17,26 +17,46 @@ current binding's (``unavailable``, ``route_moved``): a gateway's stale route
 can never reach another process's state. Ownership and commits are untouched
 by reuse: a binding's token is checked by the fence exactly like a new actor's.
 
-Calls return plain dicts (``{"error": {...}}`` on failure) so that errors cross
-the Ray boundary without pickling exception classes.
+Request-path calls return an :class:`~svit_cluster.cluster._results.Outcome`
+(a typed value, or a project error carried as its wire form): an expected
+failure is answered, never raised across the Ray boundary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig, lower_priority
-from svit_cluster.cluster._direct import DirectServer
-from svit_cluster.cluster._error_dict import error_dict
+from svit_cluster.cluster._direct import DirectEndpoint, DirectServer
+from svit_cluster.cluster._results import (
+    ActorUsage,
+    Appended,
+    Deleted,
+    Dropped,
+    Outcome,
+    Read,
+    Residency,
+    Snapshot,
+    Started,
+    Unbound,
+    control_frame,
+)
 from svit_cluster.cluster._spawn import RaySpawner
-from svit_cluster.control import ControlAnswer, ProcessController, decode_request
+from svit_cluster.control import (
+    ControlAnswer,
+    ProcessController,
+    RequestStatus,
+    decode_request,
+)
 from svit_cluster.errors import (
     ConflictError,
     FencedError,
@@ -51,6 +71,8 @@ from svit_cluster.store import StoreConfig, connect, load_backend_factory, redis
 __all__ = ["ProcessActor"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class ActorClosed(StrEnum):
@@ -192,7 +214,7 @@ class ProcessActor:
         self.bindings += 1
         return True
 
-    async def unbind(self, token: int, only_if_idle: bool = True) -> dict[str, Any]:
+    async def unbind(self, token: int, only_if_idle: bool = True) -> Unbound:
         """End the binding of ``token``: stop serving its process for good and
         drop all of its state; the actor is a spare again.
 
@@ -207,15 +229,14 @@ class ProcessActor:
         and every new request is refused.
 
         Returns:
-            ``{"unbound": True}``; or ``{"unbound": False, "busy": True}`` (in
-            use: try another) or ``{"unbound": False, "token": current}`` (not
-            bound to ``token``).
+            ``Unbound(True)``; or ``Unbound(False, busy=True)`` (in use: try
+            another) or ``Unbound(False, token=current)`` (not bound to ``token``).
         """
         if token != self.token or not token:
-            return {"unbound": False, "token": self.token}
+            return Unbound(False, token=self.token)
         loop = self._loop
         if only_if_idle and (self._inflight > 0 or (loop is not None and loop.busy)):
-            return {"unbound": False, "busy": True}
+            return Unbound(False, busy=True)
         if self._closed is None:
             self._closed = ActorClosed.PASSIVATED
         self._ended.set()
@@ -227,19 +248,16 @@ class ProcessActor:
         await self._stop_loop()
         self._reset_binding()
         self.process_id, self.token = "", 0
-        return {"unbound": True}
+        return Unbound(True)
 
-    async def residency(self) -> dict[str, Any]:
-        """What the agent's least-recently-used choice needs, without waking anything:
-        ``{"token", "process_id", "idle_s", "inflight", "busy", "pid", "bindings"}``
-        (``idle_s``: seconds since the last request ended or a reasoning turn
-        ran; ``busy``: a reasoning turn runs now)."""
+    async def residency(self) -> ActorUsage:
+        """What the agent's least-recently-used choice needs, without waking
+        anything (:class:`ActorUsage`)."""
         loop = self._loop
         busy = loop is not None and loop.busy
-        return {"token": self.token, "process_id": self.process_id,
-                "idle_s": 0.0 if busy else time.monotonic() - self._last_used,
-                "inflight": self._inflight, "busy": busy, "pid": os.getpid(),
-                "bindings": self.bindings}
+        return ActorUsage(self.token, self.process_id,
+                          0.0 if busy else time.monotonic() - self._last_used,
+                          self._inflight, busy, os.getpid(), self.bindings)
 
     def _closed_text(self) -> str:
         """Why the binding stopped serving, for messages (empty while open)."""
@@ -256,24 +274,26 @@ class ProcessActor:
                                    "retry", lease_state="suspended")
 
     async def bind_start_serve(self, process_id: str, token: int,
-                               create: dict[str, Any] | None = None) -> dict[str, Any]:
+                               create: dict[str, Any] | None = None) -> Outcome[Started]:
         """:meth:`bind`, :meth:`start` and :meth:`serve` in one Ray call: what the
         agent does with a warm spare once it owns ``process_id`` under ``token``
         (one Ray round trip instead of three on the cold activation path).
 
         Returns:
-            :meth:`start`'s answer plus :meth:`serve`'s (``"direct"``) on
-            success; an error dict from :meth:`start`, or ``unavailable`` when
-            this actor is already bound (a spare is bound once).
+            :meth:`start`'s :class:`Started` with :meth:`serve`'s endpoint
+            (``direct``) and this worker's ``pid`` on success; :meth:`start`'s
+            error, or ``unavailable`` when this actor is already bound (a spare
+            is bound once).
         """
         if not await self.bind(process_id, token):
-            return error_dict(UnavailableError(f"actor already bound to {self.process_id}"))
+            return Outcome.fail(UnavailableError(f"actor already bound to {self.process_id}"))
         result = await self.start(create)
-        if "error" in result:
+        if result.value is None:
             return result
-        return {**result, **await self.serve(), "pid": os.getpid()}
+        return Outcome.ok(dataclasses.replace(result.value, direct=await self.serve(),
+                                              pid=os.getpid()))
 
-    async def start(self, create: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def start(self, create: dict[str, Any] | None = None) -> Outcome[Started]:
         """Claim the fence, then create or restore the process.
 
         Args:
@@ -284,17 +304,17 @@ class ProcessActor:
                 (``events.fork_events``) into the new process's session.
 
         Returns:
-            ``{"status": "serving", "version", "root_hash", "restore"}`` or an
-            error dict (``not_found``, ``conflict`` if it already exists,
-            ``fenced``, ``unavailable``, ``corrupt_log``).
+            :class:`Started` (serving now), or the error (``not_found``,
+            ``conflict`` if it already exists, ``fenced``, ``unavailable``,
+            ``corrupt_log``).
         """
         try:
-            return await asyncio.to_thread(self._start_sync, create)
+            return Outcome.ok(await asyncio.to_thread(self._start_sync, create))
         except SvitError as exc:
             self._closed, self._closed_why = ActorClosed.START_FAILED, str(exc.code)
-            return error_dict(exc)
+            return Outcome.fail(exc)
 
-    def _start_sync(self, create: dict[str, Any] | None) -> dict[str, Any]:
+    def _start_sync(self, create: dict[str, Any] | None) -> Started:
         from svit_cluster.events import RedisEventLog
 
         client = self._client if self._client is not None else self._connect()
@@ -317,7 +337,7 @@ class ProcessActor:
         # this claim is kept because it is also the receipts load (one script),
         # which lets every activation make a single round trip (the commit).
         backend.claim()
-        restore: dict[str, Any] = {}
+        restore: dict[str, float | int] = {}
         if create is None:
             proc = backend.restore()
             if proc is None:
@@ -345,8 +365,7 @@ class ProcessActor:
         # Replace /ports by this host's grants before serving (a stale catalog
         # from a snapshot, a fork or another host never stays).
         self._ctrl.grant_ports()
-        return {"status": "serving", "version": proc.version, "root_hash": proc.root_hash,
-                "restore": restore}
+        return Started(proc.version, proc.root_hash, restore)
 
     def _copy_history(self, client: Any, backend: Any, spec: dict[str, Any]) -> None:
         """Copy a history fork's event prefix before the child exists in the store.
@@ -388,7 +407,7 @@ class ProcessActor:
         """The last 256 port calls of this actor (``PortCall.to_dict``, with the token)."""
         return list(self._port_calls)
 
-    async def serve(self) -> dict[str, Any]:
+    async def serve(self) -> DirectEndpoint | None:
         """Start the passivation watchdog and the reasoning loop (called by the
         agent after ``start``). The loop resumes pending inbox items at once.
 
@@ -397,12 +416,11 @@ class ProcessActor:
         request that activated it arrives.
 
         Returns:
-            ``{"direct": {"host", "port", "secret", "token"}}`` (the
-            :meth:`direct_endpoint` answer) when the direct transport is on and
-            listening, else ``{}``. The agent passes it on in its activation
-            answer, so the gateway's first request to a new owner goes over the
-            socket instead of a Ray name lookup and a Ray call first (a shorter
-            cold activation).
+            The :meth:`direct_endpoint` (with this binding's token) when the
+            direct transport is on and listening, else None. The agent passes
+            it on in its activation answer, so the gateway's first request to
+            a new owner goes over the socket instead of a Ray name lookup and
+            a Ray call first (a shorter cold activation).
         """
         if self._watchdog is None:
             self._last_used = time.monotonic()
@@ -418,9 +436,8 @@ class ProcessActor:
                                       attempt_tag=str(self.token))
                 self._loop.start()
         if not self.cfg.direct_transport:
-            return {}
-        endpoint = await self.direct_endpoint()
-        return {} if "error" in endpoint else {"direct": endpoint}
+            return None
+        return (await self.direct_endpoint()).value
 
     def _loop_fenced(self) -> None:
         if self._closed is None:
@@ -545,61 +562,64 @@ class ProcessActor:
 
     # -- requests ---------------------------------------------------------------------
 
-    async def _run(self, token: int, fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+    async def _run(self, token: int, fn: Callable[[], T]) -> Outcome[T]:
+        """Run ``fn`` in a thread for the binding of ``token``: its value, or the
+        refusal (``unavailable``: another binding, closed, suspended;
+        ``not_found``: deleted) or the project error it raised."""
         if token != self.token or not token:
-            return error_dict(UnavailableError(
+            return Outcome.fail(UnavailableError(
                 f"this actor does not serve owner token {token} (now {self.token or 'none'}); "
                 "its route moved, retry", route_moved=True))
         if self._closed is ActorClosed.DELETED:
-            return error_dict(NotFound(f"process {self.process_id} was deleted"))
+            return Outcome.fail(NotFound(f"process {self.process_id} was deleted"))
         if self._closed is not None or self._ctrl is None:
             # nothing ran: the router may send it to the current owner at once
-            return error_dict(UnavailableError(f"{self.process_id} is not served here: "
-                                               f"{self._closed_text() or 'starting'}",
-                                               route_moved=True))
+            return Outcome.fail(UnavailableError(f"{self.process_id} is not served here: "
+                                                 f"{self._closed_text() or 'starting'}",
+                                                 route_moved=True))
         if self._suspended is not None:
-            return error_dict(UnavailableError(f"{self.process_id} is not served now: "
-                                               f"{self._suspended}; retry",
-                                               lease_state="suspended"))
+            return Outcome.fail(UnavailableError(f"{self.process_id} is not served now: "
+                                                 f"{self._suspended}; retry",
+                                                 lease_state="suspended"))
         self._inflight += 1
         self._last_used = time.monotonic()
         try:
-            return await asyncio.to_thread(fn, *args, **kw)
+            return Outcome.ok(await asyncio.to_thread(fn))
         except FencedError as exc:
             self._closed = ActorClosed.FENCED
             await self._stop_loop()
             await self._leave("fenced", token)
-            return error_dict(exc)
+            return Outcome.fail(exc)
         except SvitError as exc:
-            return error_dict(exc)
+            return Outcome.fail(exc)
         finally:
             self._inflight -= 1
             self._last_used = time.monotonic()
 
     async def control(self, token: int, body: bytes, partition: str, trace: str | None = None
-                      ) -> dict[str, Any]:
-        """Run one svit-control@1 request routed to owner ``token``. Returns
-        ``ControlAnswer.to_result()``: ``{"response": bytes (encoded once, here),
-        "status", "code", "host", "token"}``; ``unavailable`` (``route_moved``)
-        when ``token`` is not this actor's current binding.
+                      ) -> Outcome[ControlAnswer]:
+        """Run one svit-control@1 request routed to owner ``token``. Returns the
+        :class:`ControlAnswer` (its ``body`` encoded once, here; ``status``,
+        ``code``, ``host``, ``token``); ``unavailable`` (``route_moved``) when
+        ``token`` is not this actor's current binding.
 
         ``trace`` is the caller's W3C ``traceparent`` (the gateway span): the
         activation and its commit run as its children (:mod:`svit_cluster.tracing`);
         an invalid one is ignored.
         """
-        def run() -> dict[str, Any]:
+        def run() -> ControlAnswer:
             assert self._ctrl is not None
             request = decode_request(body)
             if trace is not None:
                 log.debug("activation %s request %s/%s trace %s", self.process_id,
                           request.client_id, request.request_id, trace)
             response = self._ctrl.execute(request, tenant=partition)
-            return ControlAnswer.of(response, token=self.token, host=self.host).to_result()
+            return ControlAnswer.of(response, token=self.token, host=self.host)
 
         with tracing.use_traceparent(trace):  # to_thread copies the context
             return await self._run(token, run)
 
-    async def direct_endpoint(self) -> dict[str, Any]:
+    async def direct_endpoint(self) -> Outcome[DirectEndpoint]:
         """Open (once) the direct transport for :meth:`control` and return where it is.
 
         See :mod:`svit_cluster.cluster._direct`: the socket listens on this
@@ -608,12 +628,12 @@ class ProcessActor:
         commit).
 
         Returns:
-            ``{"host", "port", "secret", "token"}``, or an error dict
-            (``unavailable`` while not serving, or when the socket cannot be bound).
+            The :class:`DirectEndpoint` with this binding's ``token``, or
+            ``unavailable`` while not serving, or when the socket cannot be bound.
         """
         if self._closed is not None or self._ctrl is None:
-            return error_dict(UnavailableError(f"{self.process_id} is not served here: "
-                                               f"{self._closed_text() or 'starting'}"))
+            return Outcome.fail(UnavailableError(f"{self.process_id} is not served here: "
+                                                 f"{self._closed_text() or 'starting'}"))
         if self._direct is None:
             import ray
 
@@ -622,130 +642,129 @@ class ProcessActor:
         try:
             endpoint = await self._direct.start()
         except OSError as exc:
-            return error_dict(UnavailableError(f"direct transport cannot listen: {exc}"))
-        return {"host": endpoint.host, "port": endpoint.port, "secret": endpoint.secret,
-                "token": self.token}
+            return Outcome.fail(UnavailableError(f"direct transport cannot listen: {exc}"))
+        return Outcome.ok(DirectEndpoint(endpoint.host, endpoint.port, endpoint.secret,
+                                         self.token))
 
     async def _direct_request(self, meta: dict[str, Any], payload: bytes
                               ) -> tuple[dict[str, Any], bytes]:
         """One direct-transport request: ``control`` only; the answer is
-        :meth:`control`'s dict without ``"response"``, plus the response bytes."""
+        :meth:`control`'s outcome as a frame (:func:`~._results.control_frame`:
+        the response bytes are the payload, not copied)."""
         partition, trace, token = meta.get("partition"), meta.get("trace"), meta.get("token")
         if (meta.get("op") != "control" or not isinstance(partition, str)
                 or type(token) is not int
                 or not (trace is None or isinstance(trace, str))):
-            return error_dict(InvalidInput("direct transport: bad request frame")), b""
-        result = await self.control(token, payload, partition, trace)
-        body = result.pop("response", b"")
-        return result, body if isinstance(body, bytes) else b""
+            return control_frame(Outcome.fail(InvalidInput("direct transport: bad request frame")))
+        return control_frame(await self.control(token, payload, partition, trace))
 
     async def inbox(self, token: int, message: Any, dedup_key: str | None,
-                    trace: str | None = None) -> dict[str, Any]:
-        """Commit ``message`` to ``/inbox``; ``{"appended", "version"}``
+                    trace: str | None = None) -> Outcome[Appended]:
+        """Commit ``message`` to ``/inbox``: :class:`Appended`
         (``trace``: as :meth:`control`)."""
-        def run() -> dict[str, Any]:
+        def run() -> Appended:
             assert self._ctrl is not None
             appended, version, _ = self._ctrl.append_inbox(message, dedup_key=dedup_key)
-            return {"appended": appended, "version": version}
+            return Appended(appended, version)
 
         with tracing.use_traceparent(trace):
             result = await self._run(token, run)
-        if result.get("appended") and self._loop is not None:
+        if result.value is not None and result.value.appended and self._loop is not None:
             self._loop.wake()
         return result
 
     async def inbox_drop(self, token: int, message_id: str | None, head_hash: str | None,
-                         reason: str) -> dict[str, Any]:
-        """Dead-letter the inbox head (:meth:`ProcessController.drop_inbox_head`);
-        ``{"dropped": dead_letter, "version"}``. The loop then serves the next item."""
-        def run() -> dict[str, Any]:
+                         reason: str) -> Outcome[Dropped]:
+        """Dead-letter the inbox head (:meth:`ProcessController.drop_inbox_head`):
+        :class:`Dropped`. The loop then serves the next item."""
+        def run() -> Dropped:
             assert self._ctrl is not None
             version, letter = self._ctrl.drop_inbox_head(reason=reason, message_id=message_id,
                                                          head_hash=head_hash)
-            return {"dropped": letter, "version": version}
+            return Dropped(letter, version)
 
         result = await self._run(token, run)
-        if "dropped" in result and self._loop is not None:
+        if result.value is not None and self._loop is not None:
             self._loop.wake()
         return result
 
-    async def state(self, token: int, path: str) -> dict[str, Any]:
-        """``{"value": tagged, "version"}`` from one observation."""
-        def run() -> dict[str, Any]:
+    async def state(self, token: int, path: str) -> Outcome[Read]:
+        """:class:`Read` (the tagged value and its version) from one observation."""
+        def run() -> Read:
             assert self._ctrl is not None
             value, version = self._ctrl.read_versioned(path)
-            return {"value": encode_value(value), "version": version}
+            return Read(encode_value(value), version)
 
         return await self._run(token, run)
 
     async def request_status(self, token: int, partition: str, client_id: str,
-                             request_id: str) -> dict[str, Any]:
-        """``{"committed", "version", "retained_from_version"}`` of one request
-        (see :meth:`ProcessController.request_status`)."""
-        def run() -> dict[str, Any]:
+                             request_id: str) -> Outcome[RequestStatus]:
+        """The :class:`RequestStatus` of one request (see
+        :meth:`ProcessController.request_status`)."""
+        def run() -> RequestStatus:
             assert self._ctrl is not None
-            return self._ctrl.request_status(client_id, request_id, tenant=partition).to_json()
+            return self._ctrl.request_status(client_id, request_id, tenant=partition)
 
         return await self._run(token, run)
 
-    async def snapshot(self, token: int) -> dict[str, Any]:
-        """``{"snapshot": bytes}`` of the current state."""
-        def run() -> dict[str, Any]:
+    async def snapshot(self, token: int) -> Outcome[Snapshot]:
+        """:class:`Snapshot` of the current state."""
+        def run() -> Snapshot:
             assert self._ctrl is not None
             with self._ctrl.locked():
-                return {"snapshot": self._ctrl.process.snapshot()}
+                return Snapshot(self._ctrl.process.snapshot())
 
         return await self._run(token, run)
 
     async def fork_snapshot(self, token: int, new_process_id: str, history: bool = False
-                            ) -> dict[str, Any]:
-        """``{"snapshot": bytes}`` of a fork of the current state into ``new_process_id``.
+                            ) -> Outcome[Snapshot]:
+        """:class:`Snapshot` of a fork of the current state into ``new_process_id``.
 
-        With ``history`` also ``"upto_seq": int``: the last event of the
+        With ``history`` its ``upto_seq`` is set: the last event of the
         acknowledged prefix of that same state (``reasoning.history_prefix_seq``
         of its ``/thread``), which the child's :meth:`start` copies.
         """
-        def run() -> dict[str, Any]:
+        def run() -> Snapshot:
             from svit_cluster.reasoning import history_prefix_seq
 
             assert self._ctrl is not None
             with self._ctrl.locked():
                 proc = self._ctrl.process
-                out: dict[str, Any] = {"snapshot": proc.fork(new_process_id).snapshot()}
-                if history:
-                    out["upto_seq"] = history_prefix_seq(to_plain_json(proc.read("/thread")))
-                return out
+                snapshot = proc.fork(new_process_id).snapshot()
+                if not history:
+                    return Snapshot(snapshot)
+                return Snapshot(snapshot,
+                                history_prefix_seq(to_plain_json(proc.read("/thread"))))
 
         return await self._run(token, run)
 
     async def set_residency(self, token: int, passivate_after_s: float | None
-                            ) -> dict[str, Any]:
+                            ) -> Outcome[Residency]:
         """Set this process's idle timeout: it passivates after ``passivate_after_s``
         idle seconds (None: the cluster's ``passivate_after_s``), stored with the
         process (fenced like a commit, no new version), so every later owner on
         any host applies it too. Takes effect at once.
 
         Returns:
-            ``{"passivate_after_s": effective seconds, "default": bool}`` or an
-            error dict (``fenced``, ``not_found``, ``unavailable``).
+            :class:`Residency` (the effective seconds), or the error
+            (``fenced``, ``not_found``, ``unavailable``).
         """
-        def run() -> dict[str, Any]:
+        def run() -> bool:
             self._backend.set_residency("passivate_after_s", passivate_after_s)
-            return {}
+            return True
 
         result = await self._run(token, run)
-        if "error" in result:
-            return result
+        if result.failed:
+            return result.failure()
         self.passivate_after_s = (self.cfg.passivate_after_s if passivate_after_s is None
                                   else float(passivate_after_s))
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None:
             watchdog.cancel()
             self._watchdog = asyncio.get_running_loop().create_task(self._idle_loop())
-        return {"passivate_after_s": self.passivate_after_s,
-                "default": passivate_after_s is None}
+        return Outcome.ok(Residency(self.passivate_after_s, passivate_after_s is None))
 
-    async def delete(self, token: int) -> dict[str, Any]:
+    async def delete(self, token: int) -> Outcome[Deleted]:
         """Delete the process: fenced store delete, then stop serving for good.
 
         The reasoning loop is stopped first; the store delete runs under the
@@ -755,26 +774,28 @@ class ProcessActor:
         record (the gateway also asks, and waits; this is the fallback).
 
         Returns:
-            ``{"version", "removed_keys", "host", "token"}`` or an error dict
-            (``fenced``: a newer owner exists, nothing deleted; ``not_found``;
-            ``unavailable``: Redis failed, outcome unknown, retry).
+            :class:`Deleted`, or the error (``fenced``: a newer owner exists,
+            nothing deleted; ``not_found``; ``unavailable``: Redis failed,
+            outcome unknown, retry).
         """
         if token != self.token or not token:
-            return await self._run(token, lambda: {})  # the route moved: refused
+            # the route moved: refused before anything runs
+            return await self._run(token, lambda: Deleted(None, 0, self.host, token))
         await self._stop_loop()
 
-        def run() -> dict[str, Any]:
+        def run() -> Deleted:
             assert self._ctrl is not None
             with self._ctrl.locked():
                 result: dict[str, Any] = self._backend.delete()
             self._closed = ActorClosed.DELETED
-            return {**result, "host": self.host, "token": self.token}
+            return Deleted(result.get("version"), int(result.get("removed_keys") or 0),
+                           self.host, self.token)
 
         result = await self._run(token, run)
         if self._closed is ActorClosed.DELETED and token == self.token:
             asyncio.get_running_loop().create_task(
                 self._leave_later("deleted", token, delay_s=2.0))
-        elif "error" in result and self._closed is None:
+        elif result.failed and self._closed is None:
             await self.serve()  # not deleted (e.g. Redis down): keep serving, loop again
         return result
 

@@ -54,10 +54,10 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from svit_cluster.cluster._agent_metrics import ResidencyCollector
 from svit_cluster.cluster._config import AGENT_NICENESS, ClusterConfig
-from svit_cluster.cluster._error_dict import error_dict
 from svit_cluster.cluster._host_lease import LEASE_LOST_LOG, AgentLease
 from svit_cluster.cluster._memory_guard import MEMORY_SAMPLE_S, MemoryGuard
 from svit_cluster.cluster._residency import Budget, derive_budget, node_memory_bytes
+from svit_cluster.cluster._results import Outcome, ShutDown, Started
 from svit_cluster.cluster._spare_pool import MAX_BINDINGS_PER_WORKER, SPARE_LINGER_S, WorkerPool
 from svit_cluster.cluster._supervisor import (
     RECONCILE_SWEEP_S,
@@ -293,17 +293,18 @@ class HostAgent:
     # -- activation ----------------------------------------------------------------------
 
     async def activate(self, process_id: str, create: dict[str, Any] | None = None
-                       ) -> dict[str, Any]:
+                       ) -> Outcome[Activated]:
         """Own ``process_id`` and start its actor here (single-flight per process).
 
         At most :attr:`max_activations` activations of processes not served
         here yet run at once; beyond that the call is shed at once with an
-        ``unavailable`` error dict (``fields["overloaded"]`` true).
+        ``unavailable`` error (``fields["overloaded"]`` true).
 
         Returns:
-            ``{"status": "serving", "actor", "host", "token", ...}``;
-            ``{"status": "owned", "host", "token"}`` when another host owns it;
-            or an error dict (``not_found``, ``conflict``, ``unavailable``, ...).
+            :class:`Activated`: ``serving`` (``actor``, ``host``, ``token``, and
+            ``started``, the actor's :class:`Started`, for a new activation) or
+            ``owned`` when another host owns it; or the error (``not_found``,
+            ``conflict``, ``unavailable``, ...).
         """
         new = create is not None or process_id not in self.actors
         if new:
@@ -313,7 +314,7 @@ class HostAgent:
                 self.shed_activations += 1
                 self._registry()
                 self._shed_metric.inc()
-                return error_dict(UnavailableError(
+                return Outcome.fail(UnavailableError(
                     f"host {self.host} is overloaded ({self.inflight_activations} "
                     "activations under way); retry", overloaded=True,
                     inflight=self.inflight_activations))
@@ -322,12 +323,12 @@ class HostAgent:
             async with self.supervisor.lock(process_id):
                 current = self.actors.get(process_id)
                 if current is not None and create is None:
-                    return Activated(ServeStatus.SERVING, self.host, current.token,
-                                     current.ownership.address).to_answer()
+                    return Outcome.ok(Activated(ServeStatus.SERVING, self.host, current.token,
+                                                current.ownership.address))
                 try:
                     return await self._activate(process_id, create)
                 except SvitError as exc:
-                    return error_dict(exc)
+                    return Outcome.fail(exc)
         finally:
             if new:
                 self.inflight_activations -= 1
@@ -345,7 +346,7 @@ class HostAgent:
         return await self.supervisor.take_worker(exclude)
 
     async def _activate(self, process_id: str, create: dict[str, Any] | None
-                        ) -> dict[str, Any]:
+                        ) -> Outcome[Activated]:
         """One activation under ONE lease object.
 
         The rejoin loop may drop or replace ``self.lease`` at any await, so no
@@ -381,7 +382,7 @@ class HostAgent:
             self.pool.taken -= 1
 
     async def _bind(self, lease: Any, process_id: str, create: dict[str, Any] | None,
-                    name: str, handle: Any) -> dict[str, Any]:
+                    name: str, handle: Any) -> Outcome[Activated]:
         """Own ``process_id`` under ``lease`` and bind the taken worker to it."""
         pool, same = self.pool, self.leases.same
         try:
@@ -397,37 +398,38 @@ class HostAgent:
             ownership = await owners.claim(process_id, self._fences())
         except ConflictError as exc:
             pool.add_spare(name, handle)  # unused: keep it warm
-            return Activated(ServeStatus.OWNED, exc.fields.get("owner_host"),
-                             exc.fields.get("token"), exc.fields.get("owner_address")).to_answer()
+            return Outcome.ok(Activated(ServeStatus.OWNED, exc.fields.get("owner_host"),
+                                        exc.fields.get("token"), exc.fields.get("owner_address")))
         except BaseException:
             pool.add_spare(name, handle)
             raise
         try:
             same(lease)
             # bind + start (fence claim, restore) + serve in one Ray call; the
-            # answer carries the actor's direct endpoint ("direct") for the gateway
-            result: dict[str, Any] = await self.leases.while_held(
+            # answer carries the actor's direct endpoint (Started.direct) for the gateway
+            result: Outcome[Started] = await self.leases.while_held(
                 lease, handle.bind_start_serve.remote(process_id, ownership.token, create),
                 timeout_s=60)
-            if "error" not in result:
+            if result.value is not None:
                 same(lease)  # nothing after this line awaits
         except SvitError as exc:
-            result = error_dict(exc)
+            result = Outcome.fail(exc)
         except Exception as exc:
-            result = error_dict(UnavailableError(f"actor start failed: {type(exc).__name__}"))
-        if "error" in result:
+            result = Outcome.fail(UnavailableError(f"actor start failed: {type(exc).__name__}"))
+        started = result.value
+        if started is None:
             pool.kill_worker(name, handle)
             try:
                 await owners.release(ownership)
             except SvitError:
                 log.exception("release after failed start of %s", process_id)
-            return result
-        pool.bound(name, result.pop("pid") if isinstance(result.get("pid"), int) else None)
+            return result.failure()
+        pool.bound(name, started.pid)
         self.supervisor.serve(process_id, ServedActor(ownership.token, handle, owners, ownership))
         self.activations += 1
         pool.capacity_changed()  # a served process can be passivated for another
-        return Activated(ServeStatus.SERVING, self.host, ownership.token, name,
-                         result).to_answer()
+        return Outcome.ok(Activated(ServeStatus.SERVING, self.host, ownership.token, name,
+                                    started))
 
     def _kill_if_created(self, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is not None:
@@ -564,7 +566,7 @@ class HostAgent:
         overloaded)."""
         return generate_latest(self._registry()).decode()
 
-    async def shutdown(self, reason: str = "host stopping") -> dict[str, Any]:
+    async def shutdown(self, reason: str = "host stopping") -> ShutDown:
         """Give up this host before it stops (SIGTERM): release, then revoke the lease.
 
         Stops the rejoin, reconcile and spare loops, releases every process this
@@ -574,8 +576,9 @@ class HostAgent:
         at once instead of after the lease TTL. Safe to call twice.
 
         Returns:
-            ``{"released": int, "revoked": bool}``; ``revoked`` is False when
-            etcd could not be reached (the lease then expires after its TTL).
+            :class:`ShutDown`: how many processes were released, and whether
+            the lease was revoked (False when etcd could not be reached: the
+            lease then expires after its TTL).
         """
         self.pool.close()
         for task in (self._rejoin, self._reconcile_task, self._memory_task,
@@ -599,4 +602,4 @@ class HostAgent:
                             self.host, reason)
         log.info("host %s shut down (%s): %d released, lease revoked=%s",
                  self.host, reason, released, revoked)
-        return {"released": released, "revoked": revoked}
+        return ShutDown(released, revoked)

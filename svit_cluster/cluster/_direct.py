@@ -30,8 +30,9 @@ Why this keeps the guarantees:
 Wire format (both directions): a frame is ``>II`` (meta length, payload
 length), then ``meta`` as UTF-8 JSON (an object), then ``payload`` bytes. The
 client's first frame on a connection is ``{"secret": ...}``; then each request
-is ``{"op": "control", "partition", "trace"}`` + the request body, each answer
-the actor's result dict without ``"response"`` + the response bytes.
+is ``{"op": "control", "partition", "trace", "token"}`` + the request body,
+each answer ``{"status", "code", "token", "host"}`` + the response bytes, or
+``{"error": wire}`` + no payload (``_results.control_frame``).
 """
 
 from __future__ import annotations
@@ -116,18 +117,22 @@ async def read_frame(reader: asyncio.StreamReader, *, max_meta_bytes: int = MAX_
 
 @dataclass(frozen=True, slots=True)
 class DirectEndpoint:
-    """Where one process actor serves its control path: ``host:port`` and the
-    connection secret (hex), as answered by ``ProcessActor.direct_endpoint``."""
+    """Where one process actor serves its control path: ``host:port``, the
+    connection secret (hex) and the owner token of the binding it serves
+    (None when not named), as answered by ``ProcessActor.direct_endpoint``."""
 
     host: str
     port: int
     secret: str
+    token: int | None = None
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> DirectEndpoint:
         """Raises:
             KeyError, TypeError, ValueError: ``doc`` lacks or mistypes a field."""
-        return cls(str(doc["host"]), int(doc["port"]), str(doc["secret"]))
+        token = doc.get("token")
+        return cls(str(doc["host"]), int(doc["port"]), str(doc["secret"]),
+                   None if token is None else int(token))
 
 
 class DirectServer:

@@ -20,21 +20,30 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisClusterException, RedisError
 
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._direct import DirectClient, DirectEndpoint, DirectUnreachable
-from svit_cluster.cluster._error_dict import STALE_OWNER_CODES, error_code, raise_error_dict
 from svit_cluster.cluster._names import agent_name
 from svit_cluster.cluster._placement import HostWatch, pick_host, watch_nodes
 from svit_cluster.cluster._redrive import InboxRedrive, RedriveBackoff
 from svit_cluster.cluster._rehome import Rehomer
+from svit_cluster.cluster._results import (
+    Appended,
+    Deleted,
+    Dropped,
+    Outcome,
+    Read,
+    Residency,
+    Snapshot,
+    control_from_frame,
+)
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.cluster._types import Activated, ServeStatus
-from svit_cluster.control import ControlAnswer, ControlRequest
+from svit_cluster.control import ControlAnswer, ControlRequest, RequestStatus
 from svit_cluster.errors import (
     ConflictError,
     InternalError,
@@ -51,6 +60,8 @@ from svit_cluster.store import ProcessKeys, QueuedPage, connect, list_processes,
 __all__ = ["RayRouter", "RouteMoved", "classify_call_error"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Seconds placement tries a host that answered ``host_full`` only after the others.
 FULL_HOST_BACKOFF_S = 1.0
@@ -313,7 +324,7 @@ class RayRouter:
         except SvitError:
             pass
 
-    async def _call_route(self, route: Route, method: str, *args: Any) -> dict[str, Any]:
+    async def _call_route(self, route: Route, method: str, *args: Any) -> Outcome[Any]:
         """Call ``method`` on ``route``'s actor; abandon the call the moment the route
         moves (its ownership record is deleted -- released, or its host's lease
         revoked or expired -- or names another actor).
@@ -327,7 +338,9 @@ class RayRouter:
         """
         moved = self.cache.moved(route)
         try:
-            return await self._call(route.actor, method, route.token, *args, abandon=moved)
+            result: Outcome[Any] = await self._call(route.actor, method, route.token, *args,
+                                                    abandon=moved)
+            return result
         except RouteMoved:
             raise
         except UnavailableError:
@@ -355,17 +368,17 @@ class RayRouter:
     async def _ask_endpoint(self, route: Route) -> DirectClient | None:
         key = (route.actor, route.token)
         try:
-            answer = await self._call(route.actor, "direct_endpoint",
-                                      timeout_s=self.cfg.call_timeout_s)
-            if "error" in answer or answer.get("token") != route.token:
-                return None  # not serving (yet or any more), or not the route's owner
-            return self._adopt_endpoint(route, answer)
+            answer: Outcome[DirectEndpoint] = await self._call(
+                route.actor, "direct_endpoint", timeout_s=self.cfg.call_timeout_s)
+            # None: not serving (yet or any more); another token: not the route's owner
+            return self._adopt_endpoint(route, answer.value)
         except SvitError:
             return None
         finally:
             self._direct_asking.pop(key, None)
 
-    def _adopt_endpoint(self, route: Route, endpoint: Any) -> DirectClient | None:
+    def _adopt_endpoint(self, route: Route, endpoint: DirectEndpoint | None
+                        ) -> DirectClient | None:
         """Cache a direct client for ``route``'s actor from ``endpoint`` (a
         ``ProcessActor.direct_endpoint`` answer, from that call or carried in
         the activation answer); only an endpoint of the route's own token is
@@ -373,17 +386,11 @@ class RayRouter:
 
         Returns:
             The client; or None: nothing cached (transport off, no endpoint,
-            another token's), or a malformed endpoint, for which None is cached
-            so that the actor stays on Ray.
+            another token's).
         """
-        if not self.cfg.direct_transport or not isinstance(endpoint, dict) \
-                or endpoint.get("token") != route.token:
+        if not self.cfg.direct_transport or endpoint is None or endpoint.token != route.token:
             return None
-        try:
-            client: DirectClient | None = DirectClient(DirectEndpoint.from_dict(endpoint))
-        except (KeyError, TypeError, ValueError):
-            log.warning("actor %s answered a malformed direct endpoint", route.actor)
-            client = None
+        client = DirectClient(endpoint)
         if len(self._direct) >= 4 * len(self.cache.routes) + 64:
             self._prune_direct()
         key = (route.actor, route.token)
@@ -405,7 +412,7 @@ class RayRouter:
             client.close()
 
     async def _control_call(self, route: Route, body: bytes, partition: str,
-                            trace: str | None) -> dict[str, Any]:
+                            trace: str | None) -> Outcome[ControlAnswer]:
         """``ProcessActor.control`` over the direct transport when the actor has
         one, else (or when its connection fails) over Ray.
 
@@ -442,17 +449,16 @@ class RayRouter:
                 self._drop_direct(key)
                 self._direct[key] = None
             else:
-                if payload:
-                    answer["response"] = payload
-                return dict(answer)
+                return control_from_frame(answer, payload)
             finally:
                 self.cache.forget_moved(route, moved)
         return await self._call_route(route, "control", body, partition, trace)
 
     async def _call(self, name: str, method: str, *args: Any,
                     timeout_s: float | None = None,
-                    abandon: asyncio.Future[None] | None = None) -> dict[str, Any]:
-        """Call ``method`` of actor ``name`` and return its dict.
+                    abandon: asyncio.Future[None] | None = None) -> Any:
+        """Call ``method`` of actor ``name`` and return its answer (an
+        :class:`~svit_cluster.cluster._results.Outcome` for a request-path method).
 
         Raises:
             UnavailableError: the actor or its node is dead or unreachable, or
@@ -468,7 +474,7 @@ class RayRouter:
             ref = getattr(handle, method).remote(*args)
             deadline = timeout_s or self.cfg.call_timeout_s
             if abandon is None:
-                result: dict[str, Any] = await asyncio.wait_for(ref, timeout=deadline)
+                result = await asyncio.wait_for(ref, timeout=deadline)
             else:
                 result = await _unless(ref, abandon, deadline, f"{name}.{method}")
         except RouteMoved:
@@ -625,8 +631,8 @@ class RayRouter:
             tried.add(host)
             self._activating[host] = self._activating.get(host, 0) + 1
             try:
-                answer = await self._call(agent_name(host), "activate", process_id, create,
-                                          timeout_s=90)
+                answer: Outcome[Activated] = await self._call(
+                    agent_name(host), "activate", process_id, create, timeout_s=90)
             except UnavailableError as exc:
                 self.host_watch.mark_unanswering(host)
                 log.warning("host %s's agent did not answer an activation: %s", host, exc)
@@ -642,7 +648,7 @@ class RayRouter:
                     self._activating.pop(host, None)
             self.host_watch.clear(host)
             try:
-                result = raise_error_dict(answer)
+                activated = answer.unwrap()
             except UnavailableError as exc:  # the agent answered but cannot serve now
                 last = exc
                 if exc.fields.get("host_full"):
@@ -658,7 +664,6 @@ class RayRouter:
                     raise _create_outcome_unknown(process_id, unknown) from exc
                 raise
             break
-        activated = Activated.from_answer(result)
         if activated.status is ServeStatus.OWNED:
             if create is not None:
                 if unknown is not None:
@@ -670,9 +675,9 @@ class RayRouter:
         if activated.token is None or activated.actor is None:
             raise InternalError(f"activation of {process_id} answered no token or actor")
         route = Route(process_id, host, activated.token, activated.actor)
-        if activated.extra and (route.actor, route.token) not in self._direct:
+        if activated.started is not None and (route.actor, route.token) not in self._direct:
             # the new owner's socket, from the agent: no Ray lookup before the first request
-            self._adopt_endpoint(route, activated.extra.get("direct"))
+            self._adopt_endpoint(route, activated.started.direct)
         previous = self._seen.get(process_id)
         if previous is not None and previous.host not in self.cache.hosts and self.metrics:
             self.metrics.failovers.inc()
@@ -710,28 +715,27 @@ class RayRouter:
             # refused by the fence.
             route = await self._route(request.process_id)
             result = await self._control_call(route, body, partition, trace)
-        if result.get("error") is not None:  # a commit, the common answer, takes no detour
+        if result.failed:  # a commit, the common answer, takes no detour
             route, result = await self._again_if_stale_owner(
                 request.process_id, route, result,
                 lambda r: self._control_call(r, body, partition, trace))
-            raise_error_dict(result)
-        answer = ControlAnswer.from_result(result)
+        answer = result.unwrap()
         if self.metrics is not None and answer.status == "committed":
             self.metrics.activations.labels(answer.host or route.host).inc()
         return answer
 
     async def _again_if_stale_owner(
-        self, process_id: str, route: Route, result: dict[str, Any],
-        call: Callable[[Route], Awaitable[dict[str, Any]]],
-    ) -> tuple[Route, dict[str, Any]]:
+        self, process_id: str, route: Route, result: Outcome[T],
+        call: Callable[[Route], Awaitable[Outcome[T]]],
+    ) -> tuple[Route, Outcome[T]]:
         """``(route, result)`` unchanged unless ``result`` says the actor no longer
-        serves that binding (:data:`STALE_OWNER_CODES`: passivated, fenced, its
+        serves that binding (``result.stale_owner``: passivated, fenced, its
         lease lost). Then, if etcd already shows no other owner, the process is
         placed again and ``call(new_route)`` sent once; if another owner is
         recorded, the error stands and the client retries while the old
         lease runs out.
         """
-        if error_code(result) not in STALE_OWNER_CODES:
+        if not result.stale_owner:
             return route, result
         self._drop_direct((route.actor, route.token))
         await asyncio.sleep(0.05)
@@ -751,56 +755,64 @@ class RayRouter:
                 "token": route.token}
 
     async def _call_process(self, process_id: str, method: str, *args: Any
-                            ) -> tuple[Route, dict[str, Any]]:
+                            ) -> tuple[Route, Any]:
         """Call ``method`` on ``process_id``'s owner (placed if needed); an answer
         that the actor refused before running anything (``route_moved``: it no
         longer serves that binding, e.g. passivated) is sent once more to the
         process's current owner, placed again if the record is gone.
 
+        Returns:
+            The route that answered and the answer's value.
+
         Raises:
-            SvitError: the (second) answer's error, as :func:`raise_error_dict`.
+            SvitError: the (second) answer's error (``Outcome.unwrap``).
         """
         route = await self._route(process_id)
         result = await self._call_route(route, method, *args)
-        err = result.get("error")
-        if isinstance(err, dict) and (err.get("fields") or {}).get("route_moved"):
+        if result.route_moved:
             await asyncio.sleep(0.05)
             if self.cache.routes.get(process_id) in (None, route):
                 self.cache.routes.pop(process_id, None)
             route = await self._route(process_id)
             result = await self._call_route(route, method, *args)
-        return route, raise_error_dict(result)
+        return route, result.unwrap()
 
     async def inbox(self, process_id: str, message: Value, dedup_key: str | None
                     ) -> dict[str, Any]:
-        return (await self._call_process(process_id, "inbox", message, dedup_key,
-                                         tracing.current_traceparent()))[1]
+        appended: Appended = (await self._call_process(process_id, "inbox", message, dedup_key,
+                                                       tracing.current_traceparent()))[1]
+        return appended.to_json()
 
     async def inbox_drop(self, process_id: str, *, reason: str, message_id: str | None = None,
                          head_hash: str | None = None) -> dict[str, Any]:
-        return (await self._call_process(process_id, "inbox_drop", message_id, head_hash,
-                                         reason))[1]
+        dropped: Dropped = (await self._call_process(process_id, "inbox_drop", message_id,
+                                                     head_hash, reason))[1]
+        return dropped.to_json()
 
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
-        _, result = await self._call_process(process_id, "state", path)
-        return decode_value(result["value"]), int(result["version"])
+        read: Read
+        _, read = await self._call_process(process_id, "state", path)
+        return decode_value(read.value), int(read.version)
 
     async def request_status(self, process_id: str, partition: str, client_id: str,
                              request_id: str) -> dict[str, Any]:
-        _, result = await self._call_process(process_id, "request_status", partition,
+        status: RequestStatus
+        _, status = await self._call_process(process_id, "request_status", partition,
                                              client_id, request_id)
-        return {k: result[k] for k in ("committed", "version", "retained_from_version")}
+        return status.to_json()
 
     async def snapshot(self, process_id: str) -> bytes:
-        _, result = await self._call_process(process_id, "snapshot")
-        data: bytes = result["snapshot"]
-        return data
+        snapshot: Snapshot
+        _, snapshot = await self._call_process(process_id, "snapshot")
+        return snapshot.snapshot
 
     async def set_residency(self, process_id: str, *, passivate_after_s: float | None
                             ) -> dict[str, Any]:
         """Set the process's idle timeout through its owner (see ``Router.set_residency``)."""
-        _, result = await self._call_process(process_id, "set_residency", passivate_after_s)
-        return {"process_id": process_id, **result}
+        residency: Residency
+        _, residency = await self._call_process(process_id, "set_residency", passivate_after_s)
+        return {"process_id": process_id, "passivate_after_s": residency.passivate_after_s,
+                "default": residency.default}
 
     async def fork(self, process_id: str, new_process_id: str, *, history: bool = False
                    ) -> dict[str, Any]:
@@ -815,15 +827,16 @@ class RayRouter:
         if new_process_id in self.cache.routes:
             raise ConflictError(f"process {new_process_id} already exists")
         args: tuple[Any, ...] = (new_process_id, True) if history else (new_process_id,)
-        _, result = await self._call_process(process_id, "fork_snapshot", *args)
-        create: dict[str, Any] = {"snapshot": result["snapshot"]}
+        forked: Snapshot
+        _, forked = await self._call_process(process_id, "fork_snapshot", *args)
+        create: dict[str, Any] = {"snapshot": forked.snapshot}
         if history:
-            create["history"] = {"parent": process_id, "upto_seq": result["upto_seq"]}
+            create["history"] = {"parent": process_id, "upto_seq": forked.upto_seq}
         child = await self._place(new_process_id, create)
         info: dict[str, Any] = {"process_id": new_process_id, "host": child.host,
                                 "token": child.token}
         if history:
-            info["history"] = {"upto_seq": result["upto_seq"]}
+            info["history"] = {"upto_seq": forked.upto_seq}
         return info
 
     async def delete(self, process_id: str) -> dict[str, Any]:
@@ -838,7 +851,7 @@ class RayRouter:
         route, result = await self._again_if_stale_owner(
             process_id, route, await self._call_route(route, "delete"),
             lambda r: self._call_route(r, "delete"))
-        raise_error_dict(result)
+        deleted: Deleted = result.unwrap()
         released = False
         try:
             released = bool(await self._call(agent_name(route.host), "release", process_id,
@@ -848,7 +861,7 @@ class RayRouter:
         if self.cache.routes.get(process_id) == route:
             self.cache.routes.pop(process_id, None)
         self._seen.pop(process_id, None)
-        return {"process_id": process_id, "deleted": True, "version": result.get("version"),
+        return {"process_id": process_id, "deleted": True, "version": deleted.version,
                 "token": route.token, "released": released}
 
     def signal_source(self) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
-from svit_cluster.cluster._error_dict import error_code, raise_error_dict
+from svit_cluster.cluster._results import Outcome
 from svit_cluster.control import decode_request, decode_response
 from svit_cluster.errors import ErrorCode, ScriptFailed, UnavailableError
 from svit_cluster.process import encode_value
@@ -44,11 +44,11 @@ class RaySpawner:
         self.cfg = config
         self.agent_name = agent_name
 
-    def _get(self, ref: Any, what: str, timeout_s: float = 90.0) -> dict[str, Any]:
+    def _get(self, ref: Any, what: str, timeout_s: float = 90.0) -> Any:
         import ray
 
         try:
-            result: dict[str, Any] = ray.get(ref, timeout=timeout_s)
+            result = ray.get(ref, timeout=timeout_s)
         except Exception as exc:  # Ray errors: the outcome is unknown; the key makes retry safe
             raise UnavailableError(f"spawn: {what} did not answer ({type(exc).__name__})"
                                    ) from exc
@@ -67,11 +67,12 @@ class RaySpawner:
 
         agent = ray.get_actor(self.agent_name, namespace=self.cfg.namespace)
         snapshot = parent.fork(child).snapshot()
-        placed = self._get(agent.activate.remote(child, {"snapshot": snapshot}), "create")
-        if error_code(placed) == ErrorCode.CONFLICT:
+        placed: Outcome[Any] = self._get(agent.activate.remote(child, {"snapshot": snapshot}),
+                                         "create")
+        if placed.code == ErrorCode.CONFLICT:
             placed = self._get(agent.activate.remote(child, None), "activate")  # a retry
-        raise_error_dict(placed)
-        actor, token = placed.get("actor"), placed.get("token")
+        activated = placed.unwrap()
+        actor, token = activated.actor, activated.token
         if not actor or type(token) is not int:
             raise UnavailableError(f"spawn: {child} has no serving actor yet; retry")
         handle = ray.get_actor(str(actor), namespace=self.cfg.namespace)
@@ -86,11 +87,11 @@ class RaySpawner:
                         "input": encode_value(input)},
         }
         request = decode_request(body)
-        result = raise_error_dict(self._get(
+        answered: Outcome[Any] = self._get(
             handle.control.remote(token, request.model_dump_json().encode(), "",
                                   tracing.current_traceparent()), "child activation",
-            self.cfg.call_timeout_s))
-        outcome = decode_response(result["response"]).outcome
+            self.cfg.call_timeout_s)
+        outcome = decode_response(answered.unwrap().body).outcome
         if outcome.status == "committed":
             act = outcome.activation
             return {"output": act.output, "version": act.version}

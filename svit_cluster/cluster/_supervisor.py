@@ -22,8 +22,8 @@ from typing import Any
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential
 
 from svit_cluster.cluster._config import ClusterConfig
-from svit_cluster.cluster._error_dict import error_code
 from svit_cluster.cluster._residency import Usage, lru_order
+from svit_cluster.cluster._results import ActorUsage, Outcome, Unbound
 from svit_cluster.cluster._spare_pool import WorkerPool
 from svit_cluster.cluster._types import ServedActor
 from svit_cluster.errors import SvitError, UnavailableError
@@ -162,11 +162,12 @@ class Supervisor:
 
         async def park(pid: str, s: ServedActor) -> None:
             name = s.ownership.address
+            answer: Unbound | str
             try:
                 answer = await asyncio.wait_for(s.handle.unbind.remote(s.token, True), 2.0)
             except (TimeoutError, ray.exceptions.RayError) as exc:
-                answer = {"error": type(exc).__name__}
-            if answer.get("unbound") and self.pool.reusable(name):
+                answer = type(exc).__name__
+            if isinstance(answer, Unbound) and answer.unbound and self.pool.reusable(name):
                 self.pool.add_spare(name, s.handle)
             else:
                 stopped.append(f"{pid} ({answer})")
@@ -177,7 +178,7 @@ class Supervisor:
         log.warning("host %s parked %d processes (%s); %d spares; workers stopped: %s",
                     self.host, len(served), reason, len(self.pool.spares), stopped or "none")
 
-    async def unpark(self, activate: Callable[[str], Awaitable[dict[str, Any]]]) -> None:
+    async def unpark(self, activate: Callable[[str], Awaitable[Outcome[Any]]]) -> None:
         """Activate the processes parked at the last lease loss again (through
         ``activate``, the agent's), a few at a time, under the new lease; one
         that another host took meanwhile stays there (its record exists: the
@@ -198,7 +199,7 @@ class Supervisor:
                 return "serving"
             async with gate:
                 result = await activate(pid)
-            return error_code(result) or "ok"
+            return result.code or "ok"
 
         async def one(pid: str) -> None:
             retrying = AsyncRetrying(
@@ -262,9 +263,8 @@ class Supervisor:
             now = loop.time()
             usage: dict[str, Usage] = {}
             for (pid, s), got in zip(served, answers, strict=True):
-                if isinstance(got, dict) and got.get("token") == s.token:
-                    busy = bool(got.get("busy")) or int(got.get("inflight") or 0) > 0
-                    usage[pid] = Usage(pid, float(got.get("idle_s") or 0.0), now, busy)
+                if isinstance(got, ActorUsage) and got.token == s.token:
+                    usage[pid] = Usage(pid, got.idle_s, now, got.busy or got.inflight > 0)
                 else:  # slow, dead or rebinding: not a candidate this round
                     usage[pid] = Usage(pid, 0.0, now, True)
             self.usage, self.usage_at = usage, now
@@ -331,7 +331,7 @@ class Supervisor:
             except ray.exceptions.RayActorError:
                 await self.release_locked(process_id, served.token, "actor died")
                 return None
-            if not answer.get("unbound"):
+            if not answer.unbound:
                 self.usage[process_id] = Usage(process_id, 0.0, time.monotonic(), True)
                 return None
             if self.actors.get(process_id) is not served:
@@ -506,10 +506,10 @@ class Supervisor:
         if released and reason != "actor died" and pool.reusable(name) \
                 and not pool.memory_full() and not pool.closed:
             try:
-                answer = await asyncio.wait_for(handle.unbind.remote(token, True), 5.0)
+                answer: Unbound = await asyncio.wait_for(handle.unbind.remote(token, True), 5.0)
             except Exception:  # dead or stuck: stopped below
-                answer = {}
-            if answer.get("unbound"):
+                answer = Unbound(False)
+            if answer.unbound:
                 pool.add_spare(name, handle)
                 return released
         pool.kill_worker(name, handle)

@@ -1,20 +1,18 @@
 """Typed shapes of the agent's activation boundary.
 
-Ray carries plain dicts between the gateway's router and a host agent (so a
-router and an agent of neighbouring versions still understand each other during
-a rolling upgrade); these types are what each side builds and checks on its own
-side of that boundary, so strict mypy sees the fields and a malformed answer is
-refused in one place.
+The agent answers the gateway's router with an :class:`Activated` (inside an
+:class:`~svit_cluster.cluster._results.Outcome`) and keeps a
+:class:`ServedActor` per process it serves, so strict mypy sees the fields on
+both sides of the Ray boundary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from svit_cluster.errors import InternalError
+from svit_cluster.cluster._results import Started
 from svit_cluster.ownership import Owners, Ownership
 
 __all__ = ["Activated", "ServeStatus", "ServedActor"]
@@ -31,50 +29,24 @@ class ServeStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Activated:
-    """An agent's successful answer to ``activate`` (errors travel as ``{"error"}``).
+    """An agent's successful answer to ``activate`` (the value of its
+    :class:`~svit_cluster.cluster._results.Outcome`; errors travel in that outcome).
 
     Attributes:
         status: :class:`ServeStatus`.
         host: the serving host (None when an ``owned`` record did not say).
         token: the owner's fencing token (None as for ``host``).
         actor: the Ray name of the process actor (None as for ``host``).
-        extra: any further fields the actor's start reported (``version``,
-            ``root_hash``, ``restore``).
+        started: the actor's :class:`~svit_cluster.cluster._results.Started`
+            (version, root hash, restore figures, direct endpoint) when this
+            call started it; None when it was served already, or ``owned``.
     """
 
     status: ServeStatus
     host: str | None
     token: int | None
     actor: str | None
-    extra: Mapping[str, Any] | None = None
-
-    def to_answer(self) -> dict[str, Any]:
-        """The dict sent over Ray."""
-        return {**(self.extra or {}), "status": self.status.value, "host": self.host,
-                "token": self.token, "actor": self.actor}
-
-    @classmethod
-    def from_answer(cls, answer: Mapping[str, Any]) -> Activated:
-        """Check and type an answer received over Ray.
-
-        Raises:
-            InternalError: (``internal``) an unknown status or a field of the
-                wrong type: a bug on one side of the boundary, never retried.
-        """
-        try:
-            status = ServeStatus(answer["status"])
-            host, token, actor = answer.get("host"), answer.get("token"), answer.get("actor")
-            if host is not None and type(host) is not str:
-                raise TypeError("host")
-            if token is not None and type(token) is not int:
-                raise TypeError("token")
-            if actor is not None and type(actor) is not str:
-                raise TypeError("actor")
-        except (KeyError, ValueError, TypeError) as exc:
-            raise InternalError(f"malformed activation answer ({exc!r})") from None
-        extra = {k: v for k, v in answer.items() if k not in ("status", "host", "token",
-                                                              "actor")}
-        return cls(status, host, token, actor, extra or None)
+    started: Started | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import pytest
 
 from svit_cluster import errors as E
 from svit_cluster.client import AsyncSvitClient, SvitClient
-from svit_cluster.cluster._error_dict import error_dict, raise_error_dict
+from svit_cluster.cluster._results import Outcome, control_from_frame
 from svit_cluster.errors import ErrorCode, error_class
 from svit_cluster.gateway import Principal, TokenStore, create_app
 from svit_cluster.inprocess import InProcessRouter
@@ -97,11 +97,11 @@ def test_code_over_http_is_typed_with_fields(base: str, code: ErrorCode) -> None
 
 
 @pytest.mark.parametrize("code", list(ErrorCode), ids=str)
-def test_code_through_the_ray_actor_error_dict(code: ErrorCode) -> None:
-    """The actor -> gateway hop (``error_dict`` / ``raise_error_dict``) keeps class and fields."""
+def test_code_through_the_ray_actor_outcome(code: ErrorCode) -> None:
+    """The actor -> gateway hop (``Outcome.fail`` / ``Outcome.unwrap``) keeps class and fields."""
     original = error_class(code)("boom", code=code, **FIELDS)
     with pytest.raises(E.SvitError) as info:
-        raise_error_dict(error_dict(original))
+        Outcome.fail(original).unwrap()
     assert type(info.value) is type(original) and info.value.code == code
     assert info.value.fields == FIELDS
 
@@ -120,7 +120,7 @@ def test_wire_form_round_trips_and_unknown_codes_are_internal() -> None:
     clash = E.SvitError.from_wire({"code": "newer", "fields": {"wire_code": "x", "self": 1}})
     assert type(clash) is E.InternalError and clash.fields == {"wire_code": "newer"}
     with pytest.raises(E.InternalError):
-        raise_error_dict({"error": "a bare string from an older actor"})
+        control_from_frame({"error": "a bare string from an older actor"}, b"").unwrap()
 
 
 def test_natural_http_failures_are_typed(base: str) -> None:

@@ -42,22 +42,22 @@ async def test_only_the_current_owner_deletes_and_the_delete_is_final(
     pid = f"svit://t/actor-del-{next(_n)}"
     left: list[tuple[str, str]] = []
     a = _actor(cfg, "h1", pid, 5, left, monkeypatch)
-    assert (await a.start({"memory": {"n": 0}, "scripts": {}}))["status"] == "serving"
-    assert (await a.inbox(5, "one", None))["appended"] is True
+    assert not (await a.start({"memory": {"n": 0}, "scripts": {}})).failed
+    assert (await a.inbox(5, "one", None)).unwrap().appended is True
     b = _actor(cfg, "h2", pid, 9, left, monkeypatch)
-    assert (await b.start(None))["status"] == "serving"  # B claimed the fence
+    assert not (await b.start(None)).failed  # B claimed the fence
 
     refused = await a.delete(5)
-    assert refused["error"]["code"] == "fenced", refused
-    assert (await b.state(9, "/memory/n"))["version"] == 1  # nothing was removed
+    assert refused.code == "fenced", refused
+    assert (await b.state(9, "/memory/n")).unwrap().version == 1  # nothing was removed
 
-    done = await b.delete(9)
-    assert (done["version"], done["token"]) == (1, 9), done
-    assert (await b.state(9, "/"))["error"]["code"] == "not_found"
-    assert (await b.delete(9))["error"]["code"] == "not_found"
-    assert "error" in await a.inbox(5, "zombie", None)  # the stale owner stays refused
+    done = (await b.delete(9)).unwrap()
+    assert (done.version, done.token) == (1, 9), done
+    assert (await b.state(9, "/")).code == "not_found"
+    assert (await b.delete(9)).code == "not_found"
+    assert (await a.inbox(5, "zombie", None)).failed  # the stale owner stays refused
     c = _actor(cfg, "h3", pid, 12, left, monkeypatch)
-    assert (await c.start(None))["error"]["code"] == "not_found"
+    assert (await c.start(None)).code == "not_found"
 
     await asyncio.sleep(2.3)  # the deleting actor's fallback release
     assert ("h2", "deleted") in left and ("h1", "fenced") in left

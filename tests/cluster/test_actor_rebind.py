@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from svit_cluster.cluster import ClusterConfig, ProcessActor
-from svit_cluster.control import decode_response
+from svit_cluster.cluster._results import Read, Residency, Unbound
 from svit_cluster.local import RedisServer
 from svit_cluster.process import Script
 
@@ -60,31 +60,29 @@ async def test_a_reused_worker_serves_only_its_current_binding(
     actor = _actor(redis_server, monkeypatch, left)
     a, b = f"svit://t/rebind-a-{next(_n)}", f"svit://t/rebind-b-{next(_n)}"
     create = {"memory": {"count": 0}, "scripts": {"counter": Script(COUNTER)}}
-    first = await actor.bind_start_serve(a, 10, create)
-    assert first["status"] == "serving" and isinstance(first["pid"], int), first
+    first = (await actor.bind_start_serve(a, 10, create)).unwrap()
+    assert isinstance(first.pid, int), first
     done = await actor.control(10, _body(a, 0, "r1"), "p")
-    assert decode_response(done["response"]).outcome.status == "committed"
+    assert done.unwrap().response().outcome.status == "committed"
     watch = asyncio.ensure_future(actor.watch(10))
     await asyncio.sleep(0.05)
     assert not watch.done()  # A's binding lasts: the watch waits
 
-    assert await actor.unbind(11) == {"unbound": False, "token": 10}  # not A's token
-    assert await actor.unbind(10) == {"unbound": True}
+    assert await actor.unbind(11) == Unbound(False, token=10)  # not A's token
+    assert await actor.unbind(10) == Unbound(True)
     assert await asyncio.wait_for(watch, 1.0) is False  # A's watch ended with it
     assert (actor.process_id, actor.token) == ("", 0)
 
-    second = await actor.bind_start_serve(b, 12, create)
-    assert second["status"] == "serving" and second["version"] == 0, second
+    second = (await actor.bind_start_serve(b, 12, create)).unwrap()
+    assert second.version == 0, second
     assert actor.bindings == 2
     # A request still routed to A (token 10) is refused before anything runs
     stale = await actor.state(10, "/memory/count")
-    assert stale["error"]["code"] == "unavailable", stale
-    assert stale["error"]["fields"]["route_moved"] is True
-    stale = await actor.control(10, _body(a, 1, "r2"), "p")
-    assert stale["error"]["fields"]["route_moved"] is True
+    assert stale.code == "unavailable" and stale.route_moved, stale
+    assert (await actor.control(10, _body(a, 1, "r2"), "p")).route_moved
     # B's state is B's own
     mine = await actor.state(12, "/memory/count")
-    assert (mine["value"], mine["version"]) == ({"type": "integer", "value": 0}, 0)
+    assert mine.unwrap() == Read({"type": "integer", "value": 0}, 0)
     assert await actor.watch(10) is False  # an ended binding's watch answers at once
     assert left == []
     await actor.unbind(12)
@@ -107,12 +105,12 @@ async def test_a_busy_binding_is_not_ended_by_the_idle_check(
     running = asyncio.ensure_future(actor._run(5, slow))
     await asyncio.sleep(0.05)
     usage = await actor.residency()
-    assert usage["inflight"] == 1 and usage["token"] == 5
-    assert await actor.unbind(5) == {"unbound": False, "busy": True}
+    assert usage.inflight == 1 and usage.token == 5
+    assert await actor.unbind(5) == Unbound(False, busy=True)
     gate.set()
-    assert await running == {"ok": True}
-    assert (await actor.residency())["idle_s"] < 1.0
-    assert await actor.unbind(5) == {"unbound": True}
+    assert (await running).unwrap() == {"ok": True}
+    assert (await actor.residency()).idle_s < 1.0
+    assert await actor.unbind(5) == Unbound(True)
 
 
 async def test_a_process_keeps_its_own_idle_timeout_across_owners(
@@ -125,20 +123,20 @@ async def test_a_process_keeps_its_own_idle_timeout_across_owners(
     await one.bind_start_serve(pid, 5, {"memory": {"count": 0},
                                         "scripts": {"counter": Script(COUNTER)}})
     assert one.passivate_after_s == 300.0
-    assert await one.set_residency(5, 0.4) == {"passivate_after_s": 0.4, "default": False}
+    assert (await one.set_residency(5, 0.4)).unwrap() == Residency(0.4, False)
     await asyncio.sleep(0.8)
     assert left == [("passivated", 5)]  # the watchdog applied it at once
-    assert (await one.state(5, "/"))["error"]["fields"]["route_moved"] is True
+    assert (await one.state(5, "/")).route_moved
 
     two = _actor(redis_server, monkeypatch, left, passivate_after_s=300.0)
-    started = await two.bind_start_serve(pid, 9, None)
-    assert started["version"] == 0  # no transition was committed for the setting
+    started = (await two.bind_start_serve(pid, 9, None)).unwrap()
+    assert started.version == 0  # no transition was committed for the setting
     assert two.passivate_after_s == 0.4
     fenced = await one.set_residency(5, 60.0)  # the old binding is over
-    assert fenced["error"]["code"] == "unavailable"
-    assert await two.set_residency(9, None) == {"passivate_after_s": 300.0, "default": True}
-    deleted = await two.delete(9)
-    assert deleted["version"] == 0, deleted
+    assert fenced.code == "unavailable"
+    assert (await two.set_residency(9, None)).unwrap() == Residency(300.0, True)
+    deleted = (await two.delete(9)).unwrap()
+    assert deleted.version == 0, deleted
     client = redis.Redis.from_url(redis_server.url)
     try:
         keys = [k.decode() for k in client.keys(f"*{pid}*")]

@@ -12,7 +12,6 @@ import itertools
 from typing import Any
 
 from svit_cluster.cluster import ClusterConfig, ProcessActor
-from svit_cluster.control import decode_response
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -40,15 +39,14 @@ async def test_actor_records_the_callers_trace_in_the_commit(redis_server: Any) 
     actor = ProcessActor(cfg.to_dict(), "h1", pid, 7, "agent-h1")
     started = await actor.start({"memory": {"count": 0},
                                  "scripts": {"inc": Script(INCREMENT)}})
-    assert started["status"] == "serving", started
-    version = int(started["version"])
+    version = started.unwrap().version
     result = await actor.control(7, _body(pid, version, "r1"), "tenant:t", INCOMING)
-    assert decode_response(result["response"]).outcome.status == "committed"
+    assert result.unwrap().response().outcome.status == "committed"
     result = await actor.inbox(7, {"hello": 1}, None, f"00-{'b' * 32}-00f067aa0ba902b7-00")
-    assert result.get("appended") is True, result
+    assert result.unwrap().appended is True, result
     # untraced (an older router, or a call without a trace): no field
     result = await actor.control(7, _body(pid, version + 2, "r2"), "tenant:t")
-    assert decode_response(result["response"]).outcome.status == "committed"
+    assert result.unwrap().response().outcome.status == "committed"
 
     client = connect(redis_server.url, timeout_s=5)
     try:

@@ -15,6 +15,7 @@ import pytest
 
 from svit_cluster.cluster._agent import HostAgent, hosts_prefix
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._results import ShutDown
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import LeaseState, open_client
 
@@ -36,14 +37,14 @@ async def test_shutdown_revokes_the_lease_and_unregisters_at_once(
         assert await client.get(key) is not None
         started = time.monotonic()
         result = await agent.shutdown("test")
-        assert result == {"released": 0, "revoked": True}
+        assert result == ShutDown(released=0, revoked=True)
         # Gone now, not after the 30 s TTL.
         assert await client.get(key) is None
         assert time.monotonic() - started < 5
         info = await client.get_lease_info(lease.lease_id)
         assert info.TTL == -1  # etcd no longer knows the lease
         assert agent.lease is None and lease.state is LeaseState.LOST
-        assert await agent.shutdown("again") == {"released": 0, "revoked": False}
+        assert await agent.shutdown("again") == ShutDown(released=0, revoked=False)
     finally:
         await client.close()
 

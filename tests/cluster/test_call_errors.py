@@ -18,6 +18,7 @@ import ray.exceptions as rex
 
 from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._results import Outcome, Started
 from svit_cluster.cluster._router import RayRouter
 from svit_cluster.cluster._routes import Route, RouteCache
 from svit_cluster.control import ControlRequest
@@ -71,7 +72,7 @@ def router(outcome: Any) -> RayRouter:
     return r
 
 
-async def call(r: RayRouter) -> dict[str, Any]:
+async def call(r: RayRouter) -> Any:
     return await r._call(ACTOR, "control", b"{}", "t")
 
 
@@ -156,6 +157,10 @@ class FakeLease:
             raise UnavailableError("lease lost", lease_state="lost")
 
 
+#: What a spare's ``bind_start_serve`` answers when it starts the process.
+STARTED: Outcome[Started] = Outcome.ok(Started(0, "0" * 64, {}))
+
+
 def agent() -> HostAgent:
     a = HostAgent(ClusterConfig().to_dict(), "h1")
     a.lease = FakeLease()
@@ -167,7 +172,7 @@ def agent() -> HostAgent:
 
 async def test_activate_after_the_lease_was_reset_during_an_await_is_unavailable() -> None:
     a = agent()
-    spare = ("svit:h1:spare", FakeHandle({"status": "serving"}))
+    spare = ("svit:h1:spare", FakeHandle(STARTED))
 
     async def take(*_: Any) -> tuple[str, Any]:
         await asyncio.sleep(0)
@@ -176,7 +181,7 @@ async def test_activate_after_the_lease_was_reset_during_an_await_is_unavailable
 
     a._take_actor = take  # type: ignore[method-assign]
     result = await a.activate("p1")
-    assert result["error"]["code"] == "unavailable", result
+    assert result.code == "unavailable", result
     assert a.pool.spares == [spare]  # the unused actor is kept warm
     assert a.actors == {}
 
@@ -212,7 +217,7 @@ async def test_an_actor_is_not_registered_under_a_lease_replaced_during_activati
         monkeypatch: pytest.MonkeyPatch) -> None:
     a = agent()
     AGENT[:] = [a]
-    handle = FakeHandle({"status": "serving", "version": 0})
+    handle = FakeHandle(STARTED)
 
     async def take(*_: Any) -> tuple[str, Any]:
         return ("svit:h1:x", handle)
@@ -222,7 +227,7 @@ async def test_an_actor_is_not_registered_under_a_lease_replaced_during_activati
     monkeypatch.setattr("svit_cluster.cluster._agent.Owners", FakeOwners)
     FakeOwners.released = []
     result = await a.activate("p1")
-    assert result["error"]["code"] == "unavailable", result
+    assert result.code == "unavailable", result
     assert a.actors == {}  # never registered: the rejoin loop would not have killed it
     assert a.killed == [handle]  # type: ignore[attr-defined]
     assert len(FakeOwners.released) == 1
@@ -254,8 +259,8 @@ async def test_a_taken_spare_is_replaced_only_after_the_activation_ends(
     from svit_cluster.cluster import _agent
 
     a = agent()
-    a.pool.spares = [("svit:h1:spare", FakeHandle({"status": "serving", "version": 0})),
-                 ("svit:h1:other", FakeHandle({"status": "serving", "version": 0}))]
+    a.pool.spares = [("svit:h1:spare", FakeHandle(STARTED)),
+                 ("svit:h1:other", FakeHandle(STARTED))]
     a._fences = lambda: None  # type: ignore[method-assign]
     a.supervisor.start_watch = lambda *_: None  # type: ignore[method-assign,assignment]
     monkeypatch.setattr("svit_cluster.cluster._agent.Owners", RecordingOwners)
@@ -267,14 +272,14 @@ async def test_a_taken_spare_is_replaced_only_after_the_activation_ends(
     started = loop.time()
     result = await a.activate("p1")
     ended = loop.time()
-    assert result["status"] == "serving", result
+    assert result.unwrap().status == "serving", result
     assert len(a.pool.spares) == 1 and "p1" in a.actors
     assert refills == [], "the replacement spare started during the activation"
     await asyncio.sleep(0.35)
     assert len(refills) == 1 and refills[0] - ended >= 0.19, (started, ended, refills)
 
     # A refill still pending when the host shuts down never runs.
-    assert (await a.activate("p2"))["status"] == "serving"
+    assert (await a.activate("p2")).unwrap().status == "serving"
     assert a.pool.refill_timer is not None
     a.actors, a.pool.spares, a.lease = {}, [], None  # nothing for shutdown to release or revoke
     await a.shutdown("test")

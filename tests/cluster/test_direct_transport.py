@@ -25,6 +25,9 @@ from svit_cluster.cluster._direct import (
     read_frame,
     write_frame,
 )
+from svit_cluster.cluster._results import Outcome, Started, control_frame
+from svit_cluster.cluster._types import Activated, ServeStatus
+from svit_cluster.control import ControlAnswer
 
 
 class Echo:
@@ -214,21 +217,25 @@ class DirectActor:
         self.server = DirectServer(self._direct, "127.0.0.1")
 
     async def control(self, token: int, body: bytes, partition: str,
-                      trace: str | None = None, via: str = "ray") -> dict[str, Any]:
+                      trace: str | None = None, via: str = "ray") -> Outcome[ControlAnswer]:
         self.via.append(via)
         self.tokens.append(token)
-        return {"response": b"R:" + body + partition.encode(), "host": "a",
-                "token": self.token}
+        return Outcome.ok(ControlAnswer(b"R:" + body + partition.encode(), "committed",
+                                        host="a", token=self.token))
 
     async def _direct(self, meta: dict[str, Any], payload: bytes
                       ) -> tuple[dict[str, Any], bytes]:
-        result = await self.control(meta["token"], payload, meta["partition"], meta["trace"],
-                                    via="direct")
-        return result, result.pop("response")
+        return control_frame(await self.control(meta["token"], payload, meta["partition"],
+                                                 meta["trace"], via="direct"))
 
-    async def direct_endpoint(self) -> dict[str, Any]:
+    async def direct_endpoint(self) -> Outcome[DirectEndpoint]:
         ep = await self.server.start()
-        return {"host": ep.host, "port": ep.port, "secret": ep.secret, "token": self.token}
+        return Outcome.ok(DirectEndpoint(ep.host, ep.port, ep.secret, self.token))
+
+
+def _answered(body: bytes) -> Outcome[ControlAnswer]:
+    """What the router's control call returns for ``DirectActor``'s answer ``body``."""
+    return Outcome.ok(ControlAnswer(body, "committed", None, 7, "a"))
 
 
 def _router(actor: DirectActor, name: str, **cfg: Any) -> Any:
@@ -250,17 +257,17 @@ async def test_router_sends_control_direct_and_falls_back_to_ray_when_the_socket
     router = _router(actor, route.actor)
     # the first call goes over Ray while the endpoint is asked for in the background
     answer = await router._control_call(route, b"first", "tenant", None)
-    assert answer == {"response": b"R:firsttenant", "host": "a", "token": 7}
+    assert answer == _answered(b"R:firsttenant")
     assert actor.via == ["ray"]
     await asyncio.gather(*router._direct_asking.values())
     answer = await router._control_call(route, b"body", "tenant", None)
-    assert answer == {"response": b"R:bodytenant", "host": "a", "token": 7}
+    assert answer == _answered(b"R:bodytenant")
     assert actor.via == ["ray", "direct"]
     await router._control_call(route, b"again", "tenant", None)
     assert actor.via == ["ray", "direct", "direct"]
     actor.server.close()  # the actor fenced out or its process died
     answer = await router._control_call(route, b"late", "tenant", None)
-    assert answer["response"] == b"R:latetenant"
+    assert answer.unwrap().body == b"R:latetenant"
     assert actor.via == ["ray", "direct", "direct", "ray"]
     assert router._direct[route.actor, 7] is None  # this binding stays on Ray from now on
     await router._control_call(route, b"more", "tenant", None)
@@ -334,10 +341,11 @@ class _Agent:
         self.actor = actor
         self.endpoint_token = endpoint_token
 
-    async def activate(self, process_id: str, create: Any) -> dict[str, Any]:
-        endpoint = {**await self.actor.direct_endpoint(), "token": self.endpoint_token}
-        return {"status": "serving", "host": "a", "token": 7, "actor": "svit:a:p",
-                "version": 3, "direct": endpoint}
+    async def activate(self, process_id: str, create: Any) -> Outcome[Activated]:
+        ep = (await self.actor.direct_endpoint()).unwrap()
+        endpoint = DirectEndpoint(ep.host, ep.port, ep.secret, self.endpoint_token)
+        return Outcome.ok(Activated(ServeStatus.SERVING, "a", 7, "svit:a:p",
+                                    Started(3, "0" * 64, {}, direct=endpoint)))
 
 
 @pytest.mark.parametrize("endpoint_token", [7, 8])
@@ -356,7 +364,7 @@ async def test_the_first_request_to_a_new_owner_goes_direct_from_the_activation_
     assert (route.host, route.token, route.actor) == ("a", 7, "svit:a:p")
     if endpoint_token == 7:
         answer = await router._control_call(route, b"first", "tenant", None)
-        assert answer == {"response": b"R:firsttenant", "host": "a", "token": 7}
+        assert answer == _answered(b"R:firsttenant")
         assert actor.via == ["direct"]
         assert route.actor not in router._handles  # never looked up over Ray
     else:

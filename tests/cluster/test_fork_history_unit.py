@@ -23,7 +23,9 @@ import pytest
 
 from svit_cluster.cluster import ClusterConfig, RouteCache, agent_name
 from svit_cluster.cluster._actor import ProcessActor
+from svit_cluster.cluster._results import Outcome
 from svit_cluster.cluster._router import RayRouter
+from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.errors import ConflictError, NotFound
 from svit_cluster.events import fork_events, session_for
 from svit_cluster.local import RedisServer
@@ -53,17 +55,17 @@ class Agent:
         self.host, self.router, self.cfg, self.tokens = host, router, cfg, tokens
         self.actors: list[ProcessActor] = []
 
-    async def activate(self, process_id: str, create: Any) -> dict[str, Any]:
+    async def activate(self, process_id: str, create: Any) -> Outcome[Activated]:
         token = next(self.tokens)
         actor = ProcessActor(self.cfg, self.host, process_id, token, agent_name(self.host))
         answer = await actor.start(create)
-        if "error" in answer:
-            return answer
+        if answer.failed:
+            return answer.failure()
         await actor.serve()
         self.actors.append(actor)
         name = f"svit:{self.host}:{process_id}:{token}"
         self.router._handles[name] = Handle(actor)
-        return {"status": "serving", "host": self.host, "token": token, "actor": name}
+        return Outcome.ok(Activated(ServeStatus.SERVING, self.host, token, name))
 
     async def close(self) -> None:
         for actor in self.actors:

@@ -19,6 +19,7 @@ import ray.exceptions
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._results import Unbound
 from svit_cluster.cluster._types import ServedActor
 
 
@@ -34,8 +35,10 @@ class _Method:
             fut.set_exception(ray.exceptions.ActorDiedError())
         elif self.name == "watch":
             self.handle.watches.append(fut)  # answered only when the actor dies
+        elif self.name == "unbind":
+            fut.set_result(Unbound(unbound=True))
         else:
-            fut.set_result({"closed": None})
+            fut.set_result(None)
         return fut
 
 
@@ -176,7 +179,7 @@ async def test_a_request_moves_the_passivation_deadline(monkeypatch: Any) -> Non
     """A request during the idle time restarts it; the actor never passivates early."""
     async def use_at(actor: ProcessActor, delay: float) -> float:
         await asyncio.sleep(delay)
-        assert await actor._run(1, lambda: {"ok": True}) == {"ok": True}
+        assert (await actor._run(1, lambda: {"ok": True})).unwrap() == {"ok": True}
         return time.monotonic()
 
     users: list[asyncio.Task[float]] = []

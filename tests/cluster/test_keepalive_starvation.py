@@ -17,6 +17,8 @@ import pytest
 
 from svit_cluster.cluster._agent import HostAgent, hosts_prefix
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._results import Outcome
+from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.local import EtcdServer, RedisServer
 from svit_cluster.ownership import LeaseState, open_client
 
@@ -74,23 +76,23 @@ async def test_an_overloaded_agent_sheds_new_activations(
     gate = asyncio.Event()
     started: list[str] = []
 
-    async def slow_activate(process_id: str, create: object) -> dict[str, object]:
+    async def slow_activate(process_id: str, create: object) -> Outcome[Activated]:
         started.append(process_id)
         await gate.wait()  # stands in for a slow actor start
-        return {"status": "serving", "actor": "x", "host": "h0", "token": 1}
+        return Outcome.ok(Activated(ServeStatus.SERVING, "h0", 1, "x"))
 
     agent._activate = slow_activate  # type: ignore[method-assign]
     try:
         busy = [asyncio.ensure_future(agent.activate(f"p{i}")) for i in range(2)]
         await asyncio.sleep(0.1)
         shed = await asyncio.wait_for(agent.activate("p2"), timeout=2)
-        assert shed["error"]["code"] == "unavailable"  # type: ignore[index]
-        assert shed["error"]["fields"]["overloaded"] is True  # type: ignore[index]
+        assert shed.code == "unavailable" and shed.error is not None
+        assert shed.error.fields["overloaded"] is True
         assert started == ["p0", "p1"]
         gate.set()
-        assert all(r["status"] == "serving" for r in await asyncio.gather(*busy))
+        assert all(r.unwrap().status == "serving" for r in await asyncio.gather(*busy))
         ok = await asyncio.wait_for(agent.activate("p3"), timeout=2)
-        assert ok["status"] == "serving"
+        assert ok.unwrap().status == "serving"
         status = await agent.status()
         assert status["shed_activations"] == 1 and status["inflight_activations"] == 0
         assert "svit_agent_shed_activations_total 1.0" in await agent.metrics()
@@ -127,7 +129,7 @@ async def test_an_activation_gives_up_when_the_host_stops_being_able_to_serve(
         agent.lease.stop_keepalive()  # what the failed health check does
         started = time.monotonic()
         result = await asyncio.wait_for(pending, timeout=5)
-        assert result["error"]["code"] == "unavailable"  # type: ignore[index]
+        assert result.code == "unavailable", result
         assert time.monotonic() - started < 1.0
     finally:
         hang.set()

@@ -14,6 +14,7 @@ from typing import Any
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._results import Unbound
 from svit_cluster.cluster._types import ServedActor
 from svit_cluster.errors import UnavailableError
 from svit_cluster.ownership import LeaseState
@@ -58,10 +59,10 @@ async def test_a_suspended_actor_refuses_work_and_serves_again_when_resumed() ->
     actor._ctrl = object()  # type: ignore[assignment]  # a stand-in: never called here
     work = lambda: {"ok": True}  # noqa: E731
 
-    assert await actor._run(1, work) == {"ok": True}
+    assert (await actor._run(1, work)).unwrap() == {"ok": True}
     await actor.suspend("host lease suspended", 5, 1)
     refused = await actor._run(1, work)
-    assert refused.get("error", {}).get("code") == "unavailable", refused
+    assert refused.code == "unavailable", refused
     try:
         actor._guard()
     except UnavailableError as exc:
@@ -69,13 +70,13 @@ async def test_a_suspended_actor_refuses_work_and_serves_again_when_resumed() ->
     else:
         raise AssertionError("the guard let a commit through while suspended")
     await actor.resume(4, 1)  # an older notice than the suspension: ignored
-    assert (await actor._run(1, work)).get("error") is not None
+    assert (await actor._run(1, work)).failed
     await actor.resume(6, 1)
-    assert await actor._run(1, work) == {"ok": True}
+    assert (await actor._run(1, work)).unwrap() == {"ok": True}
     actor._guard()  # no error: committing is allowed again
     await actor.fence_out("host lease lost", 1)
     await actor.resume(7, 1)  # LOST is for good
-    assert (await actor._run(1, work)).get("error") is not None
+    assert (await actor._run(1, work)).failed
     if actor._watchdog is not None:
         actor._watchdog.cancel()
 
@@ -90,7 +91,7 @@ async def test_a_reused_worker_starts_its_next_binding_unsuspended() -> None:
     actor._ctrl = object()  # type: ignore[assignment]  # a stand-in: never called here
     await actor.suspend("host lease suspended", 5, 1)
     await actor.fence_out("host lease lost", 1)
-    assert (await actor.unbind(1)) == {"unbound": True}
+    assert (await actor.unbind(1)) == Unbound(True)
     assert await actor.bind("svit://t/q", 2)
     actor._guard()  # no error: the new binding is not suspended
     await actor.suspend("host lease suspended", 9, 1)  # late, for the old binding

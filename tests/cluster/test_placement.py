@@ -24,7 +24,9 @@ from svit_cluster.cluster._placement import (
     revoke_agentless_leases,
     revoke_dead_leases,
 )
+from svit_cluster.cluster._results import Outcome
 from svit_cluster.cluster._router import RayRouter
+from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.errors import UnavailableError
 from svit_cluster.local import EtcdServer
 from svit_cluster.ownership import open_client
@@ -100,12 +102,12 @@ def fake_router(hosts: list[str], dead_agents: set[str]) -> tuple[RayRouter, lis
     asked: list[str] = []
 
     async def call(name: str, method: str, *args: Any, timeout_s: float | None = None
-                   ) -> dict[str, Any]:
+                   ) -> Outcome[Activated]:
         host = name.removeprefix("agent:")
         asked.append(host)
         if host in dead_agents:
             raise UnavailableError(f"actor {name} died")
-        return {"status": "serving", "actor": f"svit:{host}:x", "host": host, "token": 7}
+        return Outcome.ok(Activated(ServeStatus.SERVING, host, 7, f"svit:{host}:x"))
 
     router._call = call  # type: ignore[method-assign]
     return router, asked

@@ -16,6 +16,8 @@ from svit_cluster.cluster import Budget, derive_budget
 from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._residency import MIN_ACTIVE, Usage, lru_order
+from svit_cluster.cluster._results import ActorUsage, Outcome, Started, Unbound
+from svit_cluster.cluster._types import ServeStatus
 
 GiB = 1 << 30
 
@@ -68,25 +70,26 @@ class FakeWorker:
         self.world.warming -= 1
         return self.pid
 
-    async def bind_start_serve(self, process_id: str, token: int, create: Any) -> dict[str, Any]:
+    async def bind_start_serve(self, process_id: str, token: int, create: Any
+                               ) -> Outcome[Started]:
         assert not self.token, f"{self.name} bound twice"
         self.token, self.process_id, self.ended = token, process_id, asyncio.Event()
         self.world.bound.append((self.name, process_id))
-        return {"status": "serving", "version": 0, "pid": self.pid}
+        return Outcome.ok(Started(0, "0" * 64, {}, pid=self.pid))
 
-    async def unbind(self, token: int, only_if_idle: bool = True) -> dict[str, Any]:
+    async def unbind(self, token: int, only_if_idle: bool = True) -> Unbound:
         await asyncio.sleep(self.world.unbind_s)
         if token != self.token:
-            return {"unbound": False, "token": self.token}
+            return Unbound(False, token=self.token)
         if only_if_idle and self.busy:
-            return {"unbound": False, "busy": True}
+            return Unbound(False, busy=True)
         self.token, self.process_id = 0, ""
         self.ended.set()
-        return {"unbound": True}
+        return Unbound(True)
 
-    async def residency(self) -> dict[str, Any]:
-        return {"token": self.token, "process_id": self.process_id, "idle_s": self.idle_s,
-                "inflight": 1 if self.busy else 0, "busy": False, "pid": self.pid}
+    async def residency(self) -> ActorUsage:
+        return ActorUsage(self.token, self.process_id, self.idle_s, 1 if self.busy else 0,
+                          False, self.pid, 1)
 
     async def watch(self, token: int) -> bool:
         if token == self.token:
@@ -178,7 +181,7 @@ async def test_at_the_budget_the_least_recently_used_idle_process_gives_its_work
     world = World()
     agent = _agent(world, monkeypatch, max_active=3)
     for pid in ("p1", "p2", "p3"):
-        assert (await agent.activate(pid))["status"] == "serving"
+        assert (await agent.activate(pid)).unwrap().status == "serving"
     assert agent.worker_starts == 3
     # p2 has been idle longest, p1 is busy (a request in flight)
     idle = {"p1": 500.0, "p2": 90.0, "p3": 10.0}
@@ -187,7 +190,7 @@ async def test_at_the_budget_the_least_recently_used_idle_process_gives_its_work
     world.workers[agent.actors["p1"].ownership.address].busy = True
     agent.supervisor.usage_at = 0.0  # the view is stale: asked again
     answer = await agent.activate("p4")
-    assert answer["status"] == "serving", answer
+    assert answer.unwrap().status == "serving", answer
     assert sorted(agent.actors) == ["p1", "p3", "p4"]
     assert world.released == ["p2"]  # its ownership record went first
     assert agent.worker_starts == 3 and agent.worker_reuses == 1 and agent.evictions == 1
@@ -206,10 +209,10 @@ async def test_a_host_whose_actors_are_all_busy_answers_host_full(
         w.busy = True
     agent.supervisor.usage_at = 0.0
     answer = await agent.activate("p3")
-    err = answer["error"]
-    assert err["code"] == "unavailable", answer
-    assert err["fields"]["host_full"] is True
-    assert (err["fields"]["active"], err["fields"]["max_active"]) == (2, 2)
+    err = answer.error
+    assert err is not None and err.code == "unavailable", answer
+    assert err.fields["host_full"] is True
+    assert (err.fields["active"], err.fields["max_active"]) == (2, 2)
     assert agent.worker_starts == 2 and agent.host_full == 1 and world.released == []
     await _shutdown(agent)
 
@@ -219,7 +222,7 @@ async def test_workers_are_started_at_most_max_starting_at_a_time(
     world = World(warm_s=0.1)
     agent = _agent(world, monkeypatch, max_active=10, max_starting=2)
     answers = await asyncio.gather(*(agent.activate(f"p{i}") for i in range(6)))
-    assert all(a["status"] == "serving" for a in answers), answers
+    assert all(a.unwrap().status == "serving" for a in answers), answers
     assert world.most_warming == 2, world.most_warming
     assert agent.worker_starts == 6
     await _shutdown(agent)
@@ -233,7 +236,8 @@ async def test_concurrent_activations_never_overshoot_the_budget(
     agent = _agent(world, monkeypatch, max_active=4, max_starting=2, spares=2)
     agent.pool.refill()
     answers = await asyncio.gather(*(agent.activate(f"p{i}") for i in range(8)))
-    assert sum(1 for a in answers if a.get("status") == "serving") >= 4
+    assert sum(1 for a in answers
+               if a.value is not None and a.value.status is ServeStatus.SERVING) >= 4
     assert len(world.workers) <= 4, len(world.workers)
     assert len(agent.actors) + len(agent.pool.spares) <= 4
     await _shutdown(agent)
@@ -285,8 +289,9 @@ async def test_an_activation_that_gets_no_worker_in_time_is_unavailable(
     agent = _agent(world, monkeypatch, max_active=4)
     monkeypatch.setattr(agent_module, "TAKE_TIMEOUT_S", 0.3)
     answer = await agent.activate("p1")
-    assert answer["error"]["code"] == "unavailable", answer
-    assert answer["error"]["fields"]["overloaded"] is True
+    assert answer.code == "unavailable", answer
+    assert answer.route_moved is False and answer.error is not None
+    assert answer.error.fields["overloaded"] is True
     await _shutdown(agent)
 
 
@@ -311,7 +316,7 @@ async def test_a_release_racing_a_passivation_never_stops_the_reused_worker(
     released = asyncio.ensure_future(agent.release("p1", served.token, "passivated"))
     answer = await activation
     await released
-    assert answer["status"] == "serving", answer
+    assert answer.unwrap().status == "serving", answer
     for pid, s in agent.actors.items():
         assert s.ownership.address not in world.killed, (pid, world.killed)
     assert sorted(agent.actors) == ["p2", "p3"]
@@ -337,7 +342,7 @@ async def test_a_process_being_released_still_counts_until_its_record_is_gone(
     assert not activation.done() and len(world.workers) == 2 and world.most_records == 2
     world.release_gate.set()
     assert await releasing is True
-    assert (await activation)["status"] == "serving"
+    assert (await activation).unwrap().status == "serving"
     assert world.most_records == 2 and len(world.workers) == 2 and agent.worker_reuses == 1
     await _shutdown(agent)
 

@@ -3,9 +3,9 @@
 ``RayRouter`` reaches actors through handles whose methods have ``.remote(*args)``
 returning an awaitable (Ray's ``ObjectRef``). Here each handle wraps a plain
 Python object (:class:`FakeAgent`, :class:`FakeActor`) whose async methods answer
-the same dicts the real agent and actor answer, so the router's own code runs
-unchanged: the route cache, placement by load, single-flight placement,
-reconcile after a dead actor, the call timeout.
+the same typed outcomes (``_results.Outcome``) the real agent and actor answer,
+so the router's own code runs unchanged: the route cache, placement by load,
+single-flight placement, reconcile after a dead actor, the call timeout.
 """
 
 from __future__ import annotations
@@ -25,11 +25,17 @@ from svit_cluster.cluster import (
     ServeStatus,
     agent_name,
 )
+from svit_cluster.cluster._results import Appended, Outcome
 from svit_cluster.cluster._router import RayRouter
-from svit_cluster.errors import ConflictError, InternalError, SvitError, UnavailableError
+from svit_cluster.errors import ConflictError, SvitError, UnavailableError, error_class
 from svit_cluster.ownership import epoch_key, host_key, owner_key, record_token
 
 CLUSTER = "unit"
+
+
+def failed(code: str, message: str, **fields: Any) -> Outcome[Any]:
+    """An answer carrying the error of ``code`` (as an actor or agent answers it)."""
+    return Outcome.fail(error_class(code)(message, **fields))
 
 
 class FakeHandle:
@@ -55,14 +61,14 @@ class FakeActor:
         self.tokens: list[int] = []  # the owner token each call was routed for
 
     async def inbox(self, token: int, message: Any, dedup_key: str | None,
-                    trace: str | None = None) -> dict[str, Any]:
+                    trace: str | None = None) -> Outcome[Appended]:
         self.calls.append(("inbox", message))
         self.tokens.append(token)
         self.traces.append(trace)
         await asyncio.sleep(self.delay_s)
         if self.dead:
             raise UnavailableError(f"actor {self.name} died")
-        return {"appended": True, "version": 1}
+        return Outcome.ok(Appended(True, 1))
 
 
 class FakeAgent:
@@ -74,10 +80,10 @@ class FakeAgent:
         self.activations: list[str] = []
         self.reconciled: list[str] = []
         self.gate: asyncio.Event | None = None
-        self.answer: dict[str, Any] | None = None
+        self.answer: Outcome[Activated] | None = None
         self.actors: dict[str, FakeActor] = {}
 
-    async def activate(self, process_id: str, create: Any) -> dict[str, Any]:
+    async def activate(self, process_id: str, create: Any) -> Outcome[Activated]:
         self.activations.append(process_id)
         if self.gate is not None:
             await self.gate.wait()
@@ -86,7 +92,7 @@ class FakeAgent:
         name = f"svit:{self.host}:{process_id}"
         actor = self.actors[process_id] = FakeActor(name)
         self.router._handles[name] = FakeHandle(actor)
-        return {"status": "serving", "host": self.host, "token": 7, "actor": name}
+        return Outcome.ok(Activated(ServeStatus.SERVING, self.host, 7, name))
 
     async def reconcile(self, process_id: str) -> bool:
         self.reconciled.append(process_id)
@@ -174,7 +180,7 @@ async def test_concurrent_requests_for_an_unplaced_process_activate_it_once() ->
 
 async def test_a_failed_placement_is_not_remembered() -> None:
     router, agents = fake_cluster(["a"])
-    agents["a"].answer = {"error": {"code": "unavailable", "message": "lease suspended"}}
+    agents["a"].answer = failed("unavailable", "lease suspended")
     with pytest.raises(UnavailableError):
         await router._route("svit://t/p")
     assert router._placing == {}
@@ -186,7 +192,7 @@ async def test_a_failed_placement_is_not_remembered() -> None:
 async def test_a_process_owned_elsewhere_routes_to_its_owner_and_is_not_created() -> None:
     router, agents = fake_cluster(["a", "b"])
     for agent in agents.values():  # placement may ask either (ties go round)
-        agent.answer = {"status": "owned", "host": "b", "token": 9, "actor": "svit:b:1"}
+        agent.answer = Outcome.ok(Activated(ServeStatus.OWNED, "b", 9, "svit:b:1"))
     route = await router._place("svit://t/p", None)
     assert route == Route("svit://t/p", "b", 9, "svit:b:1")
     with pytest.raises(ConflictError):
@@ -195,11 +201,11 @@ async def test_a_process_owned_elsewhere_routes_to_its_owner_and_is_not_created(
 
 @pytest.mark.parametrize("first", ["call failed", "answered unavailable"])
 @pytest.mark.parametrize("second_answer", [
-    {"status": "owned", "host": "a", "token": 7, "actor": "svit:a:p"},
-    {"error": {"code": "conflict", "message": "process svit://t/p already exists in the store"}},
+    Outcome.ok(Activated(ServeStatus.OWNED, "a", 7, "svit:a:p")),
+    failed("conflict", "process svit://t/p already exists in the store"),
 ])
 async def test_a_create_whose_first_attempt_is_unknown_is_not_answered_conflict(
-    second_answer: dict[str, Any], first: str,
+    second_answer: Outcome[Activated], first: str,
 ) -> None:
     """Host a creates the process, but its answer is lost (the call fails as
     ``unavailable``) or is ``unavailable`` (its actor's start timed out after
@@ -209,12 +215,11 @@ async def test_a_create_whose_first_attempt_is_unknown_is_not_answered_conflict(
     router, agents = fake_cluster(["a", "b"])
     created: list[str] = []
 
-    async def created_then_lost(process_id: str, create: Any) -> dict[str, Any]:
+    async def created_then_lost(process_id: str, create: Any) -> Outcome[Activated]:
         created.append(process_id)
         if first == "call failed":
             raise UnavailableError("agent call timed out")
-        return {"error": {"code": "unavailable",
-                          "message": "actor start failed: TimeoutError"}}
+        return failed("unavailable", "actor start failed: TimeoutError")
 
     agents["a"].activate = created_then_lost  # type: ignore[method-assign]
     agents["b"].answer = second_answer
@@ -290,8 +295,8 @@ async def test_an_answered_error_is_raised_with_its_code() -> None:
     actor = agents["a"].actors["svit://t/p"]
 
     async def refused(token: int, message: Any, dedup_key: str | None,
-                      trace: str | None = None) -> dict[str, Any]:
-        return {"error": {"code": "inbox_closed", "message": "closed", "fields": {}}}
+                      trace: str | None = None) -> Outcome[Appended]:
+        return failed("inbox_closed", "closed")
 
     actor.inbox = refused  # type: ignore[method-assign]
     with pytest.raises(SvitError) as info:
@@ -304,26 +309,6 @@ async def test_health_reports_the_cache() -> None:
     await router._route("svit://t/p")
     assert await router.health() == {"ok": True, "hosts_live": 2, "hosts": ["a", "b"],
                                       "routes": 1, "revision": 0}
-
-
-def test_an_activation_answer_round_trips_and_a_malformed_one_is_internal() -> None:
-    sent = Activated(ServeStatus.SERVING, "a", 7, "svit:a:1", {"version": 3}).to_answer()
-    assert sent == {"status": "serving", "host": "a", "token": 7, "actor": "svit:a:1",
-                    "version": 3}
-    assert Activated.from_answer(sent) == Activated(ServeStatus.SERVING, "a", 7, "svit:a:1",
-                                                    {"version": 3})
-    for bad in ({"status": "maybe"}, {"host": "a"}, {"status": "owned", "token": "7"}):
-        with pytest.raises(InternalError):
-            Activated.from_answer(bad)
-
-
-async def test_an_agent_answer_of_an_unknown_status_is_internal_not_retried() -> None:
-    router, agents = fake_cluster(["a", "b"])
-    agents["a"].answer = {"status": "adopted", "host": "a", "token": 1, "actor": "x"}
-    agents["b"].answer = agents["a"].answer
-    with pytest.raises(InternalError):
-        await router._place_once("svit://t/p", None)
-    assert agents["a"].activations + agents["b"].activations == ["svit://t/p"]
 
 
 # -- a call in flight when its owner's record goes (e.g. a paused host) -----------------
@@ -405,8 +390,8 @@ async def test_processes_placed_at_once_spread_over_the_hosts() -> None:
 # -- residency: full hosts, moved bindings ------------------------------------------------
 
 
-FULL = {"error": {"code": "unavailable", "message": "host is full",
-                  "fields": {"host_full": True, "active": 8, "max_active": 8}}}
+FULL: Outcome[Activated] = failed("unavailable", "host is full", host_full=True, active=8,
+                                  max_active=8)
 
 
 async def test_placement_tries_every_host_then_answers_cluster_full_with_retry_after() -> None:
@@ -444,13 +429,12 @@ async def test_a_call_refused_as_route_moved_is_sent_once_to_the_current_owner()
     places the process again and sends the request once more."""
     router, agents = fake_cluster(["a"])
     route = await router._route("svit://t/p")
-    moved = {"error": {"code": "unavailable", "message": "not served here",
-                       "fields": {"route_moved": True}}}
+    moved = failed("unavailable", "not served here", route_moved=True)
     old = agents["a"].actors["svit://t/p"]
     calls: list[int] = []
 
     async def refused(token: int, message: Any, dedup_key: str | None,
-                      trace: str | None = None) -> dict[str, Any]:
+                      trace: str | None = None) -> Outcome[Appended]:
         calls.append(token)
         return moved
 

@@ -15,25 +15,27 @@ from typing import Any
 
 from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
-from svit_cluster.cluster._error_dict import error_dict
+from svit_cluster.cluster._results import Outcome
+from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.errors import NotFound, UnavailableError
 
 
 def test_unpark_retries_unavailable_and_stops_at_a_final_answer() -> None:
     agent = HostAgent(ClusterConfig().to_dict(), "h1")
-    answers: dict[str, list[dict[str, Any]]] = {
+    answers: dict[str, list[Outcome[Activated]]] = {
         # busy twice, then serving
-        "svit://t/busy": [error_dict(UnavailableError("no lease yet")),
-                          error_dict(UnavailableError("suspended")),
-                          {"status": "serving", "host": "h1", "token": 7}],
+        "svit://t/busy": [Outcome.fail(UnavailableError("no lease yet")),
+                          Outcome.fail(UnavailableError("suspended")),
+                          Outcome.ok(Activated(ServeStatus.SERVING, "h1", 7, "svit:h1:1"))],
         # deleted meanwhile: final, never asked again
-        "svit://t/gone": [error_dict(NotFound("no such process"))],
+        "svit://t/gone": [Outcome.fail(NotFound("no such process"))],
         # another host took it: final
-        "svit://t/moved": [{"status": "owned", "host": "h2", "token": 9}],
+        "svit://t/moved": [Outcome.ok(Activated(ServeStatus.OWNED, "h2", 9, None))],
     }
     calls: list[str] = []
 
-    async def activate(pid: str, create: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def activate(pid: str, create: dict[str, Any] | None = None
+                       ) -> Outcome[Activated]:
         calls.append(pid)
         return answers[pid].pop(0)
 

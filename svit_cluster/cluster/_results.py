@@ -1,0 +1,306 @@
+"""Typed answers of process-actor and host-agent calls across the Ray boundary.
+
+Every request-path remote method returns an :class:`Outcome`: its value (one
+of the small frozen types below, or a type of :mod:`svit_cluster.control`) or
+a project error. An expected failure is returned, never raised: Ray logs an
+"Unhandled error" for a raised one whose reference nobody awaits, and raising
+costs more than returning on the hot path. The error travels as its wire form
+(``SvitError.to_wire``) and is rebuilt on the caller's side
+(``SvitError.from_wire``), so a caller gets the class registered for its code
+whatever module defined the raised subclass, with the same JSON-safe fields the
+gateway answers with.
+
+The direct transport's frames (:mod:`svit_cluster.cluster._direct`) carry a
+control answer as JSON meta plus the response bytes; :func:`control_frame` and
+:func:`control_from_frame` convert between that frame and an :class:`Outcome`
+without copying the bytes.
+
+These types are not versioned: a gateway and the hosts it calls run the same
+release (a mixed-version cluster answers ``internal`` where the two sides'
+answers differ), so an upgrade replaces the gateways and the hosts together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from svit_cluster.cluster._direct import DirectEndpoint
+from svit_cluster.control import ControlAnswer
+from svit_cluster.errors import InternalError, SvitError
+
+__all__ = [
+    "STALE_OWNER_CODES",
+    "ActorUsage",
+    "Appended",
+    "Deleted",
+    "Dropped",
+    "Outcome",
+    "Read",
+    "Residency",
+    "ShutDown",
+    "Snapshot",
+    "Started",
+    "Unbound",
+    "control_frame",
+    "control_from_frame",
+]
+
+T = TypeVar("T")
+
+#: Error codes with which an actor answers when it no longer serves the binding
+#: the caller routed to (passivated, fenced out, its host's lease lost): the
+#: caller may place the process again and resend once.
+STALE_OWNER_CODES = frozenset({"unavailable", "fenced"})
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Generic[T]):
+    """A remote call's answer: a value, or a project error (never both).
+
+    Build one with :meth:`ok` or :meth:`fail`.
+
+    Attributes:
+        value: the answer when the call succeeded, else None.
+        _wire: the error's wire form ``{code, message, fields}`` when it
+            failed, else None (read it through :attr:`error` / :attr:`code`).
+    """
+
+    value: T | None = None
+    _wire: dict[str, Any] | None = field(default=None, repr=False)
+
+    # Pickled as a plain tuple: every request-path answer crosses Ray this way,
+    # and the generated slots-dataclass state functions cost several times more.
+    def __getstate__(self) -> tuple[T | None, dict[str, Any] | None]:
+        return (self.value, self._wire)
+
+    def __setstate__(self, state: tuple[T | None, dict[str, Any] | None]) -> None:
+        object.__setattr__(self, "value", state[0])
+        object.__setattr__(self, "_wire", state[1])
+
+    @classmethod
+    def ok(cls, value: T) -> Outcome[T]:
+        """A successful answer carrying ``value``."""
+        return cls(value)
+
+    @classmethod
+    def fail(cls, exc: SvitError) -> Outcome[T]:
+        """A failed answer carrying ``exc`` (as ``exc.to_wire()``)."""
+        return cls(None, exc.to_wire())
+
+    @property
+    def failed(self) -> bool:
+        """True iff the answer carries an error."""
+        return self._wire is not None
+
+    @property
+    def error(self) -> SvitError | None:
+        """The carried error, rebuilt as its registered class (a new instance
+        each time), or None."""
+        return None if self._wire is None else SvitError.from_wire(self._wire)
+
+    @property
+    def code(self) -> str | None:
+        """The carried error's code (``internal`` when it names none), or None."""
+        if self._wire is None:
+            return None
+        code = self._wire.get("code")
+        return str(code) if code else "internal"
+
+    @property
+    def stale_owner(self) -> bool:
+        """True iff the actor no longer serves the binding the caller routed to
+        (code in :data:`STALE_OWNER_CODES`): place again, resend once."""
+        return self.code in STALE_OWNER_CODES
+
+    @property
+    def route_moved(self) -> bool:
+        """True iff the actor refused before running anything because the caller's
+        route names another binding (``fields["route_moved"]``): resend to the
+        current owner."""
+        if self._wire is None:
+            return False
+        fields = self._wire.get("fields")
+        return isinstance(fields, Mapping) and bool(fields.get("route_moved"))
+
+    def failure(self) -> Outcome[Any]:
+        """This answer's error in an outcome of any value type (for a failed
+        answer passed on as another call's answer)."""
+        return Outcome(None, self._wire)
+
+    def unwrap(self) -> T:
+        """The value.
+
+        Raises:
+            SvitError: the carried error (its registered class, with its fields).
+            InternalError: (``internal``) neither a value nor an error: a bug on
+                the answering side.
+        """
+        if self._wire is not None:
+            raise SvitError.from_wire(self._wire)
+        if self.value is None:
+            raise InternalError("a remote call answered neither a value nor an error")
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A process actor's successful ``start`` (or ``bind_start_serve``).
+
+    Attributes:
+        version: the process's version once restored or created.
+        root_hash: its state's root hash (hex).
+        restore: ``{"snapshot_version", "tail_entries", "duration_s"}`` of a
+            restore (``duration_s`` in seconds), empty after a create.
+        direct: the actor's direct-transport endpoint when it listens
+            (``bind_start_serve`` only), else None.
+        pid: the actor's worker process id (``bind_start_serve`` only), else None.
+    """
+
+    version: int
+    root_hash: str
+    restore: Mapping[str, float | int]
+    direct: DirectEndpoint | None = None
+    pid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unbound:
+    """A process actor's answer to ``unbind``.
+
+    Attributes:
+        unbound: True iff the binding ended (the actor is a spare again).
+        busy: the binding is in use (a request in flight or a turn running).
+        token: the actor's current token when it was not bound to the one named.
+    """
+
+    unbound: bool
+    busy: bool = False
+    token: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ActorUsage:
+    """What a process actor's ``residency`` tells its agent's least-recently-used
+    choice, without waking anything.
+
+    Attributes:
+        token: the binding's token (0 for a spare).
+        process_id: the bound process ("" for a spare).
+        idle_s: seconds since the last request ended or a reasoning turn ran
+            (0.0 while a turn runs).
+        inflight: requests running now.
+        busy: a reasoning turn runs now.
+        pid: the worker's OS process id.
+        bindings: bindings this worker has served.
+    """
+
+    token: int
+    process_id: str
+    idle_s: float
+    inflight: int
+    busy: bool
+    pid: int
+    bindings: int
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """An inbox append: ``appended`` False for a deduplicated message;
+    ``version`` the process's version after it."""
+
+    appended: bool
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"appended", "version"}`` (the gateway's answer)."""
+        return {"appended": self.appended, "version": self.version}
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """An inbox head dead-lettered: ``dropped`` the dead letter
+    (``ProcessController.drop_inbox_head``), ``version`` the version after it."""
+
+    dropped: dict[str, Any]
+    version: int
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"dropped", "version"}`` (the gateway's answer)."""
+        return {"dropped": self.dropped, "version": self.version}
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One observation of a state path: ``value`` tagged
+    (``svit_cluster.process.encode_value``) at ``version``."""
+
+    value: Any
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A process snapshot (``Process.snapshot`` bytes); ``upto_seq``: for a
+    history fork, the last event of the acknowledged prefix, else None."""
+
+    snapshot: bytes
+    upto_seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Residency:
+    """A process's idle timeout once set: ``passivate_after_s`` seconds in
+    effect; ``default`` True when that is the cluster's setting."""
+
+    passivate_after_s: float
+    default: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """A fenced store delete: ``version`` the head version deleted (None when
+    none was stored), ``removed_keys`` the Redis keys removed, ``host`` and
+    ``token`` the owner that deleted."""
+
+    version: int | None
+    removed_keys: int
+    host: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShutDown:
+    """A host agent's ``shutdown``: ``released`` processes it released;
+    ``revoked`` False when etcd could not be reached to revoke the host lease
+    (it then expires after its TTL)."""
+
+    released: int
+    revoked: bool
+
+
+def control_frame(outcome: Outcome[ControlAnswer]) -> tuple[dict[str, Any], bytes]:
+    """A control outcome as a direct-transport answer frame: ``(meta, payload)``,
+    meta ``{"status", "code", "token", "host"}`` and payload the response bytes
+    (not copied), or meta ``{"error": wire}`` and an empty payload."""
+    if outcome._wire is not None:
+        return {"error": outcome._wire}, b""
+    answer = outcome.unwrap()
+    return ({"status": answer.status, "code": answer.code, "token": answer.token,
+             "host": answer.host}, answer.body)
+
+
+def control_from_frame(meta: dict[str, Any], payload: bytes) -> Outcome[ControlAnswer]:
+    """The inverse of :func:`control_frame` (the gateway's side; ``payload``
+    is not copied). An ``error`` that is not a wire map becomes ``internal``.
+
+    Raises:
+        InvalidInput: a frame without ``status`` whose payload does not decode.
+    """
+    err = meta.get("error")
+    if err is not None:
+        wire = err if isinstance(err, dict) else {"code": "internal", "message": str(err)}
+        return Outcome(None, wire)
+    meta["response"] = payload
+    return Outcome.ok(ControlAnswer.from_result(meta))
