@@ -24,7 +24,6 @@ from svit_cluster.process import Process, encode_value
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 from svit_cluster.store._redis import REFUSALS, failure_reason, refusal_reason
 from tests._support import unique
-from tests.conftest import running
 from tests.store._support import new_log, receipt, seal_write
 
 COUNTER = """(define (main input)
@@ -115,9 +114,18 @@ def test_gateway_answers_503_under_oom_and_the_retry_commits(
 
 @pytest.fixture
 def replica(fresh_redis: RedisServer, tmp_path: Path) -> Iterator[RedisServer]:
-    """A second redis-server replicating ``fresh_redis`` (link up)."""
+    """A second redis-server replicating ``fresh_redis`` (link up).
+
+    The master starts the full sync at once (``repl-diskless-sync-delay 0``; the
+    default waits 5 s for more replicas), and the replica is SIGKILLed at the end:
+    on SIGTERM right after its sync it waits for its AOF rewrite, about 10 s, and
+    nothing reads its data afterwards."""
+    master = redis.Redis.from_url(fresh_redis.url)
+    master.config_set("repl-diskless-sync-delay", 0)
+    master.close()
     server = RedisServer(tmp_path / "redis-replica", die_with_parent=True)
-    with running(server):
+    server.start()
+    try:
         raw = redis.Redis.from_url(server.url)
         raw.replicaof("127.0.0.1", fresh_redis.port)
         deadline = time.monotonic() + 10
@@ -126,6 +134,8 @@ def replica(fresh_redis: RedisServer, tmp_path: Path) -> Iterator[RedisServer]:
             time.sleep(0.05)
         raw.close()
         yield server
+    finally:
+        server.kill9()
 
 
 def test_commit_against_a_replica_is_unavailable_readonly(
