@@ -80,6 +80,11 @@ MAX_RESTARTS = 3
 NS = "svit"
 DOMAIN = f"{NS}.svc.cluster.local"
 PODMAN = ["nice", "-n", os.environ.get("NICE", "10"), "podman", "--runtime", "runc"]
+# The cgroup the containers' cgroups go under (PODMAN_CGROUP_PARENT, e.g. the
+# low-CPU-share cgroup .ci/side.sh runs in): podman's own default parent would
+# give them a full share beside a suite running on the same machine.
+RUN_CGROUP = (["--cgroup-parent", os.environ["PODMAN_CGROUP_PARENT"]]
+              if os.environ.get("PODMAN_CGROUP_PARENT") else [])
 T0 = time.monotonic()
 
 SEND = """(define (main input)
@@ -250,7 +255,8 @@ class Check:
     def start(self, c: dict[str, Any], pod: str, extra: tuple[str, ...] = (),
               volumes: tuple[str, ...] = ()) -> str:
         name = f"{PREFIX}-{pod}"
-        cmd = [*PODMAN, "run", "-d", "--name", name, "--network", "host", "--read-only",
+        cmd = [*PODMAN, "run", *RUN_CGROUP, "-d", "--name", name, "--network", "host",
+               "--read-only",
                "--tmpfs", "/tmp", "--shm-size", "512m", "--user", "10001:10001",
                *self.ulimits]
         for v in volumes:
@@ -517,7 +523,8 @@ def run(check: Check) -> None:
     for _ in range(2):
         t = time.monotonic()
         out = subprocess.run(
-            [*PODMAN, "run", "--rm", "--network", "host", "--read-only", "--tmpfs", "/tmp",
+            [*PODMAN, "run", *RUN_CGROUP, "--rm", "--network", "host", "--read-only",
+             "--tmpfs", "/tmp",
              "--user", "10001:10001", *check.ulimits,
              *(x for k, v in check.env(smoke, "svit-smoke-test").items()
                for x in ("-e", f"{k}={v}")),
