@@ -26,7 +26,9 @@ if mkdir "$CPU_CGROUP/$side_group" 2>/dev/null \
   export PODMAN_CGROUP_PARENT="/$side_group"
   echo "[side] in cpu cgroup $CPU_CGROUP/$side_group (cpu.shares 2)"
   # shellcheck disable=SC2064  # the group's path is fixed now
-  trap "echo \$\$ > $CPU_CGROUP/cgroup.procs 2>/dev/null; rmdir $CPU_CGROUP/$side_group 2>/dev/null" EXIT
+  # at exit: back to the root group, then remove the group and the groups podman
+  # made in it (conmon's), deepest first; a group still holding a process stays
+  trap "echo \$\$ > $CPU_CGROUP/cgroup.procs 2>/dev/null; find $CPU_CGROUP/$side_group -depth -type d -exec rmdir {} + 2>/dev/null" EXIT
 else
   rmdir "$CPU_CGROUP/$side_group" 2>/dev/null
   echo "[side] no writable cgroup v1 cpu controller at $CPU_CGROUP: running at nice $(nice) only"
