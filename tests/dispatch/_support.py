@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from svit_cluster.control import ProcessController, decode_request
 from svit_cluster.local import ClusterSpec, LocalCluster, free_port
-from svit_cluster.process import Process, encode_value
+from svit_cluster.process import Process, Transaction, encode_value
 from svit_cluster.store import RedisBackend, StoreConfig
 
 SEND = """(define (main input)
@@ -181,3 +181,15 @@ def webhook_cluster(state_dir: Path, stub: WebhookStub, *, hosts: int, lease_ttl
         yield lc
     finally:
         lc.down()
+
+
+def inbox_appends(rc: redis.Redis, pid: str) -> list[str]:
+    """Ids of the items appended to ``pid``'s inbox, in log order, read from Redis
+    directly (reading through the gateway would activate the process)."""
+    out = []
+    for entry in RedisBackend(rc, pid, 1).entries():
+        record = Transaction.decode(entry.record)
+        for m in record.mutations:
+            if record.source == "inbox.append" and m.op == "append" and m.path == "/inbox":
+                out.append(m.value["id"])  # type: ignore[index]
+    return out

@@ -32,10 +32,8 @@ from svit_cluster.errors import SvitError
 from svit_cluster.local import ClusterSpec, LocalCluster
 from svit_cluster.local._dispatchers import kill_dispatcher, start_dispatcher
 from svit_cluster.local._status import cluster_status
-from svit_cluster.process import Transaction
-from svit_cluster.store import RedisBackend
 from tests._support import wait_for
-from tests.dispatch._support import SEND, SEND_TWO, WebhookStub, new_pid
+from tests.dispatch._support import SEND, SEND_TWO, WebhookStub, inbox_appends, new_pid
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -85,17 +83,6 @@ def settled(rc: redis.Redis, senders: list[str]) -> dict[str, IntentStatus] | No
     if status and all(s.state != DeliveryState.PENDING for s in status.values()):
         return status
     return None
-
-
-def appended_order(rc: redis.Redis, dest: str) -> list[str]:
-    """Intent ids in the order the destination's log appended them."""
-    out = []
-    for entry in RedisBackend(rc, dest, 1).entries():
-        record = Transaction.decode(entry.record)
-        for m in record.mutations:
-            if record.source == "inbox.append" and m.op == "append" and m.path == "/inbox":
-                out.append(m.value["id"])  # type: ignore[index]
-    return out
 
 
 def first_seen(keys: list[str | None]) -> list[str]:
@@ -156,7 +143,7 @@ def test_kill_a_worker_mid_batch_loses_nothing(cluster: LocalCluster, admin: Svi
     record = destination_records(rc, dest)
     assert record.log_complete
     assert all(record.recorded_once(i) for i in svit_ids), record.appends
-    assert appended_order(rc, dest) == sorted(svit_ids, key=lambda i: status[i].version)
+    assert inbox_appends(rc, dest) == sorted(svit_ids, key=lambda i: status[i].version)
     STATE.update(sender=sender, dest=dest, hook_ids=hook_ids, svit_ids=svit_ids,
                  takeover_s=took)
 
@@ -254,5 +241,5 @@ def test_killing_the_owner_host_loses_no_intent(cluster: LocalCluster, admin: Sv
         s for s in status.values() if s.state != DeliveryState.DELIVERED]
     record = destination_records(rc, dest)
     assert all(record.recorded_once(i) for i in status), record.appends
-    assert appended_order(rc, dest) == sorted(status, key=lambda i: status[i].version)
+    assert inbox_appends(rc, dest) == sorted(status, key=lambda i: status[i].version)
     print(json.dumps({"intents": len(status), "takeover_s": STATE.get("takeover_s")}))

@@ -32,10 +32,9 @@ from svit_cluster.errors import SvitError
 from svit_cluster.local import LocalCluster
 from svit_cluster.local._dispatchers import kill_dispatcher, start_dispatcher
 from svit_cluster.local._status import cluster_status
-from svit_cluster.process import Transaction
-from svit_cluster.store import RedisBackend, connect
+from svit_cluster.store import connect
 from tests._support import wait_for
-from tests.dispatch._support import WebhookStub, new_pid, webhook_cluster
+from tests.dispatch._support import WebhookStub, inbox_appends, new_pid, webhook_cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.servers]
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -184,18 +183,6 @@ def test_a_fired_one_shot_timer_does_not_fire_again_after_restarts(
     finally:
         rc.close()
     assert len(hits()) == before, sorted(hits())  # nothing fired after the restarts
-
-
-def inbox_appends(rc: redis.Redis, pid: str) -> list[str]:
-    """Ids of the items appended to ``pid``'s inbox, from its log (read from Redis
-    directly: reading through the gateway would activate the process)."""
-    out = []
-    for entry in RedisBackend(rc, pid, 1).entries():
-        record = Transaction.decode(entry.record)
-        for m in record.mutations:
-            if record.source == "inbox.append" and m.op == "append" and m.path == "/inbox":
-                out.append(m.value["id"])  # type: ignore[index]
-    return out
 
 
 def owned(cluster: LocalCluster, pid: str) -> bool:
