@@ -109,9 +109,15 @@ def _client_loop(url: str, token: str, n: int, ops: int, tally: _Tally,
         client.close()
 
 
-def _owner_host(cluster: LocalCluster, process_id: str) -> str | None:
+def _owner(cluster: LocalCluster, process_id: str) -> tuple[str, int] | None:
+    """``(host, fencing token)`` of the process's owner record in etcd, or None."""
     owner = cluster_status(cluster)["owners"].get(process_id)
-    return None if owner is None else str(owner["host"])
+    return None if owner is None else (str(owner["host"]), int(owner["token"]))
+
+
+def _owner_host(cluster: LocalCluster, process_id: str) -> str | None:
+    owner = _owner(cluster, process_id)
+    return None if owner is None else owner[0]
 
 
 def _metric(text: str, name: str) -> float:
@@ -147,6 +153,12 @@ def _verify_log(cluster: LocalCluster, live_root_hash: str, process_id: str = CO
 
 @dataclass
 class _StaleResult:
+    process_id: str = STALE_ID
+    #: why the scene proved nothing (the frozen actor no longer owned the
+    #: process when the request reached it); empty when it was staged as meant
+    void: str = ""
+    #: the void reasons of the attempts staged before this one
+    voided: list[str] = field(default_factory=list)
     old_host: str | None = None
     new_host: str | None = None
     old_token: int | None = None
@@ -248,24 +260,55 @@ class _Inflight(threading.Thread):
     """The stale-owner scene's +100, sent once (one attempt, no retry) from a
     thread; ``outcome`` is ``(status, owner token)`` or the ``SvitError``."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, process_id: str) -> None:
         super().__init__(daemon=True)
-        self._url, self._token = url, token
+        self._url, self._token, self._process_id = url, token, process_id
         self.outcome: tuple[str, int | None] | SvitError = SvitError("not sent")
 
     def run(self) -> None:
         try:
             with SvitClient(self._url, self._token, client_id="demo-stale-inflight",
                             attempts=1, timeout_s=15.0) as c:
-                sent = c.activate(STALE_ID, "counter", {"by": 100}, expected_version=1,
+                sent = c.activate(self._process_id, "counter", {"by": 100}, expected_version=1,
                                   request_id=new_request_id())
                 self.outcome = (sent.outcome.status, c.last_owner_token)
         except SvitError as exc:
             self.outcome = exc
 
 
+#: times the stale-owner scene is staged before the demo reports it void
+STALE_ATTEMPTS = 3
+
+
 def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
                  *, wait_refusal_s: float = 30.0) -> _StaleResult:
+    """The stale-owner scene (``_stale_scene``), staged again when void.
+
+    The scene proves something only if the actor it freezes still owns the
+    process when the request reaches it. On a busy machine the cluster can
+    move the process first (a host whose keepalive starves loses its lease);
+    the attempt then neither proves nor disproves the fence, so it is reported
+    as void, everything is woken, and the scene is staged on a fresh process,
+    at most ``STALE_ATTEMPTS`` times. If every attempt is void, ``error`` says
+    why each was.
+    """
+    voided: list[str] = []
+    for attempt in range(1, STALE_ATTEMPTS + 1):
+        process_id = STALE_ID if attempt == 1 else f"{STALE_ID}-{attempt}"
+        res = _stale_scene(cluster, url, token, console, process_id,
+                           wait_refusal_s=wait_refusal_s)
+        res.voided = voided
+        if not res.void:
+            return res
+        voided.append(res.void)
+        console.print(f"[yellow]stale-owner scene void[/] ({process_id}): {res.void}")
+    res.error = (f"the stale-owner scene was void in all {STALE_ATTEMPTS} attempts: "
+                 + "; ".join(voided))
+    return res
+
+
+def _stale_scene(cluster: LocalCluster, url: str, token: str, console: Console,
+                 process_id: str, *, wait_refusal_s: float) -> _StaleResult:
     """Freeze the owner with a request in flight, let a new owner take over, wake the old.
 
     The owner's processes on its host are paused (SIGSTOP), as in a long GC
@@ -285,12 +328,12 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
     store's refusals stream (at most ``wait_refusal_s``).
     """
 
-    res = _StaleResult()
+    res = _StaleResult(process_id=process_id)
     with SvitClient(url, token, client_id="demo-stale-setup") as c:
-        c.create_process(STALE_ID, memory={"count": 0}, scripts={"counter": COUNTER})
-        c.activate(STALE_ID, "counter", {"by": 1}, expected_version=0)
+        c.create_process(process_id, memory={"count": 0}, scripts={"counter": COUNTER})
+        c.activate(process_id, "counter", {"by": 1}, expected_version=0)
         res.old_token = c.last_owner_token
-    res.old_host = _owner_host(cluster, STALE_ID)
+    res.old_host = _owner_host(cluster, process_id)
     if res.old_host is None or res.old_token is None:
         res.error = "no owner recorded for the stale-owner process"
         return res
@@ -314,12 +357,22 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
         backlog = _socket_backlog(procs["actors"])
         console.print(f"[yellow]froze the owner's actor on {res.old_host}[/] (SIGSTOP, token "
                       f"{res.old_token}); sending it a request")
-        inflight = _Inflight(url, token)
+        inflight = _Inflight(url, token, process_id)
         inflight.start()
         deadline = time.monotonic() + 15.0
         while (_socket_backlog(procs["actors"]) <= backlog and inflight.is_alive()
                and time.monotonic() < deadline):
             time.sleep(0.02)
+        reached = _socket_backlog(procs["actors"]) > backlog
+        owner = _owner(cluster, process_id)
+        if not (reached and inflight.is_alive() and owner == (res.old_host, res.old_token)):
+            res.void = (f"the request {'reached' if reached else 'never reached'} the frozen "
+                        f"actor and was {'still waiting' if inflight.is_alive() else 'answered'}"
+                        f"; the owner record then named {owner} (the frozen owner was "
+                        f"{res.old_host}, token {res.old_token})")
+            _signal(procs["actors"], signal.SIGCONT)
+            inflight.join()
+            return res
         _signal(procs["agent"], signal.SIGSTOP)
         console.print("[yellow]froze its host agent[/] once the request waited in the actor: "
                       "the host's lease is revoked and the process moves")
@@ -338,12 +391,12 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
         try:
             with SvitClient(url, token, client_id="demo-stale-takeover", attempts=400,
                             max_wait_s=0.5, timeout_s=10.0) as c:
-                resp = c.activate(STALE_ID, "counter", {"by": 1},
+                resp = c.activate(process_id, "counter", {"by": 1},
                                   expected_version=2 if res.inflight == "committed" else 1,
                                   request_id=new_request_id())
                 res.new_token = c.last_owner_token
             res.takeover_s = time.monotonic() - paused_at
-            res.new_host = _owner_host(cluster, STALE_ID)
+            res.new_host = _owner_host(cluster, process_id)
             console.print(f"new owner of the frozen process: {res.new_host} (token "
                           f"{res.new_token}); its +1: {resp.outcome.status}")
             _signal(procs["actors"], signal.SIGCONT)
@@ -357,7 +410,7 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
                     for entry_id, raw in entries:
                         cursor = entry_id
                         entry = {k.decode(): v.decode() for k, v in raw.items()}
-                        if (entry.get("process_id") == STALE_ID
+                        if (entry.get("process_id") == process_id
                                 and entry.get("token") == str(res.old_token)):
                             res.refusals.append(entry)
         finally:
@@ -366,6 +419,7 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
             console.print(f"[yellow]woke the old host agent[/] on {res.old_host} too (the "
                           f"owner was frozen {res.paused_s:.1f} s in all)")
     finally:
+        _signal(frozen, signal.SIGCONT)  # whatever path left: nothing stays stopped
         redis_client.close()
     for r in res.refusals:
         how = (f"refused by the Redis fence (token {r.get('token')} < fence {r.get('fence')})"
@@ -373,9 +427,9 @@ def _stale_owner(cluster: LocalCluster, url: str, token: str, console: Console,
                f"refused by its own lease guard ({r.get('reason', '')})")
         console.print(f"[red]stale owner on {res.old_host}[/]: {r.get('op')} {how}")
     with SvitClient(url, token, client_id="demo-stale-check") as c:
-        res.count, res.version = c.state(STALE_ID, "/memory/count")
-        snap = c.snapshot(STALE_ID)["snapshot"]
-    res.log_ok, res.log_detail = _verify_log(cluster, snap["root_hash"], STALE_ID)
+        res.count, res.version = c.state(process_id, "/memory/count")
+        snap = c.snapshot(process_id)["snapshot"]
+    res.log_ok, res.log_detail = _verify_log(cluster, snap["root_hash"], process_id)
     return res
 
 
@@ -491,7 +545,9 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
              f"over {stale.takeover_s or 0:.1f} s after the freeze; the in-flight +100: "
              f"{stale.inflight or 'no answer'} (token {stale.inflight_token}); the woken old "
              f"owner's writes refused: {stale.by_fence} by the Redis fence, {stale.by_self} "
-             "by its own lease guard"),
+             "by its own lease guard"
+             + (f" (staged again after {len(stale.voided)} void attempt(s): "
+                f"{'; '.join(stale.voided)})" if stale.voided else "")),
             ("stale owner's request applied at most once", stale.counted_once,
              stale.count_detail),
             ("stale-owner log chain verifies", stale.log_ok, stale.log_detail),
@@ -546,7 +602,8 @@ def run_demo(*, state_dir: Path | None, hosts: int = 3, clients: int = 4, ops: i
                             "inflight_token": stale.inflight_token,
                             "refused_by_fence": stale.by_fence,
                             "refused_by_own_guard": stale.by_self,
-                            "refusals": stale.refusals}}
+                            "refusals": stale.refusals,
+                            "process_id": stale.process_id, "voided": stale.voided}}
         summary["ok"] = all(ok for _, ok, _ in checks)
         return bool(summary["ok"])
     except SvitError as exc:
