@@ -2,7 +2,7 @@
 
 Run::
 
-    python -m benchmarks.bench_soak [--quick] [--duration-s 1200] [--agents 50]
+    python -m benchmarks.bench_soak [--quick] [--duration-s 1800] [--agents 50]
                                     [--sends 50000] [--kill-every-s 300] [--hosts 3]
 
 What runs, at once, on a local cluster of ``--hosts`` hosts with one outbox dispatcher
@@ -25,14 +25,20 @@ agent's Redis key sizes (``MEMORY USAGE`` of every key of the process), each
 host's memory (PSS of its Ray node's processes), the etcd database size (the
 file and what is in use), and the agent turns completed; then the
 least-squares slope of each series over the second half of the load (bounded
-structures fill to their caps first) in units per minute and as a share of
-its mean (``flat``: the series moved less than ``FLAT_SHARE`` of its mean
-over that half). At the end it checks, after the dispatcher drained: every
-acknowledged sender commit is in the process once (the version, the count
-written by the script and the acknowledged count agree), every committed
-intent reached the webhook, no intent is pending or dead, every process's
-stored log verifies on a read-only restore (``anomalies``: the safety checks
-that failed); and, as liveness, which agents' inboxes still hold a message
+structures fill to their caps first; the etcd file fills until the pages its
+5-minute compactions free are reused, about 15 minutes, hence a 30-minute
+load by default) in units per minute and as a share of its mean (``flat``:
+the series moved less than ``FLAT_SHARE`` of its mean over that half, or its
+slope is within ``TREND_Z`` standard errors of 0, i.e. within noise). The
+latency and turn trends leave out the minutes a host kill disturbs; each
+kill's window is reported on its own (``failover_windows``: the sender's
+p50/p99/max and the agents' turns per minute in it). At the end it checks,
+after the dispatcher drained: every acknowledged sender commit is in the
+process once (the version, the count written by the script and the
+acknowledged count agree), every committed intent reached the webhook, no
+intent is pending or dead, every process's stored log verifies on a
+read-only restore (``anomalies``: the safety checks that failed); and, as
+liveness, which agents' inboxes still hold a message
 (``agent_inboxes_not_empty``, counted in ``stuck_inboxes``: every agent's
 last turn should have completed, so any is a finding).
 
@@ -45,6 +51,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import sys
@@ -65,7 +72,7 @@ from starlette.routing import Route
 
 from benchmarks._cluster import local_cluster
 from benchmarks._llm import LLMServer, start_llm_server
-from benchmarks.bench_residency import host_pss_mib, pct, slope
+from benchmarks.bench_residency import host_pss_mib, pct
 from svit_cluster.chat import chat_turn
 from svit_cluster.client import AsyncSvitClient, RecoveredCommit
 from svit_cluster.defaults import DEFAULT_MAX_EVENTS, DEFAULT_SIGNAL_RETENTION
@@ -74,11 +81,26 @@ from svit_cluster.errors import OutcomeUnknownError, SvitError
 from svit_cluster.local import ClusterSpec, LocalCluster, free_port
 from svit_cluster.store import ProcessKeys, RedisBackend, connect
 
-#: A series is flat when it moved less than this share of its mean over the run.
+#: A series is flat when it moved less than this share of its mean over the
+#: trend's window, or when its slope is within noise (below). It grows when it
+#: rose by this share or more and the slope is not within noise.
 FLAT_SHARE = 0.10
+#: A slope is within noise when it lies within this many standard errors of 0
+#: (1.96: a two-sided 95 % interval by the normal law, which is narrower than
+#: Student's t for the few points of a window, so it calls growth sooner).
+TREND_Z = 1.96
 #: Seconds after a killed host's restart before its memory counts again
 #: (its new Ray node starts workers as processes move back).
 HOST_WARMUP_S = 120.0
+#: Seconds after a killed host's restart during which the load is still
+#: failing over (leases run out, processes restore on other hosts, the
+#: restarted node takes processes back). Sample windows that overlap a kill's
+#: window [kill, restart + FAILOVER_SETTLE_S] are left out of the latency
+#: and turn trends, which measure growth; ``failover_windows`` reports each
+#: kill's window on its own.
+FAILOVER_SETTLE_S = 120.0
+#: The series a failover disturbs (the rest are sizes, read at one instant).
+FAILOVER_SERIES = ("activation_p50_ms", "activation_p99_ms", "turns")
 
 SENDER = "svit://local/soak-sender"
 HOOK = """(define (main input)
@@ -293,6 +315,7 @@ def per_minute(tally: Tally, rows: list[dict[str, Any]], every_s: float) -> list
         lat = [d for ts, d in tally.activations if prev <= ts < t]
         p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
         out.append({"minute": round(t / 60, 2),
+                    "from_s": round(prev, 1),
                     "activations": len(lat),
                     "activation_p50_ms": None if p50 is None else round(p50 * 1000, 2),
                     "activation_p99_ms": None if p99 is None else round(p99 * 1000, 2),
@@ -302,44 +325,109 @@ def per_minute(tally: Tally, rows: list[dict[str, Any]], every_s: float) -> list
     return out
 
 
+def kill_window(kill: dict[str, Any], settle_s: float) -> tuple[float, float]:
+    """``(start_s, end_s)`` of a kill's disturbance: from the kill to
+    ``settle_s`` after its restart (a failed restart counts as instant)."""
+    start = float(kill["t_s"])
+    return start, start + float(kill.get("restarted_in_s") or 0.0) + settle_s
+
+
 def trends(table: list[dict[str, Any]],
            kills: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Slope per minute of each series over the second half of the rows, and
     whether it is flat there (bounded structures first fill up to their caps:
-    signals, receipts, the tail, the outbox window).
+    signals, receipts, the tail, the outbox window; the etcd file until the
+    pages its compactions free are reused).
 
-    Per series: ``slope_per_min``, ``mean``, ``moved_share`` (the fitted
-    change over the window as a share of the mean), ``flat`` (it moved less
-    than ``FLAT_SHARE`` either way) and ``grows`` (it rose by ``FLAT_SHARE``
-    or more: the verdict a bound cares about; a falling latency is not flat
-    but does not grow). A killed host's memory restarts from its new Ray
-    node, so a host's series leaves out the samples from its kill until
-    ``HOST_WARMUP_S`` after its restart (``kills``: ``{host, t_s,
-    restarted_in_s}`` each)."""
+    Per series: ``slope_per_min`` and its standard error ``slope_se``,
+    ``mean``, ``moved_share`` (the fitted change over the window as a share
+    of the mean), ``flat`` (it moved less than ``FLAT_SHARE`` either way, or
+    its slope is within ``TREND_Z`` standard errors of 0) and ``grows`` (it
+    rose by ``FLAT_SHARE`` or more and its slope is not within noise: the
+    verdict a bound cares about; a falling latency is not flat but does not
+    grow). A trend asks whether a series grows with the run's
+    history, not what a fault costs, so (``kills``: ``{host, t_s,
+    restarted_in_s}`` each): a killed host's memory restarts from its new Ray
+    node, and its series leaves out the samples from its kill until
+    ``HOST_WARMUP_S`` after its restart; the latency and turn series
+    (``FAILOVER_SERIES``) leave out every sample window that overlaps a kill
+    window (``kill_window`` with ``FAILOVER_SETTLE_S``), whichever host it
+    hit. ``left_out`` counts the samples each series left out."""
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    left_out: dict[str, int] = defaultdict(int)
+    windows = [kill_window(k, FAILOVER_SETTLE_S) for k in kills or ()]
     for row in table[len(table) // 2:]:
+        failing_over = any(row.get("from_s", row["t_s"]) <= end and start <= row["t_s"]
+                           for start, end in windows)
         for key in ("activation_p50_ms", "activation_p99_ms", "redis_used_memory_mib",
                     "sender_keys_kib", "agent_keys_kib_mean", "etcd_db_file_kib",
                     "etcd_db_in_use_kib", "turns"):
-            if row.get(key) is not None:
-                series[key].append((row["minute"], float(row[key])))
+            if row.get(key) is None:
+                continue
+            if key in FAILOVER_SERIES and failing_over:
+                left_out[key] += 1
+                continue
+            series[key].append((row["minute"], float(row[key])))
         for host, mib in row["host_pss_mib"].items():
-            if not any(k["host"] == host and k["t_s"] <= row["t_s"] <= k["t_s"]
-                       + float(k.get("restarted_in_s") or 0.0) + HOST_WARMUP_S
-                       for k in kills or ()):
-                series[f"host_pss_mib.{host}"].append((row["minute"], float(mib)))
+            key = f"host_pss_mib.{host}"
+            if any(k["host"] == host
+                   and kill_window(k, HOST_WARMUP_S)[0] <= row["t_s"]
+                   <= kill_window(k, HOST_WARMUP_S)[1] for k in kills or ()):
+                left_out[key] += 1
+            else:
+                series[key].append((row["minute"], float(mib)))
     out: dict[str, Any] = {}
     for key, points in series.items():
-        s = slope(points)
+        s, se = fit(points)
         mean = statistics.mean(v for _, v in points)
         span = points[-1][0] - points[0][0] if len(points) > 1 else 0.0
         change = None if s is None or not mean else s * span / abs(mean)
+        # within noise: the slope's interval at TREND_Z standard errors holds 0
+        noise = se is not None and s is not None and abs(s) <= TREND_Z * se
         out[key] = {"slope_per_min": None if s is None else round(s, 3),
+                    "slope_se": None if se is None else round(se, 3),
                     "mean": round(mean, 2),
                     "points": len(points),
+                    "left_out": left_out[key],
                     "moved_share": None if change is None else round(abs(change), 3),
-                    "flat": None if change is None else abs(change) < FLAT_SHARE,
-                    "grows": None if change is None else change >= FLAT_SHARE}
+                    "flat": None if change is None else abs(change) < FLAT_SHARE or noise,
+                    "grows": None if change is None else change >= FLAT_SHARE and not noise}
+    return out
+
+
+def fit(points: list[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """Least-squares ``(slope, standard error of the slope)`` of ``(minute,
+    value)`` points, per minute: slope None below 2 points or 2 distinct
+    minutes, standard error None below 3 points."""
+    if len(points) < 2 or len({x for x, _ in points}) < 2:
+        return None, None
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    s, intercept = statistics.linear_regression(xs, ys)
+    if len(points) < 3:
+        return s, None
+    mx = statistics.mean(xs)
+    residual = sum((y - (s * x + intercept)) ** 2 for x, y in points) / (len(points) - 2)
+    return s, math.sqrt(residual / sum((x - mx) ** 2 for x in xs))
+
+
+def failover_windows(tally: Tally) -> list[dict[str, Any]]:
+    """Per kill, what the sender and the agents saw in its window
+    (``kill_window`` with ``FAILOVER_SETTLE_S``): the host, the window in
+    seconds since the load started, the sender's activations in it with their
+    p50/p99/max (ms), and the agent turns per minute in it."""
+    out = []
+    for kill in tally.kills:
+        start, end = kill_window(kill, FAILOVER_SETTLE_S)
+        lat = [d for ts, d in tally.activations if start <= ts <= end]
+        minutes = (end - start) / 60
+        p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
+        out.append({"host": kill["host"], "from_s": round(start, 1), "to_s": round(end, 1),
+                    "activations": len(lat),
+                    "p50_ms": None if p50 is None else round(p50 * 1000, 1),
+                    "p99_ms": None if p99 is None else round(p99 * 1000, 1),
+                    "max_ms": round(max(lat) * 1000, 1) if lat else None,
+                    "turns_per_min": round(sum(1 for t in tally.turns if start <= t <= end)
+                                           / minutes, 1) if minutes else None})
     return out
 
 
@@ -403,7 +491,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="CI smoke run: 2 hosts, 12 s, 1 agent, at least 30 sends, "
                          "one host kill and restart")
-    ap.add_argument("--duration-s", type=float, default=1200.0, help="load duration (s)")
+    ap.add_argument("--duration-s", type=float, default=1800.0,
+                    help="load duration (s); the trends read its second half")
     ap.add_argument("--agents", type=int, default=50, help="agent processes")
     ap.add_argument("--sends", type=int, default=50_000,
                     help="the sender runs at least this many activations")
@@ -416,7 +505,7 @@ def main() -> int:
                     help="the model server's delay per reply (ms)")
     ap.add_argument("--signal-retention", type=int, default=DEFAULT_SIGNAL_RETENTION,
                     help="observer signals kept per process (up --signal-retention); lower "
-                         "it so the caps fill within the first half of a 20-minute run")
+                         "it so the caps fill within the first half of the load")
     ap.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS,
                     help="reasoning events kept per session (up --max-events)")
     args = ap.parse_args()
@@ -488,6 +577,7 @@ def run(cluster: LocalCluster, args: argparse.Namespace, hook: Webhook, llm: LLM
         "turns_completed": len(tally.turns),
         "turn_failures": dict(tally.turn_failures),
         "kills": tally.kills,
+        "failover_windows": failover_windows(tally),
         "per_minute": table,
         # the full load (sender, agents, kills) and, if the sender needed longer
         # for --sends, the sender alone: two workloads, judged apart
