@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_TIMER_PAGE",
     "DEFAULT_WAIT_REPLICAS",
     "DEFAULT_WAIT_TIMEOUT_MS",
+    "LEASE_NICENESS",
     "LEASE_TTL_S_MAX",
     "LEASE_TTL_S_MIN",
     "LOCAL_CLUSTER",
@@ -95,6 +96,13 @@ DEFAULT_GATEWAY_PORT = 8080
 DEFAULT_LEASE_TTL_S = 5
 #: Smallest host lease TTL in seconds, everywhere.
 LEASE_TTL_S_MIN = 1
+#: Scheduling niceness of both ends of a keepalive on one machine: the host's
+#: lease keeper and the etcd that ``svit_cluster.local`` starts. A lease lives
+#: only while both get CPU within the local deadline, and a burst of starting
+#: Ray workers runs at niceness 0. Below 0 needs ``CAP_SYS_NICE`` (root has it;
+#: a Kubernetes pod needs ``securityContext.capabilities.add: [SYS_NICE]``);
+#: without it each keeps the niceness it inherited.
+LEASE_NICENESS = -5
 #: Largest host lease TTL in seconds that ``up --lease-ttl``, ``ClusterSpec`` and
 #: the chart's schema accept; ``SVIT_LEASE_TTL_S`` itself has no upper bound.
 LEASE_TTL_S_MAX = 300

@@ -21,6 +21,7 @@ from svit_cluster.defaults import (
     DEFAULT_PASSIVATE_AFTER_S,
     DEFAULT_REDIS_URL,
     DEFAULT_SIGNAL_RETENTION,
+    LEASE_NICENESS,
 )
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
@@ -43,11 +44,10 @@ AGENT_NICENESS = 0
 PROCESS_ACTOR_NICENESS = 15
 #: Niceness the host's lease keeper asks for (``svit_cluster.ownership.KeptLease``):
 #: above the agent and far above process actors, so that neither serving load
-#: nor starting workers delay a keepalive. Going below the inherited niceness
-#: needs ``CAP_SYS_NICE`` (root has it; a Kubernetes pod needs
-#: ``securityContext.capabilities.add: [SYS_NICE]``); without it the keeper
-#: keeps the agent's niceness and logs so.
-KEEPER_NICENESS = -5
+#: nor starting workers delay a keepalive (:data:`~svit_cluster.defaults.LEASE_NICENESS`,
+#: which the local etcd runs at too). Without ``CAP_SYS_NICE`` the keeper keeps
+#: the agent's niceness and logs so.
+KEEPER_NICENESS = LEASE_NICENESS
 #: The environment every Ray node of a cluster starts with (``svit_cluster.local``
 #: and ``deploy/svit-node.sh``): Ray's core worker renices itself to
 #: ``RAY_worker_niceness`` at start, so every worker starts at the agent's

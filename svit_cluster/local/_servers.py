@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -32,6 +33,7 @@ from types import TracebackType
 
 import psutil
 
+from svit_cluster.defaults import LEASE_NICENESS
 from svit_cluster.errors import UnavailableError
 
 __all__ = ["EtcdServer", "RedisServer", "ServerError", "free_port", "stop_pid"]
@@ -176,6 +178,17 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _child_setup(die_with_parent: bool, niceness: int | None) -> None:  # pragma: no cover
+    """Runs in the child before exec: the parent-death signal, then the niceness
+    (best effort: without ``CAP_SYS_NICE`` the child keeps the inherited one).
+    Set before exec, so every thread the server starts inherits it."""
+    if die_with_parent:
+        _die_with_parent()
+    if niceness is not None:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)
+
+
 def _tail(path: Path, max_bytes: int = 2000) -> str:
     try:
         data = path.read_bytes()
@@ -207,6 +220,9 @@ class _Server(ABC):
         self.die_with_parent = die_with_parent
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
+
+    #: Scheduling niceness the server starts at (None: the inherited one).
+    _niceness: int | None = None
 
     # -- subclass hooks ---------------------------------------------------------
 
@@ -270,7 +286,9 @@ class _Server(ABC):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=(functools.partial(_child_setup, self.die_with_parent,
+                                              self._niceness)
+                            if self.die_with_parent or self._niceness is not None else None),
             )
         finally:
             log.close()
@@ -433,7 +451,9 @@ class RedisServer(_Server):
 
 
 class EtcdServer(_Server):
-    """A local single-member ``etcd`` with its own data directory.
+    """A local single-member ``etcd`` with its own data directory, started at
+    niceness :data:`~svit_cluster.defaults.LEASE_NICENESS` (when allowed), as
+    high as the lease keepers whose keepalives it answers.
 
     Args:
         state_dir: parent directory; the data lives in ``<state_dir>/etcd`` and
@@ -451,6 +471,8 @@ class EtcdServer(_Server):
     _binary = "etcd"
     _package = "etcd-server"
     _name = "etcd"
+    # the other end of every host's keepalive: as high as the lease keepers
+    _niceness = LEASE_NICENESS
 
     def __init__(
         self,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from svit_cluster.defaults import LEASE_NICENESS
 from svit_cluster.errors import ErrorCode, UnavailableError
 from svit_cluster.local import EtcdServer, RedisServer, ServerError
 
@@ -54,3 +55,28 @@ def test_etcd_restart_keeps_port_and_data_dir(fresh_etcd: EtcdServer) -> None:
     fresh_etcd.restart()
     assert fresh_etcd.endpoint == endpoint and fresh_etcd.pid != pid
     assert fresh_etcd.running
+
+
+def _thread_niceness(pid: int) -> set[int]:
+    """The niceness of every thread of ``pid`` (field 19 of /proc/<pid>/task/*/stat)."""
+    out = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        out.add(int(stat[stat.rfind(")") + 2:].split()[16]))
+    return out
+
+
+def test_etcd_runs_every_thread_at_the_lease_niceness(fresh_etcd: EtcdServer,
+                                                      fresh_redis: RedisServer) -> None:
+    """Both ends of a keepalive outrank the Ray workers a burst starts at
+    niceness 0: every etcd thread runs at LEASE_NICENESS (as root; without
+    CAP_SYS_NICE the inherited one); Redis keeps the inherited niceness (its
+    commits are fenced, never on a deadline)."""
+    inherited = os.getpriority(os.PRIO_PROCESS, 0)
+    expected = LEASE_NICENESS if os.geteuid() == 0 else inherited
+    assert fresh_etcd.pid is not None and fresh_redis.pid is not None
+    assert _thread_niceness(fresh_etcd.pid) == {expected}
+    assert _thread_niceness(fresh_redis.pid) == {inherited}
+    fresh_etcd.restart()
+    assert fresh_etcd.pid is not None
+    assert _thread_niceness(fresh_etcd.pid) == {expected}
