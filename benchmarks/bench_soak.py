@@ -32,7 +32,11 @@ the series moved less than ``FLAT_SHARE`` of its mean over that half, or its
 slope is within ``TREND_Z`` standard errors of 0, i.e. within noise). The
 latency and turn trends leave out the minutes a host kill disturbs; each
 kill's window is reported on its own (``failover_windows``: the sender's
-p50/p99/max and the agents' turns per minute in it). At the end it checks,
+p50/p99/max and the agents' turns per minute in it). The sender's key size
+is also judged against its own history (``sender_keys_by_history``: per
+10 000 commits over the second half of its commits), which a size sampled
+once a minute between snapshots and approximate stream trims saws around.
+At the end it checks,
 after the dispatcher drained: every acknowledged sender commit is in the
 process once (the version, the count written by the script and the
 acknowledged count agree), every committed intent reached the webhook, no
@@ -376,23 +380,49 @@ def trends(table: list[dict[str, Any]],
                 left_out[key] += 1
             else:
                 series[key].append((row["minute"], float(mib)))
-    out: dict[str, Any] = {}
-    for key, points in series.items():
-        s, se = fit(points)
-        mean = statistics.mean(v for _, v in points)
-        span = points[-1][0] - points[0][0] if len(points) > 1 else 0.0
-        change = None if s is None or not mean else s * span / abs(mean)
-        # within noise: the slope's interval at TREND_Z standard errors holds 0
-        noise = se is not None and s is not None and abs(s) <= TREND_Z * se
-        out[key] = {"slope_per_min": None if s is None else round(s, 3),
-                    "slope_se": None if se is None else round(se, 3),
-                    "mean": round(mean, 2),
-                    "points": len(points),
-                    "left_out": left_out[key],
-                    "moved_share": None if change is None else round(abs(change), 3),
-                    "flat": None if change is None else abs(change) < FLAT_SHARE or noise,
-                    "grows": None if change is None else change >= FLAT_SHARE and not noise}
-    return out
+    return {key: {**judge(points, "slope_per_min"), "left_out": left_out[key]}
+            for key, points in series.items()}
+
+
+def judge(points: list[tuple[float, float]], unit: str) -> dict[str, Any]:
+    """One trend verdict on ``(x, value)`` points (see :func:`trends`): the
+    slope per unit of x under the key ``unit``, ``slope_se``, ``mean``,
+    ``points``, ``moved_share``, ``flat`` and ``grows``."""
+    s, se = fit(points)
+    mean = statistics.mean(v for _, v in points)
+    span = points[-1][0] - points[0][0] if len(points) > 1 else 0.0
+    change = None if s is None or not mean else s * span / abs(mean)
+    # within noise: the slope's interval at TREND_Z standard errors holds 0
+    noise = se is not None and s is not None and abs(s) <= TREND_Z * se
+    return {unit: None if s is None else round(s, 3),
+            "slope_se": None if se is None else round(se, 3),
+            "mean": round(mean, 2),
+            "points": len(points),
+            "moved_share": None if change is None else round(abs(change), 3),
+            "flat": None if change is None else abs(change) < FLAT_SHARE or noise,
+            "grows": None if change is None else change >= FLAT_SHARE and not noise}
+
+
+def history_trend(table: list[dict[str, Any]],
+                  key: str = "sender_keys_kib") -> dict[str, Any]:
+    """The sender's Redis key size against its own history, not the clock:
+    each sample's value at the sender's acknowledged commits so far, over the
+    second half of its commits (load and sender-alone rows alike: the size of
+    a process's keys depends on what it committed, not on the load beside
+    it), judged as :func:`judge` does, with the slope in KiB per 10 000
+    commits (``slope_per_10k_commits``). Also ``min``/``max`` of the values
+    in that half and the commits it spans (``from_commit``, ``to_commit``)."""
+    done, points = 0, []
+    for row in table:
+        done += int(row["activations"])
+        if row.get(key) is not None:
+            points.append((done / 10_000, float(row[key])))
+    half = [(x, v) for x, v in points if x * 10_000 >= done / 2]
+    if not half:
+        return {"points": 0}
+    return {**judge(half, "slope_per_10k_commits"),
+            "min": min(v for _, v in half), "max": max(v for _, v in half),
+            "from_commit": round(half[0][0] * 10_000), "to_commit": round(half[-1][0] * 10_000)}
 
 
 def fit(points: list[tuple[float, float]]) -> tuple[float | None, float | None]:
@@ -584,6 +614,7 @@ def run(cluster: LocalCluster, args: argparse.Namespace, hook: Webhook, llm: LLM
         "trends": trends([r for r in table if r["t_s"] <= args.duration_s + 1], tally.kills),
         "trends_sender_alone": trends([r for r in table if r["t_s"] > args.duration_s + 1],
                                       tally.kills),
+        "sender_keys_by_history": history_trend(table),
         "checks": verify(cluster, agents, tally, hook),
         "keys_at_end": _keys_at_end(cluster, agents),
     }

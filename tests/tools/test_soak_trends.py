@@ -6,7 +6,14 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from benchmarks.bench_soak import FAILOVER_SETTLE_S, Tally, failover_windows, fit, trends
+from benchmarks.bench_soak import (
+    FAILOVER_SETTLE_S,
+    Tally,
+    failover_windows,
+    fit,
+    history_trend,
+    trends,
+)
 
 
 def rows(p99: list[float], pss: list[float] | None = None) -> list[dict[str, Any]]:
@@ -87,3 +94,22 @@ def test_failover_windows_report_each_kill_on_its_own() -> None:
     assert window["host"] == "h1" and window["activations"] == 2
     assert window["max_ms"] == 12000.0
     assert window["turns_per_min"] > 0
+
+
+def history_rows(sizes: list[float], per_minute: int = 1000) -> list[dict[str, Any]]:
+    return [{"activations": per_minute, "sender_keys_kib": v} for v in sizes]
+
+
+def test_a_sawtooth_key_size_is_flat_against_the_senders_history() -> None:
+    saw = [620.0, 700.0, 735.0, 640.0, 690.0, 730.0, 625.0, 715.0] * 3
+    out = history_trend(history_rows(saw))
+    assert out["flat"] is True and out["grows"] is False
+    assert out["from_commit"] >= 12_000 and out["to_commit"] == 24_000
+    assert (out["min"], out["max"]) == (620.0, 735.0)
+
+
+def test_a_key_size_that_grows_with_commits_grows() -> None:
+    """Negative control: +10 KiB per 1 000 commits, the outbox-in-state kind."""
+    out = history_trend(history_rows([600.0 + 10.0 * i for i in range(24)]))
+    assert out["grows"] is True
+    assert out["slope_per_10k_commits"] == 100.0
