@@ -8,7 +8,10 @@ starved for a while still reads the *current* deadline: a stale copy would make
 a slow agent believe a kept lease lost.
 
 Both sides map the same file (the agent creates it; the keeper unlinks it once
-both have it mapped, so nothing is left behind when either dies). Deadlines are
+both have it mapped, so nothing is left behind when either dies). A file whose
+creator and keeper were both killed before that unlink (a host killed while
+its lease was being granted) is an orphan: the next record created in the same
+directory removes every record whose creator process is gone. Deadlines are
 ``time.monotonic()`` seconds: CLOCK_MONOTONIC is one clock for every process of
 a Linux host (and of a pod), so the agent judges the keeper's deadline with its
 own clock.
@@ -23,11 +26,51 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 import zlib
 from dataclasses import dataclass, field
 
-__all__ = ["LAG_BUCKETS_S", "LeaseStatus", "StatusFile"]
+__all__ = ["LAG_BUCKETS_S", "LeaseStatus", "StatusFile", "remove_orphans"]
+
+#: Every record's file name starts so, then ``<creator pid>-<12 hex digits>``.
+PREFIX = "svit-lease-"
+_NAME = re.compile(rf"{PREFIX}(\d+)-[0-9a-f]{{12}}")
+
+
+def remove_orphans(directory: str) -> list[str]:
+    """Remove the records in ``directory`` whose creator process no longer
+    exists (its pid in the name); returns their paths. A record of a live
+    process, or of a pid reused by another process, is kept: removing one
+    in use would blind its agent, keeping an orphan costs one small file.
+    Never raises for a record that is already gone or a directory that
+    cannot be listed."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        match = _NAME.fullmatch(name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 #: Upper bounds (s) of the keepalive-lag histogram buckets (``+Inf`` is implied),
 #: the same as ``LeaseMetrics``' ``svit_lease_keepalive_lag_seconds``.
@@ -155,8 +198,11 @@ class StatusFile:
 
     @classmethod
     def create(cls, directory: str) -> StatusFile:
-        """A new zeroed record in ``directory`` (mode 0600, a unique name)."""
-        name = os.path.join(directory, f"svit-lease-{os.getpid()}-{os.urandom(6).hex()}")
+        """A new zeroed record in ``directory`` (mode 0600, a unique name:
+        ``svit-lease-<creator pid>-<12 hex digits>``), after removing the
+        orphans there (:func:`remove_orphans`)."""
+        remove_orphans(directory)
+        name = os.path.join(directory, f"{PREFIX}{os.getpid()}-{os.urandom(6).hex()}")
         return cls(name, create=True)
 
     @classmethod

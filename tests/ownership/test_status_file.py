@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 from svit_cluster.ownership._status_file import SIZE, LeaseStatus, StatusFile
@@ -56,3 +59,24 @@ def test_a_torn_or_half_written_copy_is_never_accepted(tmp_path: Path) -> None:
     finally:
         writer.close()
         writer.unlink()
+
+
+def test_creating_a_record_removes_the_orphans_of_dead_creators(tmp_path: Path) -> None:
+    """A host killed while its lease was being granted leaves its record
+    behind (neither the agent nor the keeper lived to unlink it); the next
+    record created there removes it, and never one whose creator lives."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    orphan = tmp_path / f"svit-lease-{gone.pid}-0123456789ab"
+    live = tmp_path / f"svit-lease-{os.getpid()}-ba9876543210"
+    other = tmp_path / f"svit-lease-{gone.pid}-not-a-record"
+    for path in (orphan, live, other):
+        path.write_bytes(b"\0" * SIZE)
+    made = StatusFile.create(str(tmp_path))
+    try:
+        assert not orphan.exists()
+        assert live.exists() and other.exists()
+        assert Path(made.path).exists()
+    finally:
+        made.close()
+        made.unlink()
