@@ -15,12 +15,14 @@ workers.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from svit_chaos.proxy import LinkMode
 
 from svit_cluster.client import SvitClient
+from svit_cluster.cluster._supervisor import UNPARK_RETRY_S
 from svit_cluster.local import LocalCluster
 from tests.cluster.test_failover_faults import etcd_view, processes_on_one_host, restore
 from tests.cluster.test_overload import agent_statuses
@@ -40,6 +42,20 @@ def _wait(what: str, check: Any, timeout_s: float) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not within {timeout_s} s")
         time.sleep(0.2)
+
+
+def _agent_log(cluster: LocalCluster, needles: list[str], keep: int = 30) -> list[str]:
+    """The last ``keep`` lines of the Ray worker logs under the cluster's state
+    directory (where host agents log) that name any of ``needles``."""
+    lines: list[str] = []
+    logs = Path(cluster.spec.state_dir).glob("ray/session_*/logs/worker-*")
+    for path in sorted({p.resolve() for p in logs}):  # session_latest links to one of them
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        lines += [ln for ln in text.splitlines() if any(n in ln for n in needles)]
+    return lines[-keep:]
 
 
 @pytest.mark.timeout(300)
@@ -64,14 +80,16 @@ def test_a_host_that_lost_its_lease_keeps_its_workers_and_serves_its_processes_a
             now = etcd_view(cluster)["owners"]
             return all(p in now and now[p]["token"] > old[p]["token"] for p in pids)
 
-        try:
-            _wait("every process owned again", back, 30.0)
+        try:  # the agent retries a parked process for UNPARK_RETRY_S after the rejoin
+            _wait("every process owned again", back, UNPARK_RETRY_S + 10.0)
         except AssertionError as exc:  # say where the rejoin stopped
             status = {k: v for k, v in agent_statuses(cluster)[victim].items()
                       if k in ("lease_state", "incarnation", "actors", "spares",
                                "lost_leases", "activations", "shed_activations")}
             owners = {p: etcd_view(cluster)["owners"].get(p) for p in pids}
-            raise AssertionError(f"{exc}: {victim} {status}; owners {owners}") from None
+            log = "\n".join(_agent_log(cluster, [*pids, f"host {victim} "]))
+            raise AssertionError(f"{exc}: {victim} {status}; owners {owners}; "
+                                 f"agent log:\n{log}") from None
         now = etcd_view(cluster)["owners"]
         after = agent_statuses(cluster)[victim]
         print(f"REJOIN {victim}: tokens {[old[p]['token'] for p in pids]} -> "

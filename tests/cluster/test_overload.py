@@ -39,6 +39,7 @@ from svit_cluster.client import SvitClient
 from svit_cluster.errors import SvitError
 from svit_cluster.local import ClusterSpec, LocalCluster
 from svit_cluster.local._status import _etcd_view
+from tests.cluster.test_failover_faults import connect_ray
 
 pytestmark = pytest.mark.cluster
 
@@ -57,20 +58,6 @@ COUNTER = """(define (main input)
 def host_leases(cluster: LocalCluster) -> dict[str, int]:
     view = asyncio.run(_etcd_view(cluster.doc["etcd"]["endpoint"], cluster.doc["cluster"]))
     return {host: int(doc["lease"]) for host, doc in view["hosts"].items()}
-
-
-def connect_ray(cluster: LocalCluster) -> None:
-    """Connect this test process to ``cluster``'s Ray (leaving any other one first:
-    this module also runs a cluster of its own)."""
-    import ray
-
-    address = cluster.doc["ray"]["address"]
-    if ray.is_initialized():
-        if ray.get_runtime_context().gcs_address == address:
-            return
-        ray.shutdown()
-    ray.init(address=address, namespace="svit-test-probe", logging_level="ERROR",
-             log_to_driver=False)
 
 
 def agent_statuses(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
