@@ -26,6 +26,7 @@ from svit_cluster.errors import UnavailableError
 from svit_cluster.ownership import (
     KeptLease,
     LeaseState,
+    etcd_call,
     host_key,
     open_client,
     revoke_lease_id,
@@ -115,8 +116,9 @@ class AgentLease:
         table and reports it to the keeper).
 
         Raises:
-            UnavailableError: the host is unhealthy (no lease is granted) or
-                etcd could not grant a lease.
+            UnavailableError: the host is unhealthy (no lease is granted), etcd
+                could not grant a lease, or the host record could not be
+                written under it (that lease is closed).
         """
         if self.health is None:
             self.health = HostHealth.of_this_worker()
@@ -144,11 +146,9 @@ class AgentLease:
                             "node_id": self.health.node_id,
                             "actor_id": _own_actor_id()}).encode()
         try:
-            await asyncio.wait_for(
-                client.put(host_key(self.cfg.cluster, self.host), value,
-                           lease=lease.lease_id),
-                timeout=5,
-            )
+            await etcd_call("register host", client.put(host_key(self.cfg.cluster, self.host),
+                                                          value, lease=lease.lease_id),
+                            timeout_s=5, host=self.host)
         except BaseException:
             await lease.close()
             raise

@@ -1,0 +1,61 @@
+"""A host agent's join whose lease is granted but whose host record cannot be
+written (etcd reachable for the keeper, not for the agent's own client): the
+join fails with ``UnavailableError`` naming etcd, as its contract says, and the
+new lease is closed; the rejoin loop then logs one warning and tries again,
+instead of a traceback for an expected outage. Real etcd, a real lease keeper;
+the agent's client points at a loopback port nobody listens on.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from svit_cluster.cluster import _host_lease
+from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._host_lease import AgentLease
+from svit_cluster.errors import UnavailableError
+from svit_cluster.local import EtcdServer
+from svit_cluster.ownership import open_client
+from tests._support import unique, wait_for
+
+pytestmark = pytest.mark.servers
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:  # bound, never listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_a_join_whose_host_record_cannot_be_written_is_unavailable_and_closes_its_lease(
+        etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    dead = f"127.0.0.1:{_closed_port()}"
+    monkeypatch.setattr(_host_lease, "open_client",
+                        lambda endpoint: open_client(dead, request_timeout_s=0.5))
+    cfg = ClusterConfig(cluster=unique("join"), etcd_endpoint=etcd_server.endpoint,
+                        lease_ttl_s=3)
+    leases = AgentLease(cfg, "h1", on_state=lambda state: None)
+    granted: list[Any] = []
+    real = _host_lease.KeptLease
+
+    def keep(*args: Any, **kwargs: Any) -> Any:
+        granted.append(real(*args, **kwargs))
+        return granted[-1]
+
+    monkeypatch.setattr(_host_lease, "KeptLease", keep)
+    try:
+        with pytest.raises(UnavailableError, match="etcd") as info:
+            await leases.join()
+        assert info.value.code == "unavailable"
+        assert granted and granted[0].lease_id, "the keeper did not grant a lease"
+        assert leases.lease is None and leases.incarnation == 0
+        # the granted lease was closed: its keeper ends
+        wait_for(lambda: granted[0].status().exited, timeout_s=10.0,
+                 what="the lease keeper to exit")
+    finally:
+        leases.stop_health()
+        for lease in granted:
+            await lease.close()
