@@ -252,8 +252,11 @@ def status(state_dir: Path, output: str) -> None:
     click.echo(f"gateway {info['gateway']['url']}: "
                f"{'healthy' if info['gateway']['healthy'] else 'UNHEALTHY'}")
     for host in info["hosts"]:
+        lease = host.get("lease")
+        # a dead host's lease stays in etcd until its TTL ends (or a peer revokes it)
+        stale = " (in etcd until its TTL ends)" if lease and not host["alive"] else ""
         click.echo(f"  {host['name']}: process {'up' if host['alive'] else 'DOWN'}, "
-                   f"lease {host.get('lease') or '-'}, owners {host.get('owners', 0)}")
+                   f"lease {lease or '-'}{stale}, owners {host.get('owners', 0)}")
         agent = host.get("agent")
         if agent and agent.get("answered"):
             lru = agent.get("lru_idle_s")
@@ -284,10 +287,17 @@ def _fault_command(name: str, target: str) -> Callable[[Callable[..., None]], cl
     return decorate
 
 
-def _signalled(name: str, host: str, pids: list[int], output: str) -> None:
-    """Report the PIDs a host fault command signalled."""
-    emit(output, {"command": name, "host": host, "pids": pids},
-         lambda: click.echo(f"{name} {host}: signalled {len(pids)} processes"))
+def _signalled(name: str, host: str, pids: list[int], output: str, signal: str,
+               undo: str = "", state_dir: Path | None = None) -> None:
+    """Report the PIDs a host fault command sent ``signal`` to; in text, also
+    the command that undoes it (``undo``, run on the same ``state_dir``)."""
+    def text() -> None:
+        click.echo(f"{name} {host}: {signal} sent to {len(pids)} processes "
+                   f"(pids {', '.join(map(str, pids)) or 'none'})")
+        if undo:
+            click.echo(f"undo: svit-cluster {undo} {host} --state-dir {state_dir}")
+
+    emit(output, {"command": name, "host": host, "pids": pids}, text)
 
 
 @_fault_command("kill-host", "host")
@@ -295,7 +305,8 @@ def kill_host(state_dir: Path, host: str, output: str) -> None:
     """SIGKILL HOST's raylet and all its worker processes."""
     from svit_cluster.local import LocalCluster
 
-    _signalled("kill-host", host, LocalCluster.load(state_dir).kill_host(host), output)
+    pids = LocalCluster.load(state_dir).kill_host(host)
+    _signalled("kill-host", host, pids, output, "SIGKILL", "restart-host", state_dir)
 
 
 @_fault_command("pause-host", "host")
@@ -303,7 +314,8 @@ def pause_host(state_dir: Path, host: str, output: str) -> None:
     """SIGSTOP every process of HOST (a frozen, stale owner)."""
     from svit_cluster.local import LocalCluster
 
-    _signalled("pause-host", host, LocalCluster.load(state_dir).pause_host(host), output)
+    pids = LocalCluster.load(state_dir).pause_host(host)
+    _signalled("pause-host", host, pids, output, "SIGSTOP", "resume-host", state_dir)
 
 
 @_fault_command("resume-host", "host")
@@ -311,7 +323,8 @@ def resume_host(state_dir: Path, host: str, output: str) -> None:
     """SIGCONT every process of HOST."""
     from svit_cluster.local import LocalCluster
 
-    _signalled("resume-host", host, LocalCluster.load(state_dir).resume_host(host), output)
+    pids = LocalCluster.load(state_dir).resume_host(host)
+    _signalled("resume-host", host, pids, output, "SIGCONT")
 
 
 def _killed(name: str, what: str, target: str, pid: int, output: str) -> None:
