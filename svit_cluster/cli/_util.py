@@ -81,6 +81,8 @@ def exit_code_for(exc: SvitError) -> int:
 
 
 def _advice(exc: SvitError) -> str:
+    if isinstance(exc.fields.get("advice"), str):  # the raiser knows better
+        return str(exc.fields["advice"])
     if isinstance(exc, Unauthenticated):
         return ("the gateway refused the bearer token (HTTP 401); set SVIT_TOKEN or --token "
                 "to a token of this cluster (`svit-cluster env` prints a local cluster's)")

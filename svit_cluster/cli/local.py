@@ -11,10 +11,11 @@ Exit codes and ``--output {text,json}``: see :mod:`svit_cluster.cli._util`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from svit_cluster.defaults import (
     RETENTION_MAX,
     RETENTION_MIN,
 )
-from svit_cluster.errors import ConfigurationError
+from svit_cluster.errors import ConfigurationError, UnavailableError
 
 __all__ = ["COMMANDS", "reasoner_options"]
 
@@ -145,7 +146,7 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
         if not m.isdigit() or (r and not r.isdigit()):
             raise click.BadParameter("expected M or MxR, e.g. 3x1", param_hint="--redis-cluster")
         masters, replicas = int(m), int(r or 0)
-    with waiting("starting the local cluster") as step:
+    with waiting("starting the local cluster") as step, _start_failure(state_dir):
         cluster = LocalCluster.up(
             ClusterSpec(state_dir=state_dir, hosts=hosts, lease_ttl_s=lease_ttl_s,
                         snapshot_every=snapshot_every, passivate_after_s=passivate_after_s,
@@ -173,6 +174,18 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
     emit(output, {"cluster": doc["cluster"], "gateway_url": doc["gateway"]["url"],
                   "hosts": sorted(doc["hosts"]), "cluster_json": str(cluster.path),
                   "reasoner": reasoner_kind}, text)
+
+
+@contextlib.contextmanager
+def _start_failure(state_dir: Path) -> Iterator[None]:
+    """An ``unavailable`` error while ``up`` starts the cluster says what to do
+    about a local start (``up`` has stopped what it started), not about a gateway."""
+    try:
+        yield
+    except UnavailableError as exc:
+        raise UnavailableError(exc.message, **{**exc.fields, "advice": (
+            f"nothing of it is left running; fix the cause above and run `up --state-dir "
+            f"{state_dir}` again")}) from exc
 
 
 def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str,

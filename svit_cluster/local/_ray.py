@@ -27,7 +27,7 @@ import psutil
 
 from svit_cluster.cluster import WORKER_NICENESS_ENV, host_resource
 from svit_cluster.errors import UnavailableError
-from svit_cluster.local._servers import pid_alive, wait_exited
+from svit_cluster.local._servers import log_tail, pid_alive, wait_exited
 from svit_cluster.local._stop import continue_processes, stop_processes
 
 __all__ = ["PortAllocator", "RayNode", "ray_env", "stop_nodes"]
@@ -257,14 +257,16 @@ class RayNode:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise UnavailableError(
-                    f"ray node {self.name} exited with {self.proc.returncode}; see {self.log_path}"
-                )
+                    f"ray node {self.name} exited with {self.proc.returncode}; see "
+                    f"{self.log_path}; it ends:\n{log_tail(self.log_path, 800)}")
             if _listening(self.node_manager_port) and (not self.head or _listening(self.gcs_port)):
                 return
             time.sleep(0.1)
         self.stop()
-        raise UnavailableError(f"ray node {self.name} did not start in {timeout_s} s; "
-                               f"see {self.log_path}")
+        # the log's end in the message (800 bytes: a message is capped at 1 KiB),
+        # since a temporary state directory may be gone when anyone reads it
+        raise UnavailableError(f"ray node {self.name} did not start in {timeout_s} s; see "
+                               f"{self.log_path}; it ends:\n{log_tail(self.log_path, 800)}")
 
     def pids(self) -> list[int]:
         """The ``ray start`` process and every descendant (raylet, GCS, workers),

@@ -189,7 +189,8 @@ def _child_setup(die_with_parent: bool, niceness: int | None) -> None:  # pragma
             os.setpriority(os.PRIO_PROCESS, 0, niceness)
 
 
-def _tail(path: Path, max_bytes: int = 2000) -> str:
+def log_tail(path: Path, max_bytes: int = 2000) -> str:
+    """The last ``max_bytes`` bytes of the log at ``path`` as text ("" if unreadable)."""
     try:
         data = path.read_bytes()
     except OSError:
@@ -297,7 +298,7 @@ class _Server(ABC):
             if self._proc.poll() is not None:
                 raise ServerError(
                     f"{self._binary} exited with {self._proc.returncode}: "
-                    f"{_tail(self.log_path)[-400:]}",
+                    f"{log_tail(self.log_path)[-400:]}",
                     binary=self._binary,
                     log=str(self.log_path),
                     reason="exited",
