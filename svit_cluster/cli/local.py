@@ -184,8 +184,8 @@ def _start_failure(state_dir: Path) -> Iterator[None]:
         yield
     except UnavailableError as exc:
         raise UnavailableError(exc.message, **{**exc.fields, "advice": (
-            f"nothing of it is left running; fix the cause above and run `up --state-dir "
-            f"{state_dir}` again")}) from exc
+            f"nothing of it is left running; fix the cause above and run `{invoked_as()} up "
+            f"--state-dir {state_dir}` again")}) from exc
 
 
 def reasoner_options(kind: str, url: str | None, model: str | None, key_env: str,
@@ -308,7 +308,7 @@ def _signalled(name: str, host: str, pids: list[int], output: str, signal: str,
         click.echo(f"{name} {host}: {signal} sent to {len(pids)} processes "
                    f"(pids {', '.join(map(str, pids)) or 'none'})")
         if undo:
-            click.echo(f"undo: svit-cluster {undo} {host} --state-dir {state_dir}")
+            click.echo(f"undo: {invoked_as()} {undo} {host} --state-dir {state_dir}")
 
     emit(output, {"command": name, "host": host, "pids": pids}, text)
 

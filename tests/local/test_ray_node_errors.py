@@ -40,5 +40,5 @@ def test_up_failing_to_start_advises_a_new_up_not_a_gateway_check(tmp_path: Path
         raise UnavailableError("ray node h1 did not start in 60.0 s; see x.log; it ends: y")
     line = failure_line(info.value)
     assert "SVIT_URL" not in line, line
-    assert f"run `up --state-dir {tmp_path / 's'}` again" in line, line
+    assert f"run `svit-cluster up --state-dir {tmp_path / 's'}` again" in line, line
     assert line.startswith("error: unavailable: ray node h1 did not start"), line
