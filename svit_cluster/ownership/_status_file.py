@@ -31,6 +31,8 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
+import psutil
+
 __all__ = ["LAG_BUCKETS_S", "LeaseStatus", "StatusFile", "remove_orphans"]
 
 #: Every record's file name starts so, then ``<creator pid>-<12 hex digits>``.
@@ -52,7 +54,7 @@ def remove_orphans(directory: str) -> list[str]:
     removed = []
     for name in names:
         match = _NAME.fullmatch(name)
-        if match is None or _alive(int(match.group(1))):
+        if match is None or psutil.pid_exists(int(match.group(1))):
             continue
         path = os.path.join(directory, name)
         try:
@@ -62,15 +64,6 @@ def remove_orphans(directory: str) -> list[str]:
         removed.append(path)
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 #: Upper bounds (s) of the keepalive-lag histogram buckets (``+Inf`` is implied),
 #: the same as ``LeaseMetrics``' ``svit_lease_keepalive_lag_seconds``.
