@@ -615,9 +615,18 @@ class RayRouter:
                 if h in load:
                     load[h] += n
             skip = tried | self.host_watch.excluded()
-            # A host that was full a moment ago is tried last.
+            # First choice: a host with a warm spare left for this activation. Each
+            # agent keeps ``warm_spares`` workers started and each activation under
+            # way there takes one; beyond them an activation starts a Ray worker
+            # first (seconds). By load alone, a failed host's processes placed at
+            # once can all go to the least-loaded survivor, past its spares, while
+            # another survivor has spares idle. A host that was full a moment ago
+            # is tried last.
+            cold = {h for h in load if self._activating.get(h, 0) >= self.cfg.warm_spares}
+            full_now = self._recently_full()
             turn, self._turn = self._turn, self._turn + 1
-            host = (pick_host(load, skip | self._recently_full(), turn=turn)
+            host = (pick_host(load, skip | full_now | cold, turn=turn)
+                    or pick_host(load, skip | full_now, turn=turn)
                     or pick_host(load, skip, turn=turn))
             if host is None:
                 if full and full >= set(load) - self.host_watch.excluded():

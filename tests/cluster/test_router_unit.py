@@ -387,6 +387,30 @@ async def test_processes_placed_at_once_spread_over_the_hosts() -> None:
     assert router._activating == {}
 
 
+async def test_processes_placed_at_once_go_to_a_host_with_a_warm_spare_left() -> None:
+    """Three processes of a failed host placed at once, on survivors holding 5 and 2
+    processes, 2 warm spares each: by load alone all three would go to the
+    lighter host, the third past its spares (a cold Ray worker start); the third
+    goes to the other host, whose spares are idle."""
+    router, agents = fake_cluster(["b", "c"])
+    for n, host in enumerate(["b"] * 5 + ["c"] * 2):
+        router.cache._apply(owner_key(CLUSTER, f"svit://t/old-{n}"),
+                            json.dumps({"host": host, "address": f"svit:{host}:{n}"}).encode(), 3)
+    gate = asyncio.Event()
+    for agent in agents.values():
+        agent.gate = gate
+    calls = [asyncio.ensure_future(router._route(f"svit://t/{n}")) for n in range(3)]
+    for _ in range(200):  # each first asks Redis (in a thread) whether the process exists
+        if sum(router._activating.values()) == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert router._activating == {"c": 2, "b": 1}
+    gate.set()
+    routes = await asyncio.gather(*calls)
+    assert sorted(r.host for r in routes) == ["b", "c", "c"]
+    assert router._activating == {}
+
+
 # -- residency: full hosts, moved bindings ------------------------------------------------
 
 
