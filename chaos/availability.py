@@ -84,7 +84,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from .history import Event
+from .history import SETTLE_CLIENT, Event
 from .logs import StoredLogs
 
 __all__ = [
@@ -207,7 +207,7 @@ def _processes(history: Sequence[Event], logs: StoredLogs | None) -> dict[str, _
             host = ev.get("host")
             owners[process].append((t, host if isinstance(host, str) else None))
             continue
-        if kind not in _OPS:
+        if kind not in _OPS or ev.get("client") == SETTLE_CLIENT:
             continue
         if kind == "invoke":
             first.setdefault(process, t)

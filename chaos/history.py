@@ -63,12 +63,17 @@ from typing import IO, Any
 from .clock import Clock, MonotonicClock
 from .errors import HistoryError
 
-__all__ = ["KINDS", "OP_KINDS", "Event", "HistoryWriter", "read_history", "write_history"]
+__all__ = ["KINDS", "OP_KINDS", "SETTLE_CLIENT", "Event", "HistoryWriter", "read_history",
+           "write_history"]
 
 Event = dict[str, Any]
 
 #: Kinds of operation events.
 OP_KINDS = frozenset({"invoke", "ok", "fail", "info"})
+#: The client of the operations the harness makes after healing (the loss
+#: control's victim): checked like any operation, but not workload demand, so
+#: availability leaves them out.
+SETTLE_CLIENT = "settle"
 #: Every kind a history may hold.
 KINDS = OP_KINDS | frozenset({"nemesis", "fence", "owner", "final", "meta", "note",
                                     "outbox", "ports", "host_lease", "lease_reasons",

@@ -45,6 +45,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import redis
+
 from svit_cluster.dispatch import (
     DeliveryState,
     delivery_status,
@@ -65,7 +67,7 @@ from .history import HistoryWriter, write_history
 from .kinds import QUORUM_KINDS
 from .leases import lease_loss_reasons, lease_losses
 from .load import stop_all_loads
-from .logs import StoredLogs, dump_processes, write_logs
+from .logs import StoredLogs, dump_process, dump_processes, write_logs
 from .observer import StoreObserver
 from .ports import PortServer, owner_log_lines
 from .proxy import HubLinks
@@ -374,6 +376,18 @@ async def run_leg(
                 timeout_s=config.heal_timeout_s, clock=clock,
             ):
                 errors.append(f"{service} did not come back after healing")
+        if loss_control and not abort.is_set():  # the control's acknowledged victim
+            def above_snapshot(process: str, version: int) -> bool:
+                try:
+                    snap = dump_process(direct, process, prefix=config.prefix).final_snapshot
+                except redis.RedisError:
+                    return False  # unknown: commit once more
+                return snap is None or version > snap.version
+
+            settled = await workload.commit_after_heal(above_snapshot,
+                                                       timeout_s=config.final_timeout_s)
+            progress.message(f"[{name}] settle commit above the snapshot: "
+                             f"{'none' if settled is None else f'version {settled}'}")
         await workload.read_final(timeout_s=5.0 if negative else config.final_timeout_s)
         if wl_config.timer_every:  # first: the outbox status then also sees them fired
             await _record_timers(direct, workload, history, config, progress, clock, name)

@@ -67,7 +67,7 @@ from svit_cluster.errors import ErrorCode, SvitError, UnavailableError
 from svit_cluster.process import to_plain_json
 
 from .clock import Clock, MonotonicClock
-from .history import HistoryWriter
+from .history import SETTLE_CLIENT, HistoryWriter
 
 __all__ = ["PORT_SCRIPT", "SCRIPT", "SCRIPT_NAME", "SENT_PATH", "TIMER_PATH", "Workload",
            "WorkloadConfig", "WorkloadStats", "initial_memory", "timer_fields"]
@@ -483,6 +483,53 @@ class Workload:
             stats.in_flight -= 1
 
     # -- after the run -------------------------------------------------------------------
+
+    async def commit_after_heal(self, above_snapshot: Callable[[str, int], bool], *,
+                                timeout_s: float = 30.0) -> int | None:
+        """Commit operations on the first process, once healed, until one is
+        acknowledged above the process's latest snapshot.
+
+        The lost-commit control deletes such an entry; a run whose last
+        operations all ended unknown (a fault at the very end), or whose last
+        commit was snapshotted, has none. The operations are recorded in the
+        history like any other, by client ``SETTLE_CLIENT``, so the checker holds
+        them to the same invariants.
+
+        Args:
+            above_snapshot: ``(process, version) -> bool``: the stored log holds
+                ``version`` above the process's latest snapshot (snapshots are
+                stored before a commit is answered, so one read after the
+                acknowledgement decides).
+            timeout_s: seconds to keep trying.
+
+        Returns:
+            the acknowledged version above the snapshot, or None when there was
+            none within ``timeout_s`` (the control then ends inconclusive).
+        """
+        self._stopping = False  # the run's drain deadline no longer applies
+        client = self._factory(f"{self.config.run_id}-settle")
+        pid = self.processes[0]
+        deadline = self.clock.now() + timeout_s
+        seq = 0
+        expected: int | None = None
+        try:
+            while self.clock.now() < deadline:
+                if expected is None:
+                    try:
+                        _, expected = await client.state(pid, "/memory/count")
+                    except (*_TRANSIENT, SvitError):
+                        await self.clock.sleep(self.config.backoff_s[0])
+                        continue
+                seq += 1
+                acked = self.stats.ok
+                expected = await self._operate(client, SETTLE_CLIENT, pid,
+                                               f"{self.config.run_id}.settle.{seq}", expected)
+                if (self.stats.ok > acked and expected is not None
+                        and await asyncio.to_thread(above_snapshot, pid, expected)):
+                    return expected
+        finally:
+            await client.aclose()
+        return None
 
     async def read_final(self, *, timeout_s: float = 60.0) -> dict[str, tuple[int, Any]]:
         """Read ``/memory`` of every process after healing; records ``final`` events.

@@ -21,6 +21,7 @@ from svit_chaos.availability import (
     recoveries,
 )
 from svit_chaos.checker import check
+from svit_chaos.history import SETTLE_CLIENT
 from svit_chaos.logs import StoredLogs
 from svit_chaos.report import (
     build_report,
@@ -131,6 +132,15 @@ def test_time_nobody_asked_is_not_charged() -> None:
                      chain(P, "c0", 15.0, steps(15.5, 20.0, 4)))
     row = process_availability(events)[0]
     assert (row["demand_s"], row["duration_s"], row["availability"]) == (10.0, 20.0, 1.0)
+
+
+def test_the_harness_settle_commits_after_healing_are_not_workload_demand() -> None:
+    # the loss control's settle commit 30 s after the run ends (a slow operation
+    # of its own) neither stretches the span nor counts as an outage or a commit
+    run = chain(P, "c0", 0.0, steps(0.5, 5.0, 4))
+    settle = chain(P, SETTLE_CLIENT, 35.0, [(40.0, 4)])
+    row = process_availability(history(run, settle))[0]
+    assert (row["duration_s"], row["outages"], row["commits"]) == (5.0, 0, 10)
 
 
 def test_an_operation_that_never_completes_is_unavailable_to_the_end() -> None:

@@ -137,6 +137,27 @@ async def test_run_with_every_nemesis_and_both_controls(tmp_path: Path) -> None:
     assert lost.exit_code == 1
 
 
+async def test_the_loss_control_commits_its_own_victim_when_the_run_acked_none(
+        tmp_path: Path) -> None:
+    # Redis is down for the whole run, so no workload operation is acknowledged:
+    # the control must still find an acknowledged entry above a snapshot to
+    # delete (a settle commit after healing) instead of ending inconclusive.
+    schedule = Schedule("no-acks", 0, (Window(0.0, 3.0, NemesisSpec("kill-redis")),), 3.0)
+    config = RunConfig(scenario="none", seed=5, hosts=2, clients=2, processes=2,
+                       out_dir=tmp_path, lease_ttl_s=1, snapshot_every=8,
+                       negative_control=False, loss_control=True, request_timeout_s=0.5,
+                       op_deadline_s=2.0, drain_s=1.0, final_timeout_s=15.0,
+                       heal_timeout_s=20.0, schedule=schedule)
+    outcome = await run(config, launcher=mini_launcher)
+    history = outcome.legs["main"].history
+    acked = [e for e in history if e["kind"] == "ok"]
+    assert acked and {e["client"] for e in acked} == {"settle"}, acked
+    control = outcome.report["controls"]["lost_commit"]
+    assert control["verdict"] == "pass", control
+    assert f"version {acked[-1]['version']} " in control["detail"], control
+    assert outcome.verdict == "pass"
+
+
 async def test_ctrl_c_heals_everything_and_stops_every_process(tmp_path: Path) -> None:
     started: list[MiniCluster] = []
 
