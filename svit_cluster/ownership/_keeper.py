@@ -24,9 +24,11 @@ What keeps the lease honest -- it lives only while the host can serve:
 * the agent's end of the keeper's stdin closing (the agent died) does the same;
 * the agent can report the host unhealthy (``unhealthy <reason>`` on stdin, e.g.
   Ray declared its node dead): revoke and exit;
-* ``revoke`` revokes and exits; ``close`` stops keepalives without revoking (the
-  lease then runs out its TTL); ``pause`` stops keepalives but keeps the
-  process (tests, a simulated cut-off);
+* ``revoke`` revokes and exits (the agent sends it when it finds the lease
+  LOST itself, even if this keeper still holds it: the holder's verdict ends
+  the lease); ``close`` stops keepalives without revoking (the lease then runs
+  out its TTL); ``pause`` stops keepalives but keeps the process (tests, a
+  simulated cut-off);
 * a lease that becomes LOST (its deadline passed, etcd forgot it) is
   published as such, and the keeper exits: LOST is terminal, a new lease needs
   a new keeper.

@@ -187,8 +187,21 @@ class KeptLease:
         return state
 
     def _lose(self, reason: str) -> None:
+        """Latch LOST (keeping the first reason) and have the keeper revoke now.
+
+        The holder's verdict ends the lease at etcd too: the keeper judges from
+        the same record, but a record read late (a keepalive that succeeded
+        just before the deadline but was published after it; a torn read that
+        kept the last good copy) can find LOST here while the keeper still
+        holds the lease. The agent has then fenced out its actors, and a lease
+        still refreshed would keep their ownership records in etcd -- routes
+        to actors that refuse -- for as long as the keeper runs. So the first
+        LOST verdict tells the keeper to revoke (it exits either way; if etcd
+        is out of reach the lease lapses after its TTL).
+        """
         if self._lost_reason is None:
             self._lost_reason = reason
+            self._send("revoke")
 
     def ensure_held(self) -> None:
         """Refuse to start new work unless HELD.

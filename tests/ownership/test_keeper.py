@@ -148,6 +148,29 @@ async def test_a_lease_nobody_renews_is_suspended_then_lost_at_its_deadline(
     await lease.close()
 
 
+async def test_a_lost_verdict_of_the_holder_ends_the_lease_the_keeper_still_holds(
+        etcd_server: EtcdServer, client: object) -> None:
+    """The agent judges its lease LOST from a record it read late, while the
+    keeper still refreshes it (here the agent's clock runs ahead by the TTL).
+    The agent has fenced out its actors by then; a lease the keeper went on
+    refreshing would keep their ownership records alive in etcd for as long as
+    the keeper runs. The verdict revokes it at once."""
+    ahead = [0.0]
+    lease = await KeptLease(client, etcd_server.endpoint, ttl_s=TTL_S, safety_margin_s=0.75,
+                            clock=lambda: time.monotonic() + ahead[0]).grant()
+    try:
+        await asyncio.sleep(0.5)
+        assert lease.state is LeaseState.HELD  # negative control: the clocks agree
+        assert await _ttl(client, lease.lease_id) > 0
+        ahead[0] = float(TTL_S)
+        assert lease.state is LeaseState.LOST
+        took = await _gone_within(client, lease.lease_id, TTL_S - 1.0)
+        assert took < 1.0, took
+        assert lease._proc is not None and await lease._await_exit(2.0)
+    finally:
+        await lease.close()
+
+
 async def test_a_grant_etcd_refuses_is_unavailable_and_says_why(client: object) -> None:
     lease = KeptLease(client, "127.0.0.1:1", ttl_s=TTL_S, safety_margin_s=0.75,
                       request_timeout_s=0.5, grant_timeout_s=20.0)
