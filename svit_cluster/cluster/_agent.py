@@ -92,6 +92,10 @@ TAKE_TIMEOUT_S = 30.0
 #: has the figures). A spare is not ready sooner than about a second anyway, so a
 #: second activation arriving meanwhile loses nothing by the delay.
 SPARE_REFILL_DELAY_S = 0.5
+#: Seconds after which parking and closing a lost lease are logged with their
+#: times: each step is bounded (2 s per actor, about 5 s per close), so a
+#: slower round is worth a line in the agent's log.
+SLOW_REJOIN_STEP_S = 5.0
 
 
 class _OnPart:
@@ -266,11 +270,17 @@ class HostAgent:
                     n = len(self.actors)
                     old = self.leases.note_lost()
                     log.warning(LEASE_LOST_LOG, self.host, self.lost_leases[-1], n)
+                    started = time.monotonic()
                     await self.supervisor.park_all("lease lost")
+                    parked = time.monotonic()
                     try:
-                        await old.close()
+                        await self.leases.retire(old)
                     except Exception:
                         log.exception("closing the old lease failed")
+                    if (done := time.monotonic()) - started > SLOW_REJOIN_STEP_S:
+                        log.warning("host %s: parking took %.1f s and closing lost lease "
+                                    "%s %.1f s", self.host, parked - started,
+                                    old.lease_id, done - parked)
                 if self.lease is None:
                     await self._join()
                     if self.supervisor.parked:

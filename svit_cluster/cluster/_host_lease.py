@@ -42,6 +42,17 @@ LOST_LEASES_KEPT = 10
 #: recorded by :meth:`AgentLease.note_lost`, actors parked). The chaos
 #: harness reads the lease id and reason back from it (``svit_chaos.leases``).
 LEASE_LOST_LOG = "host %s lost its lease (%s); parking %d actors and rejoining"
+#: Seconds a lost lease's etcd client stays open after its keeper stopped: long
+#: enough for the revokes started at the loss (2 s each) to end.
+RETIRED_CLIENT_CLOSE_S = 10.0
+
+
+async def _close_client(client: Any) -> None:
+    """Close an etcd client, within 2 s, never raising (its channel may be broken)."""
+    try:
+        await asyncio.wait_for(client.close(), 2.0)
+    except Exception:  # a broken or cut-off channel: nothing left to release
+        log.debug("closing an etcd client failed", exc_info=True)
 
 
 def _own_actor_id() -> str | None:
@@ -104,6 +115,20 @@ class AgentLease:
         self.lost_leases = [*self.lost_leases[-(LOST_LEASES_KEPT - 1):], reason]
         return old
 
+    async def retire(self, old: Any) -> None:
+        """Stop the keeper of ``old``, a lease :meth:`note_lost` dropped, and close
+        its etcd client once the revokes under way on it (:meth:`revoke_lost`,
+        at most about ``RETIRED_CLIENT_CLOSE_S``) are over: each lease has a
+        client of its own, and a host that loses its lease now and then for
+        months must not keep one connection per loss."""
+        try:
+            await old.close()
+        finally:
+            async def later() -> None:
+                await asyncio.sleep(RETIRED_CLIENT_CLOSE_S)
+                await _close_client(old.client)
+            self.spawn(later())
+
     async def join(self) -> None:
         """Grant a lease through a new lease keeper and register the host under it.
 
@@ -135,7 +160,11 @@ class AgentLease:
         lease = KeptLease(client, endpoint, ttl_s=self.cfg.lease_ttl_s,
                           safety_margin_s=min(1.0, self.cfg.lease_ttl_s / 4),
                           watch=watch, niceness=KEEPER_NICENESS)
-        await lease.grant()
+        try:
+            await lease.grant()
+        except BaseException:
+            await _close_client(client)
+            raise
         lease.add_listener(self._on_state)
         lease.add_listener(functools.partial(self._on_own_lease, lease))
         # node_id lets a gateway revoke this lease at once when Ray declares
@@ -151,6 +180,7 @@ class AgentLease:
                             timeout_s=5, host=self.host)
         except BaseException:
             await lease.close()
+            await _close_client(client)
             raise
         self.lease = lease
         self.incarnation += 1

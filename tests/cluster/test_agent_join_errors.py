@@ -8,6 +8,7 @@ the agent's client points at a loopback port nobody listens on.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
@@ -30,11 +31,50 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _spied(client: Any, closed: list[object]) -> Any:
+    """``client`` whose ``close`` also appends it to ``closed``."""
+    real_close = client.close
+
+    async def close() -> None:
+        closed.append(client)
+        await real_close()
+
+    client.close = close
+    return client
+
+
+async def test_a_lost_lease_is_retired_with_its_etcd_client(
+        etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each lease has an etcd client of its own; a host that loses its lease now
+    and then for months must not keep one open connection per loss."""
+    closed: list[object] = []
+    monkeypatch.setattr(_host_lease, "open_client",
+                        lambda endpoint: _spied(open_client(endpoint), closed))
+    monkeypatch.setattr(_host_lease, "RETIRED_CLIENT_CLOSE_S", 0.2)
+    cfg = ClusterConfig(cluster=unique("retire"), etcd_endpoint=etcd_server.endpoint,
+                        lease_ttl_s=3)
+    leases = AgentLease(cfg, "h1", on_state=lambda state: None)
+    try:
+        await leases.join()
+        first = leases.lease
+        await leases.retire(leases.note_lost())
+        assert first.status().exited and not closed  # the keeper now, the client later
+        await leases.join()
+        await asyncio.sleep(0.5)
+        assert closed == [first.client]  # the current lease's client stays open
+        assert leases.lease.client is not first.client
+    finally:
+        leases.stop_health()
+        if leases.lease is not None:
+            await leases.lease.revoke()
+
+
 async def test_a_join_whose_host_record_cannot_be_written_is_unavailable_and_closes_its_lease(
         etcd_server: EtcdServer, monkeypatch: pytest.MonkeyPatch) -> None:
     dead = f"127.0.0.1:{_closed_port()}"
-    monkeypatch.setattr(_host_lease, "open_client",
-                        lambda endpoint: open_client(dead, request_timeout_s=0.5))
+    closed: list[object] = []
+    monkeypatch.setattr(_host_lease, "open_client", lambda endpoint: _spied(
+        open_client(dead, request_timeout_s=0.5), closed))
     cfg = ClusterConfig(cluster=unique("join"), etcd_endpoint=etcd_server.endpoint,
                         lease_ttl_s=3)
     leases = AgentLease(cfg, "h1", on_state=lambda state: None)
@@ -55,6 +95,7 @@ async def test_a_join_whose_host_record_cannot_be_written_is_unavailable_and_clo
         # the granted lease was closed: its keeper ends
         wait_for(lambda: granted[0].status().exited, timeout_s=10.0,
                  what="the lease keeper to exit")
+        assert closed == [granted[0].client]  # and so was the client it was made with
     finally:
         leases.stop_health()
         for lease in granted:
