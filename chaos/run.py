@@ -559,11 +559,26 @@ async def _record_ports(server: PortServer, state_dir: Path, history: HistoryWri
     history.record("ports", **event, owner_logs=owner_logs)
 
 
+#: Which of the cluster's files a run keeps: its own and Ray's logs, and the
+#: output of every Ray worker (the host agents and lease keepers log there).
+ARCHIVED = ("*.log", "worker-*.out", "worker-*.err")
+#: A file larger than this is left out; so is everything past the total.
+ARCHIVE_FILE_MAX_BYTES = 64 * 1024 * 1024
+ARCHIVE_TOTAL_MAX_BYTES = 512 * 1024 * 1024
+
+
 def _archive(state_dir: Path, target: Path) -> None:
-    """Keep the cluster's log files in the run directory, then remove its state."""
+    """Keep the cluster's logs (:data:`ARCHIVED`, non-empty, within the size
+    bounds) in the run directory, then remove its state."""
+    total = 0
     with contextlib.suppress(OSError):
-        for path in state_dir.rglob("*.log"):
-            if path.is_file() and path.stat().st_size < 64 * 1024 * 1024:
+        for pattern in ARCHIVED:
+            for path in state_dir.rglob(pattern):
+                size = path.stat().st_size if path.is_file() else 0
+                if not 0 < size < ARCHIVE_FILE_MAX_BYTES \
+                        or total + size > ARCHIVE_TOTAL_MAX_BYTES:
+                    continue
+                total += size
                 dest = target / path.relative_to(state_dir)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(path, dest)
