@@ -361,11 +361,18 @@ async def run_leg(
         observer.start()
         stale = StaleWriter(direct, history, run_id=run_id, prefix=config.prefix,
                             unfenced=negative)
+        # the planner's host rule holds at run time for its own schedules; an
+        # explicit schedule's overlaps are meant
+        planned = config.schedule is None or negative
         runner = NemesisRunner(schedule, NemesisContext(cluster.target, history,
                                                         workload.processes, stale),
-                               clock=clock, heal_timeout_s=config.heal_timeout_s)
+                               clock=clock, heal_timeout_s=config.heal_timeout_s,
+                               hosts=cluster.host_names() if planned else ())
         await _drive(workload, runner, schedule, duration, progress, abort, clock, name)
         errors.extend(runner.errors)
+        if runner.skipped:
+            progress.message(f"[{name}] {len(runner.skipped)} window(s) skipped, the host "
+                             f"rule not holding until their end: {', '.join(runner.skipped)}")
         if runner.errors:
             progress.message(f"[{name}] harness errors: {'; '.join(runner.errors[:3])}")
         progress.message(f"[{name}] reading the final state")

@@ -17,16 +17,20 @@ import asyncio
 import contextlib
 import functools
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .clock import Clock, MonotonicClock, wait_until
 from .daemon_pool import in_daemon_thread
 from .errors import HarnessError
 from .faults import Nemesis, NemesisContext, make_nemesis
-from .spec import Schedule, Window
+from .kinds import HOST_KINDS, OWNER_KINDS
+from .spec import NemesisSpec, Schedule, Window
 
 __all__ = ["Blocking", "NemesisRunner"]
+
+#: Seconds between two looks at whether a waiting window's host rule holds.
+ROOM_POLL_S = 0.1
 
 #: Runs one blocking call off the event loop and returns its result.
 Blocking = Callable[[Callable[[], Any]], Awaitable[Any]]
@@ -44,11 +48,20 @@ class NemesisRunner:
             counts as not healed (a harness error: the run is inconclusive).
         blocking: runs a blocking inject/heal call without blocking the loop
             (default :func:`in_daemon_thread`; tests run them inline).
+        hosts: the cluster's hosts. When given, the planner's host rule holds at
+            run time too (:meth:`room_for`): a window whose fault would break it
+            waits at its start until it holds, and is skipped (a ``nemesis``
+            event of phase ``skip``) if it still does not at its planned end.
+            The planner sizes its gaps with a lease TTL, but a restarted host
+            (its heal) can take longer than that, so planned windows can still
+            meet at run time. Empty (default): windows start at their offsets
+            whatever else is faulted (an explicit schedule's overlaps are meant).
 
     Attributes:
         injected: count of injected faults by kind.
         errors: harness errors (a fault that could not be injected or healed);
             any error makes the run inconclusive.
+        skipped: labels of the windows skipped by the host rule.
     """
 
     def __init__(
@@ -59,8 +72,14 @@ class NemesisRunner:
         clock: Clock | None = None,
         heal_timeout_s: float = 60.0,
         blocking: Blocking | None = None,
+        hosts: Sequence[str] = (),
     ) -> None:
         self.schedule = schedule
+        self.hosts = list(hosts)
+        self.skipped: list[str] = []
+        #: host -> faults on it injected and not yet healed (heals included)
+        self._faulted: Counter[str] = Counter()
+        self._host_of: dict[int, str] = {}  # window index -> the host it faults
         self._blocking: Blocking = blocking or in_daemon_thread
         self.ctx = ctx
         self.clock: Clock = clock or MonotonicClock()
@@ -103,13 +122,62 @@ class NemesisRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
             await asyncio.shield(self.heal_all())
 
+    def room_for(self, spec: NemesisSpec) -> bool:
+        """The planner's host rule, now: a fault of one host needs that host free
+        of faults and another host free too; an owner fault (whose host is the
+        owner's, chosen at inject) needs every host free. A host is free when no
+        fault injected on it is still unhealed. Always True without ``hosts``."""
+        if not self.hosts:
+            return True
+        free = [h for h in self.hosts if not self._faulted[h]]
+        if spec.kind in OWNER_KINDS:
+            return len(free) == len(self.hosts) and len(free) >= 2
+        if spec.kind in HOST_KINDS and spec.host:
+            return spec.host in free and len(free) >= 2
+        return True
+
+    async def _wait_for_room(self, window: Window, until: float,
+                             stop: asyncio.Event) -> bool:
+        """Wait until :meth:`room_for` holds for ``window`` (True), or ``until``
+        or ``stop`` comes first (False)."""
+        while not self.room_for(window.spec):
+            if stop.is_set() or self.clock.now() >= until:
+                return False
+            await self._sleep_or_stop(ROOM_POLL_S, stop)
+        return not stop.is_set()
+
+    def _hold(self, index: int, host: object) -> None:
+        if isinstance(host, str) and host and index not in self._host_of:
+            self._host_of[index] = host
+            self._faulted[host] += 1
+
+    def _release(self, index: int) -> None:
+        host = self._host_of.pop(index, None)
+        if host is not None:
+            self._faulted[host] -= 1
+
     async def _window(self, index: int, window: Window, start: float,
                       stop: asyncio.Event) -> None:
         delay = start + window.start_s - self.clock.now()
         if await self._sleep_or_stop(delay, stop):
             return
+        planned = self.clock.now()
+        if not await self._wait_for_room(window, start + window.end_s, stop):
+            if not stop.is_set():
+                busy = sorted(h for h in self.hosts if self._faulted[h])
+                self.skipped.append(window.spec.label)
+                self.ctx.history.record(
+                    "nemesis", phase="skip", nemesis=window.spec.kind, window=index,
+                    spec=window.spec.to_json(),
+                    detail={"reason": "the host rule did not hold until the window's end",
+                            "faulted_hosts": busy,
+                            "waited_s": round(self.clock.now() - planned, 3)})
+            return
+        delayed = self.clock.now() - planned
         nemesis = make_nemesis(window.spec)
         spec = window.spec.to_json()
+        if window.spec.kind in HOST_KINDS:
+            self._hold(index, window.spec.host)
         try:
             detail = await asyncio.wait_for(
                 self._blocking(functools.partial(nemesis.inject, self.ctx)),
@@ -124,6 +192,10 @@ class NemesisRunner:
             return
         self.active[index] = nemesis
         self.injected[window.spec.kind] += 1
+        if window.spec.kind in OWNER_KINDS and isinstance(detail, dict):
+            self._hold(index, detail.get("host"))
+        if delayed > ROOM_POLL_S:
+            detail = {**detail, "delayed_s": round(delayed, 3)}
         self.ctx.history.record("nemesis", phase="inject", nemesis=window.spec.kind,
                                 window=index, spec=spec, detail=detail)
         try:
@@ -135,6 +207,12 @@ class NemesisRunner:
             await asyncio.shield(self._heal(index))
 
     async def _heal(self, index: int) -> None:
+        try:
+            await self._heal_once(index)
+        finally:
+            self._release(index)  # healed or not: the run is inconclusive if not
+
+    async def _heal_once(self, index: int) -> None:
         async with self._lock:
             nemesis = self.active.pop(index, None)
         if nemesis is None:

@@ -192,6 +192,69 @@ async def test_runner_injects_and_heals_on_schedule() -> None:
     assert not runner.errors and not runner.active
 
 
+def slow_kill_host_heals(clock: ManualClock, heal_s: float) -> Callable[..., Any]:
+    """A ``blocking`` that runs calls inline, but a kill-host's heal (a host
+    restart) takes ``heal_s`` seconds of ``clock``."""
+    async def blocking(fn: Any) -> Any:
+        func = getattr(fn, "func", None)
+        if getattr(func, "__name__", "") == "heal" and \
+                type(getattr(func, "__self__", None)).__name__ == "KillHost":
+            await clock.sleep(heal_s)
+        return fn()
+    return blocking
+
+
+@pytest.mark.parametrize("rule", [True, False])
+async def test_a_window_waits_while_the_host_rule_does_not_hold(rule: bool) -> None:
+    # h1 is killed at 1.0 and its restart (the heal) runs from 3.0 to 9.0: past
+    # the planner's gap. pause-host h1 (4.0-5.0) would hit a host still
+    # restarting: skipped. cut-redis h3 at 4.5 would leave no host free (h1
+    # restarting, h2 paused): it waits until h2's pause is healed at 7.0.
+    # pause-host h2 fits at once. Negative control: without hosts every window starts at its offset.
+    clock = ManualClock()
+    target = FakeTarget()
+    schedule = Schedule("t", 0, (
+        Window(1.0, 2.0, NemesisSpec("kill-host", host="h1")),
+        Window(4.0, 1.0, NemesisSpec("pause-host", host="h1")),
+        Window(4.0, 3.0, NemesisSpec("pause-host", host="h2")),
+        Window(4.5, 6.0, NemesisSpec("cut-redis", host="h3", mode="stall")),
+    ), 20.0)
+    c = ctx(target, clock)
+    runner = NemesisRunner(schedule, c, clock=clock, blocking=slow_kill_host_heals(clock, 6.0),
+                           hosts=HOSTS if rule else ())
+    task = asyncio.ensure_future(runner.run(asyncio.Event()))
+    await clock.advance(20.0, step=0.1)
+    await asyncio.wait_for(task, 5)
+    events = {(e["phase"], e["spec"].get("host"), e["nemesis"]): e for e in c.history.events}
+    injected_at = {(h, k): round(e["t"], 1) for (p, h, k), e in events.items() if p == "inject"}
+    assert injected_at[("h2", "pause-host")] == 4.0
+    if not rule:
+        assert injected_at[("h1", "pause-host")] == 4.0
+        assert injected_at[("h3", "cut-redis")] == 4.5
+        assert not runner.skipped
+        return
+    assert ("h1", "pause-host") not in injected_at
+    skip = events[("skip", "h1", "pause-host")]["detail"]
+    assert skip["faulted_hosts"] == ["h1", "h2"] and 1.0 <= skip["waited_s"] <= 1.3
+    assert runner.skipped == ["pause-host h1"]
+    assert 7.0 <= injected_at[("h3", "cut-redis")] <= 7.2
+    assert events[("inject", "h3", "cut-redis")]["detail"]["delayed_s"] >= 2.5
+    assert not runner.errors and not runner.active
+
+
+def test_an_owner_fault_needs_every_host_free() -> None:
+    runner = NemesisRunner(Schedule("t", 0, (), 1.0), ctx(FakeTarget(), ManualClock()),
+                           hosts=HOSTS)
+    owner = NemesisSpec("pause-owner")
+    assert runner.room_for(owner)
+    runner._hold(0, "h3")
+    assert not runner.room_for(owner)
+    assert runner.room_for(NemesisSpec("pause-host", host="h1"))
+    assert not runner.room_for(NemesisSpec("pause-host", host="h3"))
+    runner._release(0)
+    assert runner.room_for(owner)
+
+
 async def test_stop_heals_everything_still_broken() -> None:
     clock = ManualClock()
     target = FakeTarget()
