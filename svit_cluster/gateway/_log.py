@@ -18,16 +18,14 @@ tenant or an admin token (403 otherwise); 404 for a process with no head;
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
-from starlette.responses import JSONResponse
+from fastapi import APIRouter
 
 from svit_cluster.errors import NotFound
-from svit_cluster.gateway._access import process_access
+from svit_cluster.gateway._process_read import process_read_route
 from svit_cluster.gateway._redis import lazy_redis
-from svit_cluster.process import Transaction, validate_process_id
+from svit_cluster.process import Transaction
 from svit_cluster.store import newest_entries
 
 __all__ = ["MAX_LOG_PAGE", "MAX_PATHS", "log_router"]
@@ -59,29 +57,24 @@ def log_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
     api = APIRouter(tags=["processes"])
     client = lazy_redis(redis_url, "the commit log")
 
-    @api.get("/v1/processes/log", dependencies=[Depends(process_access)])
-    async def recent_log(
-        process_id: str = Query(..., description="svit:// process id"),
-        limit: int = Query(20, ge=1, le=MAX_LOG_PAGE, description="newest entries"),
-    ) -> JSONResponse:
-        """The process's newest retained commit-log entries, newest first."""
-        pid = validate_process_id(process_id)
+    def read(pid: str, limit: int) -> dict[str, Any]:
+        entries = newest_entries(client(), pid, prefix=prefix, limit=limit)
+        if entries is None:
+            raise NotFound(f"unknown process {pid[:200]}")
+        out = []
+        for entry in entries:
+            record = Transaction.decode(entry.record)
+            client_id, request_id = _request_ids(entry.request)
+            out.append({"version": entry.version, "token": entry.token,
+                        "source": record.source,
+                        "paths": sorted({m.path for m in record.mutations})[:MAX_PATHS],
+                        "client_id": client_id, "request_id": request_id,
+                        "trace": entry.trace})
+        return {"entries": out}
 
-        def read() -> list[dict[str, Any]]:
-            entries = newest_entries(client(), pid, prefix=prefix, limit=limit)
-            if entries is None:
-                raise NotFound(f"unknown process {pid[:200]}")
-            out = []
-            for entry in entries:
-                record = Transaction.decode(entry.record)
-                client_id, request_id = _request_ids(entry.request)
-                out.append({"version": entry.version, "token": entry.token,
-                            "source": record.source,
-                            "paths": sorted({m.path for m in record.mutations})[:MAX_PATHS],
-                            "client_id": client_id, "request_id": request_id,
-                            "trace": entry.trace})
-            return out
-
-        return JSONResponse({"process_id": pid, "entries": await asyncio.to_thread(read)})
-
+    process_read_route(
+        api, "/v1/processes/log", name="recent_log",
+        description="The process's newest retained commit-log entries, newest first.",
+        default_limit=20, max_limit=MAX_LOG_PAGE, limit_description="newest entries",
+        read=read)
     return api

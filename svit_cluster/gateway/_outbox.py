@@ -21,14 +21,12 @@ gateway has no Redis URL or Redis fails (safe to retry).
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
-from fastapi import APIRouter, Depends, Query
-from starlette.responses import JSONResponse
+from fastapi import APIRouter
 
-from svit_cluster.gateway._access import process_access
+from svit_cluster.gateway._process_read import process_read_route
 from svit_cluster.gateway._redis import lazy_redis
-from svit_cluster.process import validate_process_id
 
 __all__ = ["MAX_OUTBOX_PAGE", "outbox_router"]
 
@@ -48,22 +46,19 @@ def outbox_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
     api = APIRouter(tags=["processes"])
     client = lazy_redis(redis_url, "the outbox")
 
-    @api.get("/v1/processes/outbox", dependencies=[Depends(process_access)])
-    async def outbox(
-        process_id: str = Query(..., description="svit:// process id"),
-        limit: int = Query(50, ge=1, le=MAX_OUTBOX_PAGE, description="intents listed at most"),
-    ) -> JSONResponse:
-        """The process's outbox intents the dispatcher has not acknowledged yet."""
-        pid = validate_process_id(process_id)
-        page = await asyncio.to_thread(
-            lambda: dispatch.undelivered(client(), pid, prefix=prefix, limit=limit))
-        return JSONResponse({
-            "process_id": pid, "committed": page.committed, "retained": page.retained,
-            "group": page.group,
+    def read(pid: str, limit: int) -> dict[str, Any]:
+        page = dispatch.undelivered(client(), pid, prefix=prefix, limit=limit)
+        return {
+            "committed": page.committed, "retained": page.retained, "group": page.group,
             "intents": [{"id": i.id, "to": i.to, "version": i.version,
                          "entry_id": i.entry_id, "state": i.state,
                          "deliveries": i.deliveries} for i in page.intents],
             "more": page.more,
-        })
+        }
 
+    process_read_route(
+        api, "/v1/processes/outbox", name="outbox",
+        description="The process's outbox intents the dispatcher has not acknowledged yet.",
+        default_limit=50, max_limit=MAX_OUTBOX_PAGE, limit_description="intents listed at most",
+        read=read)
     return api

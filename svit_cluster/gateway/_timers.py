@@ -37,6 +37,7 @@ Redis failure (a cancel's outcome is then unknown: retry it).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,6 +46,7 @@ from starlette.responses import JSONResponse
 from svit_cluster.defaults import DEFAULT_TIMER_PAGE, TIMER_PAGE_MAX
 from svit_cluster.errors import InvalidInput
 from svit_cluster.gateway._access import process_access
+from svit_cluster.gateway._process_read import process_read_route
 from svit_cluster.gateway._redis import lazy_redis
 from svit_cluster.process import validate_process_id
 
@@ -118,14 +120,11 @@ def timers_router(redis_url: str | None, *, prefix: str = "svit") -> APIRouter:
         return JSONResponse({"process_id": pid, "timer_id": body.timer_id,
                              "outcome": str(outcome)})
 
-    @api.get("/log", dependencies=[Depends(process_access)])
-    async def log(
-        process_id: str = Query(..., description="svit:// process id"),
-        limit: int = Query(100, ge=1, le=MAX_TIMER_PAGE, description="newest events"),
-    ) -> JSONResponse:
-        """The process's newest timer events, oldest first."""
-        pid = validate_process_id(process_id)
-        events = await asyncio.to_thread(dispatch.timer_log, client(), prefix, pid)
-        return JSONResponse({"process_id": pid, "events": events[-limit:]})
+    def read_log(pid: str, limit: int) -> dict[str, Any]:
+        return {"events": dispatch.timer_log(client(), prefix, pid)[-limit:]}
 
+    process_read_route(
+        api, "/log", name="log", description="The process's newest timer events, oldest first.",
+        default_limit=100, max_limit=MAX_TIMER_PAGE, limit_description="newest events",
+        read=read_log)
     return api

@@ -159,6 +159,13 @@ def _nested(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
+def _create_pid(status: int, code: str, pids: dict[str, str]) -> tuple[Case, ...]:
+    """``POST /v1/processes`` with each process id of ``pids`` (case ``create-pid-<key>``),
+    every one answered ``status`` with ``code``."""
+    return tuple(Case(f"create-pid-{name}", "POST", "/v1/processes", status, code,
+                      body={"process_id": pid}) for name, pid in pids.items())
+
+
 _BIG = 1_000_000  # characters: within the 1 MiB byte cap with the JSON around them
 
 CASES: tuple[Case, ...] = (
@@ -196,30 +203,22 @@ CASES: tuple[Case, ...] = (
          raw=b'{"process_id": "$NEW", "memory": {"x": ' + _nested(100_000).encode() + b"}}"),
     Case("create-pid-not-string", "POST", "/v1/processes", 400, "decode_error",
          body={"process_id": 7}),
-    Case("create-pid-no-scheme", "POST", "/v1/processes", 400, "invalid_process_id",
-         body={"process_id": "local/x"}),
-    Case("create-pid-too-long", "POST", "/v1/processes", 400, "invalid_process_id",
-         body={"process_id": "svit://local/" + "a" * 300}),
-    Case("create-pid-whitespace", "POST", "/v1/processes", 400, "invalid_process_id",
-         body={"process_id": "svit://local/a b"}),
-    Case("create-pid-nul", "POST", "/v1/processes", 400, "invalid_process_id",
-         body={"process_id": "svit://local/a\x00b"}),
-    Case("create-pid-lone-surrogate", "POST", "/v1/processes", 400, "invalid_process_id",
-         body={"process_id": "svit://local/\ud800"}),
-    Case("create-pid-rtl-override", "POST", "/v1/processes", 400, "invalid_process_id",
-         body={"process_id": "svit://local/\u202egnp.exe"}),
-    Case("create-pid-zero-width", "POST", "/v1/processes", 400, "invalid_process_id",
-         body={"process_id": "svit://local/a\u200db"}),
-    Case("create-pid-fullwidth-scheme", "POST", "/v1/processes", 400, "invalid_process_id",
-         body={"process_id": "\uff53vit://local/x"}),
-    Case("create-pid-other-tenant", "POST", "/v1/processes", 403, "forbidden",
-         body={"process_id": "$FOREIGN"}),
-    Case("create-pid-tenant-case", "POST", "/v1/processes", 403, "forbidden",
-         body={"process_id": "svit://LOCAL/x"}),
-    Case("create-pid-tenant-userinfo", "POST", "/v1/processes", 403, "forbidden",
-         body={"process_id": "svit://local@other/x"}),
-    Case("create-pid-no-tenant", "POST", "/v1/processes", 403, "forbidden",
-         body={"process_id": "svit:///x"}),
+    *_create_pid(400, "invalid_process_id", {
+        "no-scheme": "local/x",
+        "too-long": "svit://local/" + "a" * 300,
+        "whitespace": "svit://local/a b",
+        "nul": "svit://local/a\x00b",
+        "lone-surrogate": "svit://local/\ud800",
+        "rtl-override": "svit://local/\u202egnp.exe",
+        "zero-width": "svit://local/a\u200db",
+        "fullwidth-scheme": "\uff53vit://local/x",
+    }),
+    *_create_pid(403, "forbidden", {
+        "other-tenant": "$FOREIGN",
+        "tenant-case": "svit://LOCAL/x",
+        "tenant-userinfo": "svit://local@other/x",
+        "no-tenant": "svit:///x",
+    }),
     Case("create-smuggled-tenant-in-query", "POST", "/v1/processes", 403, "forbidden",
          query={"process_id": "$P"}, body={"process_id": "$FOREIGN"},
          why="the tenant check reads every place a process id is given"),

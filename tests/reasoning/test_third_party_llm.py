@@ -396,28 +396,27 @@ async def test_a_broken_tool_call_fails_the_turn_before_anything_runs(
     assert [e["kind"] for e in first_attempt if e["attempt"] == attempts[0]] == ["user"]
 
 
+#: The failures a malformed body must end in: ``(code, message)``.
+INVALID_JSON = ("reasoner_failed", "the reasoner answered with invalid JSON")
+NO_MESSAGE = ("reasoner_malformed", "the reasoner's answer has no usable message")
+
 #: Bodies LLMock cannot send to a non-streaming client, served byte for byte.
 BYTES: list[tuple[str, bytes, str, str, str]] = [
-    ("html", b"<html><body>502 Bad Gateway</body></html>", "text/html",
-     "reasoner_failed", "the reasoner answered with invalid JSON"),
+    ("html", b"<html><body>502 Bad Gateway</body></html>", "text/html", *INVALID_JSON),
     ("truncated", b'{"choices": [{"message": {"content": "cut sho', "application/json",
-     "reasoner_failed", "the reasoner answered with invalid JSON"),
-    ("not-utf8", b"\xff\xfe\x00\x81", "application/json",
-     "reasoner_failed", "the reasoner answered with invalid JSON"),
+     *INVALID_JSON),
+    ("not-utf8", b"\xff\xfe\x00\x81", "application/json", *INVALID_JSON),
     ("sse", b'data: {"choices": [{"delta": {"content": "hi"}}]}\n\ndata: [DONE]\n\n',
-     "text/event-stream", "reasoner_failed", "the reasoner answered with invalid JSON"),
-    ("empty", b"", "application/json",
-     "reasoner_failed", "the reasoner answered with invalid JSON"),
-    ("no-choices", b'{"choices": []}', "application/json",
-     "reasoner_malformed", "the reasoner's answer has no usable message"),
+     "text/event-stream", *INVALID_JSON),
+    ("empty", b"", "application/json", *INVALID_JSON),
+    ("no-choices", b'{"choices": []}', "application/json", *NO_MESSAGE),
     ("error-with-200", b'{"error": {"message": "overloaded"}}', "application/json",
-     "reasoner_malformed", "the reasoner's answer has no usable message"),
-    ("a-list", b"[]", "application/json",
-     "reasoner_malformed", "the reasoner's answer has no usable message"),
+     *NO_MESSAGE),
+    ("a-list", b"[]", "application/json", *NO_MESSAGE),
     ("message-is-text", b'{"choices": [{"message": "hello"}]}', "application/json",
-     "reasoner_malformed", "the reasoner's answer has no usable message"),
+     *NO_MESSAGE),
     ("tool-calls-not-a-list", b'{"choices": [{"message": {"tool_calls": "read"}}]}',
-     "application/json", "reasoner_malformed", "the reasoner's answer has no usable message"),
+     "application/json", *NO_MESSAGE),
     ("content-a-number", b'{"choices": [{"message": {"content": 42}}]}', "application/json",
      "reasoner_malformed", "the reasoner's content is not text"),
     ("nothing-said", b'{"choices": [{"message": {"role": "assistant", "content": null}}]}',
