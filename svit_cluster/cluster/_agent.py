@@ -155,6 +155,7 @@ class HostAgent:
                                serving=lambda: self.supervisor.holding())
         self.supervisor = Supervisor(self.cfg, host, self.pool, lease=lambda: self.lease)
         self.leases = AgentLease(self.cfg, host, on_state=self.supervisor.on_lease)
+        self.pool.on_warm = self._publish_warm
         self.memory = MemoryGuard(self.pool, self.supervisor)
         self._rejoin: asyncio.Task[None] | None = None
         self._reconcile_task: asyncio.Task[None] | None = None
@@ -239,7 +240,13 @@ class HostAgent:
         Raises:
             UnavailableError: the host is unhealthy or etcd could not grant a lease.
         """
-        await self.leases.join()
+        await self.leases.join(warm=self.pool.warm())
+        if not self.pool.warm():
+            self.pool.refill()  # its end marks the record warm (publish_warm)
+
+    def _publish_warm(self) -> None:
+        """The pool's refill ended with its spares up: say so in the host record."""
+        self.leases.spawn(self.leases.publish_warm())
 
     # -- lease loss ----------------------------------------------------------------------
 

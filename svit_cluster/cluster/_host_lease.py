@@ -101,6 +101,9 @@ class AgentLease:
         self.health: Any = None
         self._on_state = on_state
         self._background: set[asyncio.Task[Any]] = set()
+        #: the host record written under the current lease, and its lease
+        self._record: dict[str, Any] = {}
+        self._record_lease: Any = None
 
     def spawn(self, coro: Any) -> None:
         """Run ``coro`` as a background task kept referenced until it is done."""
@@ -129,8 +132,13 @@ class AgentLease:
                 await _close_client(old.client)
             self.spawn(later())
 
-    async def join(self) -> None:
+    async def join(self, *, warm: bool = True) -> None:
         """Grant a lease through a new lease keeper and register the host under it.
+
+        ``warm`` goes into the host record: False while the agent's warm spares
+        are still starting (a host that just started, or whose spares went);
+        the gateways then place new activations on warm hosts first
+        (:meth:`publish_warm` sets it once the spares are up).
 
         The keeper (:class:`~svit_cluster.ownership.KeptLease`) is a process of
         its own at :data:`KEEPER_NICENESS` with its own etcd connection, so
@@ -170,22 +178,49 @@ class AgentLease:
         # node_id lets a gateway revoke this lease at once when Ray declares
         # exactly this node dead, actor_id when Ray lists exactly this agent
         # actor DEAD (svit_cluster.cluster._placement); nothing else may.
-        value = json.dumps({"host": self.host, "agent": agent_name(self.host),
-                            "incarnation": self.incarnation + 1,
-                            "node_id": self.health.node_id,
-                            "actor_id": _own_actor_id()}).encode()
+        record = {"host": self.host, "agent": agent_name(self.host),
+                  "incarnation": self.incarnation + 1,
+                  "node_id": self.health.node_id,
+                  "actor_id": _own_actor_id(), "warm": warm}
         try:
             await etcd_call("register host", client.put(host_key(self.cfg.cluster, self.host),
-                                                          value, lease=lease.lease_id),
+                                                          json.dumps(record).encode(),
+                                                          lease=lease.lease_id),
                             timeout_s=5, host=self.host)
         except BaseException:
             await lease.close()
             await _close_client(client)
             raise
         self.lease = lease
+        self._record, self._record_lease = record, lease
         self.incarnation += 1
         log.info("host %s joined with lease %s (keeper pid %s)", self.host, lease.lease_id,
                  lease.keeper_pid)
+
+    async def publish_warm(self) -> bool:
+        """Mark the host record of the current lease warm (its spares are up),
+        once per lease; a failure is logged and the next refill tries again.
+
+        Returns:
+            True when the record says warm now.
+        """
+        lease = self.lease
+        if lease is None or lease is not self._record_lease:
+            return False
+        if self._record.get("warm"):
+            return True
+        record = {**self._record, "warm": True}
+        try:
+            await etcd_call("mark host warm",
+                            lease.client.put(host_key(self.cfg.cluster, self.host),
+                                             json.dumps(record).encode(), lease=lease.lease_id),
+                            timeout_s=5, host=self.host)
+        except UnavailableError as exc:
+            log.info("host %s: marking its record warm failed: %s", self.host, exc)
+            return False
+        if self.lease is lease:
+            self._record = record
+        return True
 
     def report_unhealthy(self, reason: str) -> None:
         """HostHealth's callback (its poll thread): the keeper revokes the lease."""

@@ -620,9 +620,11 @@ class RayRouter:
             # way there takes one; beyond them an activation starts a Ray worker
             # first (seconds). By load alone, a failed host's processes placed at
             # once can all go to the least-loaded survivor, past its spares, while
-            # another survivor has spares idle. A host that was full a moment ago
-            # is tried last.
-            cold = {h for h in load if self._activating.get(h, 0) >= self.cfg.warm_spares}
+            # another survivor has spares idle. A host whose record says it is not
+            # warm yet (it just joined and its spares are still starting) has
+            # none. A host that was full a moment ago is tried last.
+            cold = {h for h in load if self._activating.get(h, 0) >= self.cfg.warm_spares
+                    or self.cache.hosts.get(h, {}).get("warm") is False}
             full_now = self._recently_full()
             turn, self._turn = self._turn, self._turn + 1
             host = (pick_host(load, skip | full_now | cold, turn=turn)

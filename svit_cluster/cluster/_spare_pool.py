@@ -86,6 +86,10 @@ class WorkerPool:
         self._start_gate: asyncio.Semaphore | None = None
         #: Set (and replaced) whenever a worker may have become available.
         self._capacity_event = asyncio.Event()
+        #: Called when a refill ends with nothing more wanted (the spares are
+        #: up, or the budget has no room for more): the agent then tells the
+        #: gateways this host is warm (``AgentLease.publish_warm``).
+        self.on_warm: Callable[[], None] | None = None
 
     # -- the budget ----------------------------------------------------------------------
 
@@ -244,6 +248,10 @@ class WorkerPool:
             self.kill_worker(name, handle)
         return len(spares)
 
+    def warm(self) -> bool:
+        """True when no spare is wanted now (see :meth:`wanted`)."""
+        return self.wanted() == 0
+
     def wanted(self) -> int:
         """Spares to start now: up to ``spare_target``, and only into free room
         of the budget (a host at its budget keeps none: reuse replaces them)."""
@@ -281,6 +289,8 @@ class WorkerPool:
                 self.kill_worker(name, handle)
             else:
                 self.add_spare(name, handle)
+        if not self.closed and self.on_warm is not None:
+            self.on_warm()
 
     def close(self) -> None:
         """Start no more spares: cancel a scheduled or running refill."""

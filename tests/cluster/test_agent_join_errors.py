@@ -9,6 +9,7 @@ the agent's client points at a loopback port nobody listens on.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from typing import Any
 
@@ -19,7 +20,7 @@ from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._host_lease import AgentLease
 from svit_cluster.errors import UnavailableError
 from svit_cluster.local import EtcdServer
-from svit_cluster.ownership import open_client
+from svit_cluster.ownership import host_key, open_client
 from tests._support import unique, wait_for
 
 pytestmark = pytest.mark.servers
@@ -67,6 +68,36 @@ async def test_a_lost_lease_is_retired_with_its_etcd_client(
         leases.stop_health()
         if leases.lease is not None:
             await leases.lease.revoke()
+
+
+async def test_a_host_record_says_warm_once_the_spares_are_up(
+        etcd_server: EtcdServer) -> None:
+    """A host joins not warm (its spares still starting); the pool's refill end
+    marks its record warm, once per lease, and the record keeps its fields."""
+    cfg = ClusterConfig(cluster=unique("warm"), etcd_endpoint=etcd_server.endpoint,
+                        lease_ttl_s=3)
+    leases = AgentLease(cfg, "h1", on_state=lambda state: None)
+    client = open_client(etcd_server.endpoint)
+
+    async def record() -> dict[str, Any]:
+        got = await client.get(host_key(cfg.cluster, "h1"))
+        return dict(json.loads(got.value))
+
+    try:
+        await leases.join(warm=False)
+        first = await record()
+        assert first["warm"] is False and first["incarnation"] == 1
+        assert await leases.publish_warm() and await leases.publish_warm()
+        assert await record() == {**first, "warm": True}
+        await leases.retire(leases.note_lost())
+        assert not await leases.publish_warm()  # no lease: nothing to mark
+        await leases.join(warm=True)
+        assert (await record())["warm"] is True
+    finally:
+        leases.stop_health()
+        if leases.lease is not None:
+            await leases.lease.revoke()
+        await client.close()
 
 
 async def test_a_join_whose_host_record_cannot_be_written_is_unavailable_and_closes_its_lease(

@@ -411,6 +411,24 @@ async def test_processes_placed_at_once_go_to_a_host_with_a_warm_spare_left() ->
     assert router._activating == {}
 
 
+async def test_a_host_whose_spares_are_still_starting_is_placed_on_last() -> None:
+    """Survivors holding 5 and 2 processes, the lighter one just restarted: its
+    record says it is not warm yet (no spare up), so two processes placed at
+    once both go to the warm host's spares, not to cold starts on the lighter."""
+    router, _ = fake_cluster(["b", "c"])
+    router.cache._apply(host_key(CLUSTER, "c"),
+                        json.dumps({"host": "c", "warm": False}).encode(), 4)
+    for n, host in enumerate(["b"] * 5 + ["c"] * 2):
+        router.cache._apply(owner_key(CLUSTER, f"svit://t/old-{n}"),
+                            json.dumps({"host": host, "address": f"svit:{host}:{n}"}).encode(), 3)
+    routes = await asyncio.gather(*(router._route(f"svit://t/{n}") for n in range(2)))
+    assert sorted(r.host for r in routes) == ["b", "b"]
+    # once warm, it is the lighter host again
+    router.cache._apply(host_key(CLUSTER, "c"),
+                        json.dumps({"host": "c", "warm": True}).encode(), 5)
+    assert (await router._route("svit://t/2")).host == "c"
+
+
 # -- residency: full hosts, moved bindings ------------------------------------------------
 
 
