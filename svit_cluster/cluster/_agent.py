@@ -241,8 +241,6 @@ class HostAgent:
             UnavailableError: the host is unhealthy or etcd could not grant a lease.
         """
         await self.leases.join(warm=self.pool.warm())
-        if not self.pool.warm():
-            self.pool.refill()  # its end marks the record warm (publish_warm)
 
     def _publish_warm(self) -> None:
         """The pool's refill ended with its spares up: say so in the host record."""
@@ -290,6 +288,8 @@ class HostAgent:
                                     old.lease_id, done - parked)
                 if self.lease is None:
                     await self._join()
+                    if not self.pool.warm():
+                        self.pool.refill()  # its end marks the record warm
                     if self.supervisor.parked:
                         self.leases.spawn(self._unpark())
             except asyncio.CancelledError:
