@@ -154,6 +154,26 @@ class ChaosCluster(Protocol):
 
 Launcher = Callable[[LaunchSpec], ChaosCluster]
 
+#: Seconds a fault aimed at the etcd leader waits for the members to agree on
+#: one: several election timeouts (1 s each locally, ``EtcdClusterServer``).
+LEADER_WAIT_S = 10.0
+
+
+def _member_states(ec: Any) -> str:
+    """Each member of ``ec`` as ``name: stopped | not answering (error) | leader <id>``."""
+    parts = []
+    for m in ec.members:
+        if not m.running:
+            parts.append(f"{m.name}: stopped")
+            continue
+        try:
+            doc = m.status()
+        except Exception as exc:  # what it found, whatever it was
+            parts.append(f"{m.name}: not answering ({type(exc).__name__}: {exc})")
+            continue
+        parts.append(f"{m.name}: names leader {doc.get('leader')}")
+    return "; ".join(parts)
+
 
 class ScaledStores:
     """Fault actions on a Redis Cluster and a multi-member etcd (the scaled topology).
@@ -229,13 +249,26 @@ class ScaledStores:
     def etcd_member(self, role: str) -> str:
         """The name of a running member that is ``role`` (``leader`` or ``follower``).
 
+        Waits up to :data:`LEADER_WAIT_S` for the running members to agree on a
+        leader: right after a member was killed or restarted they do not for
+        about an election timeout (the survivors still name the dead leader, a
+        restarted member does not answer yet), and a fault drawn then is
+        injected once the election is over.
+
         Raises:
-            HarnessError: the members agree on no leader right now.
+            HarnessError: no leader within :data:`LEADER_WAIT_S`; the message
+                gives each member's state (stopped, not answering, or the
+                leader it names).
         """
         ec = self._ec()
+        deadline = time.monotonic() + LEADER_WAIT_S
         leader = ec.leader()
+        while leader is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            leader = ec.leader()
         if leader is None:
-            raise HarnessError("the etcd members agree on no leader", stage="inject")
+            raise HarnessError(f"the etcd members agreed on no leader within "
+                               f"{LEADER_WAIT_S:g} s: {_member_states(ec)}", stage="inject")
         if role == "leader":
             return str(leader.name)
         followers = [m for m in ec.members if m is not leader and m.running]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from svit_chaos.cluster import LocalClusterTarget
+from svit_chaos.errors import HarnessError
 from svit_chaos.proxy import ProxyHub
 from svit_chaos.run import RunConfig, validate
 from svit_chaos.schedule import build_schedule
@@ -77,3 +78,34 @@ def test_the_quorum_nemesis_is_its_own_scenario_and_needs_several_etcd_members()
         validate(RunConfig(scenario="kill-etcd-majority", duration_s=60, etcd_members=1))
     with pytest.raises(ConfigurationError, match="etcd_members must be one of 1, 3, 5"):
         validate(RunConfig(etcd_members=2))
+
+
+@pytest.mark.servers
+def test_a_leader_fault_drawn_during_an_election_waits_for_the_new_leader(
+        target: tuple[LocalClusterTarget, EtcdClusterServer],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    t, members = target
+    _until(lambda: t.service_ready("etcd"))
+    leader = members.leader()
+    assert leader is not None
+    stores = t._stores()
+    stores.kill_etcd_member(leader.name)
+    # the survivors name the dead leader for about an election timeout: the
+    # fault waits for the new one instead of failing the run
+    assert members.leader() is None
+    new = stores.etcd_member("leader")
+    assert new != leader.name and new in {m.name for m in members.members if m.running}
+    stores.start_etcd_member(leader.name)
+    _until(lambda: t.service_ready("etcd"))
+
+    # no quorum: no leader comes, and the error says what each member showed
+    import svit_chaos.cluster as chaos_cluster
+    monkeypatch.setattr(chaos_cluster, "LEADER_WAIT_S", 2.0)
+    killed = t.kill_etcd_majority()
+    time.sleep(2.5)
+    with pytest.raises(HarnessError, match="agreed on no leader within 2 s") as info:
+        stores.etcd_member("leader")
+    for name in killed:
+        assert f"{name}: stopped" in str(info.value)
+    t.start_etcd()
+    _until(lambda: t.service_ready("etcd"))
