@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_ACTORS_PSS_MIB",
     "DEFAULT_MAX_EVENTS",
     "DEFAULT_MAX_STARTING_PER_HOST",
+    "DEFAULT_MAX_WARM_SPARES",
     "DEFAULT_PASSIVATE_AFTER_S",
     "DEFAULT_PROCESS_PAGE",
     "DEFAULT_REDIS_URL",
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_TIMER_PAGE",
     "DEFAULT_WAIT_REPLICAS",
     "DEFAULT_WAIT_TIMEOUT_MS",
+    "DEFAULT_WARM_SPARES",
     "LEASE_NICENESS",
     "LEASE_TTL_S_MAX",
     "LEASE_TTL_S_MIN",
@@ -128,6 +130,12 @@ DEFAULT_MAX_ACTORS_PSS_MIB = 0.0
 DEFAULT_MAX_STARTING_PER_HOST = 0
 #: Largest such count accepted (0..this).
 MAX_STARTING_PER_HOST_MAX = 64
+#: Warm spares (started, unbound process actors) every host agent keeps.
+DEFAULT_WARM_SPARES = 2
+#: Most warm spares a host keeps for a peer's failover (cluster.json
+#: ``max_warm_spares``): a host keeps ``ceil(busiest peer's processes / (live
+#: hosts - 1))`` spares, at least ``DEFAULT_WARM_SPARES`` and at most this.
+DEFAULT_MAX_WARM_SPARES = 4
 
 # -- the commit log's Redis (StoreSettings, StoreConfig, store.connect) -------------------
 

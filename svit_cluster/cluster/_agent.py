@@ -54,6 +54,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from svit_cluster.cluster._agent_metrics import ResidencyCollector
 from svit_cluster.cluster._config import AGENT_NICENESS, ClusterConfig
+from svit_cluster.cluster._headroom import HEADROOM_EVERY_S, failover_spares
 from svit_cluster.cluster._host_lease import LEASE_LOST_LOG, AgentLease
 from svit_cluster.cluster._memory_guard import MEMORY_SAMPLE_S, MemoryGuard
 from svit_cluster.cluster._residency import Budget, derive_budget, node_memory_bytes
@@ -160,6 +161,7 @@ class HostAgent:
         self._rejoin: asyncio.Task[None] | None = None
         self._reconcile_task: asyncio.Task[None] | None = None
         self._memory_task: asyncio.Task[None] | None = None
+        self._headroom_task: asyncio.Task[None] | None = None
         self._fence_store: Any = None
         #: Bound on activations under way at once; more are shed, so a burst of
         #: activations cannot starve the host's lease keepalives.
@@ -198,6 +200,7 @@ class HostAgent:
             self._rejoin = loop.create_task(self._rejoin_loop())
             self._reconcile_task = loop.create_task(self.supervisor.reconcile_loop())
             self._memory_task = loop.create_task(self.memory.loop())
+            self._headroom_task = loop.create_task(self._headroom_loop())
             self.pool.closed = False
             self.pool.refill()
         return await self.status()
@@ -245,6 +248,46 @@ class HostAgent:
     def _publish_warm(self) -> None:
         """The pool's refill ended with its spares up: say so in the host record."""
         self.leases.spawn(self.leases.publish_warm())
+
+    # -- failover headroom ---------------------------------------------------------------
+
+    async def _headroom_loop(self) -> None:
+        """Never dies: every :data:`HEADROOM_EVERY_S`, one :meth:`headroom_round`."""
+        while True:
+            await asyncio.sleep(HEADROOM_EVERY_S)
+            try:
+                await self.headroom_round()
+            except asyncio.CancelledError:
+                raise
+            except UnavailableError as exc:  # no lease or etcd unreachable: next round
+                log.debug("host %s: headroom round skipped: %s", self.host, exc)
+            except Exception:
+                log.exception("host %s: headroom round failed", self.host)
+
+    async def headroom_round(self) -> int:
+        """Size the warm spares to the busiest peer's processes
+        (:func:`failover_spares`, with ``spare_target`` as the floor), start
+        the missing ones, and publish this host's ``active`` count and
+        ``spares`` target in its record.
+
+        Returns:
+            The spare target now.
+
+        Raises:
+            UnavailableError: no lease, or etcd could not be read.
+        """
+        records = await self.leases.host_records()
+        pool = self.pool
+        target = failover_spares(self.host, records, warm_spares=pool.spare_target,
+                                 max_warm_spares=self.cfg.max_warm_spares)
+        if target != pool.target():
+            log.info("host %s: warm spares %d -> %d (its share of the busiest peer's "
+                     "processes)", self.host, pool.target(), target)
+        pool.failover_target = target
+        if pool.wanted() > 0:
+            pool.refill()
+        await self.leases.publish(active=len(self.actors), spares=pool.target())
+        return pool.target()
 
     # -- lease loss ----------------------------------------------------------------------
 
@@ -598,7 +641,7 @@ class HostAgent:
             lease then expires after its TTL).
         """
         self.pool.close()
-        for task in (self._rejoin, self._reconcile_task, self._memory_task,
+        for task in (self._rejoin, self._reconcile_task, self._memory_task, self._headroom_task,
                      *self.supervisor.watches.values()):
             if task is not None and not task.done():
                 task.cancel()

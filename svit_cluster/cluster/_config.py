@@ -18,9 +18,11 @@ from svit_cluster.defaults import (
     DEFAULT_MAX_ACTORS_PSS_MIB,
     DEFAULT_MAX_EVENTS,
     DEFAULT_MAX_STARTING_PER_HOST,
+    DEFAULT_MAX_WARM_SPARES,
     DEFAULT_PASSIVATE_AFTER_S,
     DEFAULT_REDIS_URL,
     DEFAULT_SIGNAL_RETENTION,
+    DEFAULT_WARM_SPARES,
     LEASE_NICENESS,
 )
 from svit_cluster.errors import ConfigurationError
@@ -115,11 +117,17 @@ class ClusterConfig:
             ``control.DEFAULT_RECEIPTS``).
         call_timeout_s: gateway -> actor call deadline in seconds (default 5).
         warm_spares: unbound process actors each host agent keeps started
-            (default 2). A failover onto a host takes a spare (bind and restore
-            only); once a host's spares are used up, each further activation
-            starts a Ray worker first, which costs seconds on a busy machine
-            (a process failing over onto a host with no spare left takes
-            seconds longer than the lease TTL).
+            at least (``defaults.DEFAULT_WARM_SPARES``). A failover onto a host
+            takes a spare (bind and restore only); once a host's spares are
+            used up, each further activation starts a Ray worker first, which
+            costs seconds on a busy machine (a process failing over onto a
+            host with no spare left takes seconds longer than the lease TTL).
+        max_warm_spares: the most spares a host keeps for a peer's failover
+            (``defaults.DEFAULT_MAX_WARM_SPARES``; cluster.json
+            ``max_warm_spares``). Each agent keeps ``ceil(busiest peer's
+            processes / (live hosts - 1))`` spares within
+            ``[warm_spares, max(warm_spares, max_warm_spares)]`` and its
+            residency budget (:mod:`svit_cluster.cluster._headroom`).
         host_endpoints: per-host overrides ``{host: {"etcd": ..., "redis": ...}}``
             (the chaos harness routes a host through its own proxies).
         backend_factory: how process actors build their commit backend, as an
@@ -186,7 +194,8 @@ class ClusterConfig:
     passivate_after_s: float = DEFAULT_PASSIVATE_AFTER_S
     max_receipts: int = DEFAULT_RECEIPTS
     call_timeout_s: float = 5.0
-    warm_spares: int = 2
+    warm_spares: int = DEFAULT_WARM_SPARES
+    max_warm_spares: int = DEFAULT_MAX_WARM_SPARES
     host_endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
     backend_factory: str = ""
     signal_retention: int = DEFAULT_SIGNAL_RETENTION
@@ -245,6 +254,7 @@ class ClusterConfig:
                                              DEFAULT_MAX_ACTORS_PSS_MIB)),
             max_starting_per_host=int(doc.get("max_starting_per_host",
                                               DEFAULT_MAX_STARTING_PER_HOST)),
+            max_warm_spares=int(doc.get("max_warm_spares", DEFAULT_MAX_WARM_SPARES)),
         )
 
     @classmethod

@@ -28,6 +28,7 @@ from svit_cluster.ownership import (
     LeaseState,
     etcd_call,
     host_key,
+    hosts_prefix,
     open_client,
     revoke_lease_id,
 )
@@ -204,23 +205,58 @@ class AgentLease:
         Returns:
             True when the record says warm now.
         """
+        return await self.publish(warm=True)
+
+    async def publish(self, **fields: Any) -> bool:
+        """Set ``fields`` in the host record of the current lease (``warm``;
+        ``active`` and ``spares``, :mod:`svit_cluster.cluster._headroom`); no
+        write when the record holds them already. A failure is logged.
+
+        Returns:
+            True when the record holds ``fields`` now.
+        """
         lease = self.lease
         if lease is None or lease is not self._record_lease:
             return False
-        if self._record.get("warm"):
+        if all(self._record.get(k) == v for k, v in fields.items()):
             return True
-        record = {**self._record, "warm": True}
+        record = {**self._record, **fields}
         try:
-            await etcd_call("mark host warm",
+            await etcd_call("update host record",
                             lease.client.put(host_key(self.cfg.cluster, self.host),
                                              json.dumps(record).encode(), lease=lease.lease_id),
                             timeout_s=5, host=self.host)
         except UnavailableError as exc:
-            log.info("host %s: marking its record warm failed: %s", self.host, exc)
+            log.info("host %s: updating its record (%s) failed: %s", self.host,
+                     ", ".join(fields), exc)
             return False
         if self.lease is lease:
             self._record = record
         return True
+
+    async def host_records(self) -> dict[str, dict[str, Any]]:
+        """Every live host's record (``/svit/<cluster>/hosts/``), by host name,
+        read with the current lease's client; a record that does not parse is
+        left out.
+
+        Raises:
+            UnavailableError: no lease yet, or etcd could not be read.
+        """
+        lease = self.lease
+        if lease is None:
+            raise UnavailableError(f"host {self.host} has no lease yet")
+        prefix = hosts_prefix(self.cfg.cluster)
+        got = await etcd_call("read host records", lease.client.get_prefix(prefix),
+                              timeout_s=5, host=self.host)
+        records: dict[str, dict[str, Any]] = {}
+        for kv in got:
+            try:
+                doc = json.loads(bytes(kv.value))
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                records[bytes(kv.key)[len(prefix):].decode()] = doc
+        return records
 
     def report_unhealthy(self, reason: str) -> None:
         """HostHealth's callback (its poll thread): the keeper revokes the lease."""

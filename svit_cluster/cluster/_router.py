@@ -577,6 +577,11 @@ class RayRouter:
         finally:
             self._placing.pop(process_id, None)
 
+    def _spares_of(self, host: str) -> int:
+        """The warm spares ``host``'s record states (``spares``), else ``warm_spares``."""
+        spares = self.cache.hosts.get(host, {}).get("spares")
+        return spares if isinstance(spares, int) and spares >= 0 else self.cfg.warm_spares
+
     async def _place_once(self, process_id: str, create: dict[str, Any] | None) -> Route:
         """Activate on the least-loaded host Ray lists alive whose agent answers.
 
@@ -616,14 +621,16 @@ class RayRouter:
                     load[h] += n
             skip = tried | self.host_watch.excluded()
             # First choice: a host with a warm spare left for this activation. Each
-            # agent keeps ``warm_spares`` workers started and each activation under
-            # way there takes one; beyond them an activation starts a Ray worker
-            # first (seconds). By load alone, a failed host's processes placed at
-            # once can all go to the least-loaded survivor, past its spares, while
-            # another survivor has spares idle. A host whose record says it is not
-            # warm yet (it just joined and its spares are still starting) has
-            # none. A host that was full a moment ago is tried last.
-            cold = {h for h in load if self._activating.get(h, 0) >= self.cfg.warm_spares
+            # agent keeps the spares its record states (``spares``: its share of
+            # the busiest peer's processes, at least ``warm_spares``;
+            # cluster._headroom) and each activation under way there takes one;
+            # beyond them an activation starts a Ray worker first (seconds). By
+            # load alone, a failed host's processes placed at once can all go to
+            # the least-loaded survivor, past its spares, while another survivor
+            # has spares idle. A host whose record says it is not warm yet (it
+            # just joined and its spares are still starting) has none. A host
+            # that was full a moment ago is tried last.
+            cold = {h for h in load if self._activating.get(h, 0) >= self._spares_of(h)
                     or self.cache.hosts.get(h, {}).get("warm") is False}
             full_now = self._recently_full()
             turn, self._turn = self._turn, self._turn + 1

@@ -51,7 +51,8 @@ class WorkerPool:
     budget; each worker's OS process id and bindings served, by actor name;
     ``pss_mib`` (summed PSS of the host's actors at the last reading, MiB) and
     ``pss_at`` (its monotonic time, 0 before the first); ``spare_target``
-    (spares kept while the budget has room); ``closed`` (the host is shutting
+    (spares kept while the budget has room) and ``failover_target`` (spares the
+    failover headroom asks for; :meth:`target` is the larger); ``closed`` (the host is shutting
     down: no spare is started or kept). Counters: ``worker_starts``,
     ``worker_reuses``.
 
@@ -72,6 +73,9 @@ class WorkerPool:
         self.spares: list[tuple[str, Any]] = []
         self.spare_since: dict[str, float] = {}
         self.spare_target = cfg.warm_spares
+        #: Spares the failover headroom asks for (``HostAgent.headroom_round``);
+        #: the pool keeps :meth:`target`, the larger of the two.
+        self.failover_target = 0
         self.starting = 0
         self.taken = 0
         self.pids: dict[str, int] = {}
@@ -225,11 +229,15 @@ class WorkerPool:
         self.spare_since.pop(name, None)
         return name, handle
 
+    def target(self) -> int:
+        """Spares to keep: ``spare_target`` or ``failover_target``, the larger."""
+        return max(self.spare_target, self.failover_target)
+
     def trim(self, linger_s: float = SPARE_LINGER_S) -> int:
-        """Stop surplus spares (beyond ``spare_target``) unused for ``linger_s``
+        """Stop surplus spares (beyond :meth:`target`) unused for ``linger_s``
         seconds, oldest first; returns how many were stopped."""
         now = time.monotonic()
-        surplus = len(self.spares) - self.spare_target
+        surplus = len(self.spares) - self.target()
         stopped = 0
         for name, handle in sorted(self.spares, key=lambda w: self.spare_since.get(w[0], now)):
             if stopped >= surplus or now - self.spare_since.get(name, now) < linger_s:
@@ -253,12 +261,12 @@ class WorkerPool:
         return self.wanted() == 0
 
     def wanted(self) -> int:
-        """Spares to start now: up to ``spare_target``, and only into free room
+        """Spares to start now: up to :meth:`target`, and only into free room
         of the budget (a host at its budget keeps none: reuse replaces them)."""
         room = self.budget.max_active - self.workers()
         if self.memory_full() or self.closed:
             room = 0
-        return max(0, min(self.spare_target - len(self.spares), room))
+        return max(0, min(self.target() - len(self.spares), room))
 
     def refill(self) -> None:
         """Start the refill loop unless it runs already or the host is closing."""
@@ -275,7 +283,7 @@ class WorkerPool:
             self.refill_timer = asyncio.get_running_loop().call_later(delay_s, self.refill)
 
     async def refill_loop(self) -> None:
-        """Keep ``spare_target`` warm actors while there is room; a failure only
+        """Keep :meth:`target` warm actors while there is room; a failure only
         costs a cold activation. One start at a time: each is counted (in
         :attr:`starting`) in the same step as the room was checked, so a
         concurrent activation never sees room that a refill already took."""

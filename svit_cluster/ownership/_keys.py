@@ -12,8 +12,8 @@ key                                     value, lifetime
                                         owning host's lease (its create revision and
                                         epoch make the fencing token)
 ``/svit/<cluster>/hosts/<host>``        the host's registration (JSON: ``host``,
-                                        ``node_id``, ``warm`` ...); under the host
-                                        lease
+                                        ``node_id``, ``warm``, ``active``,
+                                        ``spares`` ...); under the host lease
 ``/svit/<cluster>/fence-epoch``         the fencing-token epoch (decimal); no lease
 ======================================  ============================================
 """

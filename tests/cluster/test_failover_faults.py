@@ -271,6 +271,17 @@ def wait_warm(cluster: LocalCluster, url: str, token: str, pids: dict[str, int],
     return time.monotonic() - started
 
 
+def agent_status(cluster: LocalCluster, host: str) -> dict[str, Any]:
+    """``host``'s agent's ``status()``."""
+    import ray
+
+    from svit_cluster.cluster import agent_name
+
+    connect_ray(cluster)
+    agent = ray.get_actor(agent_name(host), namespace=f"svit-{cluster.doc['cluster']}")
+    return dict(ray.get(agent.status.remote(), timeout=10))
+
+
 def measure_failover(cluster: LocalCluster, url: str, token: str, victim: str,
                      pids: dict[str, int], start: float, *, limit_s: float
                      ) -> list[float | None]:
@@ -446,6 +457,44 @@ def test_failover_within_ttl_plus_1_5_s(
                 print(f"  new process {n} during the raylet stop: committed after "
                       f"{t if t is None else round(t, 2)} s")
                 assert t is not None, f"new process {n} not committed within TTL + 1.5 s"
+    finally:
+        restore(cluster, victim)
+
+
+def test_a_host_holding_more_processes_than_the_survivors_floor_fails_over_warm(
+    cluster: LocalCluster, gateway: tuple[str, str]
+) -> None:
+    """A paused host owning 6 processes, twice what the two survivors' floor of
+    2 spares each takes: each survivor keeps 3 spares for it (its share of the
+    busiest peer's processes, cluster._headroom), so all 6 bind warm and every
+    one is answered by a new owner within TTL + 1.5 s."""
+    url, token = gateway
+    ttl = cluster.spec.lease_ttl_s
+    victim, pids = processes_on_one_host(cluster, url, token, count=6)
+    survivors = [h for h in cluster.doc["hosts"] if h != victim]
+    waited = wait_warm(cluster, url, token, pids, spares=3, hosts=survivors)
+    # the target each survivor states (the count itself may be higher: workers
+    # of processes passivated during the setup linger as surplus spares)
+    deadline = time.monotonic() + 10
+    while True:
+        targets = {h: etcd_view(cluster)["hosts"].get(h, {}).get("spares") for h in survivors}
+        if all(isinstance(n, int) and n >= 3 for n in targets.values()) \
+                or time.monotonic() > deadline:
+            break
+        _commit_all(url, token, pids, list(pids))
+        time.sleep(0.5)
+    spares = {h: agent_status(cluster, h)["spares"] for h in survivors}
+    print(f"  survivors' spare targets {targets}, spares {spares} after {waited:.2f} s")
+    assert all(isinstance(n, int) and n >= 3 for n in targets.values()), targets
+    assert min(spares.values()) >= 3, spares
+    start = time.monotonic()
+    _pause(cluster, victim)
+    try:
+        took = measure_failover(cluster, url, token, victim, pids, start,
+                                limit_s=max(30.0, 4 * ttl))
+        line = report("host-pause, 6 processes", victim, ttl, took)
+        assert all(t is not None for t in took), line
+        assert max(t for t in took if t is not None) <= ttl + MARGIN_S, line
     finally:
         restore(cluster, victim)
 

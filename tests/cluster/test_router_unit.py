@@ -573,3 +573,27 @@ async def test_an_unknown_or_deleted_process_is_not_found_without_asking_an_agen
         assert agent.activations == [pid]
     finally:
         await router.close()
+
+
+async def test_a_host_whose_record_states_more_spares_takes_that_many_warm() -> None:
+    """Survivors holding 5 and 2 processes; the lighter one's record states 3
+    spares (its share of a failed peer's processes, cluster._headroom): three
+    processes placed at once all go to its spares; with the default 2 the
+    third would go to the other host."""
+    router, agents = fake_cluster(["b", "c"])
+    router.cache._apply(host_key(CLUSTER, "c"),
+                        json.dumps({"host": "c", "warm": True, "spares": 3}).encode(), 4)
+    for n, host in enumerate(["b"] * 5 + ["c"] * 2):
+        router.cache._apply(owner_key(CLUSTER, f"svit://t/old-{n}"),
+                            json.dumps({"host": host, "address": f"svit:{host}:{n}"}).encode(), 3)
+    gate = asyncio.Event()
+    for agent in agents.values():
+        agent.gate = gate
+    calls = [asyncio.ensure_future(router._route(f"svit://t/{n}")) for n in range(3)]
+    for _ in range(200):
+        if sum(router._activating.values()) == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert router._activating == {"c": 3}
+    gate.set()
+    assert sorted(r.host for r in await asyncio.gather(*calls)) == ["c", "c", "c"]
