@@ -42,7 +42,7 @@ from aetcd import rpc as _rpc
 
 from svit_cluster.settings import parse_endpoints
 
-__all__ = ["FailoverClient", "parse_endpoints"]
+__all__ = ["FailoverClient", "member_answers", "parse_endpoints"]
 
 log = logging.getLogger(__name__)
 
@@ -213,3 +213,32 @@ for _name in _REQUEST_METHODS:
 del _name
 # refresh_lease(lease_id, *, timeout_s=None): a per-call deadline (see _refresh_lease)
 FailoverClient.refresh_lease = _failing_over("refresh_lease", _refresh_lease)
+
+
+async def member_answers(client: Any, *, timeout_s: float) -> bool:
+    """Does an etcd member answer a status request within ``timeout_s`` seconds?
+
+    A member answers status from its own state, with or without a leader, so
+    True means etcd is reachable (not that it has a leader). A
+    :class:`FailoverClient` tries its members in turn, each failure moving it
+    to the next (a hung member is left after its share of the time); a plain
+    ``aetcd.Client`` asks its one member. Never raises (any failure counts as
+    no answer), except a cancellation of the caller.
+    """
+    deadline = time.monotonic() + timeout_s
+    tries = len(client.endpoints) if isinstance(client, FailoverClient) else 1
+    for n in range(tries):
+        left = deadline - time.monotonic()
+        if left <= 0.01:
+            return False
+        generation = getattr(client, "_generation", 0)
+        try:
+            await asyncio.wait_for(client.connect(), left)
+            await client.maintenancestub.Status(
+                _rpc.StatusRequest(), timeout=max(0.01, left / (tries - n)),
+                metadata=client.metadata)
+            return True
+        except Exception as exc:  # any failure is "no answer" (the caller's rule is safe)
+            if isinstance(client, FailoverClient):
+                client._fail_over(generation, f"status: {type(exc).__name__}")
+    return False

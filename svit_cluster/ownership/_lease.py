@@ -38,7 +38,7 @@ from tenacity import (
 from svit_cluster.defaults import DEFAULT_LEASE_TTL_S
 from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call
-from svit_cluster.ownership._failover import FailoverClient
+from svit_cluster.ownership._failover import FailoverClient, member_answers
 
 __all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState", "deadline_reason",
            "judge_state", "revoke_lease_id", "tell_listeners"]
@@ -93,11 +93,14 @@ class LeaseState(StrEnum):
         is still checked against the Redis fence; HELD is not a proof.)
     SUSPENDED:
         Keepalives are failing, but by the local clock the lease cannot have
-        expired yet. Do NOT start new commits or acquire processes; do not
-        assume the ownership keys are still there. May return to HELD when a
-        keepalive succeeds in time.
+        expired yet -- or its local deadline passed while etcd answered but
+        kept no keepalive (a leader election), within the election grace (see
+        :class:`HostLease`). Do NOT start new commits or acquire processes; do
+        not assume the ownership keys are still there. May return to HELD when
+        a keepalive succeeds in time.
     LOST:
-        The deadline passed, etcd reported the lease gone, or it was revoked.
+        The deadline passed (extended by the election grace only when etcd
+        answered), etcd reported the lease gone, or it was revoked.
         Terminal, even if a late keepalive succeeds (an etcd restart renews
         every lease, so etcd may still list it): assume every ownership under
         this lease is held by someone else. Stop serving; a new
@@ -107,6 +110,13 @@ class LeaseState(StrEnum):
     HELD = "held"
     SUSPENDED = "suspended"
     LOST = "lost"
+
+
+#: The election grace is considered once the local deadline is this many
+#: keepalive intervals away (or closer) with keepalives failing.
+PROBE_WINDOW_INTERVALS = 2.0
+#: Seconds a status request of the election grace's probe may take.
+PROBE_TIMEOUT_S = 0.3
 
 
 def judge_state(now: float, *, deadline: float, last_ok: float, failing: bool,
@@ -196,6 +206,29 @@ class HostLease:
             not raise) after the grant, after every keepalive round, and when
             the lease becomes LOST: the lease keeper publishes its state then
             (:mod:`svit_cluster.ownership._keeper`).
+        election_grace_s: seconds the local deadline moves, once per outage,
+            when keepalives still fail within :data:`PROBE_WINDOW_INTERVALS`
+            intervals of it but an etcd member answers a status request
+            (default ``ttl_s``; 0: never). See "Election grace" below.
+
+    Election grace. A 3-member etcd that loses its leader keeps no keepalive
+    until a new leader is elected (one to two election timeouts, 1-2 s with
+    etcd's defaults; more after a split vote), and the last keepalive may have
+    been sent an interval before: at TTL 3 s the local deadline (2.25 s after
+    it) often passes first, and every host of the cluster would lose its lease
+    at once. Nothing expires meanwhile, though: without a leader no lease
+    expires and no key can be written, and a new leader renews every lease by
+    at least its TTL when it takes over (etcd's lessor ``Promote``). So when
+    the deadline nears with keepalives failing while a member answers (etcd
+    is reachable, it is the leader that is missing), the lease stays
+    SUSPENDED for ``election_grace_s`` more instead of becoming LOST: the host
+    serves nothing meanwhile, and only a keepalive answered with TTL > 0 makes
+    it HELD again. That reply comes from the leader and proves the lease
+    exists now, hence every ownership key under it (etcd deletes a lease's
+    keys with it), so no other host can have claimed those processes and
+    their fencing tokens are still the newest. A host that reaches no member
+    (cut off from etcd) gets no grace: it is LOST at the deadline, and a peer
+    revokes its lease at once (``AgentLease.revoke_lost``).
 
     Raises:
         ConfigurationError: an option is out of range.
@@ -218,6 +251,7 @@ class HostLease:
         revoke_when_unhealthy: bool = False,
         health_poll_s: float = 0.2,
         on_round: Callable[[], None] | None = None,
+        election_grace_s: float | None = None,
     ) -> None:
         if type(ttl_s) is not int or ttl_s < 1:
             raise ConfigurationError(f"ttl_s must be a positive integer, got {ttl_s!r}")
@@ -234,6 +268,14 @@ class HostLease:
         if retry_timeout_s <= 0:
             raise ConfigurationError("retry_timeout_s must be positive")
         self.retry_timeout_s = retry_timeout_s
+        self.election_grace_s = float(ttl_s) if election_grace_s is None else election_grace_s
+        if self.election_grace_s < 0:
+            raise ConfigurationError("election_grace_s must be >= 0")
+        #: True while the current outage's deadline was moved by the election grace.
+        self.in_grace = False
+        #: How many times the election grace moved the deadline (outages ridden out
+        #: or not).
+        self.graces = 0
         self.client = client
         self.ttl_s = ttl_s
         self.safety_margin_s = safety_margin_s
@@ -543,6 +585,10 @@ class HostLease:
         self._deadline = sent + ttl - self.safety_margin_s
         self._last_ok = sent
         self._failing = False
+        if self.in_grace:
+            log.warning("lease %s held again: a keepalive was answered with TTL %d s "
+                        "during the election grace", self.lease_id, ttl)
+            self.in_grace = False
 
     async def _keepalive_loop(self) -> None:
         """Refresh every interval until LOST; never dies on an error.
@@ -599,6 +645,8 @@ class HostLease:
             except Exception:
                 self._failing = self._retry_soon = True
                 log.exception("lease %s keepalive round crashed", self.lease_id)
+            if self._failing:
+                await self._maybe_grace()
             self._observed()
             await self._signal()
         if self._closing:
@@ -606,6 +654,27 @@ class HostLease:
         self._lose("keepalive loop ended")
         self._observed()
         await self._signal()
+
+    async def _maybe_grace(self) -> None:
+        """After a failed round near the deadline: move the deadline by
+        :attr:`election_grace_s` (once per outage) if an etcd member answers a
+        status request (see "Election grace" in the class docstring)."""
+        if self.in_grace or self.election_grace_s <= 0 or self.state is LeaseState.LOST:
+            return
+        left = self._deadline - self._clock()
+        if left > PROBE_WINDOW_INTERVALS * self.keepalive_interval_s or left < 0.1:
+            return
+        client = self._ka_client if self._ka_client is not None else self.client
+        if not await member_answers(client, timeout_s=min(PROBE_TIMEOUT_S, left - 0.05)):
+            return  # no member answered: no grace, LOST at the deadline
+        if self._lost or self._clock() >= self._deadline:  # passed during the probe
+            return
+        self._deadline += self.election_grace_s
+        self.in_grace = True
+        self.graces += 1
+        log.warning("lease %s: keepalives fail but etcd answers (a leader election?): "
+                    "suspended for up to %.1f s more, held again only when a keepalive "
+                    "is answered", self.lease_id, left + self.election_grace_s)
 
     async def _sleep_watching_health(self, delay: float) -> bool:
         """Sleep ``delay`` seconds; with :attr:`revoke_when_unhealthy`, run the health

@@ -1,0 +1,109 @@
+"""A leader election longer than a host lease's local deadline: the lease stays
+SUSPENDED through it and is HELD again, never LOST (the election grace of
+:class:`svit_cluster.ownership.HostLease`); without the grace the same outage
+loses the lease.
+
+A real 3-member etcd (election timeout 1 s) and a lease as the host agent's
+keeper holds it (TTL 3 s, margin 0.75 s, threaded keepalives on a client that
+lists every member). The outage: the leader is SIGKILLed and one follower
+SIGSTOPped for 2 s, so no leader exists for 2 s plus an election (3-4 s in
+all), longer than the 2.25 s from the last keepalive to the local deadline;
+the member left answers status requests all along. Nothing expires meanwhile:
+without a leader no lease expires, and the new leader renews every lease when
+it takes over. The host's ownership record stays, under the same lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from svit_cluster.local import EtcdClusterServer
+from svit_cluster.ownership import HostLease, LeaseState, Owners, open_client, owner_key
+from tests._support import unique
+
+pytestmark = pytest.mark.servers
+
+TTL_S = 3
+MARGIN_S = 0.75  # min(1.0, TTL / 4), as AgentLease.join sets it
+NO_LEADER_S = 2.0
+
+
+@pytest.fixture
+def etcd3(tmp_path: Path) -> Iterator[EtcdClusterServer]:
+    server = EtcdClusterServer(tmp_path / "etcd3", members=3, die_with_parent=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def _outage(etcd3: EtcdClusterServer, grace_s: float | None
+                  ) -> tuple[HostLease, list[LeaseState], bool]:
+    """Run the outage against a fresh lease; returns the lease, every state it
+    showed (polled every 20 ms until 8 s after the kill), and whether its
+    ownership record was still there at the end."""
+    leader = etcd3.wait_for_leader(timeout_s=20)
+    followers = [m for m in etcd3.members if m is not leader]
+    stopped, answering = followers
+    endpoints = ",".join(m.endpoint for m in (leader, stopped, answering))
+    client: Any = open_client(endpoints, request_timeout_s=1.0)
+    lease = HostLease(client, ttl_s=TTL_S, safety_margin_s=MARGIN_S,
+                      keepalive_client=lambda: open_client(endpoints),
+                      election_grace_s=grace_s)
+    await lease.grant()
+    pid = f"svit://test/{unique('grace')}"
+    cluster = unique("grace")
+    owners = Owners(lease, cluster=cluster, host="a", address="a:1")
+    await owners.acquire(pid)
+    reader: Any = open_client(answering.endpoint, request_timeout_s=1.0)
+    seen: list[LeaseState] = []
+    try:
+        # right after a keepalive: the outage starts with the most time left
+        last = lease.last_ok
+        while lease.last_ok == last:
+            await asyncio.sleep(0.01)
+        leader.kill9()
+        stopped.pause()
+        killed = time.monotonic()
+        resumed = False
+        while time.monotonic() - killed < 8.0:
+            if not resumed and time.monotonic() - killed >= NO_LEADER_S:
+                stopped.resume()
+                resumed = True
+            state = lease.state
+            if not seen or seen[-1] is not state:
+                seen.append(state)
+            await asyncio.sleep(0.02)
+        if not resumed:
+            stopped.resume()
+        record = await reader.get(owner_key(cluster, pid))
+        kept = record is not None and int(record.lease) == lease.lease_id
+        return lease, seen, kept
+    finally:
+        stopped.resume()
+        await reader.close()
+        await lease.close()
+        await client.close()
+        leader.start()
+        etcd3.wait_for_leader(timeout_s=20)
+
+
+async def test_a_leader_election_longer_than_the_deadline_suspends_the_lease_not_loses_it(
+        etcd3: EtcdClusterServer) -> None:
+    lease, seen, kept = await _outage(etcd3, None)
+    assert LeaseState.LOST not in seen, seen
+    assert seen[-1] is LeaseState.HELD and LeaseState.SUSPENDED in seen, seen
+    assert lease.graces == 1 and not lease.in_grace
+    assert kept
+
+    # negative control: the same outage without the grace loses the lease
+    lease, seen, _ = await _outage(etcd3, 0.0)
+    assert seen[-1] is LeaseState.LOST, seen
+    assert lease.graces == 0
