@@ -70,6 +70,12 @@ commits of *all* processes together, inside the union of every process's
 demand: clients were asking and no process committed. Each stall names the
 fault windows it overlaps (none: a stall no deliberate fault explains).
 
+**One etcd member down**: the parts of cluster stalls during which the only
+open faults take one etcd member down (``kill-etcd`` on several members, and
+the scaled topology's ``kill-etcd-leader`` and ``partition-etcd-member``):
+etcd keeps its quorum, so every host should keep its lease and every process
+keep committing. A stall there is the cluster's own doing, not the fault's.
+
 **Distributions** use the nearest-rank percentile: ``pN`` of ``n`` sorted
 values is the value at rank ``ceil(N/100 * n)`` (1-based).
 """
@@ -97,6 +103,7 @@ __all__ = [
     "failovers",
     "fault_windows",
     "markdown_tables",
+    "one_member_stalls",
     "process_availability",
     "recoveries",
 ]
@@ -107,6 +114,8 @@ DEFAULT_THRESHOLD_S = 1.0
 IGNORED_KINDS = frozenset({"stale-owner"})
 
 _OPS = frozenset({"invoke", "ok", "fail", "info"})
+#: Kinds that take one etcd member down (with several members: the quorum stays).
+ONE_MEMBER_KINDS = frozenset({"kill-etcd", "kill-etcd-leader", "partition-etcd-member"})
 
 
 @dataclass(frozen=True)
@@ -393,6 +402,49 @@ def cluster_stalls(history: Sequence[Event], *,
     return out
 
 
+def _etcd_members(history: Sequence[Event]) -> int:
+    for ev in history[:5]:
+        config = ev.get("config")
+        if isinstance(config, dict):
+            try:
+                return int(config.get("etcd_members", 1))
+            except (TypeError, ValueError):
+                return 1
+    return 1
+
+
+def one_member_stalls(history: Sequence[Event], stalls: Sequence[dict[str, Any]]
+                      ) -> list[dict[str, Any]]:
+    """The parts of ``stalls`` (:func:`cluster_stalls`) during which the only open
+    faults take one etcd member down (see the module docstring); none when the
+    run's etcd has a single member (its ``kill-etcd`` stops all of etcd).
+
+    Returns:
+        One dict per part: ``start``, ``end``, ``seconds``, ``windows`` (the
+        etcd faults open then).
+    """
+    if _etcd_members(history) < 3:
+        return []
+    faults = fault_windows(history)
+    out: list[dict[str, Any]] = []
+    for stall in stalls:
+        a, b = float(stall["start"]), float(stall["end"])
+        during = [f for f in faults if f.start < b and f.end > a]
+        cuts = sorted({a, b, *(t for f in during for t in (f.start, f.end) if a < t < b)})
+        for x, y in pairwise(cuts):
+            open_now = [f for f in during if f.start <= x and f.end >= y]
+            if open_now and all(f.kind in ONE_MEMBER_KINDS for f in open_now):
+                if out and out[-1]["end"] == _r(x):  # contiguous: one part
+                    out[-1]["end"] = _r(y)
+                    out[-1]["seconds"] = _r(y - float(out[-1]["start"]))
+                    out[-1]["windows"] = sorted({*out[-1]["windows"],
+                                                 *(f.window for f in open_now)})
+                else:
+                    out.append({"start": _r(x), "end": _r(y), "seconds": _r(y - x),
+                                "windows": sorted(f.window for f in open_now)})
+    return out
+
+
 def distribution(values: Sequence[float]) -> dict[str, Any]:
     """``count``, ``p50``, ``p90``, ``max`` (nearest rank; None when empty)."""
     ordered = sorted(values)
@@ -428,12 +480,15 @@ def availability_report(history: Sequence[Event], logs: StoredLogs | None = None
         ``window``, ``kind``, ``start``, ``end``, ``recovered_at`` (the last
         affected process's recovery; None if one never recovered or none was
         affected), ``affected``; ``stalls``: ``count``, ``longest_s``,
-        ``total_s`` and ``events`` (:func:`cluster_stalls`).
+        ``total_s``, ``events`` (:func:`cluster_stalls`) and
+        ``one_etcd_member_down`` (``longest_s``, ``events``:
+        :func:`one_member_stalls`).
     """
     procs = process_availability(history, threshold_s=threshold_s)
     rec = recoveries(history, logs, threshold_s=threshold_s)
     fail = failovers(history, logs)
     stalls = cluster_stalls(history, threshold_s=threshold_s)
+    one = one_member_stalls(history, stalls)
     values = [p["availability"] for p in procs if p["availability"] is not None]
     per_fault: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in rec:
@@ -457,7 +512,10 @@ def availability_report(history: Sequence[Event], logs: StoredLogs | None = None
         "stalls": {"count": len(stalls),
                    "longest_s": max((x["seconds"] for x in stalls), default=None),
                    "total_s": _r(sum(x["seconds"] for x in stalls)),
-                   "events": stalls},
+                   "events": stalls,
+                   "one_etcd_member_down": {
+                       "longest_s": max((x["seconds"] for x in one), default=None),
+                       "events": one}},
     }
 
 
@@ -509,4 +567,8 @@ def markdown_tables(section: dict[str, Any], *, max_processes: int | None = None
     if events:
         rows = [{**x, "faults": ", ".join(x["faults"]) or "none"} for x in events[:10]]
         parts += ["", _md(rows, ["start", "seconds", "faults"])]
+    one = stalls.get("one_etcd_member_down") or {}
+    if one.get("events") is not None:
+        parts += ["", f"While only one etcd member was down: {len(one['events'])} stall "
+                      f"parts, longest {one.get('longest_s')} s."]
     return "\n".join(parts) + "\n"

@@ -17,6 +17,7 @@ from svit_chaos.availability import (
     distribution,
     failovers,
     markdown_tables,
+    one_member_stalls,
     process_availability,
     recoveries,
 )
@@ -113,6 +114,35 @@ def test_a_cluster_stall_is_a_gap_of_every_process_at_once_and_names_its_faults(
     assert "| 10.0 | 3.0 | kill-etcd |" in markdown_tables(section)
     # the same stall without a fault window: it names none
     assert cluster_stalls(history(p, q))[0]["faults"] == []
+
+
+def test_the_part_of_a_stall_while_only_one_etcd_member_is_down_is_its_own_figure() -> None:
+    # P and Q both wait 10.0 -> 13.0 and 16.0 -> 19.0. A kill-etcd window 9.5..12.5
+    # covers the first stall up to 12.5, a pause-host 11.0..14.0 overlaps it from
+    # 11.0: only 10.0..11.0 has one member down and nothing else. The second
+    # stall has kill-etcd alone throughout (15.5..20.0): 3.0 s.
+    p = chain(P, "c0", 0.0, [*steps(0.5, 10.0, 1), *steps(13.0, 16.0, 1), *steps(19.0, 22.0, 1)])
+    q = chain(Q, "c1", 0.0, [*steps(0.5, 10.0, 2), *steps(13.0, 16.0, 2), *steps(19.0, 22.0, 2)])
+    config = [{"kind": "config", "t": 0.0, "config": {"etcd_members": "3"}}]
+    faults = [*fault("kill-etcd", 0, 9.5, 12.5), *fault("pause-host", 1, 11.0, 14.0, "h1"),
+              *fault("kill-etcd", 2, 15.5, 20.0)]
+    events = history(config, p, q, faults)
+    stalls = cluster_stalls(events)
+    assert [(x["start"], x["seconds"]) for x in stalls] == [(10.0, 3.0), (16.0, 3.0)]
+    assert one_member_stalls(events, stalls) == [
+        {"start": 10.0, "end": 11.0, "seconds": 1.0, "windows": [0]},
+        {"start": 16.0, "end": 19.0, "seconds": 3.0, "windows": [2]}]
+    section = availability_report(events)
+    assert section["stalls"]["one_etcd_member_down"]["longest_s"] == 3.0
+    assert "While only one etcd member was down: 2 stall parts, longest 3.0 s." \
+        in markdown_tables(section)
+    # negative controls: with one etcd member, kill-etcd stops all of etcd (no
+    # figure); and with no etcd fault open, no part counts
+    single = history([{"kind": "config", "t": 0.0, "config": {"etcd_members": "1"}}],
+                     p, q, faults)
+    assert one_member_stalls(single, cluster_stalls(single)) == []
+    other = history(config, p, q, fault("pause-host", 0, 9.5, 20.0, "h1"))
+    assert one_member_stalls(other, cluster_stalls(other)) == []
 
 
 def test_threshold_is_strict_and_an_outage_counts_whole() -> None:
