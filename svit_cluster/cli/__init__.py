@@ -74,7 +74,7 @@ def cli() -> None:
       svit-cluster gateway               the authenticated HTTP gateway
       svit-cluster host-agent            this Ray node's host agent
       svit-cluster healthcheck           exit 0 when a gateway (URL) or agent (heartbeat) is healthy
-      svit-cluster smoke --url URL       one authenticated activation against a gateway
+      svit-cluster smoke                 one authenticated activation against a gateway
       svit-cluster timers list PID       a process's pending timers (`timers cancel PID ID`)
 
     \b

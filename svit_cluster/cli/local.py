@@ -253,7 +253,8 @@ def status(state_dir: Path, output: str) -> None:
     \b
     Per host: its process and lease; from its agent (through the gateway's
     GET /v1/admin/hosts): active actors / residency budget, warm spares, the
-    summed PSS of its actors, the keepalive lag, the idle age of its least
+    summed PSS of its process actors (warm spares included, so an idle host
+    shows some), the keepalive lag, the idle age of its least
     recently used process, processes passivated at the budget, leases lost.
     """
     from svit_cluster.local import LocalCluster, cluster_status
@@ -397,13 +398,15 @@ def add_host(state_dir: Path, host: str | None, timeout_s: float, output: str) -
 @click.command()
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Use (and keep) this folder; default: a fresh temporary folder.")
-@click.option("--hosts", default=3, show_default=True, type=click.IntRange(2, 8))
+@click.option("--hosts", default=3, show_default=True, type=click.IntRange(2, 8),
+              help="Ray hosts of the local cluster (one is killed midway).")
 @click.option("--clients", default=4, show_default=True, type=click.IntRange(1, 32),
               help="Concurrent clients racing on the counter.")
 @click.option("--ops", default=60, show_default=True, type=click.IntRange(10, 10_000),
               help="Committed increments each client makes.")
 @click.option("--lease-ttl", "lease_ttl_s", default=3, show_default=True,
-              type=click.IntRange(1, 60))
+              type=click.IntRange(1, 60),
+              help="Host lease TTL in seconds: failover comes within about this long.")
 @output_option
 def demo(state_dir: Path | None, hosts: int, clients: int, ops: int, lease_ttl_s: int,
          output: str) -> None:
