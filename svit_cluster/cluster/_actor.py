@@ -32,12 +32,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig, lower_priority
 from svit_cluster.cluster._direct import DirectEndpoint, DirectServer
 from svit_cluster.cluster._results import (
+    ActorInfo,
     ActorUsage,
     Appended,
     Deleted,
@@ -67,6 +68,9 @@ from svit_cluster.errors import (
 )
 from svit_cluster.process import Process, encode_value, to_plain_json
 from svit_cluster.store import StoreConfig, connect, load_backend_factory, redis_boundary
+
+if TYPE_CHECKING:  # the ports package loads only where a registry is built
+    from svit_cluster.ports import PortCallRecord
 
 __all__ = ["ProcessActor"]
 
@@ -149,7 +153,7 @@ class ProcessActor:
         self._backend: Any = None
         self._events: Any = None
         self._loop: Any = None  # svit_cluster.reasoning.TurnLoop, once serving
-        self._port_calls: deque[dict[str, Any]] = deque(maxlen=256)
+        self._port_calls: deque[PortCallRecord] = deque(maxlen=256)
         self._direct: DirectServer | None = None
         #: Set when this binding ends; :meth:`watch` calls of it return then.
         self._ended = asyncio.Event()
@@ -403,7 +407,7 @@ class ProcessActor:
                               spawner=RaySpawner(self.cfg, self.agent_name),
                               on_call=lambda call: self._port_calls.append(call.to_dict()))
 
-    async def port_calls(self) -> list[dict[str, Any]]:
+    async def port_calls(self) -> list[PortCallRecord]:
         """The last 256 port calls of this actor (``PortCall.to_dict``, with the token)."""
         return list(self._port_calls)
 
@@ -803,9 +807,9 @@ class ProcessActor:
         await asyncio.sleep(delay_s)
         await self._leave(reason, token)
 
-    async def info(self) -> dict[str, Any]:
-        """``{"process_id", "host", "token", "closed", "version", "idle_s", "loop",
-        "niceness"}`` (``niceness``: this worker's scheduling niceness, see
+    async def info(self) -> ActorInfo:
+        """This actor's binding, version, idle time, loop and niceness
+        (:class:`ActorInfo`; ``niceness``: see
         :data:`svit_cluster.cluster._config.PROCESS_ACTOR_NICENESS`)."""
         version = self._ctrl.process.version if self._ctrl is not None else None
         loop = self._loop

@@ -58,7 +58,7 @@ from svit_cluster.cluster._headroom import HEADROOM_EVERY_S, failover_spares
 from svit_cluster.cluster._host_lease import LEASE_LOST_LOG, AgentLease
 from svit_cluster.cluster._memory_guard import MEMORY_SAMPLE_S, MemoryGuard
 from svit_cluster.cluster._residency import Budget, derive_budget, node_memory_bytes
-from svit_cluster.cluster._results import Outcome, ShutDown, Started
+from svit_cluster.cluster._results import AgentStatus, HostResidency, Outcome, ShutDown, Started
 from svit_cluster.cluster._spare_pool import MAX_BINDINGS_PER_WORKER, SPARE_LINGER_S, WorkerPool
 from svit_cluster.cluster._supervisor import (
     RECONCILE_SWEEP_S,
@@ -173,7 +173,7 @@ class HostAgent:
 
     # -- start ---------------------------------------------------------------------------
 
-    async def start(self) -> dict[str, Any]:
+    async def start(self) -> AgentStatus:
         """Grant the lease, register the host, start the rejoin loop. Idempotent.
 
         Raises:
@@ -540,14 +540,8 @@ class HostAgent:
 
     # -- answers -------------------------------------------------------------------------
 
-    async def status(self) -> dict[str, Any]:
-        """``{"host", "lease_state", "lease_id", "incarnation", "actors", "activations",
-        "keepalive_lag_s", "max_keepalive_lag_s", "max_keepalive_rtt_s", "unhealthy",
-        "lost_leases", "niceness", ...}`` (lags and round trips in seconds;
-        ``lost_leases``: why each earlier lease was lost, the last 10;
-        ``niceness``: this worker's scheduling niceness, see
-        :data:`svit_cluster.cluster._config.AGENT_NICENESS`; above it when the
-        node was not started with ``WORKER_NICENESS_ENV``)."""
+    async def status(self) -> AgentStatus:
+        """This host's lease and residency (:class:`AgentStatus`; no actor is asked)."""
         lease = self.lease
         state = None if lease is None else str(lease.state)
         return {
@@ -566,19 +560,13 @@ class HostAgent:
             "processes": sorted(self.actors),
             "activations": self.activations,
             "spares": len(self.pool.spares),
+            "spare_target": self.pool.target(),
             "niceness": os.nice(0),
             **self.residency(),
         }
 
-    def residency(self) -> dict[str, Any]:
-        """This host's residency figures (no actor is asked): ``max_active``,
-        ``max_actors_pss_mib``, ``max_starting``, ``budget_basis``,
-        ``starting``, ``pss_mib`` (summed PSS at the last reading, MiB;
-        ``pss_age_s`` its age), ``lru_idle_s`` (idle seconds of the least
-        recently used served process, from the last view; None when none),
-        ``evictions``, ``worker_starts``, ``worker_reuses``, ``host_full``
-        (activations answered full), ``dropped_at_lease_loss`` (workers stopped
-        instead of kept when a lease was lost), ``keeper_pid``."""
+    def residency(self) -> HostResidency:
+        """This host's residency figures (:class:`HostResidency`; no actor is asked)."""
         now = time.monotonic()
         usage = self.supervisor.usage
         idle = [u.idle_at(now) for p, u in usage.items() if p in self.actors]

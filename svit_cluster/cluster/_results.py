@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 from svit_cluster.cluster._direct import DirectEndpoint
 from svit_cluster.control import ControlAnswer
@@ -32,10 +32,14 @@ from svit_cluster.errors import InternalError, SvitError
 
 __all__ = [
     "STALE_OWNER_CODES",
+    "ActorInfo",
     "ActorUsage",
+    "AgentStatus",
     "Appended",
     "Deleted",
     "Dropped",
+    "HostResidency",
+    "LoopInfo",
     "Outcome",
     "Read",
     "Residency",
@@ -278,6 +282,90 @@ class ShutDown:
 
     released: int
     revoked: bool
+
+
+class HostResidency(TypedDict):
+    """A host agent's residency figures (``HostAgent.residency``; no actor is asked).
+
+    ``max_active``, ``max_actors_pss_mib`` (MiB), ``max_starting`` and
+    ``budget_basis``: the budget; ``starting``: workers starting now;
+    ``pss_mib``: the actors' summed PSS at the last reading (MiB), ``pss_age_s``
+    its age (None before the first); ``lru_idle_s``: idle seconds of the least
+    recently used served process (None when none); counters ``evictions``,
+    ``worker_starts``, ``worker_reuses``, ``host_full`` (activations answered
+    full), ``dropped_at_lease_loss`` (workers stopped instead of kept when a
+    lease was lost); ``keeper_pid``: the lease keeper's process id.
+    """
+
+    max_active: int
+    max_actors_pss_mib: float
+    max_starting: int
+    budget_basis: str
+    starting: int
+    pss_mib: float
+    pss_age_s: float | None
+    lru_idle_s: float | None
+    evictions: int
+    worker_starts: int
+    worker_reuses: int
+    host_full: int
+    dropped_at_lease_loss: int
+    keeper_pid: int | None
+
+
+class AgentStatus(HostResidency):
+    """A host agent's ``status``: its residency figures and its lease.
+
+    Lags and round trips in seconds (None without a lease); ``lost_leases``:
+    why each earlier lease was lost, the last 10; ``unhealthy``: why the host
+    cannot serve (None: healthy); ``lease_state``: ``held``, ``suspended`` or
+    ``lost`` (None without a lease); ``actors``: processes served, named in
+    ``processes``; ``spares``: warm spares now, ``spare_target`` the spares it
+    keeps (``svit_cluster.cluster._headroom``); ``niceness``: the agent
+    worker's scheduling niceness.
+    """
+
+    keepalive_lag_s: float | None
+    max_keepalive_lag_s: float | None
+    max_keepalive_rtt_s: float | None
+    lost_leases: list[str]
+    unhealthy: str | None
+    inflight_activations: int
+    shed_activations: int
+    host: str
+    lease_state: str | None
+    lease_id: int | None
+    incarnation: int
+    actors: int
+    processes: list[str]
+    activations: int
+    spares: int
+    spare_target: int
+    niceness: int
+
+
+class LoopInfo(TypedDict):
+    """A process actor's reasoning loop: ``state``, turns completed and failed."""
+
+    state: str
+    turns_completed: int
+    turns_failed: int
+
+
+class ActorInfo(TypedDict):
+    """A process actor's ``info``: its binding (``process_id``, ``host``,
+    ``token``; ``closed``: why it left, None while serving), the process
+    ``version`` (None before a start), ``idle_s`` (seconds), its reasoning
+    ``loop`` (None before ``serve``) and ``niceness``."""
+
+    process_id: str
+    host: str
+    token: int
+    closed: str | None
+    version: int | None
+    niceness: int
+    idle_s: float
+    loop: LoopInfo | None
 
 
 def control_frame(outcome: Outcome[ControlAnswer]) -> tuple[dict[str, Any], bytes]:

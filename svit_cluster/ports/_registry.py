@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from svit_cluster.activation import PortContext, idempotency_key
 from svit_cluster.errors import ErrorCode, LimitExceeded, ScriptFailed, SvitError
@@ -34,6 +34,7 @@ __all__ = [
     "CONTRACT_VERSION",
     "Port",
     "PortCall",
+    "PortCallRecord",
     "PortContext",
     "PortRegistry",
     "idempotency_key",
@@ -47,6 +48,21 @@ CONTRACT_VERSION = "v1"
 
 #: Descriptor fields, as the reference lists them (docs/ports.md "Registry and catalog").
 DESCRIPTOR_FIELDS = tuple(sorted(PORT_DESCRIPTOR_FIELDS))
+
+
+class PortCallRecord(TypedDict):
+    """:meth:`PortCall.to_dict`: the same fields, JSON-safe."""
+
+    process_id: str
+    port: str
+    call_index: int
+    version: int
+    token: int
+    idempotency_key: str
+    ok: bool
+    input_bytes: int
+    output_bytes: int
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +92,7 @@ class PortCall:
     output_bytes: int = 0
     error: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PortCallRecord:
         return {"process_id": self.process_id, "port": self.port,
                 "call_index": self.call_index, "version": self.version,
                 "token": self.token, "idempotency_key": self.idempotency_key, "ok": self.ok,
