@@ -4,10 +4,14 @@ or inside prints the tracebacks and ERROR lines of the cluster's logs to stderr 
 The benchmarks keep their cluster's state dir in a temporary directory, which
 is gone once they return; the log tails on stderr are what a failed CI run
 keeps of the cause.
+
+:func:`load_parser` holds the command-line options every cluster load
+benchmark takes.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
 import sys
@@ -20,6 +24,7 @@ from svit_cluster.local import ClusterSpec, LocalCluster
 __all__ = [
     "MAX_TAIL_LINES",
     "error_lines",
+    "load_parser",
     "local_cluster",
     "log_tails",
     "print_log_tails",
@@ -36,6 +41,18 @@ _MARKERS = ("Traceback (most recent call last)",
             "The above exception was the direct cause",
             "During handling of the above exception",
             " ERROR ")
+
+
+def load_parser(doc: str, quick_help: str) -> argparse.ArgumentParser:
+    """A parser described by ``doc``'s first line with the options of a load on a
+    local cluster: ``--quick`` (``quick_help`` says what it shrinks to),
+    ``--clients`` (16), ``--processes`` (100) and ``--hosts`` (3)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--processes", type=int, default=100)
+    ap.add_argument("--hosts", type=int, default=3)
+    return ap
 
 
 def _starts_block(line: str) -> bool:

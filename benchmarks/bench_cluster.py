@@ -15,7 +15,6 @@ All figures come from this one run, side by side.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -27,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks._cluster import local_cluster
+from benchmarks._cluster import load_parser, local_cluster
 from svit_cluster.client import AsyncSvitClient, SvitClient, new_request_id
 from svit_cluster.local import ClusterSpec, LocalCluster, cluster_status
 
@@ -138,16 +137,11 @@ def failovers(cluster: LocalCluster, url: str, token: str, kills: int) -> dict[s
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="CI smoke run: 2 hosts, 2 clients, 2 processes, 20 ops, "
-                         "100 actor calls, 1 kill")
-    ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--processes", type=int, default=100)
+    ap = load_parser(__doc__, "CI smoke run: 2 hosts, 2 clients, 2 processes, 20 ops, "
+                              "100 actor calls, 1 kill")
     ap.add_argument("--ops", type=int, default=2000)
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--lease-ttl", type=int, default=3)
-    ap.add_argument("--hosts", type=int, default=3)
     ap.add_argument("--actor-calls", type=int, default=1000,
                     help="sequential calls to one bare Ray actor")
     args = ap.parse_args()

@@ -23,7 +23,6 @@ process's own CPU (``clients_cpu_ms_per_commit``: the N SDK clients).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -35,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from benchmarks._cluster import local_cluster
+from benchmarks._cluster import load_parser, local_cluster
 from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.local import ClusterSpec
 
@@ -189,15 +188,10 @@ async def closed_loop(url: str, token: str, pids: list[str], clients: int,
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="CI smoke run: 1 host, 2 clients, 2 processes, 0.5 s warm-up, "
-                         "1.5 s window")
-    ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--processes", type=int, default=100)
+    ap = load_parser(__doc__, "CI smoke run: 1 host, 2 clients, 2 processes, 0.5 s warm-up, "
+                              "1.5 s window")
     ap.add_argument("--warmup-s", type=float, default=10.0)
     ap.add_argument("--window-s", type=float, default=20.0)
-    ap.add_argument("--hosts", type=int, default=3)
     args = ap.parse_args()
     if args.quick:
         args.clients, args.processes, args.warmup_s, args.window_s = 2, 2, 0.5, 1.5

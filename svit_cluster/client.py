@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 import httpx
 from tenacity import (
@@ -378,10 +378,19 @@ TraceHook = Callable[[], str | None]
 RetryHook = Callable[[int, BaseException, float], None]
 
 
-class _Base:
+#: The HTTP client type a client sends with: ``httpx.Client`` or ``httpx.AsyncClient``.
+_Http = TypeVar("_Http", httpx.Client, httpx.AsyncClient)
+
+
+class _Base(Generic[_Http]):
+    """What the sync and async clients share: the constructor, headers, retry policy."""
+
     def __init__(
-        self, url: str | None, token: str | None, *, client_id: str | None, attempts: int,
-        max_wait_s: float, traceparent: TraceHook | None, on_retry: RetryHook | None,
+        self, url: str | None = None, token: str | None = None, *,
+        client_id: str | None = None, timeout_s: float = DEFAULT_HTTP_TIMEOUT_S, attempts: int = 8,
+        max_wait_s: float = 2.0, http_client: _Http | None = None,
+        traceparent: TraceHook | None = tracing.current_traceparent,
+        on_retry: RetryHook | None = None,
     ) -> None:
         from svit_cluster.settings import resolve_gateway
 
@@ -399,6 +408,13 @@ class _Base:
         #: (``X-Svit-Token``), or None when the gateway did not send one.
         #: Per client object: meaningful when one caller uses it at a time.
         self.last_owner_token: int | None = None
+        self._owns_http = http_client is None
+        self._http: _Http = http_client if http_client is not None else self._new_http(timeout_s)
+
+    @staticmethod
+    def _new_http(timeout_s: float) -> _Http:
+        """The HTTP client made (and later closed) when none is given as ``http_client``."""
+        raise NotImplementedError
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The headers of one request: auth, content type, ``traceparent`` from the hook."""
@@ -452,7 +468,7 @@ class _Base:
         return kw
 
 
-class SvitClient(_Base):
+class SvitClient(_Base[httpx.Client]):
     """Blocking client.
 
     Args:
@@ -492,18 +508,9 @@ class SvitClient(_Base):
         ConfigurationError: no URL given and none in the environment or cluster file.
     """
 
-    def __init__(
-        self, url: str | None = None, token: str | None = None, *,
-        client_id: str | None = None, timeout_s: float = DEFAULT_HTTP_TIMEOUT_S, attempts: int = 8,
-        max_wait_s: float = 2.0, http_client: httpx.Client | None = None,
-        traceparent: TraceHook | None = tracing.current_traceparent,
-        on_retry: RetryHook | None = None,
-    ) -> None:
-        super().__init__(url, token, client_id=client_id, attempts=attempts,
-                         max_wait_s=max_wait_s, traceparent=traceparent, on_retry=on_retry)
-        self._owns_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.Client(
-            timeout=timeout_s)
+    @staticmethod
+    def _new_http(timeout_s: float) -> httpx.Client:
+        return httpx.Client(timeout=timeout_s)
 
     def close(self) -> None:
         """Close the HTTP client, unless it was given as ``http_client``."""
@@ -963,7 +970,7 @@ class SvitClient(_Base):
         raise ConflictError(f"still conflicting after {max_attempts} attempts")
 
 
-class AsyncSvitClient(_Base):
+class AsyncSvitClient(_Base[httpx.AsyncClient]):
     """Asyncio client with the same methods as :class:`SvitClient` (awaitable).
 
     Same arguments, defaults (``SVIT_URL``/``SVIT_TOKEN``), errors and retries
@@ -971,18 +978,9 @@ class AsyncSvitClient(_Base):
     ``tests/client/test_parity.py`` keeps the two method sets equal.
     """
 
-    def __init__(
-        self, url: str | None = None, token: str | None = None, *,
-        client_id: str | None = None, timeout_s: float = DEFAULT_HTTP_TIMEOUT_S, attempts: int = 8,
-        max_wait_s: float = 2.0, http_client: httpx.AsyncClient | None = None,
-        traceparent: TraceHook | None = tracing.current_traceparent,
-        on_retry: RetryHook | None = None,
-    ) -> None:
-        super().__init__(url, token, client_id=client_id, attempts=attempts,
-                         max_wait_s=max_wait_s, traceparent=traceparent, on_retry=on_retry)
-        self._owns_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.AsyncClient(
-            timeout=timeout_s)
+    @staticmethod
+    def _new_http(timeout_s: float) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout_s)
 
     async def aclose(self) -> None:
         """Close the HTTP client, unless it was given as ``http_client``."""

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from svit_cluster.errors import ErrorCode, InvalidInput, NotFound, SvitError
 from svit_cluster.events import (
     MAX_RECENT,
+    EventRecord,
     Lagged,
     SignalHub,
     SignalKind,
@@ -62,6 +63,10 @@ __all__ = ["events_router"]
 
 #: A session id, as the store keys a session's event log (``ProcessKeys.events``).
 _SESSION_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+
+#: The ``session`` query parameter of the history endpoints.
+_Session = Annotated[str | None, Query(pattern=_SESSION_PATTERN,
+                                       description="session id (default: current)")]
 
 
 def _sse(event: str, data: Any, event_id: str | None = None) -> bytes:
@@ -117,6 +122,19 @@ def events_router(router: Router, *, keepalive_s: float = 10.0,
         if not await source.exists(pid):
             raise NotFound(f"unknown process {pid[:200]}")
         return pid, source
+
+    async def _recent(request: Request, process_id: str, limit: int, session: str | None,
+                      field: str, item: Callable[[EventRecord], Any]) -> Response:
+        """``{process_id, session, <field>: [item(record), ...]}`` over the newest
+        ``limit`` canonical events of ``session`` (None: the current one)."""
+        checked = await _checked(request, process_id)
+        if isinstance(checked, Response):
+            return checked
+        pid, source = checked
+        records = await source.recent_events(pid, limit, session)
+        return JSONResponse({"process_id": pid,
+                             "session": records[-1].session if records else session,
+                             field: [item(r) for r in records]})
 
     @api.get("/v1/processes/events", response_class=StreamingResponse)
     async def events(
@@ -188,36 +206,22 @@ def events_router(router: Router, *, keepalive_s: float = 10.0,
         request: Request,
         process_id: str = Query(..., description="svit:// process id"),
         limit: int = Query(64, ge=1, le=MAX_RECENT, description="newest events, 1..4096"),
-        session: str | None = Query(None, pattern=_SESSION_PATTERN,
-                                    description="session id (default: current)"),
+        session: _Session = None,
     ) -> Response:
         """The newest canonical events of the current (or given) session, oldest first."""
-        checked = await _checked(request, process_id)
-        if isinstance(checked, Response):
-            return checked
-        pid, source = checked
-        records = await source.recent_events(pid, limit, session)
-        return JSONResponse({"process_id": pid,
-                             "session": records[-1].session if records else session,
-                             "events": [r.to_json() for r in records]})
+        return await _recent(request, process_id, limit, session, "events",
+                             lambda r: r.to_json())
 
     @api.get("/v1/processes/messages/recent")
     async def recent_messages(
         request: Request,
         process_id: str = Query(..., description="svit:// process id"),
         limit: int = Query(64, ge=1, le=MAX_RECENT, description="newest messages, 1..4096"),
-        session: str | None = Query(None, pattern=_SESSION_PATTERN,
-                                    description="session id (default: current)"),
+        session: _Session = None,
     ) -> Response:
         """Messages projected from the newest canonical events, oldest first."""
-        checked = await _checked(request, process_id)
-        if isinstance(checked, Response):
-            return checked
-        pid, source = checked
-        records = await source.recent_events(pid, limit, session)
-        return JSONResponse({
-            "process_id": pid, "session": records[-1].session if records else session,
-            "messages": [{"session": r.session, "seq": r.seq,
-                          "message": project_message(r.event)} for r in records]})
+        return await _recent(request, process_id, limit, session, "messages",
+                             lambda r: {"session": r.session, "seq": r.seq,
+                                        "message": project_message(r.event)})
 
     return api

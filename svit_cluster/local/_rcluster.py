@@ -26,9 +26,15 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
-from svit_cluster.local._servers import _LOOPBACK, EtcdServer, RedisServer, ServerError, free_port
+from svit_cluster.local._servers import (
+    _LOOPBACK,
+    EtcdServer,
+    RedisServer,
+    ServerError,
+    _Started,
+    free_port,
+)
 
 __all__ = ["EtcdClusterServer", "EtcdMember", "RedisClusterNode", "RedisClusterServer"]
 
@@ -109,7 +115,7 @@ def _info(node: RedisClusterNode, *command: str) -> str:
     return _cli("-h", _LOOPBACK, "-p", str(node.port), *command, timeout_s=5.0)
 
 
-class RedisClusterServer:
+class RedisClusterServer(_Started):
     """A local Redis Cluster: ``masters`` masters, each with ``replicas`` replicas.
 
     Args:
@@ -276,14 +282,6 @@ class RedisClusterServer:
         for node in self.nodes:
             node.stop(grace_s=5.0)
 
-    def __enter__(self) -> RedisClusterServer:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
 
 class EtcdMember(EtcdServer):
     """One member of an :class:`EtcdClusterServer` (an :class:`EtcdServer` named
@@ -332,7 +330,7 @@ class EtcdMember(EtcdServer):
         return doc
 
 
-class EtcdClusterServer:
+class EtcdClusterServer(_Started):
     """A local etcd cluster of ``members`` members on free loopback ports
     (election timeout 1 s, heartbeat 100 ms); each stopped by its own PID.
 
@@ -417,11 +415,3 @@ class EtcdClusterServer:
         """Stop every member by its PID. Safe to repeat."""
         for m in self.members:
             m.stop(grace_s=5.0)
-
-    def __enter__(self) -> EtcdClusterServer:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

@@ -30,6 +30,7 @@ import urllib.request
 from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 import psutil
 
@@ -198,7 +199,32 @@ def log_tail(path: Path, max_bytes: int = 2000) -> str:
     return data[-max_bytes:].decode("utf-8", errors="replace")
 
 
-class _Server(ABC):
+class _Started(ABC):
+    """Something started and stopped as a whole: ``with x:`` starts it and stops
+    it on the way out (also when the block raises)."""
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start it and wait until it answers."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop it. Safe to repeat."""
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class _Server(_Started):
     """Common process handling: start, readiness wait, stop by PID, restart."""
 
     _binary = ""
@@ -371,18 +397,6 @@ class _Server(ABC):
         """
         self.stop()
         self.start()
-
-    def __enter__(self) -> _Server:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class RedisServer(_Server):
