@@ -32,6 +32,7 @@ import email.utils
 import json
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, cast
@@ -382,7 +383,7 @@ RetryHook = Callable[[int, BaseException, float], None]
 _Http = TypeVar("_Http", httpx.Client, httpx.AsyncClient)
 
 
-class _Base(Generic[_Http]):
+class _Base(ABC, Generic[_Http]):
     """What the sync and async clients share: the constructor, headers, retry policy."""
 
     def __init__(
@@ -412,9 +413,9 @@ class _Base(Generic[_Http]):
         self._http: _Http = http_client if http_client is not None else self._new_http(timeout_s)
 
     @staticmethod
+    @abstractmethod
     def _new_http(timeout_s: float) -> _Http:
         """The HTTP client made (and later closed) when none is given as ``http_client``."""
-        raise NotImplementedError
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The headers of one request: auth, content type, ``traceparent`` from the hook."""
