@@ -151,7 +151,8 @@ class _Keeper:
         lease = self.lease = HostLease(
             client, ttl_s=args.ttl, safety_margin_s=args.margin,
             request_timeout_s=args.request_timeout, health_check=self.health,
-            revoke_when_unhealthy=True, health_poll_s=WATCH_POLL_S, on_round=self.publish)
+            revoke_when_unhealthy=True, health_poll_s=WATCH_POLL_S, on_round=self.publish,
+            probe_client=lambda: open_client(args.etcd, request_timeout_s=args.request_timeout))
         commands: asyncio.Queue[str] = asyncio.Queue()
         reader = asyncio.get_running_loop().create_task(self._read_commands(commands))
         try:

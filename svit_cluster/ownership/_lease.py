@@ -115,8 +115,8 @@ class LeaseState(StrEnum):
 #: The election grace is considered once the local deadline is this many
 #: keepalive intervals away (or closer) with keepalives failing.
 PROBE_WINDOW_INTERVALS = 2.0
-#: Seconds a status request of the election grace's probe may take.
-PROBE_TIMEOUT_S = 0.3
+#: Seconds the election grace's probe may take (shared by the members it asks).
+PROBE_TIMEOUT_S = 1.0
 
 
 def judge_state(now: float, *, deadline: float, last_ok: float, failing: bool,
@@ -207,9 +207,13 @@ class HostLease:
             the lease becomes LOST: the lease keeper publishes its state then
             (:mod:`svit_cluster.ownership._keeper`).
         election_grace_s: seconds the local deadline moves, once per outage,
-            when keepalives still fail within :data:`PROBE_WINDOW_INTERVALS`
-            intervals of it but an etcd member answers a status request
-            (default ``ttl_s``; 0: never). See "Election grace" below.
+            when no keepalive succeeded for two intervals and, within
+            :data:`PROBE_WINDOW_INTERVALS` intervals of the deadline, an etcd
+            member answers a status request (default ``ttl_s``; 0: never).
+            See "Election grace" below.
+        probe_client: factory of the ``aetcd.Client`` the election grace asks
+            (its own, so that its failovers never close a channel under a
+            keepalive); default: ``keepalive_client``, else ``client``.
 
     Election grace. A 3-member etcd that loses its leader keeps no keepalive
     until a new leader is elected (one to two election timeouts, 1-2 s with
@@ -252,6 +256,7 @@ class HostLease:
         health_poll_s: float = 0.2,
         on_round: Callable[[], None] | None = None,
         election_grace_s: float | None = None,
+        probe_client: Callable[[], Any] | None = None,
     ) -> None:
         if type(ttl_s) is not int or ttl_s < 1:
             raise ConfigurationError(f"ttl_s must be a positive integer, got {ttl_s!r}")
@@ -268,6 +273,8 @@ class HostLease:
         if retry_timeout_s <= 0:
             raise ConfigurationError("retry_timeout_s must be positive")
         self.retry_timeout_s = retry_timeout_s
+        self._probe_client_factory = probe_client or keepalive_client
+        self._probe_client: Any = None
         self.election_grace_s = float(ttl_s) if election_grace_s is None else election_grace_s
         if self.election_grace_s < 0:
             raise ConfigurationError("election_grace_s must be >= 0")
@@ -599,6 +606,20 @@ class HostLease:
         5 s, waiting ``ttl_s / 3`` (1.7 s) between failed rounds can lose the
         lease during a 1-2 s leader election.
         """
+        watcher = asyncio.get_running_loop().create_task(self._grace_watch())
+        try:
+            await self._keepalive_rounds()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            probe, self._probe_client = self._probe_client, None
+            if probe is not None:
+                with contextlib.suppress(Exception):
+                    await probe.close()
+
+    async def _keepalive_rounds(self) -> None:
+        """The body of :meth:`_keepalive_loop`."""
         while self.state is not LeaseState.LOST and not self._closing:
             wait = self.retry_pause_s if self._retry_soon else self.keepalive_interval_s
             delay = min(wait, max(0.0, self._deadline - self._clock()))
@@ -645,8 +666,6 @@ class HostLease:
             except Exception:
                 self._failing = self._retry_soon = True
                 log.exception("lease %s keepalive round crashed", self.lease_id)
-            if self._failing:
-                await self._maybe_grace()
             self._observed()
             await self._signal()
         if self._closing:
@@ -655,26 +674,46 @@ class HostLease:
         self._observed()
         await self._signal()
 
-    async def _maybe_grace(self) -> None:
-        """After a failed round near the deadline: move the deadline by
-        :attr:`election_grace_s` (once per outage) if an etcd member answers a
-        status request (see "Election grace" in the class docstring)."""
-        if self.in_grace or self.election_grace_s <= 0 or self.state is LeaseState.LOST:
+    async def _grace_watch(self) -> None:
+        """Beside the keepalive loop: once no keepalive succeeded for two intervals
+        and the deadline is :data:`PROBE_WINDOW_INTERVALS` intervals away or
+        closer, ask etcd for a status (its own client, whatever a keepalive
+        attempt in flight is doing) and move the deadline by
+        :attr:`election_grace_s` if a member answers, once per outage (see
+        "Election grace" in the class docstring)."""
+        if self.election_grace_s <= 0:
             return
-        left = self._deadline - self._clock()
-        if left > PROBE_WINDOW_INTERVALS * self.keepalive_interval_s or left < 0.1:
-            return
-        client = self._ka_client if self._ka_client is not None else self.client
-        if not await member_answers(client, timeout_s=min(PROBE_TIMEOUT_S, left - 0.05)):
-            return  # no member answered: no grace, LOST at the deadline
-        if self._lost or self._clock() >= self._deadline:  # passed during the probe
-            return
-        self._deadline += self.election_grace_s
-        self.in_grace = True
-        self.graces += 1
-        log.warning("lease %s: keepalives fail but etcd answers (a leader election?): "
-                    "suspended for up to %.1f s more, held again only when a keepalive "
-                    "is answered", self.lease_id, left + self.election_grace_s)
+        window = PROBE_WINDOW_INTERVALS * self.keepalive_interval_s
+        tick = self.keepalive_interval_s / 8
+        while not self._closing and not self._lost:
+            now = self._clock()
+            left = self._deadline - now
+            quiet = now >= self._last_ok + 2 * self.keepalive_interval_s
+            if self.in_grace or not quiet or left > window or left < 0.1 or self._paused:
+                await asyncio.sleep(tick)
+                continue
+            if await member_answers(self._prober(), timeout_s=min(PROBE_TIMEOUT_S, left - 0.05)):
+                if self._lost or self._clock() >= self._deadline:  # passed meanwhile
+                    continue
+                self._deadline += self.election_grace_s
+                self.in_grace = True
+                self.graces += 1
+                log.warning("lease %s: no keepalive answered but etcd answers (a leader "
+                            "election?): suspended for up to %.1f s more, held again only "
+                            "when a keepalive is answered", self.lease_id,
+                            self._deadline - self._clock())
+                self._observed()
+                await self._signal()
+            else:
+                await asyncio.sleep(tick)
+
+    def _prober(self) -> Any:
+        """The client of the election grace's status requests (made on first use)."""
+        if self._probe_client is None:
+            if self._probe_client_factory is None:
+                return self._ka_client if self._ka_client is not None else self.client
+            self._probe_client = self._probe_client_factory()
+        return self._probe_client
 
     async def _sleep_watching_health(self, delay: float) -> bool:
         """Sleep ``delay`` seconds; with :attr:`revoke_when_unhealthy`, run the health

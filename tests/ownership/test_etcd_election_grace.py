@@ -5,12 +5,13 @@ loses the lease.
 
 A real 3-member etcd (election timeout 1 s) and a lease as the host agent's
 keeper holds it (TTL 3 s, margin 0.75 s, threaded keepalives on a client that
-lists every member). The outage: the leader is SIGKILLed and one follower
-SIGSTOPped for 2 s, so no leader exists for 2 s plus an election (3-4 s in
-all), longer than the 2.25 s from the last keepalive to the local deadline;
-the member left answers status requests all along. Nothing expires meanwhile:
-without a leader no lease expires, and the new leader renews every lease when
-it takes over. The host's ownership record stays, under the same lease.
+lists every member, the stopped follower first). The outage: the leader is
+SIGKILLed and one follower SIGSTOPped for 2 s, so no leader exists for 2 s
+plus an election (3-4 s in all), longer than the 2.25 s from the last
+keepalive to the local deadline; the member left answers status requests all
+along, while the client's own member holds every request. Nothing expires
+meanwhile: without a leader no lease expires, and the new leader renews every
+lease when it takes over. The host's ownership record stays, under the same lease.
 """
 
 from __future__ import annotations
@@ -22,9 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from svit_chaos.proxy import ProxyHub
 
 from svit_cluster.local import EtcdClusterServer
-from svit_cluster.ownership import HostLease, LeaseState, Owners, open_client, owner_key
+from svit_cluster.ownership import (
+    HostLease,
+    KeptLease,
+    LeaseState,
+    Owners,
+    open_client,
+    owner_key,
+)
 from tests._support import unique
 
 pytestmark = pytest.mark.servers
@@ -44,19 +53,39 @@ def etcd3(tmp_path: Path) -> Iterator[EtcdClusterServer]:
         server.stop()
 
 
-async def _outage(etcd3: EtcdClusterServer, grace_s: float | None
-                  ) -> tuple[HostLease, list[LeaseState], bool]:
+async def _outage(etcd3: EtcdClusterServer, grace_s: float | None, *, proxied: bool = False,
+                  keeper: bool = False) -> tuple[Any, list[LeaseState], bool]:
     """Run the outage against a fresh lease; returns the lease, every state it
     showed (polled every 20 ms until 8 s after the kill), and whether its
-    ownership record was still there at the end."""
+    ownership record was still there at the end. ``proxied``: the lease reaches
+    each member through a TCP proxy, as a chaos host does (a dead member's
+    proxy accepts the connection and then closes it, instead of a refusal).
+    ``keeper``: the lease is a :class:`KeptLease` (its keeper process keeps
+    it alive with the default grace; ``grace_s`` is not used)."""
     leader = etcd3.wait_for_leader(timeout_s=20)
     followers = [m for m in etcd3.members if m is not leader]
     stopped, answering = followers
-    endpoints = ",".join(m.endpoint for m in (leader, stopped, answering))
+    # The client's member is the follower that hangs: its first keepalive
+    # attempt of the outage is held, not refused (as a member behind a proxy
+    # or a blackholed link is).
+    order = (stopped, leader, answering)
+    hub = ProxyHub().start() if proxied else None
+    if hub is not None:
+        addresses = []
+        for m in order:
+            host, port = m.endpoint.rsplit(":", 1)
+            addresses.append(hub.proxy(f"etcd-{m.name}", host, int(port)).address)
+        endpoints = ",".join(addresses)
+    else:
+        endpoints = ",".join(m.endpoint for m in order)
     client: Any = open_client(endpoints, request_timeout_s=1.0)
-    lease = HostLease(client, ttl_s=TTL_S, safety_margin_s=MARGIN_S,
-                      keepalive_client=lambda: open_client(endpoints),
-                      election_grace_s=grace_s)
+    lease: Any
+    if keeper:  # as AgentLease.join holds it: a keeper process of its own
+        lease = KeptLease(client, endpoints, ttl_s=TTL_S, safety_margin_s=MARGIN_S)
+    else:
+        lease = HostLease(client, ttl_s=TTL_S, safety_margin_s=MARGIN_S,
+                          keepalive_client=lambda: open_client(endpoints),
+                          election_grace_s=grace_s)
     await lease.grant()
     pid = f"svit://test/{unique('grace')}"
     cluster = unique("grace")
@@ -66,8 +95,11 @@ async def _outage(etcd3: EtcdClusterServer, grace_s: float | None
     seen: list[LeaseState] = []
     try:
         # right after a keepalive: the outage starts with the most time left
-        last = lease.last_ok
-        while lease.last_ok == last:
+        def last_ok() -> float:
+            return float(lease.status().last_ok if keeper else lease.last_ok)
+
+        last = last_ok()
+        while last_ok() == last:
             await asyncio.sleep(0.01)
         leader.kill9()
         stopped.pause()
@@ -88,6 +120,8 @@ async def _outage(etcd3: EtcdClusterServer, grace_s: float | None
         return lease, seen, kept
     finally:
         stopped.resume()
+        if hub is not None:
+            hub.close()
         await reader.close()
         await lease.close()
         await client.close()
@@ -95,15 +129,19 @@ async def _outage(etcd3: EtcdClusterServer, grace_s: float | None
         etcd3.wait_for_leader(timeout_s=20)
 
 
+@pytest.mark.parametrize(("proxied", "keeper"), [(False, False), (True, False), (True, True)],
+                         ids=["direct", "proxied", "proxied-keeper"])
 async def test_a_leader_election_longer_than_the_deadline_suspends_the_lease_not_loses_it(
-        etcd3: EtcdClusterServer) -> None:
-    lease, seen, kept = await _outage(etcd3, None)
+        etcd3: EtcdClusterServer, proxied: bool, keeper: bool) -> None:
+    lease, seen, kept = await _outage(etcd3, None, proxied=proxied, keeper=keeper)
     assert LeaseState.LOST not in seen, seen
     assert seen[-1] is LeaseState.HELD and LeaseState.SUSPENDED in seen, seen
-    assert lease.graces == 1 and not lease.in_grace
     assert kept
+    if keeper:
+        return  # the keeper's process has the counters; the agent sees the states
+    assert lease.graces == 1 and not lease.in_grace
 
     # negative control: the same outage without the grace loses the lease
-    lease, seen, _ = await _outage(etcd3, 0.0)
+    lease, seen, _ = await _outage(etcd3, 0.0, proxied=proxied)
     assert seen[-1] is LeaseState.LOST, seen
     assert lease.graces == 0
