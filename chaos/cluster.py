@@ -43,7 +43,7 @@ from svit_cluster.local import ClusterSpec, LocalCluster, RayNode, ServerError
 
 from .errors import HarnessError
 from .load import HostLoad, start_load
-from .observer import etcd_owners
+from .observer import etcd_host_records, etcd_owners
 from .proxy import HubLinks
 from .target import FaultTarget, Link
 
@@ -555,6 +555,24 @@ class LocalClusterTarget:
         """
         self.cluster.node(host)  # an unknown host raises, naming the hosts
         return start_load(host, cpu=cpu, memory_mib=memory_mib)
+
+    def warm_hosts(self) -> set[str]:
+        """The hosts whose agent has its warm spares up now: its record says
+        ``warm`` and, when it states them, ``ready`` >= ``spares`` (empty when
+        etcd cannot be read)."""
+        doc = self.cluster.doc
+        try:
+            records = etcd_host_records(doc["etcd"]["endpoint"],
+                                        str(doc.get("cluster", LOCAL_CLUSTER)))
+        except (OSError, ValueError):
+            return set()
+        warm = set()
+        for host, record in records.items():
+            ready, target = record.get("ready"), record.get("spares")
+            if record.get("warm") is True and (
+                    not isinstance(ready, int) or not isinstance(target, int) or ready >= target):
+                warm.add(host)
+        return warm
 
     def owner(self, process: str) -> str | None:
         """The host of ``process``'s etcd ownership record (None: none, or etcd down)."""

@@ -55,7 +55,7 @@ from svit_cluster.store import DEFAULT_PREFIX, ProcessKeys
 from .history import HistoryWriter
 from .logs import StoredLogs, parse_snapshot_hash, parse_stream_entry
 
-__all__ = ["StoreObserver", "etcd_hosts", "etcd_owners"]
+__all__ = ["StoreObserver", "etcd_host_records", "etcd_hosts", "etcd_owners"]
 
 
 def etcd_owners(
@@ -102,6 +102,26 @@ def etcd_hosts(
         with contextlib.suppress(ValueError, KeyError, TypeError):
             incarnation = int(json.loads(base64.b64decode(kv.get("value", "")))["incarnation"])
         out[host] = (int(kv.get("lease", 0)), incarnation)
+    return out
+
+
+def etcd_host_records(endpoint: str, cluster: str, *, timeout_s: float = 1.0
+                      ) -> dict[str, dict[str, Any]]:
+    """``{host: record}`` of every host registration (the agent's JSON: ``warm``,
+    ``spares``, ``ready`` ...; a value that does not parse is ``{}``).
+
+    Raises:
+        OSError, ValueError: as :func:`etcd_owners`.
+    """
+    prefix = hosts_prefix(cluster)
+    out: dict[str, dict[str, Any]] = {}
+    for kv in _etcd_range(endpoint, prefix, timeout_s=timeout_s):
+        host = base64.b64decode(kv["key"])[len(prefix):].decode()
+        try:
+            doc = json.loads(base64.b64decode(kv.get("value", "")))
+        except ValueError:
+            doc = {}
+        out[host] = doc if isinstance(doc, dict) else {}
     return out
 
 

@@ -367,7 +367,8 @@ async def run_leg(
         runner = NemesisRunner(schedule, NemesisContext(cluster.target, history,
                                                         workload.processes, stale),
                                clock=clock, heal_timeout_s=config.heal_timeout_s,
-                               hosts=cluster.host_names() if planned else ())
+                               hosts=cluster.host_names() if planned else (),
+                               warm=cluster.target.warm_hosts if planned else None)
         await _drive(workload, runner, schedule, duration, progress, abort, clock, name)
         errors.extend(runner.errors)
         if runner.skipped:

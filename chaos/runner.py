@@ -73,9 +73,11 @@ class NemesisRunner:
         heal_timeout_s: float = 60.0,
         blocking: Blocking | None = None,
         hosts: Sequence[str] = (),
+        warm: Callable[[], set[str]] | None = None,
     ) -> None:
         self.schedule = schedule
         self.hosts = list(hosts)
+        self.warm = warm
         self.skipped: list[str] = []
         #: host -> faults on it injected and not yet healed (heals included)
         self._faulted: Counter[str] = Counter()
@@ -122,29 +124,55 @@ class NemesisRunner:
             await asyncio.gather(*tasks, return_exceptions=True)
             await asyncio.shield(self.heal_all())
 
-    def room_for(self, spec: NemesisSpec) -> bool:
+    def _survivors(self, spec: NemesisSpec) -> list[str]:
+        """The hosts that take over the processes of ``spec``'s fault: every host
+        but the faulted one (an owner fault: every host, its owner is chosen at
+        inject); none for a fault of no host."""
+        if spec.kind in OWNER_KINDS:
+            return list(self.hosts)
+        if spec.kind in HOST_KINDS and spec.host:
+            return [h for h in self.hosts if h != spec.host]
+        return []
+
+    def room_for(self, spec: NemesisSpec, warm: set[str] | None = None) -> bool:
         """The planner's host rule, now: a fault of one host needs that host free
         of faults and another host free too; an owner fault (whose host is the
         owner's, chosen at inject) needs every host free. A host is free when no
-        fault injected on it is still unhealed. Always True without ``hosts``."""
+        fault injected on it is still unhealed. With ``warm`` (the hosts whose
+        spares are up), every free host that takes over must be in it too: a
+        host restored a moment ago, or whose spares the last failover took, is
+        still coming back (the dedicated failover tests wait for warm
+        survivors likewise). Always True without ``hosts``."""
         if not self.hosts:
             return True
         free = [h for h in self.hosts if not self._faulted[h]]
         if spec.kind in OWNER_KINDS:
-            return len(free) == len(self.hosts) and len(free) >= 2
-        if spec.kind in HOST_KINDS and spec.host:
-            return spec.host in free and len(free) >= 2
-        return True
+            ok = len(free) == len(self.hosts) and len(free) >= 2
+        elif spec.kind in HOST_KINDS and spec.host:
+            ok = spec.host in free and len(free) >= 2
+        else:
+            return True
+        if not ok or warm is None:
+            return ok
+        return all(h in warm for h in self._survivors(spec) if h in free)
 
     async def _wait_for_room(self, window: Window, until: float,
                              stop: asyncio.Event) -> bool:
         """Wait until :meth:`room_for` holds for ``window`` (True), or ``until``
-        or ``stop`` comes first (False)."""
-        while not self.room_for(window.spec):
+        or ``stop`` comes first (False). The warm hosts (``warm``, a blocking
+        read) are read in a thread, then the rule is checked with no await
+        before the caller holds the host."""
+        spec = window.spec
+        while True:
+            if self.room_for(spec):
+                if self.warm is None or not self._survivors(spec):
+                    return not stop.is_set()
+                warm = await asyncio.to_thread(self.warm)
+                if self.room_for(spec, warm):  # checked again after the await
+                    return not stop.is_set()
             if stop.is_set() or self.clock.now() >= until:
                 return False
             await self._sleep_or_stop(ROOM_POLL_S, stop)
-        return not stop.is_set()
 
     def _hold(self, index: int, host: object) -> None:
         if isinstance(host, str) and host and index not in self._host_of:
@@ -169,7 +197,8 @@ class NemesisRunner:
                 self.ctx.history.record(
                     "nemesis", phase="skip", nemesis=window.spec.kind, window=index,
                     spec=window.spec.to_json(),
-                    detail={"reason": "the host rule did not hold until the window's end",
+                    detail={"reason": "the host rule (free hosts, warm survivors) did not "
+                                      "hold until the window's end",
                             "faulted_hosts": busy,
                             "waited_s": round(self.clock.now() - planned, 3)})
             return

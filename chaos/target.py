@@ -61,6 +61,8 @@ class FaultTarget(Protocol):
 
     def owner(self, process: str) -> str | None: ...
 
+    def warm_hosts(self) -> set[str]: ...
+
     # used by stop-raylet, kill-agent, term-host and pause-gcs: each returns the PIDs it
     # signalled and raises HarnessError when there is no such process
 

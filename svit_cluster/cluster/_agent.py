@@ -267,8 +267,8 @@ class HostAgent:
     async def headroom_round(self) -> int:
         """Size the warm spares to the busiest peer's processes
         (:func:`failover_spares`, with ``spare_target`` as the floor), start
-        the missing ones, and publish this host's ``active`` count and
-        ``spares`` target in its record.
+        the missing ones, and publish this host's ``active`` count, its
+        ``spares`` target and the spares ``ready`` now in its record.
 
         Returns:
             The spare target now.
@@ -286,7 +286,8 @@ class HostAgent:
         pool.failover_target = target
         if pool.wanted() > 0:
             pool.refill()
-        await self.leases.publish(active=len(self.actors), spares=pool.target())
+        await self.leases.publish(active=len(self.actors), spares=pool.target(),
+                                  ready=len(pool.spares))
         return pool.target()
 
     # -- lease loss ----------------------------------------------------------------------

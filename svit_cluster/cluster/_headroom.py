@@ -15,10 +15,11 @@ residency budget (:meth:`WorkerPool.wanted`). A host that holds every process
 of a 3-host cluster of 6 thus makes each survivor keep 3: all 6 bind at once.
 
 The inputs are the host records in etcd (``/svit/<cluster>/hosts/<host>``),
-which each agent updates with its ``active`` count (processes served) and its
-``spares`` target, at most once per :data:`HEADROOM_EVERY_S` and only when one
-changed. The gateways read ``spares`` to know how many activations a host
-takes warm (``RayRouter._place_once``).
+which each agent updates with its ``active`` count (processes served), its
+``spares`` target and the spares ``ready`` now, at most once per
+:data:`HEADROOM_EVERY_S` and only when one changed. The gateways read
+``ready`` (else ``spares``) to know how many activations a host takes warm
+(``RayRouter._place_once``).
 """
 
 from __future__ import annotations

@@ -578,9 +578,14 @@ class RayRouter:
             self._placing.pop(process_id, None)
 
     def _spares_of(self, host: str) -> int:
-        """The warm spares ``host``'s record states (``spares``), else ``warm_spares``."""
-        spares = self.cache.hosts.get(host, {}).get("spares")
-        return spares if isinstance(spares, int) and spares >= 0 else self.cfg.warm_spares
+        """The warm spares ``host``'s record states: ``ready`` (up now, published
+        at most a second ago), else ``spares`` (its target), else ``warm_spares``."""
+        record = self.cache.hosts.get(host, {})
+        for field in ("ready", "spares"):
+            value = record.get(field)
+            if isinstance(value, int) and value >= 0:
+                return value
+        return self.cfg.warm_spares
 
     async def _place_once(self, process_id: str, create: dict[str, Any] | None) -> Route:
         """Activate on the least-loaded host Ray lists alive whose agent answers.
@@ -621,9 +626,9 @@ class RayRouter:
                     load[h] += n
             skip = tried | self.host_watch.excluded()
             # First choice: a host with a warm spare left for this activation. Each
-            # agent keeps the spares its record states (``spares``: its share of
-            # the busiest peer's processes, at least ``warm_spares``;
-            # cluster._headroom) and each activation under way there takes one;
+            # agent keeps its share of the busiest peer's processes as spares (at
+            # least ``warm_spares``; cluster._headroom) and its record states how
+            # many are up (``ready``); each activation under way there takes one;
             # beyond them an activation starts a Ray worker first (seconds). By
             # load alone, a failed host's processes placed at once can all go to
             # the least-loaded survivor, past its spares, while another survivor

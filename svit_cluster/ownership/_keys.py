@@ -13,7 +13,8 @@ key                                     value, lifetime
                                         epoch make the fencing token)
 ``/svit/<cluster>/hosts/<host>``        the host's registration (JSON: ``host``,
                                         ``node_id``, ``warm``, ``active``,
-                                        ``spares`` ...); under the host lease
+                                        ``spares``, ``ready`` ...); under
+                                        the host lease
 ``/svit/<cluster>/fence-epoch``         the fencing-token epoch (decimal); no lease
 ======================================  ============================================
 """

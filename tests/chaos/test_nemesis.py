@@ -255,6 +255,54 @@ def test_an_owner_fault_needs_every_host_free() -> None:
     assert runner.room_for(owner)
 
 
+def test_a_host_fault_needs_its_free_survivors_warm() -> None:
+    """With the warm hosts known, a host fault also needs every free host that
+    takes over to have its spares up; an owner fault needs every host warm."""
+    runner = NemesisRunner(Schedule("t", 0, (), 1.0), ctx(FakeTarget(), ManualClock()),
+                           hosts=HOSTS)
+    kill_h1 = NemesisSpec("kill-host", host="h1")
+    owner = NemesisSpec("pause-owner")
+    assert runner.room_for(kill_h1, {"h2", "h3"}) and runner.room_for(owner, set(HOSTS))
+    assert not runner.room_for(kill_h1, {"h2"})  # h3 restored a moment ago: cold
+    assert runner.room_for(kill_h1, {"h1", "h2", "h3"})
+    assert not runner.room_for(owner, {"h1", "h2"})
+    # the victim's own warmth does not matter, nor a faulted host's
+    runner._hold(0, "h3")
+    assert runner.room_for(kill_h1, {"h2"})
+    # without the warm hosts (None) only the host rule counts
+    assert runner.room_for(kill_h1)
+    # a fault of no host needs nothing
+    assert runner.room_for(NemesisSpec("kill-etcd"), set())
+
+
+@pytest.mark.parametrize("with_warm", [True, False])
+async def test_a_window_waits_for_warm_survivors_then_starts(with_warm: bool) -> None:
+    # kill-host h1 at 1.0; h3 turns warm only at 3.0: the window starts then.
+    # Negative control: the same run without ``warm`` starts it at 1.0.
+    clock = ManualClock()
+    target = FakeTarget()
+    schedule = Schedule("t", 0, (Window(1.0, 2.0, NemesisSpec("kill-host", host="h1")),),
+                        10.0)
+    c = ctx(target, clock)
+    reads: list[float] = []
+
+    def warm() -> set[str]:
+        reads.append(clock.now())
+        return {"h2", "h3"} if clock.now() >= 3.0 else {"h2"}
+
+    runner = NemesisRunner(schedule, c, clock=clock, blocking=inline, hosts=HOSTS,
+                           warm=warm if with_warm else None)
+    task = asyncio.ensure_future(runner.run(asyncio.Event()))
+    await clock.advance(10.0, step=0.1)
+    await asyncio.wait_for(task, 5)
+    inject = next(e for e in c.history.events if e["phase"] == "inject")
+    if with_warm:
+        assert 3.0 <= inject["t"] <= 3.2 and inject["detail"]["delayed_s"] >= 1.9
+        assert reads and min(reads) >= 1.0
+    else:
+        assert inject["t"] == 1.0 and not reads
+
+
 async def test_stop_heals_everything_still_broken() -> None:
     clock = ManualClock()
     target = FakeTarget()

@@ -597,3 +597,20 @@ async def test_a_host_whose_record_states_more_spares_takes_that_many_warm() -> 
     assert router._activating == {"c": 3}
     gate.set()
     assert sorted(r.host for r in await asyncio.gather(*calls)) == ["c", "c", "c"]
+
+
+async def test_a_host_whose_spares_are_taken_is_cold_until_its_record_says_they_are_up() -> None:
+    """The lighter survivor's record states a target of 3 spares but 0 ready (the
+    last failover took them): two processes placed at once both go to the other
+    host; once its record says 3 ready, it is the lighter host again."""
+    router, _ = fake_cluster(["b", "c"])
+    router.cache._apply(host_key(CLUSTER, "c"), json.dumps(
+        {"host": "c", "warm": True, "spares": 3, "ready": 0}).encode(), 4)
+    for n, host in enumerate(["b"] * 5 + ["c"] * 2):
+        router.cache._apply(owner_key(CLUSTER, f"svit://t/old-{n}"),
+                            json.dumps({"host": host, "address": f"svit:{host}:{n}"}).encode(), 3)
+    routes = await asyncio.gather(*(router._route(f"svit://t/{n}") for n in range(2)))
+    assert sorted(r.host for r in routes) == ["b", "b"]
+    router.cache._apply(host_key(CLUSTER, "c"), json.dumps(
+        {"host": "c", "warm": True, "spares": 3, "ready": 3}).encode(), 5)
+    assert (await router._route("svit://t/2")).host == "c"
