@@ -689,7 +689,10 @@ class HostLease:
             now = self._clock()
             left = self._deadline - now
             quiet = now >= self._last_ok + 2 * self.keepalive_interval_s
-            if self.in_grace or not quiet or left > window or left < 0.1 or self._paused:
+            # no grace for keepalives this host skips itself (unhealthy, paused):
+            # its lease is meant to lapse
+            skipping = self._paused or self.unhealthy is not None
+            if self.in_grace or not quiet or left > window or left < 0.1 or skipping:
                 await asyncio.sleep(tick)
                 continue
             if await member_answers(self._prober(), timeout_s=min(PROBE_TIMEOUT_S, left - 0.05)):

@@ -310,6 +310,10 @@ class MiniTarget:
         owner = self.router._owners.get(process)
         return None if owner is None else owner.host
 
+    def warm_hosts(self) -> set[str]:
+        """A mini host has no spares to wait for: every running one is warm."""
+        return {name for name, host in self.hosts_.items() if not host.faulted()}
+
     def start_load(self, host: str, *, cpu: int, memory_mib: int) -> HostLoad:
         self.calls.append(f"load {host}")
         if host not in self.hosts_:
