@@ -387,12 +387,11 @@ async def test_processes_placed_at_once_spread_over_the_hosts() -> None:
     assert router._activating == {}
 
 
-async def test_processes_placed_at_once_go_to_a_host_with_a_warm_spare_left() -> None:
-    """Three processes of a failed host placed at once, on survivors holding 5 and 2
-    processes, 2 warm spares each: by load alone all three would go to the
-    lighter host, the third past its spares (a cold Ray worker start); the third
-    goes to the other host, whose spares are idle."""
-    router, agents = fake_cluster(["b", "c"])
+async def _three_placed_at_once(router: Any, agents: dict[str, Any]
+                                ) -> tuple[dict[str, int], list[str]]:
+    """Survivors b and c holding 5 and 2 processes; three processes placed at
+    once, held at a gate until all three are under way. Returns the
+    activations under way per host then, and the hosts placed on (sorted)."""
     for n, host in enumerate(["b"] * 5 + ["c"] * 2):
         router.cache._apply(owner_key(CLUSTER, f"svit://t/old-{n}"),
                             json.dumps({"host": host, "address": f"svit:{host}:{n}"}).encode(), 3)
@@ -404,10 +403,20 @@ async def test_processes_placed_at_once_go_to_a_host_with_a_warm_spare_left() ->
         if sum(router._activating.values()) == 3:
             break
         await asyncio.sleep(0.01)
-    assert router._activating == {"c": 2, "b": 1}
+    activating = dict(router._activating)
     gate.set()
-    routes = await asyncio.gather(*calls)
-    assert sorted(r.host for r in routes) == ["b", "c", "c"]
+    return activating, sorted(r.host for r in await asyncio.gather(*calls))
+
+
+async def test_processes_placed_at_once_go_to_a_host_with_a_warm_spare_left() -> None:
+    """Three processes of a failed host placed at once, on survivors holding 5 and 2
+    processes, 2 warm spares each: by load alone all three would go to the
+    lighter host, the third past its spares (a cold Ray worker start); the third
+    goes to the other host, whose spares are idle."""
+    router, agents = fake_cluster(["b", "c"])
+    activating, hosts = await _three_placed_at_once(router, agents)
+    assert activating == {"c": 2, "b": 1}
+    assert hosts == ["b", "c", "c"]
     assert router._activating == {}
 
 
@@ -583,20 +592,9 @@ async def test_a_host_whose_record_states_more_spares_takes_that_many_warm() -> 
     router, agents = fake_cluster(["b", "c"])
     router.cache._apply(host_key(CLUSTER, "c"),
                         json.dumps({"host": "c", "warm": True, "spares": 3}).encode(), 4)
-    for n, host in enumerate(["b"] * 5 + ["c"] * 2):
-        router.cache._apply(owner_key(CLUSTER, f"svit://t/old-{n}"),
-                            json.dumps({"host": host, "address": f"svit:{host}:{n}"}).encode(), 3)
-    gate = asyncio.Event()
-    for agent in agents.values():
-        agent.gate = gate
-    calls = [asyncio.ensure_future(router._route(f"svit://t/{n}")) for n in range(3)]
-    for _ in range(200):
-        if sum(router._activating.values()) == 3:
-            break
-        await asyncio.sleep(0.01)
-    assert router._activating == {"c": 3}
-    gate.set()
-    assert sorted(r.host for r in await asyncio.gather(*calls)) == ["c", "c", "c"]
+    activating, hosts = await _three_placed_at_once(router, agents)
+    assert activating == {"c": 3}
+    assert hosts == ["c", "c", "c"]
 
 
 async def test_a_host_whose_spares_are_taken_is_cold_until_its_record_says_they_are_up() -> None:

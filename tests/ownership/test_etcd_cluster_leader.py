@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,16 +38,6 @@ from tests.store._support import commit_write
 pytestmark = pytest.mark.servers
 
 TTL_S = 5  # the default lease TTL (ClusterConfig.lease_ttl_s)
-
-
-@pytest.fixture
-def etcd3(tmp_path: Path) -> Iterator[EtcdClusterServer]:
-    server = EtcdClusterServer(tmp_path / "etcd3", members=3, die_with_parent=True)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize(("victim", "keepalive"), [

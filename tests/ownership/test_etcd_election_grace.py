@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,16 +39,6 @@ pytestmark = pytest.mark.servers
 TTL_S = 3
 MARGIN_S = 0.75  # min(1.0, TTL / 4), as AgentLease.join sets it
 NO_LEADER_S = 2.0
-
-
-@pytest.fixture
-def etcd3(tmp_path: Path) -> Iterator[EtcdClusterServer]:
-    server = EtcdClusterServer(tmp_path / "etcd3", members=3, die_with_parent=True)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 async def _outage(etcd3: EtcdClusterServer, grace_s: float | None, *, proxied: bool = False,
