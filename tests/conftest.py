@@ -2,9 +2,9 @@
 
 Session-scoped servers are shared (each test uses its own key prefix, cluster
 name or process id); tests that stop, kill or restart a server take a dedicated
-one (``fresh_redis``, ``fresh_etcd``). Every server is stopped by its PID at
-teardown, also when a test fails, and dies with the test run
-(PR_SET_PDEATHSIG) if pytest itself is killed.
+one (``fresh_redis``, ``fresh_etcd``, ``etcd3``: a 3-member etcd of its own).
+Every server is stopped by its PID at teardown, also when a test fails, and
+dies with the test run (PR_SET_PDEATHSIG) if pytest itself is killed.
 
 ``redis_target`` (and so ``rclient``) is parametrised over ``single`` (the
 shared redis-server) and ``cluster`` (a real local Redis Cluster, 3 masters +
@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from svit_cluster.local import EtcdServer, RedisClusterServer, RedisServer
+from svit_cluster.local import EtcdClusterServer, EtcdServer, RedisClusterServer, RedisServer
 from svit_cluster.ownership import HostLease, LeaseState, open_client
 from svit_cluster.store import StoreConfig, connect
 from svit_cluster.store._redis import CLUSTER_ENV, RedisClient
@@ -75,6 +75,17 @@ def fresh_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
     server = EtcdServer(tmp_path / "etcd-own", die_with_parent=True)
     with running(server):
         yield server
+
+
+@pytest.fixture
+def etcd3(tmp_path: Path) -> Iterator[EtcdClusterServer]:
+    """A local 3-member etcd (election timeout 1 s), stopped by PID afterwards."""
+    server = EtcdClusterServer(tmp_path / "etcd3", members=3, die_with_parent=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -143,6 +143,8 @@ class ProcessActor:
         """Forget everything of the current binding (process state, loop, socket)."""
         #: Why the host lease is SUSPENDED (refusing work until it is HELD again).
         self._suspended: str | None = None
+        #: The host lease is SUSPENDED but still certain: serve, do not passivate.
+        self._holding = False
         self._ctrl: ProcessController | None = None
         #: Why this binding stopped serving for good (None while open), and detail.
         self._closed: ActorClosed | None = None
@@ -488,7 +490,8 @@ class ProcessActor:
                 if delay <= 0:
                     # Not while the host lease is SUSPENDED: the release could not
                     # reach etcd, and the lease may still come back HELD.
-                    if self._inflight == 0 and self._suspended is None:
+                    if (self._inflight == 0 and self._suspended is None
+                            and not self._holding):
                         self._closed = ActorClosed.PASSIVATED
                         await self._leave("passivated", self.token)
                         return
@@ -528,10 +531,21 @@ class ProcessActor:
             log.warning("could not reach agent %s to release %s", self.agent_name,
                         self.process_id)
 
+    async def hold(self, seq: int, token: int) -> None:
+        """Keep serving but do not passivate: the host lease is SUSPENDED (no
+        keepalive answered lately) yet cannot have expired, so commits stay
+        safe, while a release could not reach etcd. :meth:`resume` ends it,
+        :meth:`suspend` follows it if the lease stays SUSPENDED past its
+        certain time. ``seq`` and ``token`` as for :meth:`suspend`."""
+        if seq < self._lease_seq or token != self.token or not token:
+            return
+        self._lease_seq = seq
+        self._holding = True
+
     async def suspend(self, reason: str, seq: int, token: int) -> None:
-        """Refuse work while the host lease is SUSPENDED (its keepalives fail but it
-        cannot have expired yet, e.g. while etcd elects a new leader); the
-        reasoning loop stops. :meth:`resume` undoes it when the lease is HELD
+        """Refuse work while the host lease is SUSPENDED past the time it is certain
+        (in the election grace: it has probably not expired, but no keepalive
+        proves it); the reasoning loop stops. :meth:`resume` undoes it when the lease is HELD
         again; LOST is :meth:`fence_out`. ``seq`` orders the agent's notices:
         an older one than the last seen is ignored (closing every actor at each
         SUSPENDED made one etcd member's loss an outage). A notice for another
@@ -545,11 +559,13 @@ class ProcessActor:
         await self._stop_loop()
 
     async def resume(self, seq: int, token: int) -> None:
-        """Serve again after :meth:`suspend` (the lease is HELD again)."""
+        """Serve again after :meth:`suspend`, passivate again after :meth:`hold`
+        (the lease is HELD again)."""
         if seq < self._lease_seq or token != self.token or not token:
             return
         self._lease_seq = seq
         self._suspended = None
+        self._holding = False
         if self._closed is None and self._ctrl is not None:
             await self.serve()
 

@@ -124,14 +124,32 @@ class Supervisor:
     # -- lease states --------------------------------------------------------------------
 
     def on_lease(self, state: Any) -> None:
-        """SUSPENDED pauses every actor of the host, HELD resumes them, LOST ends them.
+        """HELD serves, SUSPENDED holds and then pauses, LOST ends every actor of the host.
 
-        SUSPENDED is temporary (a keepalive failed, e.g. on an etcd member that
-        just died, but the lease cannot have expired yet): closing the actors
-        then would make the loss of one etcd member an outage of the host.
+        SUSPENDED (no keepalive answered for two intervals: an etcd leader
+        election, a member cut off) is temporary, and until the lease's
+        ``certain_until`` (its last answered keepalive + TTL - margin; see
+        ``HostLease``) etcd cannot have expired it: the actors go on serving,
+        only their idle passivation waits (``hold``: a release could not reach
+        etcd). Past that time, in the election grace, they pause (``suspend``:
+        no commit) until HELD resumes them. Pausing at once made every etcd
+        leader election (1-2 s) a stall of every process of every host; closing
+        them would make it an outage. With no lease to ask, SUSPENDED pauses
+        at once. Each notice carries a new ``lease_seq``; a pause scheduled
+        for an earlier notice is void.
         """
         self.lease_seq += 1
         seq = self.lease_seq
+        if state is LeaseState.SUSPENDED:
+            lease = self._lease()
+            delay = 0.0 if lease is None else lease.certain_until - time.monotonic()
+            if delay > 0 and self._later(delay, self._pause_if_still, seq):
+                for served in list(self.actors.values()):
+                    served.handle.hold.remote(seq, served.token)
+                return
+        self._tell(state, seq)
+
+    def _tell(self, state: Any, seq: int) -> None:
         for served in list(self.actors.values()):
             if state is LeaseState.LOST:
                 served.handle.fence_out.remote(f"host lease {state}", served.token)
@@ -139,6 +157,22 @@ class Supervisor:
                 served.handle.suspend.remote(f"host lease {state}", seq, served.token)
             else:
                 served.handle.resume.remote(seq, served.token)
+
+    @staticmethod
+    def _later(delay_s: float, call: Callable[..., None], *args: Any) -> bool:
+        """Run ``call(*args)`` after ``delay_s`` on the running loop; False without one."""
+        try:
+            asyncio.get_running_loop().call_later(delay_s, call, *args)
+        except RuntimeError:
+            return False
+        return True
+
+    def _pause_if_still(self, seq: int) -> None:
+        """The lease stayed SUSPENDED past ``certain_until``: pause the actors,
+        unless a later lease notice (HELD, LOST) came meanwhile."""
+        if seq == self.lease_seq:
+            self.lease_seq += 1
+            self._tell(LeaseState.SUSPENDED, self.lease_seq)
 
     async def park_all(self, reason: str) -> None:
         """End the binding of every served process after the lease was LOST.

@@ -132,6 +132,7 @@ class _Keeper:
             st.ttl_s = lease.granted_ttl_s
             st.granted = True
             st.failing = lease.failing
+            st.stopped = lease.stopped
             st.lost = lease.lost
             st.revoked = lease.revoked
             st.lost_reason = lease.lost_reason or ""

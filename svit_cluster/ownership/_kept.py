@@ -144,6 +144,13 @@ class KeptLease:
         return self.status().deadline
 
     @property
+    def certain_until(self) -> float:
+        """As :attr:`HostLease.certain_until`, from the keeper's record: ``last_ok
+        + ttl_s - safety_margin_s``, at most the deadline (s, monotonic)."""
+        st = self.status()
+        return min(st.deadline, st.last_ok + self.ttl_s - self.safety_margin_s)
+
+    @property
     def last_keepalive_lag_s(self) -> float:
         return self.status().last_lag_s
 
@@ -180,7 +187,7 @@ class KeptLease:
             return LeaseState.LOST
         now = self._clock()
         state = judge_state(now, deadline=st.deadline, last_ok=st.last_ok,
-                            failing=st.failing or st.exited, interval_s=st.interval_s)
+                            stopped=st.stopped or st.exited, interval_s=st.interval_s)
         if state is LeaseState.LOST:
             self._lose(deadline_reason(now, st.deadline, st.last_ok)
                        + (" (the keeper had exited)" if st.exited else ""))

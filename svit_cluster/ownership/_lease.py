@@ -92,12 +92,18 @@ class LeaseState(StrEnum):
         The host may start new commits for the processes it owns. (Each commit
         is still checked against the Redis fence; HELD is not a proof.)
     SUSPENDED:
-        Keepalives are failing, but by the local clock the lease cannot have
-        expired yet -- or its local deadline passed while etcd answered but
-        kept no keepalive (a leader election), within the election grace (see
-        :class:`HostLease`). Do NOT start new commits or acquire processes; do
-        not assume the ownership keys are still there. May return to HELD when
-        a keepalive succeeds in time.
+        No keepalive was answered for two keepalive intervals, or the host
+        stopped its keepalives itself (paused, unhealthy), but by the local
+        clock the lease cannot have expired yet -- or its local deadline passed
+        while etcd answered but kept no keepalive (a leader election), within
+        the election grace (see :class:`HostLease`). Do NOT start new commits
+        or acquire processes; do not assume the ownership keys are still there.
+        May return to HELD when a keepalive succeeds in time. One failed
+        attempt alone does not suspend: it is retried on the next member
+        within a fraction of an interval, and until two intervals pass the
+        lease is as certain as after the last success (the deadline counts
+        from that success), so pausing every actor of the host at the first
+        failed attempt made the loss of one etcd member a host-wide stall.
     LOST:
         The deadline passed (extended by the election grace only when etcd
         answered), etcd reported the lease gone, or it was revoked.
@@ -119,18 +125,20 @@ PROBE_WINDOW_INTERVALS = 2.0
 PROBE_TIMEOUT_S = 1.0
 
 
-def judge_state(now: float, *, deadline: float, last_ok: float, failing: bool,
+def judge_state(now: float, *, deadline: float, last_ok: float, stopped: bool,
                 interval_s: float) -> LeaseState:
     """The state of a granted, not (yet) latched-LOST lease at monotonic time ``now``.
 
-    LOST at or after the local ``deadline``; SUSPENDED while keepalives fail or
-    none succeeded for two intervals; HELD otherwise. Shared by
-    :class:`HostLease` and the keeper's view of it
-    (:class:`svit_cluster.ownership.KeptLease`), so both judge alike.
+    LOST at or after the local ``deadline``; SUSPENDED while the host has
+    ``stopped`` its keepalives (paused, unhealthy, no keeper) or none succeeded
+    for two intervals (``interval_s``); HELD otherwise. A failing attempt that
+    the next round retries is not ``stopped``. Shared by :class:`HostLease` and
+    the keeper's view of it (:class:`svit_cluster.ownership.KeptLease`), so both
+    judge alike.
     """
     if now >= deadline:
         return LeaseState.LOST
-    if failing or now >= last_ok + 2 * interval_s:
+    if stopped or now >= last_ok + 2 * interval_s:
         return LeaseState.SUSPENDED
     return LeaseState.HELD
 
@@ -299,6 +307,7 @@ class HostLease:
         self._retry_soon = False
         self._lost = False
         self._paused = False
+        self._crashed = False
         #: Pause (s) before the next round after a failed one (``min(0.2, interval / 4)``).
         self.retry_pause_s = min(0.2, interval / 4)
         self._task: asyncio.Task[None] | None = None
@@ -348,7 +357,7 @@ class HostLease:
             return LeaseState.LOST
         now = self._clock()
         state = judge_state(now, deadline=self._deadline, last_ok=self._last_ok,
-                            failing=self._failing, interval_s=self.keepalive_interval_s)
+                            stopped=self.stopped, interval_s=self.keepalive_interval_s)
         if state is LeaseState.LOST:
             # latched: a late keepalive reply must not revive it
             self._lose(deadline_reason(now, self._deadline, self._last_ok))
@@ -366,6 +375,14 @@ class HostLease:
         return self._deadline
 
     @property
+    def certain_until(self) -> float:
+        """Local monotonic time (s) until which the lease cannot have expired on
+        etcd, by the last answered keepalive alone: ``last_ok + ttl_s -
+        safety_margin_s`` (the requested TTL; never extended by the election
+        grace). A host may keep committing until then while keepalives fail."""
+        return min(self._deadline, self._last_ok + self.ttl_s - self.safety_margin_s)
+
+    @property
     def last_ok(self) -> float:
         """Local monotonic send time (s) of the last successful keepalive (or the grant)."""
         return self._last_ok
@@ -374,6 +391,12 @@ class HostLease:
     def failing(self) -> bool:
         """True while keepalives fail (or are paused or skipped as unhealthy)."""
         return self._failing
+
+    @property
+    def stopped(self) -> bool:
+        """True while no keepalive is even tried: paused (:meth:`stop_keepalive`,
+        :meth:`close`), skipped as unhealthy, or the keepalive thread crashed."""
+        return self._paused or self.unhealthy is not None or self._crashed
 
     @property
     def lost(self) -> bool:
@@ -508,7 +531,7 @@ class HostLease:
             asyncio.run(self._thread_body())
         except Exception:
             log.exception("lease %s keepalive thread crashed", self.lease_id)
-            self._failing = True
+            self._failing = self._crashed = True
 
     async def _thread_body(self) -> None:
         assert self._keepalive_client_factory is not None
@@ -675,24 +698,29 @@ class HostLease:
         await self._signal()
 
     async def _grace_watch(self) -> None:
-        """Beside the keepalive loop: once no keepalive succeeded for two intervals
-        and the deadline is :data:`PROBE_WINDOW_INTERVALS` intervals away or
-        closer, ask etcd for a status (its own client, whatever a keepalive
-        attempt in flight is doing) and move the deadline by
-        :attr:`election_grace_s` if a member answers, once per outage (see
-        "Election grace" in the class docstring)."""
-        if self.election_grace_s <= 0:
-            return
+        """Beside the keepalive loop, every interval / 8: tell listeners of the
+        state changes the clock makes (a round may last longer), and once no
+        keepalive succeeded for two intervals and the deadline is
+        :data:`PROBE_WINDOW_INTERVALS` intervals away or closer, ask etcd for a
+        status (its own client, whatever a keepalive attempt in flight is
+        doing) and move the deadline by :attr:`election_grace_s` if a member
+        answers, once per outage (see "Election grace" in the class docstring)."""
         window = PROBE_WINDOW_INTERVALS * self.keepalive_interval_s
         tick = self.keepalive_interval_s / 8
         while not self._closing and not self._lost:
+            if self.state is not self._reported:
+                # a change the clock made between two rounds (two quiet intervals,
+                # the deadline): listeners hear of it now, not when a round ends
+                self._observed()
+                await self._signal()
             now = self._clock()
             left = self._deadline - now
             quiet = now >= self._last_ok + 2 * self.keepalive_interval_s
             # no grace for keepalives this host skips itself (unhealthy, paused):
             # its lease is meant to lapse
-            skipping = self._paused or self.unhealthy is not None
-            if self.in_grace or not quiet or left > window or left < 0.1 or skipping:
+            skipping = self.stopped
+            if (self.election_grace_s <= 0 or self.in_grace or not quiet or left > window
+                    or left < 0.1 or skipping):
                 await asyncio.sleep(tick)
                 continue
             if await member_answers(self._prober(), timeout_s=min(PROBE_TIMEOUT_S, left - 0.05)):

@@ -70,7 +70,7 @@ def remove_orphans(directory: str) -> list[str]:
 LAG_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 # flags
-_GRANTED, _FAILING, _LOST, _REVOKED, _EXITED = 1, 2, 4, 8, 16
+_GRANTED, _FAILING, _LOST, _REVOKED, _EXITED, _STOPPED = 1, 2, 4, 8, 16, 32
 _TEXT = 240  # bytes kept of each reason text
 _NB = len(LAG_BUCKETS_S) + 1
 # lease_id, deadline, last_ok, interval, flags, ttl, keeper pid, rounds,
@@ -96,6 +96,8 @@ class LeaseStatus:
         last_ok: send time of the last successful keepalive.
         interval_s: time between keepalives.
         granted, failing, lost, revoked: the keeper's flags (``lost`` is latched).
+        stopped: the keeper tries no keepalive (paused or the host unhealthy;
+            ``HostLease.stopped``): SUSPENDED at once, not after two intervals.
         exited: the keeper process has ended (nothing will renew the lease).
         ttl_s: TTL granted by etcd (s).
         keeper_pid: the keeper's process id.
@@ -114,6 +116,7 @@ class LeaseStatus:
     interval_s: float = 1.0
     granted: bool = False
     failing: bool = False
+    stopped: bool = False
     lost: bool = False
     revoked: bool = False
     exited: bool = False
@@ -141,7 +144,7 @@ class LeaseStatus:
     def _pack(self) -> bytes:
         flags = ((_GRANTED if self.granted else 0) | (_FAILING if self.failing else 0)
                  | (_LOST if self.lost else 0) | (_REVOKED if self.revoked else 0)
-                 | (_EXITED if self.exited else 0))
+                 | (_EXITED if self.exited else 0) | (_STOPPED if self.stopped else 0))
         texts: list[object] = []
         for raw in (self.lost_reason, self.unhealthy, self.error):
             data = _text(raw)
@@ -161,6 +164,7 @@ class LeaseStatus:
                  for i in range(0, 6, 2)]
         return cls(lease_id=v[0], deadline=v[1], last_ok=v[2], interval_s=v[3],
                    granted=bool(flags & _GRANTED), failing=bool(flags & _FAILING),
+                   stopped=bool(flags & _STOPPED),
                    lost=bool(flags & _LOST), revoked=bool(flags & _REVOKED),
                    exited=bool(flags & _EXITED), ttl_s=v[5], keeper_pid=v[6], rounds=v[7],
                    last_lag_s=v[8], max_lag_s=v[9], max_rtt_s=v[10], lag_sum_s=v[11],

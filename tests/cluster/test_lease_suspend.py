@@ -1,15 +1,23 @@
-"""A SUSPENDED host lease pauses the host's actors; HELD resumes them; LOST ends them
-(pure logic, no Ray cluster: a fake actor handle and a real ProcessActor
-object with a stand-in controller).
+"""A SUSPENDED host lease holds the host's actors (they serve but do not
+passivate) while the lease is still certain, and pauses them past that time;
+HELD resumes them; LOST ends them (no Ray cluster: a recording actor handle, a
+real ProcessActor object with a stand-in controller, and for the election a
+real 3-member etcd with the lease the agent runs).
 
-SUSPENDED is temporary: a keepalive failed (say on an etcd member that just
-died) but the lease cannot have expired yet. Closing every actor at that point
-would make the loss of one etcd member an outage of every process on the host.
+SUSPENDED is temporary: no keepalive was answered lately (an etcd leader
+election, a member cut off), but the lease cannot have expired before its last
+answered keepalive + TTL - margin. Closing every actor at that point would make
+the loss of one etcd member an outage of every process on the host; pausing
+them at once made every leader election a stall of every process.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
+
+import pytest
 
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._agent import HostAgent
@@ -17,7 +25,8 @@ from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._results import Unbound
 from svit_cluster.cluster._types import ServedActor
 from svit_cluster.errors import UnavailableError
-from svit_cluster.ownership import LeaseState
+from svit_cluster.local import EtcdClusterServer
+from svit_cluster.ownership import KeptLease, LeaseState, open_client
 
 
 class _Recorder:
@@ -51,6 +60,89 @@ def test_the_agent_suspends_resumes_and_fences_out_on_lease_states() -> None:
     seqs = [entry[-2] for entry in handle.log[:3]]
     assert seqs == sorted(seqs) and len(set(seqs)) == 3  # notices carry increasing numbers
     assert {entry[-1] for entry in handle.log} == {1}  # each names the binding it is for
+
+
+class _CertainLease:
+    """Stands in for the agent's lease: only ``certain_until`` is read here."""
+
+    def __init__(self, certain_for_s: float) -> None:
+        self.certain_until = time.monotonic() + certain_for_s
+
+
+def _served_agent(lease: Any) -> tuple[HostAgent, RecordingHandle]:
+    agent = HostAgent(ClusterConfig().to_dict(), "h1")
+    agent.leases.lease = lease
+    handle = RecordingHandle()
+    agent.actors["svit://t/p"] = ServedActor(1, handle, None, None)  # type: ignore[arg-type]
+    return agent, handle
+
+
+async def test_a_suspended_lease_holds_the_actors_until_its_certain_time_then_pauses_them(
+) -> None:
+    agent, handle = _served_agent(_CertainLease(0.3))
+    agent.supervisor.on_lease(LeaseState.SUSPENDED)
+    assert [e[0] for e in handle.log] == ["hold"]  # still serving
+    await asyncio.sleep(0.5)
+    assert [e[0] for e in handle.log] == ["hold", "suspend"]  # past it: paused
+    assert handle.log[1][-2] > handle.log[0][-2]  # a newer notice than the hold
+
+
+async def test_a_lease_held_again_in_time_cancels_the_pause() -> None:
+    agent, handle = _served_agent(_CertainLease(0.3))
+    agent.supervisor.on_lease(LeaseState.SUSPENDED)
+    agent.supervisor.on_lease(LeaseState.HELD)
+    await asyncio.sleep(0.5)
+    assert [e[0] for e in handle.log] == ["hold", "resume"]
+
+
+async def test_a_suspended_lease_past_its_certain_time_pauses_at_once() -> None:
+    agent, handle = _served_agent(_CertainLease(-0.1))  # e.g. in the election grace
+    agent.supervisor.on_lease(LeaseState.SUSPENDED)
+    assert [e[0] for e in handle.log] == ["suspend"]
+
+
+@pytest.mark.servers
+async def test_an_etcd_leader_election_holds_the_actors_and_never_pauses_them(
+        etcd3: EtcdClusterServer) -> None:
+    """The agent's own lease (a keeper process, TTL 5 s, margin 1 s: a
+    keepalive every second, certain for 4 s after the last one answered) on a
+    client that lists every member. Right after a keepalive the etcd leader is
+    SIGKILLed and one follower SIGSTOPped for 1.5 s: no quorum, then an
+    election, so no keepalive is answered for 2.5-3 s and the lease goes
+    SUSPENDED (two intervals without an answer), but the new leader answers
+    well before the 4 s are up. The actors are held (serving), never paused,
+    and resumed; the lease is never LOST. Pausing them at SUSPENDED stalled
+    every process of every host for each election (1.4-2.4 s in ten-minute
+    chaos runs at TTL 3 s)."""
+    leader = etcd3.wait_for_leader(timeout_s=20)
+    stopped, answering = [m for m in etcd3.members if m is not leader]
+    endpoints = ",".join(m.endpoint for m in (leader, stopped, answering))
+    client: Any = open_client(endpoints, request_timeout_s=1.0)
+    lease = await KeptLease(client, endpoints, ttl_s=5, safety_margin_s=1.0).grant()
+    agent, handle = _served_agent(lease)
+    states: list[LeaseState] = []
+    lease.add_listener(states.append)
+    lease.add_listener(agent.supervisor.on_lease)
+    try:
+        last = lease.status().last_ok
+        while lease.status().last_ok == last:  # the outage starts right after one
+            await asyncio.sleep(0.01)
+        leader.kill9()
+        stopped.pause()
+        try:
+            await asyncio.sleep(1.5)
+        finally:
+            stopped.resume()
+        await asyncio.to_thread(etcd3.wait_for_leader, 15.0, not_=leader)
+        await asyncio.sleep(2.0)  # keepalives answered by the new leader
+    finally:
+        stopped.resume()
+        await lease.close()
+        await client.close()
+    notices = [e[0] for e in handle.log]
+    assert LeaseState.SUSPENDED in states and LeaseState.LOST not in states, states
+    assert states[-1] is LeaseState.HELD, states
+    assert notices == ["hold", "resume"], (notices, states)
 
 
 async def test_a_suspended_actor_refuses_work_and_serves_again_when_resumed() -> None:
