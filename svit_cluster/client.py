@@ -199,6 +199,18 @@ def _transport_unavailable(url: str, attempts: int, exc: httpx.TransportError
 _RETRYABLE = (httpx.TransportError, UnavailableError)
 
 
+@contextlib.contextmanager
+def _noting_failures(failed: list[BaseException] | None) -> Iterator[None]:
+    """Append a retryable failure (:data:`_RETRYABLE`) raised in the block to
+    ``failed`` when given, and raise it on."""
+    try:
+        yield
+    except _RETRYABLE as exc:
+        if failed is not None:
+            failed.append(exc)
+        raise
+
+
 def _drop_body(process_id: str, reason: str, message_id: str | None,
                head_hash: str | None) -> dict[str, Any]:
     body: dict[str, Any] = {"process_id": process_id, "reason": reason}
@@ -434,6 +446,13 @@ class _Base(ABC, Generic[_Http]):
         raw = resp.headers.get("X-Svit-Token")
         self.last_owner_token = int(raw) if raw is not None and raw.isdigit() else None
 
+    def _answer(self, path: str, resp: httpx.Response) -> Any:
+        """The JSON body of a successful answer to ``path``; an answer of
+        ``/v1/control`` sets :attr:`last_owner_token` first."""
+        if path == "/v1/control":
+            self._note_token(resp)
+        return resp.json()
+
     def _retry_kwargs(self) -> dict[str, Any]:
         backoff = wait_exponential_jitter(multiplier=0.05, max=self.max_wait_s, jitter=0.05)
 
@@ -530,17 +549,11 @@ class SvitClient(_Base[httpx.Client]):
         try:
             for attempt in Retrying(**self._retry_kwargs()):
                 with attempt:
-                    try:
+                    with _noting_failures(failed):
                         resp = self._http.request(method, self.url + path,
                                                   headers=self._headers(), **kw)
                         _raise_for(resp)
-                    except _RETRYABLE as exc:
-                        if failed is not None:
-                            failed.append(exc)
-                        raise
-                    if path == "/v1/control":
-                        self._note_token(resp)
-                    return resp.json()
+                    return self._answer(path, resp)
         except httpx.TransportError as exc:
             raise _transport_unavailable(self.url, self.attempts, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
@@ -1001,17 +1014,11 @@ class AsyncSvitClient(_Base[httpx.AsyncClient]):
         try:
             async for attempt in AsyncRetrying(**self._retry_kwargs()):
                 with attempt:
-                    try:
+                    with _noting_failures(failed):
                         resp = await self._http.request(method, self.url + path,
                                                         headers=self._headers(), **kw)
                         _raise_for(resp)
-                    except _RETRYABLE as exc:
-                        if failed is not None:
-                            failed.append(exc)
-                        raise
-                    if path == "/v1/control":
-                        self._note_token(resp)
-                    return resp.json()
+                    return self._answer(path, resp)
         except httpx.TransportError as exc:
             raise _transport_unavailable(self.url, self.attempts, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover

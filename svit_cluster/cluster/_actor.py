@@ -52,6 +52,7 @@ from svit_cluster.cluster._results import (
     control_frame,
 )
 from svit_cluster.cluster._spawn import RaySpawner
+from svit_cluster.cluster._types import CreateSpec, ForkHistory
 from svit_cluster.control import (
     ControlAnswer,
     ProcessController,
@@ -280,7 +281,7 @@ class ProcessActor:
                                    "retry", lease_state="suspended")
 
     async def bind_start_serve(self, process_id: str, token: int,
-                               create: dict[str, Any] | None = None) -> Outcome[Started]:
+                               create: CreateSpec | None = None) -> Outcome[Started]:
         """:meth:`bind`, :meth:`start` and :meth:`serve` in one Ray call: what the
         agent does with a warm spare once it owns ``process_id`` under ``token``
         (one Ray round trip instead of three on the cold activation path).
@@ -299,15 +300,15 @@ class ProcessActor:
         return Outcome.ok(dataclasses.replace(result.value, direct=await self.serve(),
                                               pid=os.getpid()))
 
-    async def start(self, create: dict[str, Any] | None = None) -> Outcome[Started]:
+    async def start(self, create: CreateSpec | None = None) -> Outcome[Started]:
         """Claim the fence, then create or restore the process.
 
         Args:
-            create: None to restore an existing process; ``{"memory", "scripts"}``
-                to create one at version 0; ``{"snapshot": bytes}`` to create
-                one from a fork's snapshot, plus ``"history": {"parent": str,
-                "upto_seq": int}`` to first copy the parent's event prefix
-                (``events.fork_events``) into the new process's session.
+            create: None to restore an existing process; a :class:`CreateSpec`
+                with ``memory`` and ``scripts`` to create one at version 0, or
+                with a fork's ``snapshot`` to create one from it, copying the
+                parent's event prefix (``events.fork_events``) into the new
+                process's session first when it names a ``history``.
 
         Returns:
             :class:`Started` (serving now), or the error (``not_found``,
@@ -320,7 +321,7 @@ class ProcessActor:
             self._closed, self._closed_why = ActorClosed.START_FAILED, str(exc.code)
             return Outcome.fail(exc)
 
-    def _start_sync(self, create: dict[str, Any] | None) -> Started:
+    def _start_sync(self, create: CreateSpec | None) -> Started:
         from svit_cluster.events import RedisEventLog
 
         client = self._client if self._client is not None else self._connect()
@@ -353,16 +354,16 @@ class ProcessActor:
                 restore = {"snapshot_version": stats.snapshot_version,
                            "tail_entries": stats.tail_entries,
                            "duration_s": stats.duration_s}
-        elif "snapshot" in create:
-            proc = Process.restore(create["snapshot"])
+        elif create.snapshot is not None:
+            proc = Process.restore(create.snapshot)
             if proc.id != self.process_id:
                 raise ConflictError("fork snapshot names another process")
-            if create.get("history") is not None:
-                self._copy_history(client, backend, create["history"])
+            if create.history is not None:
+                self._copy_history(client, backend, create.history)
             backend.create(proc)
         else:
-            proc = Process.create(self.process_id, memory=create.get("memory"),
-                                  scripts=create.get("scripts") or {})
+            proc = Process.create(self.process_id, memory=create.memory,
+                                  scripts=dict(create.scripts))
             backend.create(proc)
         self._backend = backend
         self.passivate_after_s = backend.residency().get("passivate_after_s",
@@ -373,7 +374,7 @@ class ProcessActor:
         self._ctrl.grant_ports()
         return Started(proc.version, proc.root_hash, restore)
 
-    def _copy_history(self, client: Any, backend: Any, spec: dict[str, Any]) -> None:
+    def _copy_history(self, client: Any, backend: Any, history: ForkHistory) -> None:
         """Copy a history fork's event prefix before the child exists in the store.
 
         Runs after this actor claimed the child's fence and before
@@ -395,8 +396,8 @@ class ProcessActor:
         if exists:
             raise ConflictError(f"process {self.process_id} already exists in the store",
                                 process_id=self.process_id)
-        fork_events(client, str(spec["parent"]), self.process_id,
-                    prefix=backend.keys.prefix, upto_seq=int(spec["upto_seq"]))
+        fork_events(client, history.parent, self.process_id,
+                    prefix=backend.keys.prefix, upto_seq=history.upto_seq)
 
     def _registry(self) -> Any:
         """This host's port registry (``ClusterConfig.ports``); calls are kept for

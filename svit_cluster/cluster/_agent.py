@@ -66,7 +66,7 @@ from svit_cluster.cluster._supervisor import (
     USAGE_MAX_AGE_S,
     Supervisor,
 )
-from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
+from svit_cluster.cluster._types import Activated, CreateSpec, ServedActor, ServeStatus
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
 from svit_cluster.ownership import KeptLeaseCollector, LeaseState, Owners, hosts_prefix
 from svit_cluster.store import RedisFences, connect, verify_eviction_policy
@@ -353,13 +353,18 @@ class HostAgent:
 
     # -- activation ----------------------------------------------------------------------
 
-    async def activate(self, process_id: str, create: dict[str, Any] | None = None
+    async def activate(self, process_id: str, create: CreateSpec | None = None
                        ) -> Outcome[Activated]:
         """Own ``process_id`` and start its actor here (single-flight per process).
 
         At most :attr:`max_activations` activations of processes not served
         here yet run at once; beyond that the call is shed at once with an
         ``unavailable`` error (``fields["overloaded"]`` true).
+
+        Args:
+            process_id: the process to serve.
+            create: what to create (:class:`CreateSpec`); None to restore the
+                process from the store (or answer the actor serving it here).
 
         Returns:
             :class:`Activated`: ``serving`` (``actor``, ``host``, ``token``, and
@@ -406,7 +411,7 @@ class HostAgent:
         """
         return await self.supervisor.take_worker(exclude)
 
-    async def _activate(self, process_id: str, create: dict[str, Any] | None
+    async def _activate(self, process_id: str, create: CreateSpec | None
                         ) -> Outcome[Activated]:
         """One activation under ONE lease object.
 
@@ -442,7 +447,7 @@ class HostAgent:
         finally:
             self.pool.taken -= 1
 
-    async def _bind(self, lease: Any, process_id: str, create: dict[str, Any] | None,
+    async def _bind(self, lease: Any, process_id: str, create: CreateSpec | None,
                     name: str, handle: Any) -> Outcome[Activated]:
         """Own ``process_id`` under ``lease`` and bind the taken worker to it."""
         pool, same = self.pool, self.leases.same

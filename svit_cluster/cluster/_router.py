@@ -42,7 +42,7 @@ from svit_cluster.cluster._results import (
     control_from_frame,
 )
 from svit_cluster.cluster._routes import Route, RouteCache
-from svit_cluster.cluster._types import Activated, ServeStatus
+from svit_cluster.cluster._types import Activated, CreateSpec, ForkHistory, ServeStatus
 from svit_cluster.control import ControlAnswer, ControlRequest, RequestStatus
 from svit_cluster.errors import (
     ConflictError,
@@ -145,7 +145,7 @@ def classify_call_error(exc: BaseException, what: str) -> SvitError | None:
     return InternalError(f"internal error calling {what}: {type(exc).__name__}")
 
 
-def _fingerprint(create: dict[str, Any]) -> str:
+def _fingerprint(create: CreateSpec) -> str:
     """What a create (or fork) would write, exactly (a Svit integer 1 and float 1.0
     differ), so that only the very same create joins one under way."""
 
@@ -156,7 +156,14 @@ def _fingerprint(create: dict[str, Any]) -> str:
             return obj.hex()
         raise TypeError(type(obj).__name__)
 
-    parts = {k: (encode_value(v) if k == "memory" else v) for k, v in create.items()}
+    parts: dict[str, Any]
+    if create.snapshot is None:
+        parts = {"memory": encode_value(create.memory), "scripts": dict(create.scripts)}
+    else:
+        parts = {"snapshot": create.snapshot}
+        if create.history is not None:
+            parts["history"] = {"parent": create.history.parent,
+                                "upto_seq": create.history.upto_seq}
     raw = json.dumps(parts, sort_keys=True, default=plain, separators=(",", ":"))
     return hashlib.sha256(raw.encode()).hexdigest()
 
@@ -519,7 +526,7 @@ class RayRouter:
         if not stored:
             raise NotFound(f"unknown process {process_id[:200]}", process_id=process_id)
 
-    async def _place(self, process_id: str, create: dict[str, Any] | None) -> Route:
+    async def _place(self, process_id: str, create: CreateSpec | None) -> Route:
         """Place ``process_id`` (activate it on a host), waiting at most
         :data:`PLACEMENT_WAIT_S` for it.
 
@@ -549,7 +556,7 @@ class RayRouter:
                 process_id=process_id, activating=True,
                 retry_after_s=CLUSTER_FULL_RETRY_AFTER_S) from None
 
-    async def _place_now(self, process_id: str, create: dict[str, Any] | None) -> Route:
+    async def _place_now(self, process_id: str, create: CreateSpec | None) -> Route:
         """One placement per process at a time: an activation joins the one under
         way; so does a create of the very same content (a client's retry after
         :data:`PLACEMENT_WAIT_S`; a new attempt would be a second activation of
@@ -587,7 +594,7 @@ class RayRouter:
                 return value
         return self.cfg.warm_spares
 
-    async def _place_once(self, process_id: str, create: dict[str, Any] | None) -> Route:
+    async def _place_once(self, process_id: str, create: CreateSpec | None) -> Route:
         """Activate on the least-loaded host Ray lists alive whose agent answers.
 
         A host whose agent call fails as ``unavailable`` (dead actor or node,
@@ -773,7 +780,7 @@ class RayRouter:
         await self.cache.ready.wait()
         if process_id in self.cache.routes:
             raise ConflictError(f"process {process_id} already exists")
-        route = await self._place(process_id, {"memory": memory, "scripts": dict(scripts)})
+        route = await self._place(process_id, CreateSpec(memory=memory, scripts=dict(scripts)))
         return {"process_id": process_id, "version": 0, "host": route.host,
                 "token": route.token}
 
@@ -852,10 +859,13 @@ class RayRouter:
         args: tuple[Any, ...] = (new_process_id, True) if history else (new_process_id,)
         forked: Snapshot
         _, forked = await self._call_process(process_id, "fork_snapshot", *args)
-        create: dict[str, Any] = {"snapshot": forked.snapshot}
+        fork_history = None
         if history:
-            create["history"] = {"parent": process_id, "upto_seq": forked.upto_seq}
-        child = await self._place(new_process_id, create)
+            if forked.upto_seq is None:
+                raise InternalError(f"the fork of {process_id} answered no event prefix")
+            fork_history = ForkHistory(process_id, forked.upto_seq)
+        child = await self._place(new_process_id,
+                                  CreateSpec(snapshot=forked.snapshot, history=fork_history))
         info: dict[str, Any] = {"process_id": new_process_id, "host": child.host,
                                 "token": child.token}
         if history:

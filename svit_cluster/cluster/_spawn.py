@@ -21,6 +21,7 @@ from typing import Any
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._results import Outcome
+from svit_cluster.cluster._types import CreateSpec
 from svit_cluster.control import decode_request, decode_response
 from svit_cluster.errors import ErrorCode, ScriptFailed, UnavailableError
 from svit_cluster.process import encode_value
@@ -67,8 +68,8 @@ class RaySpawner:
 
         agent = ray.get_actor(self.agent_name, namespace=self.cfg.namespace)
         snapshot = parent.fork(child).snapshot()
-        placed: Outcome[Any] = self._get(agent.activate.remote(child, {"snapshot": snapshot}),
-                                         "create")
+        placed: Outcome[Any] = self._get(
+            agent.activate.remote(child, CreateSpec(snapshot=snapshot)), "create")
         if placed.code == ErrorCode.CONFLICT:
             placed = self._get(agent.activate.remote(child, None), "activate")  # a retry
         activated = placed.unwrap()

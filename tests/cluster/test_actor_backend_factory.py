@@ -15,9 +15,9 @@ from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.errors import FencedError
 from svit_cluster.store import RedisBackend, RedisClient, StoreConfig
 from svit_cluster.store.testing import UNFENCED_BACKEND_FACTORY
+from tests._commit_log import commit_write
 from tests._support import unique
 from tests.conftest import RedisTarget
-from tests.store._support import commit_write
 
 pytestmark = pytest.mark.servers
 

@@ -21,6 +21,7 @@ import redis
 
 from svit_cluster.cluster import ClusterConfig, ProcessActor
 from svit_cluster.cluster._results import Read, Residency, Unbound
+from svit_cluster.cluster._types import CreateSpec
 from svit_cluster.local import RedisServer
 from svit_cluster.process import Script
 
@@ -59,7 +60,7 @@ async def test_a_reused_worker_serves_only_its_current_binding(
     left: list[Any] = []
     actor = _actor(redis_server, monkeypatch, left)
     a, b = f"svit://t/rebind-a-{next(_n)}", f"svit://t/rebind-b-{next(_n)}"
-    create = {"memory": {"count": 0}, "scripts": {"counter": Script(COUNTER)}}
+    create = CreateSpec(memory={"count": 0}, scripts={"counter": Script(COUNTER)})
     first = (await actor.bind_start_serve(a, 10, create)).unwrap()
     assert isinstance(first.pid, int), first
     done = await actor.control(10, _body(a, 0, "r1"), "p")
@@ -93,8 +94,8 @@ async def test_a_busy_binding_is_not_ended_by_the_idle_check(
     left: list[Any] = []
     actor = _actor(redis_server, monkeypatch, left)
     pid = f"svit://t/rebind-busy-{next(_n)}"
-    await actor.bind_start_serve(pid, 5, {"memory": {"count": 0},
-                                          "scripts": {"counter": Script(COUNTER)}})
+    await actor.bind_start_serve(pid, 5, CreateSpec(memory={"count": 0},
+                                                    scripts={"counter": Script(COUNTER)}))
     gate = asyncio.Event()
     release = asyncio.get_running_loop()
 
@@ -120,8 +121,8 @@ async def test_a_process_keeps_its_own_idle_timeout_across_owners(
     left: list[Any] = []
     one = _actor(redis_server, monkeypatch, left, passivate_after_s=300.0)
     pid = f"svit://t/rebind-idle-{next(_n)}"
-    await one.bind_start_serve(pid, 5, {"memory": {"count": 0},
-                                        "scripts": {"counter": Script(COUNTER)}})
+    await one.bind_start_serve(pid, 5, CreateSpec(memory={"count": 0},
+                                                  scripts={"counter": Script(COUNTER)}))
     assert one.passivate_after_s == 300.0
     assert (await one.set_residency(5, 0.4)).unwrap() == Residency(0.4, False)
     await asyncio.sleep(0.8)

@@ -12,6 +12,7 @@ import itertools
 from typing import Any
 
 from svit_cluster.cluster import ClusterConfig, ProcessActor
+from svit_cluster.cluster._types import CreateSpec
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -37,8 +38,8 @@ async def test_actor_records_the_callers_trace_in_the_commit(redis_server: Any) 
     pid = f"svit://t/actor-trace-{next(_ids)}-{id(object())}"
     cfg = ClusterConfig(redis_url=redis_server.url, reasoner={"enabled": False})
     actor = ProcessActor(cfg.to_dict(), "h1", pid, 7, "agent-h1")
-    started = await actor.start({"memory": {"count": 0},
-                                 "scripts": {"inc": Script(INCREMENT)}})
+    started = await actor.start(CreateSpec(memory={"count": 0},
+                                           scripts={"inc": Script(INCREMENT)}))
     version = started.unwrap().version
     result = await actor.control(7, _body(pid, version, "r1"), "tenant:t", INCOMING)
     assert result.unwrap().response().outcome.status == "committed"

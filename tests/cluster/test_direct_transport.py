@@ -26,7 +26,7 @@ from svit_cluster.cluster._direct import (
     write_frame,
 )
 from svit_cluster.cluster._results import Outcome, Started, control_frame
-from svit_cluster.cluster._types import Activated, ServeStatus
+from svit_cluster.cluster._types import Activated, CreateSpec, ServeStatus
 from svit_cluster.control import ControlAnswer
 
 
@@ -341,7 +341,8 @@ class _Agent:
         self.actor = actor
         self.endpoint_token = endpoint_token
 
-    async def activate(self, process_id: str, create: Any) -> Outcome[Activated]:
+    async def activate(self, process_id: str, create: CreateSpec | None
+                       ) -> Outcome[Activated]:
         ep = (await self.actor.direct_endpoint()).unwrap()
         endpoint = DirectEndpoint(ep.host, ep.port, ep.secret, self.endpoint_token)
         return Outcome.ok(Activated(ServeStatus.SERVING, "a", 7, "svit:a:p",

@@ -25,7 +25,7 @@ from svit_cluster.cluster import ClusterConfig, RouteCache, agent_name
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._results import Outcome
 from svit_cluster.cluster._router import RayRouter
-from svit_cluster.cluster._types import Activated, ServeStatus
+from svit_cluster.cluster._types import Activated, CreateSpec, ServeStatus
 from svit_cluster.errors import ConflictError, NotFound
 from svit_cluster.events import fork_events, session_for
 from svit_cluster.local import RedisServer
@@ -55,7 +55,8 @@ class Agent:
         self.host, self.router, self.cfg, self.tokens = host, router, cfg, tokens
         self.actors: list[ProcessActor] = []
 
-    async def activate(self, process_id: str, create: Any) -> Outcome[Activated]:
+    async def activate(self, process_id: str, create: CreateSpec | None
+                       ) -> Outcome[Activated]:
         token = next(self.tokens)
         actor = ProcessActor(self.cfg, self.host, process_id, token, agent_name(self.host))
         answer = await actor.start(create)

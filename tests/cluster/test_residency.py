@@ -17,7 +17,7 @@ from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._residency import MIN_ACTIVE, Usage, lru_order
 from svit_cluster.cluster._results import ActorUsage, Outcome, Started, Unbound
-from svit_cluster.cluster._types import ServeStatus
+from svit_cluster.cluster._types import CreateSpec, ServeStatus
 
 GiB = 1 << 30
 
@@ -70,7 +70,7 @@ class FakeWorker:
         self.world.warming -= 1
         return self.pid
 
-    async def bind_start_serve(self, process_id: str, token: int, create: Any
+    async def bind_start_serve(self, process_id: str, token: int, create: CreateSpec | None
                                ) -> Outcome[Started]:
         assert not self.token, f"{self.name} bound twice"
         self.token, self.process_id, self.ended = token, process_id, asyncio.Event()

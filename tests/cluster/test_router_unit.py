@@ -26,7 +26,8 @@ from svit_cluster.cluster import (
     agent_name,
 )
 from svit_cluster.cluster._results import Appended, Outcome
-from svit_cluster.cluster._router import RayRouter
+from svit_cluster.cluster._router import RayRouter, _fingerprint
+from svit_cluster.cluster._types import CreateSpec, ForkHistory
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError, error_class
 from svit_cluster.ownership import epoch_key, host_key, owner_key, record_token
 
@@ -83,7 +84,8 @@ class FakeAgent:
         self.answer: Outcome[Activated] | None = None
         self.actors: dict[str, FakeActor] = {}
 
-    async def activate(self, process_id: str, create: Any) -> Outcome[Activated]:
+    async def activate(self, process_id: str, create: CreateSpec | None
+                       ) -> Outcome[Activated]:
         self.activations.append(process_id)
         if self.gate is not None:
             await self.gate.wait()
@@ -196,7 +198,7 @@ async def test_a_process_owned_elsewhere_routes_to_its_owner_and_is_not_created(
     route = await router._place("svit://t/p", None)
     assert route == Route("svit://t/p", "b", 9, "svit:b:1")
     with pytest.raises(ConflictError):
-        await router._place("svit://t/q", {"memory": {}, "scripts": {}})
+        await router._place("svit://t/q", CreateSpec())
 
 
 @pytest.mark.parametrize("first", ["call failed", "answered unavailable"])
@@ -215,7 +217,8 @@ async def test_a_create_whose_first_attempt_is_unknown_is_not_answered_conflict(
     router, agents = fake_cluster(["a", "b"])
     created: list[str] = []
 
-    async def created_then_lost(process_id: str, create: Any) -> Outcome[Activated]:
+    async def created_then_lost(process_id: str, create: CreateSpec | None
+                                ) -> Outcome[Activated]:
         created.append(process_id)
         if first == "call failed":
             raise UnavailableError("agent call timed out")
@@ -225,13 +228,13 @@ async def test_a_create_whose_first_attempt_is_unknown_is_not_answered_conflict(
     agents["b"].answer = second_answer
     agents["b"].activations.clear()
     with pytest.raises(UnavailableError, match="may be this create's own doing"):
-        await router._place("svit://t/p", {"memory": {}, "scripts": {}})
+        await router._place("svit://t/p", CreateSpec())
     assert created == ["svit://t/p"] and agents["b"].activations == ["svit://t/p"]
     # the same answer without an unknown attempt before it is a real conflict
     router2, agents2 = fake_cluster(["b"])
     agents2["b"].answer = second_answer
     with pytest.raises(ConflictError):
-        await router2._place("svit://t/p", {"memory": {}, "scripts": {}})
+        await router2._place("svit://t/p", CreateSpec())
 
 
 async def test_create_of_a_known_process_conflicts_without_asking_an_agent() -> None:
@@ -546,6 +549,37 @@ async def test_a_create_retried_while_it_is_under_way_joins_it(
     info = await retry
     assert info["process_id"] == "svit://t/p"
     assert sum(len(agent.activations) for agent in agents.values()) == 1
+
+
+def test_a_create_fingerprint_follows_its_content_exactly() -> None:
+    """Equal content gives one fingerprint (a retry joins the create under way);
+    any difference in memory (an integer 1 is not a float 1.0), scripts,
+    snapshot or fork history gives another."""
+    from svit_cluster.process import Script
+
+    new = CreateSpec(memory={"n": 1}, scripts={"s": Script("(define (main i) i)")})
+    assert _fingerprint(new) == _fingerprint(
+        CreateSpec(memory={"n": 1}, scripts={"s": Script("(define (main i) i)")}))
+    others = [
+        CreateSpec(memory={"n": 1.0}, scripts={"s": Script("(define (main i) i)")}),
+        CreateSpec(memory={"n": 1}, scripts={"s": Script("(define (main i) 1)")}),
+        CreateSpec(memory={"n": 1}),
+        CreateSpec(snapshot=b"\x01"),
+        CreateSpec(snapshot=b"\x01", history=ForkHistory("svit://t/parent", 2)),
+        CreateSpec(snapshot=b"\x01", history=ForkHistory("svit://t/parent", 3)),
+        CreateSpec(snapshot=b"\x02", history=ForkHistory("svit://t/parent", 3)),
+    ]
+    prints = {_fingerprint(spec) for spec in [new, *others]}
+    assert len(prints) == 1 + len(others)
+    assert _fingerprint(CreateSpec(snapshot=b"\x01", history=ForkHistory("svit://t/parent", 2))
+                        ) == _fingerprint(others[4])
+
+
+def test_a_create_is_either_new_content_or_a_fork() -> None:
+    with pytest.raises(ValueError, match="history needs"):
+        CreateSpec(history=ForkHistory("svit://t/parent", 2))
+    with pytest.raises(ValueError, match="snapshot only"):
+        CreateSpec(memory={"n": 1}, snapshot=b"\x01")
 
 
 # -- unknown processes --------------------------------------------------------------------

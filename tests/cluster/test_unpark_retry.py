@@ -11,12 +11,11 @@ the process stays unowned until its next request. The end-to-end case is
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._results import Outcome
-from svit_cluster.cluster._types import Activated, ServeStatus
+from svit_cluster.cluster._types import Activated, CreateSpec, ServeStatus
 from svit_cluster.errors import NotFound, UnavailableError
 
 
@@ -34,7 +33,7 @@ def test_unpark_retries_unavailable_and_stops_at_a_final_answer() -> None:
     }
     calls: list[str] = []
 
-    async def activate(pid: str, create: dict[str, Any] | None = None
+    async def activate(pid: str, create: CreateSpec | None = None
                        ) -> Outcome[Activated]:
         calls.append(pid)
         return answers[pid].pop(0)

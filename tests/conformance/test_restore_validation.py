@@ -18,9 +18,9 @@ from svit_cluster.process import Process
 from svit_cluster.process._namespace import with_system
 from svit_cluster.process._tree import MapNode, node_from_value
 from svit_cluster.store import RedisBackend, StoreConfig
+from tests._commit_log import new_log
 from tests._support import unique
 from tests.conformance._support import counter_process, sys_section, tampered
-from tests.store._support import new_log
 
 Edit = Callable[[dict[str, Any]], None]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
+import svit_cluster.local as local
 from svit_cluster.defaults import LEASE_NICENESS
 from svit_cluster.errors import ErrorCode, UnavailableError
 from svit_cluster.local import EtcdServer, RedisServer, ServerError
@@ -80,3 +81,7 @@ def test_etcd_runs_every_thread_at_the_lease_niceness(fresh_etcd: EtcdServer,
     fresh_etcd.restart()
     assert fresh_etcd.pid is not None
     assert _thread_niceness(fresh_etcd.pid) == {expected}
+
+
+def test_local_exports_include_the_server_launchers() -> None:
+    assert {"EtcdServer", "RedisServer", "ServerError", "free_port"} <= set(local.__all__)

@@ -35,8 +35,8 @@ from svit_cluster.local import EtcdClusterServer, RedisServer
 from svit_cluster.ownership import HostLease, LeaseState, Owners, open_client
 from svit_cluster.process import Process
 from svit_cluster.store import RedisBackend, StoreConfig, connect
+from tests._commit_log import commit_write
 from tests._support import unique
-from tests.store._support import commit_write
 
 pytestmark = pytest.mark.servers
 

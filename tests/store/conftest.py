@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._commit_log import ConfiguredRedis
 from tests.conftest import running
-from tests.store._support import ConfiguredRedis
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from svit_cluster.errors import ConfigurationError, FencedError
 from svit_cluster.process import Process
 from svit_cluster.store import RedisBackend, RedisClient, StoreConfig, load_backend_factory
 from svit_cluster.store.testing import UNFENCED_BACKEND_FACTORY, unfenced_backend
+from tests._commit_log import commit_write
 from tests._support import unique
-from tests.store._support import commit_write
 
 pytestmark = pytest.mark.servers
 

@@ -14,7 +14,7 @@ from svit_cluster.store._commit_args import CommitArgs, commit_keys
 from svit_cluster.store._keys import receipt_field
 from svit_cluster.store._records import encode_receipt
 from svit_cluster.store._scripts import COMMIT
-from tests.store._support import receipt, seal_write
+from tests._commit_log import receipt, seal_write
 
 #: field -> the ARGV index (1-based) the script reads it at.
 ARGV = {

@@ -33,9 +33,9 @@ from svit_cluster.store import (
     connect,
 )
 from svit_cluster.store._policy import watch_of
+from tests._commit_log import ConfiguredRedis, commit_write, new_log, receipt, seal_write
 from tests._support import unique
 from tests.conftest import running
-from tests.store._support import ConfiguredRedis, commit_write, new_log, receipt, seal_write
 
 pytestmark = pytest.mark.servers
 

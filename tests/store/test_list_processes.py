@@ -19,7 +19,7 @@ from svit_cluster.store import (
     StoreConfig,
     list_processes,
 )
-from tests.store._support import commit_write, new_log
+from tests._commit_log import commit_write, new_log
 
 pytestmark = pytest.mark.servers
 

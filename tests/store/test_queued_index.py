@@ -13,7 +13,7 @@ import redis
 from svit_cluster.errors import InvalidInput
 from svit_cluster.process import Process, prepare_inbox_ack, prepare_inbox_append
 from svit_cluster.store import MAX_LIST_LIMIT, ProcessKeys, RedisBackend, StoreConfig, list_queued
-from tests.store._support import commit_write, new_log
+from tests._commit_log import commit_write, new_log
 
 pytestmark = pytest.mark.servers
 

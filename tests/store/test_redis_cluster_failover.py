@@ -26,8 +26,8 @@ from svit_cluster.process import Process
 from svit_cluster.store import ProcessKeys, RedisBackend, StoreConfig, connect
 from svit_cluster.store._keys import receipt_field
 from svit_cluster.store._redis import RedisClient
+from tests._commit_log import commit_write, new_log, receipt, seal_write
 from tests._support import unique
-from tests.store._support import commit_write, new_log, receipt, seal_write
 
 pytestmark = pytest.mark.servers
 

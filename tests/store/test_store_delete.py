@@ -17,7 +17,7 @@ import redis
 from svit_cluster.errors import ConflictError, FencedError, NotFound, SvitError
 from svit_cluster.process import Process
 from svit_cluster.store import ProcessKeys, RedisBackend, StoreConfig
-from tests.store._support import commit_write, new_log, receipt
+from tests._commit_log import commit_write, new_log, receipt
 
 pytestmark = pytest.mark.servers
 

@@ -28,8 +28,8 @@ from svit_cluster.store import (
     connect,
     verify_eviction_policy,
 )
+from tests._commit_log import ConfiguredRedis, receipt, seal_write
 from tests.conftest import running
-from tests.store._support import ConfiguredRedis, receipt, seal_write
 
 
 @pytest.fixture

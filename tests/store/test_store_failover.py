@@ -12,7 +12,7 @@ from svit_cluster.errors import ConflictError, FencedError, SvitError, Unavailab
 from svit_cluster.local import RedisServer
 from svit_cluster.process import Process, Transaction
 from svit_cluster.store import RedisBackend, StoreConfig, connect
-from tests.store._support import commit_write, new_log, receipt, seal_write
+from tests._commit_log import commit_write, new_log, receipt, seal_write
 
 pytestmark = pytest.mark.servers
 

@@ -20,7 +20,7 @@ from svit_cluster.errors import (
 from svit_cluster.local import RedisServer
 from svit_cluster.process import GENESIS_HASH, Process
 from svit_cluster.store import ProcessKeys, RedisBackend, StoreConfig, connect
-from tests.store._support import commit_write, new_log, receipt, seal_write
+from tests._commit_log import commit_write, new_log, receipt, seal_write
 
 pytestmark = pytest.mark.servers
 

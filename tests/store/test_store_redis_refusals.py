@@ -23,8 +23,8 @@ from svit_cluster.local import RedisServer
 from svit_cluster.process import Process, encode_value
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 from svit_cluster.store._redis import REFUSALS, failure_reason, refusal_reason
+from tests._commit_log import new_log, receipt, seal_write
 from tests._support import unique
-from tests.store._support import new_log, receipt, seal_write
 
 COUNTER = """(define (main input)
   (let ((count (+ (read "/memory/count") (value-get input "/by"))))

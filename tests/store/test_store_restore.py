@@ -11,7 +11,7 @@ import redis
 from svit_cluster.errors import ConflictError, CorruptData, ErrorCode
 from svit_cluster.process import Process
 from svit_cluster.store import RedisBackend, StoreConfig
-from tests.store._support import commit_write, new_log, rewrite_stream, seal_write
+from tests._commit_log import commit_write, new_log, rewrite_stream, seal_write
 
 pytestmark = pytest.mark.servers
 

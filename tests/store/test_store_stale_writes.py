@@ -15,8 +15,8 @@ import redis
 from svit_cluster.errors import FencedError, UnavailableError
 from svit_cluster.store import RedisBackend, StoreConfig
 from svit_cluster.store._stale_writes import stale_writes_key
+from tests._commit_log import commit_write, new_log
 from tests._support import unique
-from tests.store._support import commit_write, new_log
 
 pytestmark = pytest.mark.servers
 

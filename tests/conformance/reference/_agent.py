@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 from svit_cluster.control import ProcessController
@@ -27,6 +28,7 @@ from svit_cluster.events import (
     session_for,
 )
 from svit_cluster.inprocess import MemoryEventLog, MemorySignals, SignalingMemoryBackend
+from svit_cluster.ports import HttpPortConfig, PortRegistry, PortsConfig, build_registry
 from svit_cluster.process import Limits, Process, Transaction, to_plain_json
 from svit_cluster.reasoning import (
     LoopState,
@@ -37,6 +39,7 @@ from svit_cluster.reasoning import (
     TurnLoop,
 )
 from svit_cluster.store import RedisBackend, StoreConfig
+from tests.conformance.reference._http import fixture_server
 
 
 class ScriptedReasoner(SimulatedReasoner):
@@ -234,3 +237,65 @@ class DurableHost:
     def transactions(self, agent: Agent) -> list[Transaction]:
         backend: RedisBackend = agent.backend
         return [Transaction.decode(e.record) for e in backend.entries()]
+
+
+def http_registry(*hosts: str) -> PortRegistry:
+    """A registry granting only ``http``, to ``hosts`` (``127.0.0.1:<port>``
+    entries; none: an empty allowlist, every URL refused)."""
+    return build_registry(PortsConfig(http=HttpPortConfig(enabled=True,
+                                                          allow_hosts=list(hosts))))
+
+
+def tool_results(agent: Agent) -> list[str]:
+    """The content of every tool-result message of the current session, in order."""
+    return [m["content"] for m in agent.messages() if m["role"] == "tool"]
+
+
+async def http_turn(tool_call: Callable[[dict[str, str]], ReasonReply], *, allowed: bool,
+                    scripts: dict[str, str] | None = None) -> tuple[Agent, str, list[str]]:
+    """One turn whose single tool call asks the ``http`` port for ``GET /data`` of
+    a live loopback fixture server, with that server allowlisted (``allowed``)
+    or with an empty allowlist.
+
+    Args:
+        tool_call: builds the model's tool call from the port's request
+            (``{"method": "GET", "url": ...}``).
+        allowed: allowlist the fixture server.
+        scripts: the process's ``/lib`` scripts at creation.
+
+    Returns:
+        The agent (process ``svit://local/native-network-allowed`` or
+        ``-denied``), the one tool result, and the paths the server was asked for.
+    """
+    outcome = "allowed" if allowed else "denied"
+    with fixture_server() as server:
+        agent = Agent(f"svit://local/native-network-{outcome}",
+                      [tool_call({"method": "GET", "url": server.url("/data")}),
+                       text(f"network {outcome}")],
+                      scripts=scripts,
+                      ports=http_registry(*([server.host] if allowed else [])))
+        await agent.one_turn("read the fixture" if allowed else "try the network")
+    (result,) = tool_results(agent)
+    return agent, result, server.paths
+
+
+#: An answer of 8 KiB, over the 4 KiB ``max_text_bytes`` of :func:`oversized_turn`.
+OVERSIZED_ANSWER = "x" * (8 * 1024)
+
+
+async def oversized_turn() -> tuple[Agent, Signal]:
+    """One live turn whose model answers :data:`OVERSIZED_ANSWER` to a process
+    limited to ``max_text_bytes`` 4 KiB (``svit://local/bounded-agent``).
+
+    Returns:
+        The stopped agent and the turn's ``failed`` signal.
+    """
+    agent = Agent("svit://local/bounded-agent", [text(OVERSIZED_ANSWER)],
+                  limits=Limits(max_text_bytes=4 * 1024))
+    agent.start()
+    try:
+        agent.send("produce too much output")
+        failed = await agent.until_failed()
+    finally:
+        await agent.stop()
+    return agent, failed

@@ -20,17 +20,24 @@ import pytest
 from svit_cluster.errors import ConflictError, ErrorCode
 from svit_cluster.inprocess import MemorySignals
 from svit_cluster.ports import (
-    HttpPortConfig,
     LlmPortConfig,
     LocalSpawner,
     PortsConfig,
     SpawnPortConfig,
     build_registry,
 )
-from svit_cluster.process import Limits, Process, to_plain_json
-from tests.conformance.reference._agent import Agent, call, text, two_live_turns
-from tests.conformance.reference._http import fixture_server
-from tests.conformance.reference.test_reasoning_loop import CLAIM, tool_results
+from svit_cluster.process import Process, to_plain_json
+from tests.conformance.reference._agent import (
+    OVERSIZED_ANSWER,
+    Agent,
+    call,
+    http_turn,
+    oversized_turn,
+    text,
+    tool_results,
+    two_live_turns,
+)
+from tests.conformance.reference.test_reasoning_loop import CLAIM
 
 
 async def test_svit_builder_combines_process_definition_and_blocking_inbox_loop() -> None:
@@ -187,7 +194,7 @@ async def test_process_owned_agent_enforces_its_script_allowlist() -> None:
                   allow_scripts=["allowed"])
     await agent.one_turn("try the denied script")
     assert agent.read("/memory/changed") is False
-    (result,) = [m["content"] for m in agent.messages() if m["role"] == "tool"]
+    (result,) = tool_results(agent)
     assert '"code":"forbidden"' in result
     assert agent.completions()[0]["response"]["content"] == "denied as expected"
 
@@ -195,17 +202,9 @@ async def test_process_owned_agent_enforces_its_script_allowlist() -> None:
 async def test_agent_event_growth_fails_closed_at_the_process_limit() -> None:
     # Model output over max_text_bytes fails the turn; nothing of it is committed
     # and the message stays in the inbox.
-    big = "x" * (8 * 1024)
-    agent = Agent("svit://local/bounded-agent", [text(big)],
-                  limits=Limits(max_text_bytes=4 * 1024))
-    agent.start()
-    try:
-        agent.send("produce too much output")
-        failed = await agent.until_failed()
-    finally:
-        await agent.stop()
+    agent, failed = await oversized_turn()
     assert "maximum text bytes exceeded" in failed.data["message"]
-    assert big not in repr(agent.read("/"))
+    assert OVERSIZED_ANSWER not in repr(agent.read("/"))
     assert agent.process.discover("/inbox") == ["0"]
 
 
@@ -245,33 +244,20 @@ async def test_native_http_is_denied_without_an_explicit_url_grant() -> None:
     # The model's port tool calls http (granted, empty allowlist) at a live loopback
     # server: refused, and no request reaches the server. Our model reaches ports
     # through its port tool, not an exec of /bin/http (difference A10).
-    with fixture_server() as server:
-        agent = Agent("svit://local/native-network-denied",
-                      [call("port", name="http",
-                            input={"method": "GET", "url": server.url("/data")}),
-                       text("network denied")],
-                      ports=build_registry(PortsConfig(http=HttpPortConfig(enabled=True))))
-        await agent.one_turn("try the network")
-    (result,) = tool_results(agent)
+    _, result, paths = await http_turn(
+        lambda request: call("port", name="http", input=request), allowed=False)
     assert "HTTP URL is not allowed" in result
-    assert server.paths == []
+    assert paths == []
 
 
 async def test_native_http_uses_the_host_allowlist_and_transport() -> None:
     # An allowlisted URL goes through the host's http transport and the response
     # reaches the model (difference A10: the port tool).
-    with fixture_server() as server:
-        agent = Agent("svit://local/native-network-allowed",
-                      [call("port", name="http",
-                            input={"method": "GET", "url": server.url("/data")}),
-                       text("network allowed")],
-                      ports=build_registry(PortsConfig(http=HttpPortConfig(
-                          enabled=True, allow_hosts=[server.host]))))
-        await agent.one_turn("read the fixture")
-    (result,) = tool_results(agent)
+    _, result, paths = await http_turn(
+        lambda request: call("port", name="http", input=request), allowed=True)
     answer = json.loads(result)["result"]
     assert answer["status"] == 200 and json.loads(answer["body"]) == {"source": "fixture"}
-    assert server.paths == ["/data"]
+    assert paths == ["/data"]
 
 
 async def test_native_llm_uses_only_the_host_selected_nested_model() -> None:

@@ -32,10 +32,21 @@ from svit_cluster.ports import (
     SpawnPortConfig,
     build_registry,
 )
-from svit_cluster.process import Limits, Process, to_plain_json
+from svit_cluster.process import Process, to_plain_json
 from svit_cluster.reasoning import DEFAULT_MAX_ITERATIONS, THREAD_FORMAT, LoopState, TurnLoop
 from svit_cluster.reasoning._thread import HOST_KEYS, METADATA_KEYS
-from tests.conformance.reference._agent import Agent, DurableHost, call, text, two_live_turns
+from tests.conformance.reference._agent import (
+    OVERSIZED_ANSWER,
+    Agent,
+    DurableHost,
+    call,
+    http_registry,
+    http_turn,
+    oversized_turn,
+    text,
+    tool_results,
+    two_live_turns,
+)
 from tests.conformance.reference._http import fixture_server
 from tests.conformance.reference._support import activate_request
 
@@ -91,16 +102,6 @@ FETCH_THEN_FAIL = """
       (port-call "http" input)
       (panic "failed after HTTP")))
 """
-
-
-def http_registry(host: str) -> PortRegistry:
-    """A registry granting only ``http`` to ``host`` (``127.0.0.1:<port>``)."""
-    return build_registry(PortsConfig(http=HttpPortConfig(enabled=True, allow_hosts=[host])))
-
-
-def tool_results(agent: Agent) -> list[str]:
-    """The content of every tool-result message of the current session, in order."""
-    return [m["content"] for m in agent.messages() if m["role"] == "tool"]
 
 
 def test_svit_builder_requires_a_reasoner() -> None:
@@ -361,7 +362,7 @@ async def test_reasoning_loop_exposes_bounded_thread_metadata_and_host_history()
     assert thread["system_prompt"].endswith(f"<instructions>\n{instructions}\n</instructions>")
     assert "messages" not in thread and "events" not in thread
     assert agent.process.discover("/ports") == []
-    results = [m["content"] for m in agent.messages() if m["role"] == "tool"]
+    results = tool_results(agent)
     assert len(results) == 2
     assert instructions in results[0]
     assert '"entries":[]' in results[1]
@@ -503,19 +504,11 @@ async def test_system_prompt_teaches_the_script_library_lifecycle() -> None:
 async def test_reasoning_event_growth_fails_closed_at_the_process_limit() -> None:
     # An answer over max_text_bytes fails the turn with a limit error, reported as a
     # failed signal; nothing of it is committed or appended; the item stays queued.
-    big = "x" * (8 * 1024)
-    agent = Agent("svit://local/bounded-agent", [text(big)],
-                  limits=Limits(max_text_bytes=4 * 1024))
-    agent.start()
-    try:
-        agent.send("produce too much output")
-        failed = await agent.until_failed()
-    finally:
-        await agent.stop()
+    agent, failed = await oversized_turn()
     assert failed.data["code"] == "limit_exceeded"
     assert "maximum text bytes exceeded" in failed.data["message"]
-    assert big not in repr(agent.read("/"))
-    assert all(big not in repr(s.data) for s in agent.signals())
+    assert OVERSIZED_ANSWER not in repr(agent.read("/"))
+    assert all(OVERSIZED_ANSWER not in repr(s.data) for s in agent.signals())
     assert agent.process.discover("/inbox") == ["0"]
     assert agent.completions() == []
 
@@ -651,36 +644,24 @@ async def test_model_catalog_scenario_uses_a_saved_script_to_reduce_http_into_me
 async def test_builtin_http_is_denied_without_an_explicit_url_grant() -> None:
     # With http granted but an empty allowlist, port-call http to a live loopback
     # server is refused and no request reaches it.
-    with fixture_server() as server:
-        agent = Agent("svit://local/native-network-denied",
-                      [call("exec", path="/lib/fetch",
-                            input={"method": "GET", "url": server.url("/data")}),
-                       text("network denied")],
-                      scripts={"fetch": '(define (main input) (port-call "http" input))'},
-                      ports=build_registry(PortsConfig(http=HttpPortConfig(enabled=True))))
-        await agent.one_turn("try the network")
-    (result,) = tool_results(agent)
+    _, result, paths = await http_turn(
+        lambda request: call("exec", path="/lib/fetch", input=request), allowed=False,
+        scripts={"fetch": '(define (main input) (port-call "http" input))'})
     assert "HTTP URL is not allowed" in result
-    assert server.paths == []
+    assert paths == []
 
 
 async def test_inline_exec_can_call_http_and_commit_memory() -> None:
     # A script calls the allowlisted http port and commits the response to memory in
     # the same activation; the model sees the response. Our exec tool runs a /lib
     # script (difference A8), so the script is installed at creation.
-    with fixture_server() as server:
-        agent = Agent("svit://local/native-network-allowed",
-                      [call("exec", path="/lib/fetch-and-keep",
-                            input={"method": "GET", "url": server.url("/data")}),
-                       text("network allowed")],
-                      scripts={"fetch-and-keep": FETCH_AND_KEEP},
-                      ports=http_registry(server.host))
-        await agent.one_turn("read the fixture")
-    (result,) = tool_results(agent)
+    agent, result, paths = await http_turn(
+        lambda request: call("exec", path="/lib/fetch-and-keep", input=request),
+        allowed=True, scripts={"fetch-and-keep": FETCH_AND_KEEP})
     assert "fixture" in result, result
     assert json.loads(agent.read("/memory/inline-http")["body"]) == {"source": "fixture"}
     assert sorted(agent.read("/lib")) == ["fetch-and-keep"]
-    assert server.paths == ["/data"]
+    assert paths == ["/data"]
 
 
 FETCH_FIXTURE = """

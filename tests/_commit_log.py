@@ -1,4 +1,6 @@
-"""Helpers shared by the store and ownership tests (no fixtures here)."""
+"""Commit-log helpers shared by the store, ownership, cluster and conformance tests
+(no fixtures here): seal and commit host writes, claim and create a log, plant
+stream corruption, and a redis-server with extra settings."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from svit_cluster.ownership import LeaseState, Owners, Ownership
 from svit_cluster.process import Process, Transition
 from svit_cluster.store import LogEntry, RedisBackend, StoreConfig
 from svit_cluster.store.testing import disable_fencing_for_negative_control
-from tests.store._support import commit_write, receipt, seal_write
+from tests._commit_log import commit_write, receipt, seal_write
 
 pytestmark = pytest.mark.servers
 
