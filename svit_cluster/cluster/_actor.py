@@ -41,8 +41,10 @@ from svit_cluster.cluster._results import (
     ActorInfo,
     ActorUsage,
     Appended,
+    CreateSpec,
     Deleted,
     Dropped,
+    ForkHistory,
     Outcome,
     Read,
     Residency,
@@ -52,7 +54,6 @@ from svit_cluster.cluster._results import (
     control_frame,
 )
 from svit_cluster.cluster._spawn import RaySpawner
-from svit_cluster.cluster._types import CreateSpec, ForkHistory
 from svit_cluster.control import (
     ControlAnswer,
     ProcessController,

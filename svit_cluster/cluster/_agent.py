@@ -58,7 +58,14 @@ from svit_cluster.cluster._headroom import HEADROOM_EVERY_S, failover_spares
 from svit_cluster.cluster._host_lease import LEASE_LOST_LOG, AgentLease
 from svit_cluster.cluster._memory_guard import MEMORY_SAMPLE_S, MemoryGuard
 from svit_cluster.cluster._residency import Budget, derive_budget, node_memory_bytes
-from svit_cluster.cluster._results import AgentStatus, HostResidency, Outcome, ShutDown, Started
+from svit_cluster.cluster._results import (
+    AgentStatus,
+    CreateSpec,
+    HostResidency,
+    Outcome,
+    ShutDown,
+    Started,
+)
 from svit_cluster.cluster._spare_pool import MAX_BINDINGS_PER_WORKER, SPARE_LINGER_S, WorkerPool
 from svit_cluster.cluster._supervisor import (
     RECONCILE_SWEEP_S,
@@ -66,7 +73,7 @@ from svit_cluster.cluster._supervisor import (
     USAGE_MAX_AGE_S,
     Supervisor,
 )
-from svit_cluster.cluster._types import Activated, CreateSpec, ServedActor, ServeStatus
+from svit_cluster.cluster._types import Activated, ServedActor, ServeStatus
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError
 from svit_cluster.ownership import KeptLeaseCollector, LeaseState, Owners, hosts_prefix
 from svit_cluster.store import RedisFences, connect, verify_eviction_policy

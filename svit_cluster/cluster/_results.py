@@ -29,6 +29,7 @@ from typing import Any, Generic, TypedDict, TypeVar
 from svit_cluster.cluster._direct import DirectEndpoint
 from svit_cluster.control import ControlAnswer
 from svit_cluster.errors import InternalError, SvitError
+from svit_cluster.values import Script, Value
 
 __all__ = [
     "STALE_OWNER_CODES",
@@ -36,8 +37,10 @@ __all__ = [
     "ActorUsage",
     "AgentStatus",
     "Appended",
+    "CreateSpec",
     "Deleted",
     "Dropped",
+    "ForkHistory",
     "HostResidency",
     "LoopInfo",
     "Outcome",
@@ -146,6 +149,58 @@ class Outcome(Generic[T]):
         if self.value is None:
             raise InternalError("a remote call answered neither a value nor an error")
         return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class ForkHistory:
+    """The parent's event prefix a history fork copies into the child's session
+    (``events.fork_events``) before the child exists in the store.
+
+    Attributes:
+        parent: the parent's process id.
+        upto_seq: the sequence number of the last event of the parent's
+            acknowledged prefix (``ProcessActor.fork_snapshot``), inclusive.
+    """
+
+    parent: str
+    upto_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSpec:
+    """What an activation creates: the process's first state, sent by the router
+    (``RayRouter.create``: ``memory`` and ``scripts``; ``RayRouter.fork``:
+    ``snapshot``, with ``history`` for a history fork) or by the spawner
+    (``RaySpawner.spawn``: ``snapshot``) through ``HostAgent.activate`` to the
+    process actor's ``start``. An activation without one restores the
+    process from the store.
+
+    Either ``snapshot`` is set (a fork: the child's state as
+    ``Process.snapshot`` bytes, which name the child's id; ``memory`` and
+    ``scripts`` stay empty) or it is None (a new process at version 0 from
+    ``memory`` and ``scripts``); ``history`` only with a ``snapshot``.
+
+    Attributes:
+        memory: the new process's ``/memory`` (None: ``Process.create``'s default).
+        scripts: the new process's scripts by name.
+        snapshot: a fork's child state, else None.
+        history: the parent's event prefix to copy first (history fork only).
+
+    Raises:
+        ValueError: ``history`` without ``snapshot``, or ``snapshot`` with
+            ``memory`` or ``scripts``.
+    """
+
+    memory: Value = None
+    scripts: Mapping[str, Script] = field(default_factory=dict)
+    snapshot: bytes | None = None
+    history: ForkHistory | None = None
+
+    def __post_init__(self) -> None:
+        if self.snapshot is None and self.history is not None:
+            raise ValueError("a create's history needs its fork snapshot")
+        if self.snapshot is not None and (self.memory is not None or self.scripts):
+            raise ValueError("a fork's create carries its snapshot only")
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,10 @@ from svit_cluster.cluster._redrive import InboxRedrive, RedriveBackoff
 from svit_cluster.cluster._rehome import Rehomer
 from svit_cluster.cluster._results import (
     Appended,
+    CreateSpec,
     Deleted,
     Dropped,
+    ForkHistory,
     Outcome,
     Read,
     Residency,
@@ -42,7 +44,7 @@ from svit_cluster.cluster._results import (
     control_from_frame,
 )
 from svit_cluster.cluster._routes import Route, RouteCache
-from svit_cluster.cluster._types import Activated, CreateSpec, ForkHistory, ServeStatus
+from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.control import ControlAnswer, ControlRequest, RequestStatus
 from svit_cluster.errors import (
     ConflictError,

@@ -20,8 +20,7 @@ from typing import Any
 
 from svit_cluster import tracing
 from svit_cluster.cluster._config import ClusterConfig
-from svit_cluster.cluster._results import Outcome
-from svit_cluster.cluster._types import CreateSpec
+from svit_cluster.cluster._results import CreateSpec, Outcome
 from svit_cluster.control import decode_request, decode_response
 from svit_cluster.errors import ErrorCode, ScriptFailed, UnavailableError
 from svit_cluster.process import encode_value

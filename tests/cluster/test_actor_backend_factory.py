@@ -12,6 +12,7 @@ import pytest
 
 from svit_cluster.cluster import ClusterConfig
 from svit_cluster.cluster._actor import ProcessActor
+from svit_cluster.cluster._results import CreateSpec
 from svit_cluster.errors import FencedError
 from svit_cluster.store import RedisBackend, RedisClient, StoreConfig
 from svit_cluster.store.testing import UNFENCED_BACKEND_FACTORY
@@ -31,7 +32,7 @@ def test_actor_uses_the_configured_backend_factory(
                            backend_factory=factory)
     pid = f"svit://acme/{unique('actor-factory')}"
     actor = ProcessActor(config.to_dict(), "h1", pid, 1, "agent-h1")
-    answer = actor._start_sync({"memory": {"count": 0}})
+    answer = actor._start_sync(CreateSpec(memory={"count": 0}))
     assert answer.version == 0, answer
     newer = RedisBackend(rclient, pid, 2, StoreConfig())
     newer.claim()  # a newer owner: the fence moves to 2

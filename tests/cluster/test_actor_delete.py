@@ -19,6 +19,7 @@ import pytest
 
 from svit_cluster.cluster._actor import ProcessActor
 from svit_cluster.cluster._config import ClusterConfig
+from svit_cluster.cluster._results import CreateSpec
 from svit_cluster.local import RedisServer
 
 pytestmark = pytest.mark.servers
@@ -42,7 +43,7 @@ async def test_only_the_current_owner_deletes_and_the_delete_is_final(
     pid = f"svit://t/actor-del-{next(_n)}"
     left: list[tuple[str, str]] = []
     a = _actor(cfg, "h1", pid, 5, left, monkeypatch)
-    assert not (await a.start({"memory": {"n": 0}, "scripts": {}})).failed
+    assert not (await a.start(CreateSpec(memory={"n": 0}))).failed
     assert (await a.inbox(5, "one", None)).unwrap().appended is True
     b = _actor(cfg, "h2", pid, 9, left, monkeypatch)
     assert not (await b.start(None)).failed  # B claimed the fence

@@ -20,8 +20,7 @@ import pytest
 import redis
 
 from svit_cluster.cluster import ClusterConfig, ProcessActor
-from svit_cluster.cluster._results import Read, Residency, Unbound
-from svit_cluster.cluster._types import CreateSpec
+from svit_cluster.cluster._results import CreateSpec, Read, Residency, Unbound
 from svit_cluster.local import RedisServer
 from svit_cluster.process import Script
 

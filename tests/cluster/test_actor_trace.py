@@ -12,7 +12,7 @@ import itertools
 from typing import Any
 
 from svit_cluster.cluster import ClusterConfig, ProcessActor
-from svit_cluster.cluster._types import CreateSpec
+from svit_cluster.cluster._results import CreateSpec
 from svit_cluster.store import RedisBackend, StoreConfig, connect
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -25,8 +25,8 @@ from svit_cluster.cluster._direct import (
     read_frame,
     write_frame,
 )
-from svit_cluster.cluster._results import Outcome, Started, control_frame
-from svit_cluster.cluster._types import Activated, CreateSpec, ServeStatus
+from svit_cluster.cluster._results import CreateSpec, Outcome, Started, control_frame
+from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.control import ControlAnswer
 
 

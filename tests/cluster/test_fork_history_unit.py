@@ -23,9 +23,9 @@ import pytest
 
 from svit_cluster.cluster import ClusterConfig, RouteCache, agent_name
 from svit_cluster.cluster._actor import ProcessActor
-from svit_cluster.cluster._results import Outcome
+from svit_cluster.cluster._results import CreateSpec, Outcome
 from svit_cluster.cluster._router import RayRouter
-from svit_cluster.cluster._types import Activated, CreateSpec, ServeStatus
+from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.errors import ConflictError, NotFound
 from svit_cluster.events import fork_events, session_for
 from svit_cluster.local import RedisServer

@@ -16,8 +16,8 @@ from svit_cluster.cluster import Budget, derive_budget
 from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._residency import MIN_ACTIVE, Usage, lru_order
-from svit_cluster.cluster._results import ActorUsage, Outcome, Started, Unbound
-from svit_cluster.cluster._types import CreateSpec, ServeStatus
+from svit_cluster.cluster._results import ActorUsage, CreateSpec, Outcome, Started, Unbound
+from svit_cluster.cluster._types import ServeStatus
 
 GiB = 1 << 30
 

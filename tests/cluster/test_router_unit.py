@@ -25,9 +25,8 @@ from svit_cluster.cluster import (
     ServeStatus,
     agent_name,
 )
-from svit_cluster.cluster._results import Appended, Outcome
+from svit_cluster.cluster._results import Appended, CreateSpec, ForkHistory, Outcome
 from svit_cluster.cluster._router import RayRouter, _fingerprint
-from svit_cluster.cluster._types import CreateSpec, ForkHistory
 from svit_cluster.errors import ConflictError, SvitError, UnavailableError, error_class
 from svit_cluster.ownership import epoch_key, host_key, owner_key, record_token
 

@@ -14,8 +14,8 @@ import asyncio
 
 from svit_cluster.cluster._agent import HostAgent
 from svit_cluster.cluster._config import ClusterConfig
-from svit_cluster.cluster._results import Outcome
-from svit_cluster.cluster._types import Activated, CreateSpec, ServeStatus
+from svit_cluster.cluster._results import CreateSpec, Outcome
+from svit_cluster.cluster._types import Activated, ServeStatus
 from svit_cluster.errors import NotFound, UnavailableError
 
 
