@@ -160,14 +160,14 @@ class NemesisRunner:
                              stop: asyncio.Event) -> bool:
         """Wait until :meth:`room_for` holds for ``window`` (True), or ``until``
         or ``stop`` comes first (False). The warm hosts (``warm``, a blocking
-        read) are read in a thread, then the rule is checked with no await
-        before the caller holds the host."""
+        read) are read through ``blocking`` like an inject, then the rule is
+        checked with no await before the caller holds the host."""
         spec = window.spec
         while True:
             if self.room_for(spec):
                 if self.warm is None or not self._survivors(spec):
                     return not stop.is_set()
-                warm = await asyncio.to_thread(self.warm)
+                warm = await self._blocking(self.warm)
                 if self.room_for(spec, warm):  # checked again after the await
                     return not stop.is_set()
             if stop.is_set() or self.clock.now() >= until:

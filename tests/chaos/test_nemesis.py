@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -288,6 +289,7 @@ async def test_a_window_waits_for_warm_survivors_then_starts(with_warm: bool) ->
 
     def warm() -> set[str]:
         reads.append(clock.now())
+        time.sleep(0.002)  # a real etcd read takes time: the clock must not outrun it
         return {"h2", "h3"} if clock.now() >= 3.0 else {"h2"}
 
     runner = NemesisRunner(schedule, c, clock=clock, blocking=inline, hosts=HOSTS,
