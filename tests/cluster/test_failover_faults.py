@@ -470,23 +470,37 @@ def test_a_host_holding_more_processes_than_the_survivors_floor_fails_over_warm(
     one is answered by a new owner within TTL + 1.5 s."""
     url, token = gateway
     ttl = cluster.spec.lease_ttl_s
-    victim, pids = processes_on_one_host(cluster, url, token, count=6)
-    survivors = [h for h in cluster.doc["hosts"] if h != victim]
-    waited = wait_warm(cluster, url, token, pids, spares=3, hosts=survivors)
-    # the target each survivor states (the count itself may be higher: workers
-    # of processes passivated during the setup linger as surplus spares)
-    deadline = time.monotonic() + 10
-    while True:
-        targets = {h: etcd_view(cluster)["hosts"].get(h, {}).get("spares") for h in survivors}
-        if all(isinstance(n, int) and n >= 3 for n in targets.values()) \
-                or time.monotonic() > deadline:
-            break
+    # The setup must end with all 6 on the victim: on a busy machine one of them
+    # can passivate while the survivors warm up (a commit that outlasts the idle
+    # limit) and come back on a survivor, where it answers at once after the
+    # pause and takes a spare the others need. Such a setup is redone.
+    for _ in range(3):
+        victim, pids = processes_on_one_host(cluster, url, token, count=6)
+        survivors = [h for h in cluster.doc["hosts"] if h != victim]
+        waited = wait_warm(cluster, url, token, pids, spares=3, hosts=survivors)
+        # the target each survivor states (the count itself may be higher:
+        # workers of processes passivated during the setup linger as surplus)
+        deadline = time.monotonic() + 10
+        while True:
+            targets = {h: etcd_view(cluster)["hosts"].get(h, {}).get("spares")
+                       for h in survivors}
+            if all(isinstance(n, int) and n >= 3 for n in targets.values()) \
+                    or time.monotonic() > deadline:
+                break
+            _commit_all(url, token, pids, list(pids))
+            time.sleep(0.5)
+        spares = {h: agent_status(cluster, h)["spares"] for h in survivors}
+        print(f"  survivors' spare targets {targets}, spares {spares} after {waited:.2f} s")
+        assert all(isinstance(n, int) and n >= 3 for n in targets.values()), targets
+        assert min(spares.values()) >= 3, spares
         _commit_all(url, token, pids, list(pids))
-        time.sleep(0.5)
-    spares = {h: agent_status(cluster, h)["spares"] for h in survivors}
-    print(f"  survivors' spare targets {targets}, spares {spares} after {waited:.2f} s")
-    assert all(isinstance(n, int) and n >= 3 for n in targets.values()), targets
-    assert min(spares.values()) >= 3, spares
+        owners = etcd_view(cluster)["owners"]
+        elsewhere = sorted(p for p in pids if owners.get(p, {}).get("host") != victim)
+        if len(pids) == 6 and not elsewhere:
+            break
+        print(f"  setup redone: {elsewhere} no longer on {victim} ({len(pids)} left)")
+    else:
+        raise AssertionError("three setups in a row lost a process from the victim host")
     start = time.monotonic()
     _pause(cluster, victim)
     try:
