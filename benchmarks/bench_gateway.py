@@ -17,6 +17,12 @@ Redis, etcd) from psutil over the PIDs recorded in ``cluster.json`` and all thei
 children, sampled at the window's start and end; and, outside the total, this
 process's own CPU (``clients_cpu_ms_per_commit``: the N SDK clients).
 
+``--profile DIR``: after the measured window, the load goes on for
+``--profile-s`` more seconds while py-spy samples the gateway, the 16
+busiest process actors and this process (the SDK clients); the JSON gains a
+``profile`` section with each one's top frames (``benchmarks/_profile.py``)
+and DIR keeps the raw stacks. The measured window is never sampled.
+
 ``--quick`` (CI): 1 host (the request path is the same on any number), 2 clients,
 2 processes, 0.5 s warm-up, 1.5 s window.
 """
@@ -35,6 +41,7 @@ from typing import Any
 import psutil
 
 from benchmarks._cluster import load_parser, local_cluster
+from benchmarks._profile import record, summarize
 from svit_cluster.client import AsyncSvitClient, SvitClient
 from svit_cluster.local import ClusterSpec
 
@@ -106,8 +113,33 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _profiled_pids(doc: dict[str, Any], actors: int = 16) -> dict[str, int]:
+    """``{label: pid}`` to sample: the gateway, the ``actors`` process actors
+    that used the most CPU so far, and this process (the SDK clients)."""
+    cpu = cpu_by_component(doc)
+    busiest = sorted((t for t in cpu.items() if t[1][0] == "actors"),
+                     key=lambda t: -t[1][1])[:actors]
+    return {"gateway": doc["gateway"]["pid"],
+            **{f"actor-{i}": pid for i, (pid, _) in enumerate(busiest)},
+            "sdk": os.getpid()}
+
+
+async def profile_load(doc: dict[str, Any], out_dir: Path, seconds: float) -> dict[str, Any]:
+    """Sample the components for ``seconds`` (the load still running) and
+    summarize them: ``{"gateway": ..., "actors": ..., "sdk": ...}``."""
+    started = record(_profiled_pids(doc), out_dir, seconds)
+    for _, _, proc in started:
+        await asyncio.to_thread(proc.wait)
+    files: dict[str, list[Path]] = {}
+    for label, raw, _ in started:
+        files.setdefault(label.split("-")[0] + ("s" if label.startswith("actor") else ""),
+                         []).append(raw)
+    return {label: summarize(raws) for label, raws in files.items()}
+
+
 async def closed_loop(url: str, token: str, pids: list[str], clients: int,
-                      warmup_s: float, window_s: float, doc: dict[str, Any]
+                      warmup_s: float, window_s: float, doc: dict[str, Any],
+                      profile_dir: Path | None = None, profile_s: float = 10.0
                       ) -> dict[str, Any]:
     versions = dict.fromkeys(pids, 0)
     measuring = False
@@ -166,6 +198,7 @@ async def closed_loop(url: str, token: str, pids: list[str], clients: int,
     measuring = False
     elapsed = time.perf_counter() - started
     cpu1, own1 = cpu_by_component(doc), _own_cpu_s()
+    profile = None if profile_dir is None else await profile_load(doc, profile_dir, profile_s)
     stop = True
     await asyncio.gather(*tasks)
     cpu: dict[str, float] = {}
@@ -184,6 +217,7 @@ async def closed_loop(url: str, token: str, pids: list[str], clients: int,
         # the benchmark's own process: the N SDK clients (not in the total)
         "clients_cpu_ms_per_commit": 1000 * (own1 - own0) / max(commits, 1),
         "load_average": os.getloadavg(),
+        **({} if profile is None else {"profile": profile}),
     }
 
 
@@ -192,6 +226,11 @@ def main() -> int:
                               "1.5 s window")
     ap.add_argument("--warmup-s", type=float, default=10.0)
     ap.add_argument("--window-s", type=float, default=20.0)
+    ap.add_argument("--profile", type=Path, metavar="DIR",
+                    help="after the window, sample the gateway, 16 actors and the SDK "
+                         "with py-spy; raw stacks go to DIR, top frames into the JSON")
+    ap.add_argument("--profile-s", type=float, default=10.0,
+                    help="seconds of load sampled with --profile (default 10)")
     args = ap.parse_args()
     if args.quick:
         args.clients, args.processes, args.warmup_s, args.window_s = 2, 2, 0.5, 1.5
@@ -205,7 +244,8 @@ def main() -> int:
                 for pid in pids:
                     c.create_process(pid, memory={"count": 0}, scripts={"counter": COUNTER})
             result = asyncio.run(closed_loop(url, token, pids, args.clients,
-                                             args.warmup_s, args.window_s, cluster.doc))
+                                             args.warmup_s, args.window_s, cluster.doc,
+                                             args.profile, args.profile_s))
     print(json.dumps({**result, "hosts": args.hosts}, indent=2))
     return 0
 

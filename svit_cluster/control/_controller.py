@@ -659,5 +659,6 @@ class ProcessController:
             client_id=request.client_id,
             request_id=request.request_id,
             fingerprint=fingerprint,
-            response=canonical_json(response.model_dump(mode="json")),
+            # pydantic-core's encoder, as the answer's: a receipt is decoded, never hashed
+            response=response.model_dump_json().encode(),
         )

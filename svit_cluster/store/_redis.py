@@ -32,6 +32,7 @@ from redis.exceptions import (
     ClusterDownError,
     MasterDownError,
     MovedError,
+    NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
@@ -424,6 +425,21 @@ def verify_eviction_policy(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
             client.close()
 
 
+def run_script(client: RedisClient, script: Script, keys: Sequence[str],
+               args: Sequence[Any]) -> Any:
+    """``EVALSHA`` of ``script`` on ``client`` (the cheapest call redis-py has: one
+    command, the script preloaded on the server), loading it on ``NOSCRIPT``
+    (a restarted or new server) and sending it once more.
+
+    Raises:
+        redis.exceptions.RedisError: as ``EVALSHA`` (convert with :func:`redis_boundary`).
+    """
+    try:
+        return client.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+    except NoScriptError:
+        return script(keys=keys, args=args, client=client)
+
+
 def run_replicated(client: RedisClient, script: Script, keys: Sequence[str],
                    args: Sequence[Any], *, replicas: int, timeout_ms: int
                    ) -> tuple[Any, int | None]:
@@ -453,7 +469,7 @@ def run_replicated(client: RedisClient, script: Script, keys: Sequence[str],
             unreachable (convert with :func:`redis_boundary`).
     """
     if replicas <= 0:
-        return script(keys=keys, args=args), None
+        return run_script(client, script, keys, args), None
     for attempt in range(2):
         if isinstance(client, RedisCluster):
             node = client.get_redis_connection(

@@ -433,7 +433,7 @@ def canonical_json(obj: Any) -> bytes:
     """Canonical JSON bytes: sorted keys, no spaces, UTF-8, NaN refused.
 
     Used for every hash over a JSON document (transaction ``event_hash``,
-    receipts) so that the bytes are identical on every host.
+    request fingerprints) so that the bytes are identical on every host.
 
     Raises:
         InvalidInput: (``invalid_value``) ``obj`` holds a non-finite float or a
