@@ -59,22 +59,27 @@ _ENTRY_ID = re.compile(r"([1-9][0-9]{0,18})-0")
 
 
 @dataclass(frozen=True, slots=True)
-class StoredEntry:
-    """One stream entry: ``version`` (entry id ``<version>-0``), owner ``token``, record bytes."""
+class _ProcessRecord:
+    """The first two fields of every stored record of one process, in this order
+    (records are built positionally): the ``process`` id and the ``version``."""
 
     process: str
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry(_ProcessRecord):
+    """One stream entry: ``version`` (entry id ``<version>-0``), owner ``token``, record bytes."""
+
     token: int
     record: bytes
     source: str = "final"
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotRecord:
+class SnapshotRecord(_ProcessRecord):
     """One stored snapshot (the process snapshot document plus where the chain continues)."""
 
-    process: str
-    version: int
     position: int
     chain_head: str
     root_hash: str

@@ -142,18 +142,24 @@ class SvitError(Exception):
     #: The gateway's HTTP status for this error (subclasses inherit or override).
     http_status: ClassVar[int] = 500
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Register ``cls`` as *the* class of the code it declares (``default_code``).
+    def __init_subclass__(cls, *, code: ErrorCode | None = None, **kwargs: Any) -> None:
+        """Register ``cls`` as *the* class of the code it declares.
 
-        Only a class that sets ``default_code`` in its own body is registered, and
-        the first class to claim a code keeps it: the classes of this module claim
-        every code, so a subclass elsewhere (e.g. a reasoner's ``TurnFailed`` with
-        code ``internal``) refines an error without changing what the wire maps to.
+        A class declares its code in its class statement, ``class
+        InvalidPath(InvalidInput, code=ErrorCode.INVALID_PATH)``, which sets its
+        ``default_code`` (as every class of this module does), or by setting
+        ``default_code`` in its own body. A class that declares no code is not
+        registered, and the first class to claim a code keeps it: the classes of
+        this module claim every code, so a subclass elsewhere (e.g. a reasoner's
+        ``TurnFailed`` with code ``internal``) refines an error without changing
+        what the wire maps to.
         """
         super().__init_subclass__(**kwargs)
-        code = cls.__dict__.get("default_code")
         if code is not None:
-            _REGISTRY.setdefault(code, cls)
+            cls.default_code = code
+        declared = cls.__dict__.get("default_code")
+        if declared is not None:
+            _REGISTRY.setdefault(declared, cls)
 
     def __init__(
         self, message: str, *, code: ErrorCode | None = None, **fields: Any
@@ -230,67 +236,59 @@ def error_class(code: str | ErrorCode) -> type[SvitError]:
         return InternalError
 
 
-class InvalidInput(SvitError):
+class InvalidInput(SvitError, code=ErrorCode.INVALID_VALUE):
     """The caller's input is malformed or not allowed; retrying it unchanged fails again."""
 
-    default_code = ErrorCode.INVALID_VALUE
     http_status = 400
 
 
-class NotFound(InvalidInput):
+class NotFound(InvalidInput, code=ErrorCode.NOT_FOUND):
     """A named thing (script, process, key to remove) does not exist."""
 
-    default_code = ErrorCode.NOT_FOUND
     http_status = 404
 
 
-class ConfigurationError(InvalidInput):
+class ConfigurationError(InvalidInput, code=ErrorCode.INVALID_CONTROL_CONFIGURATION):
     """A configuration value is outside its documented range."""
 
-    default_code = ErrorCode.INVALID_CONTROL_CONFIGURATION
 
-
-class ConflictError(SvitError):
+class ConflictError(SvitError, code=ErrorCode.CONFLICT):
     """A precondition (expected version, expected head hash) does not hold.
 
     Nothing was changed. Observe the current state, recompute, and retry with a
     new request.
     """
 
-    default_code = ErrorCode.CONFLICT
     http_status = 409
 
 
-class FencedError(SvitError):
+class FencedError(SvitError, code=ErrorCode.FENCED):
     """A newer owner holds the process: this owner's fencing token is stale.
 
     Fields ``token`` (ours) and ``fence`` (the stored, newer one) are set. Nothing
     was changed and this owner must stop serving the process.
     """
 
-    default_code = ErrorCode.FENCED
     http_status = 503
 
 
-class UnavailableError(SvitError):
+class UnavailableError(SvitError, code=ErrorCode.UNAVAILABLE):
     """A dependency outside this process (etcd, Redis, Ray, network) failed.
 
     The outcome of the operation may be unknown; retry with the *same* request
     id so that a receipt replays instead of committing twice.
     """
 
-    default_code = ErrorCode.UNAVAILABLE
     http_status = 503
 
 
-class LimitExceeded(SvitError):
+class LimitExceeded(SvitError, code=ErrorCode.RESOURCE_LIMIT_EXCEEDED):
     """A configured bound (size, depth, count, fuel, time) was exceeded. Nothing changed."""
 
-    default_code = ErrorCode.RESOURCE_LIMIT_EXCEEDED
     http_status = 400
 
 
-class ScriptFailed(SvitError):
+class ScriptFailed(SvitError, code=ErrorCode.SCRIPT_FAILED):
     """Guest code failed: a ``panic``, a type or arity error, a missing ``main``,
     or a script that does not compile.
 
@@ -302,17 +300,14 @@ class ScriptFailed(SvitError):
     cannot be used; retrying it unchanged fails again).
     """
 
-    default_code = ErrorCode.SCRIPT_FAILED
     http_status = 422
 
 
-class CorruptData(SvitError):
+class CorruptData(SvitError, code=ErrorCode.CORRUPT_LOG):
     """Stored data failed verification (hash chain, version step, root hash)."""
 
-    default_code = ErrorCode.CORRUPT_LOG
 
-
-class OutcomeUnknownError(SvitError):
+class OutcomeUnknownError(SvitError, code=ErrorCode.OUTCOME_UNKNOWN):
     """Whether one request committed can no longer be established (SDK).
 
     Raised by ``activate_until_committed`` when an attempt's outcome was
@@ -327,116 +322,83 @@ class OutcomeUnknownError(SvitError):
     version whose committing request the owner can still name.
     """
 
-    default_code = ErrorCode.OUTCOME_UNKNOWN
-
 
 # -- one class per remaining stable code (registered by SvitError.__init_subclass__) --
 
 
-class InternalError(SvitError):
+class InternalError(SvitError, code=ErrorCode.INTERNAL):
     """An unexpected failure inside svit_cluster (a bug); the request may be retried."""
 
-    default_code = ErrorCode.INTERNAL
 
-
-class RequestIdReused(InvalidInput):
+class RequestIdReused(InvalidInput, code=ErrorCode.REQUEST_ID_REUSED):
     """A request id was reused with different request bytes (control protocol: receipts)."""
 
-    default_code = ErrorCode.REQUEST_ID_REUSED
 
-
-class ProcessMismatch(InvalidInput):
+class ProcessMismatch(InvalidInput, code=ErrorCode.PROCESS_MISMATCH):
     """The request names a different process than the one it was sent to."""
 
-    default_code = ErrorCode.PROCESS_MISMATCH
 
-
-class InvalidScriptName(InvalidInput):
+class InvalidScriptName(InvalidInput, code=ErrorCode.INVALID_SCRIPT_NAME):
     """A script name does not match the allowed pattern."""
 
-    default_code = ErrorCode.INVALID_SCRIPT_NAME
 
-
-class ScriptNotFound(NotFound):
+class ScriptNotFound(NotFound, code=ErrorCode.SCRIPT_NOT_FOUND):
     """The activated script is not stored under ``/lib``."""
 
-    default_code = ErrorCode.SCRIPT_NOT_FOUND
 
-
-class InvalidPath(InvalidInput):
+class InvalidPath(InvalidInput, code=ErrorCode.INVALID_PATH):
     """A path is malformed, or its parent does not exist or is not a container."""
 
-    default_code = ErrorCode.INVALID_PATH
 
-
-class ExecutionLimitExceeded(LimitExceeded):
+class ExecutionLimitExceeded(LimitExceeded, code=ErrorCode.EXECUTION_LIMIT_EXCEEDED):
     """An activation ran out of fuel or time."""
 
-    default_code = ErrorCode.EXECUTION_LIMIT_EXCEEDED
 
-
-class InvalidControlId(InvalidInput):
+class InvalidControlId(InvalidInput, code=ErrorCode.INVALID_CONTROL_ID):
     """A ``client_id`` or ``request_id`` is malformed."""
 
-    default_code = ErrorCode.INVALID_CONTROL_ID
 
-
-class InvalidProcessId(InvalidInput):
+class InvalidProcessId(InvalidInput, code=ErrorCode.INVALID_PROCESS_ID):
     """A process id is not a valid ``svit://tenant/name`` id."""
 
-    default_code = ErrorCode.INVALID_PROCESS_ID
 
-
-class InboxConflict(ConflictError):
+class InboxConflict(ConflictError, code=ErrorCode.INBOX_CONFLICT):
     """The inbox head does not match the expected hash."""
 
-    default_code = ErrorCode.INBOX_CONFLICT
 
-
-class InboxClosed(ConflictError):
+class InboxClosed(ConflictError, code=ErrorCode.INBOX_CLOSED):
     """The inbox was closed (``close_inbox``); the message was not committed.
 
     Final for this process: a closed inbox stays closed (it is process state,
     ``/thread/inbox_closed``), so retrying the same append cannot succeed.
     """
 
-    default_code = ErrorCode.INBOX_CLOSED
 
-
-class InvalidSnapshot(InvalidInput):
+class InvalidSnapshot(InvalidInput, code=ErrorCode.INVALID_SNAPSHOT):
     """A snapshot document does not verify or decode."""
 
-    default_code = ErrorCode.INVALID_SNAPSHOT
 
-
-class InvalidTransaction(InvalidInput):
+class InvalidTransaction(InvalidInput, code=ErrorCode.INVALID_TRANSACTION):
     """A transaction's mutations are not allowed together."""
 
-    default_code = ErrorCode.INVALID_TRANSACTION
 
-
-class DecodeError(InvalidInput):
+class DecodeError(InvalidInput, code=ErrorCode.DECODE_ERROR):
     """A request body could not be decoded (JSON, schema, content type)."""
 
-    default_code = ErrorCode.DECODE_ERROR
 
-
-class Unauthenticated(SvitError):
+class Unauthenticated(SvitError, code=ErrorCode.UNAUTHENTICATED):
     """No bearer token, or an unknown one (HTTP 401). Set ``SVIT_TOKEN`` or pass ``token``."""
 
-    default_code = ErrorCode.UNAUTHENTICATED
     http_status = 401
 
 
-class Forbidden(SvitError):
+class Forbidden(SvitError, code=ErrorCode.FORBIDDEN):
     """The token may not act on this process or route (HTTP 403)."""
 
-    default_code = ErrorCode.FORBIDDEN
     http_status = 403
 
 
-class PayloadTooLarge(LimitExceeded):
+class PayloadTooLarge(LimitExceeded, code=ErrorCode.PAYLOAD_TOO_LARGE):
     """The request body exceeds the gateway's byte cap (HTTP 413)."""
 
-    default_code = ErrorCode.PAYLOAD_TOO_LARGE
     http_status = 413

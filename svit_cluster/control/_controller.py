@@ -41,19 +41,16 @@ from svit_cluster.activation import prepare_activation, wall_clock_ms
 from svit_cluster.control._backend import CommitBackend, MemoryBackend, Receipt, RequestStatus
 from svit_cluster.control._wire import (
     Activation,
-    AnyMessage,
-    CancelMessage,
     Committed,
     Conflict,
     ControlRequest,
     ControlResponse,
-    DelayedMessage,
     Failure,
     LogRecord,
-    Message,
     Rejected,
     decode_response,
     wire,
+    wire_message,
 )
 from svit_cluster.errors import (
     ConflictError,
@@ -100,16 +97,6 @@ def request_fingerprint(request: ControlRequest) -> str:
     keep integer ``1`` and number ``1.0`` apart.
     """
     return hashlib.sha256(canonical_json(request.model_dump(mode="json"))).hexdigest()
-
-
-def _wire_message(m: Mapping[str, Any]) -> AnyMessage:
-    """The wire form of one staged ``messages`` entry (intent, timer or cancel)."""
-    if "cancel" in m:
-        return CancelMessage(message_id=m["message_id"], cancel=m["cancel"])
-    if "delay_ms" in m:
-        return DelayedMessage(message_id=m["message_id"], to=m["to"], body=wire(m["body"]),
-                              delay_ms=m["delay_ms"], due_ms=m["due_ms"])
-    return Message(message_id=m["message_id"], to=m["to"], body=wire(m["body"]))
 
 
 class ProcessController:
@@ -351,7 +338,7 @@ class ProcessController:
                 )
                 for rec in result.logs
             ],
-            messages=[_wire_message(m) for m in result.messages],
+            messages=[wire_message(m) for m in result.messages],
             version=result.version,
             root_hash=result.root_hash,
             changed=list(result.changed),

@@ -13,6 +13,7 @@ unless both sides negotiated the capability that introduces it (gateway
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -57,6 +58,7 @@ __all__ = [
     "Rejected",
     "decode_request",
     "decode_response",
+    "wire_message",
 ]
 
 #: Placeholder emitted by pydantic; ``schema.py`` swaps it for a ``$ref``.
@@ -265,9 +267,16 @@ class CancelMessage(BaseModel):
     cancel: str
 
 
+def _staged_kind(entry: Mapping[str, Any]) -> str:
+    """``cancel`` when a ``messages`` entry has a ``cancel`` field, else ``delayed``
+    when it has ``delay_ms``, else ``send``: how decoding and :func:`wire_message`
+    tell the three kinds apart."""
+    return "cancel" if "cancel" in entry else "delayed" if "delay_ms" in entry else "send"
+
+
 def _message_kind(data: Any) -> str:
     if isinstance(data, dict):
-        return "cancel" if "cancel" in data else "delayed" if "delay_ms" in data else "send"
+        return _staged_kind(data)
     if isinstance(data, CancelMessage):
         return "cancel"
     return "delayed" if isinstance(data, DelayedMessage) else "send"
@@ -281,6 +290,24 @@ AnyMessage = Annotated[
     | Annotated[CancelMessage, Tag("cancel")],
     Discriminator(_message_kind),
 ]
+
+
+def wire_message(entry: Mapping[str, Any]) -> AnyMessage:
+    """The wire model of one ``messages`` entry staged by an activation (plain values).
+
+    An intent (``message_id``, ``to``, ``body``), a timer (also ``delay_ms``,
+    ``due_ms``) or a cancel (``message_id``, ``cancel``), told apart as
+    :data:`AnyMessage` tells them. Raises ``KeyError`` when the entry lacks a
+    field of its kind.
+    """
+    kind = _staged_kind(entry)
+    if kind == "cancel":
+        return CancelMessage(message_id=entry["message_id"], cancel=entry["cancel"])
+    if kind == "delayed":
+        return DelayedMessage(message_id=entry["message_id"], to=entry["to"],
+                              body=wire(entry["body"]), delay_ms=entry["delay_ms"],
+                              due_ms=entry["due_ms"])
+    return Message(message_id=entry["message_id"], to=entry["to"], body=wire(entry["body"]))
 
 
 class LogRecord(BaseModel):

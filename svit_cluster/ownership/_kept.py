@@ -33,6 +33,7 @@ from svit_cluster.errors import UnavailableError
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S
 from svit_cluster.ownership._lease import (
     LeaseState,
+    certain_until,
     deadline_reason,
     judge_state,
     revoke_lease_id,
@@ -146,9 +147,11 @@ class KeptLease:
     @property
     def certain_until(self) -> float:
         """As :attr:`HostLease.certain_until`, from the keeper's record: ``last_ok
-        + ttl_s - safety_margin_s``, at most the deadline (s, monotonic)."""
+        + ttl_s - safety_margin_s``, at most the deadline (s, monotonic; see
+        :func:`~svit_cluster.ownership._lease.certain_until`)."""
         st = self.status()
-        return min(st.deadline, st.last_ok + self.ttl_s - self.safety_margin_s)
+        return certain_until(deadline=st.deadline, last_ok=st.last_ok,
+                             ttl_s=self.ttl_s, safety_margin_s=self.safety_margin_s)
 
     @property
     def last_keepalive_lag_s(self) -> float:

@@ -40,8 +40,8 @@ from svit_cluster.errors import ConfigurationError, UnavailableError
 from svit_cluster.ownership._etcd import DEFAULT_REQUEST_TIMEOUT_S, etcd_call
 from svit_cluster.ownership._failover import FailoverClient, member_answers
 
-__all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState", "deadline_reason",
-           "judge_state", "revoke_lease_id", "tell_listeners"]
+__all__ = ["DEFAULT_TTL_S", "HostLease", "LeaseMetrics", "LeaseState", "certain_until",
+           "deadline_reason", "judge_state", "revoke_lease_id", "tell_listeners"]
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +141,22 @@ def judge_state(now: float, *, deadline: float, last_ok: float, stopped: bool,
     if stopped or now >= last_ok + 2 * interval_s:
         return LeaseState.SUSPENDED
     return LeaseState.HELD
+
+
+def certain_until(*, deadline: float, last_ok: float, ttl_s: float,
+                  safety_margin_s: float) -> float:
+    """Local monotonic time (s) until which a lease cannot have expired on etcd,
+    by the last answered keepalive alone.
+
+    ``min(deadline, last_ok + ttl_s - safety_margin_s)``: ``last_ok`` is the
+    local send time (s) of the last successful keepalive (or the grant),
+    ``ttl_s`` the requested TTL (s) and ``safety_margin_s`` the margin (s)
+    subtracted for clock drift; never later than the local ``deadline`` (s), and
+    never extended by the election grace. A host may keep committing until
+    then while keepalives fail. Shared by :class:`HostLease` and the keeper's
+    view of it (:class:`svit_cluster.ownership.KeptLease`), so both count alike.
+    """
+    return min(deadline, last_ok + ttl_s - safety_margin_s)
 
 
 def tell_listeners(listeners: list[Listener], state: LeaseState, lease_id: int | None,
@@ -379,8 +395,10 @@ class HostLease:
         """Local monotonic time (s) until which the lease cannot have expired on
         etcd, by the last answered keepalive alone: ``last_ok + ttl_s -
         safety_margin_s`` (the requested TTL; never extended by the election
-        grace). A host may keep committing until then while keepalives fail."""
-        return min(self._deadline, self._last_ok + self.ttl_s - self.safety_margin_s)
+        grace). A host may keep committing until then while keepalives fail
+        (see :func:`certain_until`)."""
+        return certain_until(deadline=self._deadline, last_ok=self._last_ok,
+                             ttl_s=self.ttl_s, safety_margin_s=self.safety_margin_s)
 
     @property
     def last_ok(self) -> float:
