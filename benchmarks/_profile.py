@@ -51,7 +51,8 @@ def record(pids: dict[str, int], out_dir: Path, duration_s: float, *,
         raw = out_dir / f"{label}.txt"
         proc = subprocess.Popen(
             [exe, "record", "--pid", str(pid), "--duration", str(max(1, round(duration_s))),
-             "--rate", str(rate_hz), "--format", "raw", "--gil", "--nonblocking", "--output", str(raw)],
+             "--rate", str(rate_hz), "--format", "raw", "--gil", "--nonblocking",
+             "--output", str(raw)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started.append((label, raw, proc))
     return started

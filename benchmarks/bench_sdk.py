@@ -36,7 +36,6 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ import httpx
 
 from benchmarks._cluster import local_cluster
 from svit_cluster.client import AsyncSvitClient, SvitClient
+from svit_cluster.control import Committed, Conflict, ControlResponse
 from svit_cluster.local import ClusterSpec
 
 COUNTER = """(define (main input)
@@ -77,6 +77,15 @@ def _version_of(doc: dict[str, Any]) -> int:
     raise RuntimeError(f"unexpected outcome {outcome}")
 
 
+def _next_version(response: ControlResponse) -> int:
+    outcome = response.outcome
+    if isinstance(outcome, Committed):
+        return outcome.activation.version
+    if isinstance(outcome, Conflict):
+        return outcome.actual_version
+    raise RuntimeError(f"unexpected outcome {outcome}")
+
+
 class _State:
     """The process's last seen version, shared by the four clients."""
 
@@ -92,9 +101,7 @@ def _sync_round(kind: str, url: str, token: str, state: _State, calls: int,
         sdk: SvitClient = clients[kind]
         for _ in range(calls):
             out = sdk.activate(PID, "counter", {"by": 1}, expected_version=state.version)
-            state.version = (out.outcome.activation.version
-                             if out.outcome.status == "committed"
-                             else out.outcome.actual_version)
+            state.version = _next_version(out)
     else:
         bare: httpx.Client = clients[kind]
         for _ in range(calls):
@@ -112,9 +119,7 @@ async def _async_round(kind: str, url: str, state: _State, calls: int,
         for _ in range(calls):
             out = await sdk.activate(PID, "counter", {"by": 1},
                                      expected_version=state.version)
-            state.version = (out.outcome.activation.version
-                             if out.outcome.status == "committed"
-                             else out.outcome.actual_version)
+            state.version = _next_version(out)
     else:
         bare: httpx.AsyncClient = clients[kind]
         for _ in range(calls):
@@ -171,9 +176,7 @@ def _run(kind: str, url: str, token: str, state: _State, calls: int,
          clients: dict[str, Any], loop: asyncio.AbstractEventLoop) -> tuple[float, float]:
     if kind.endswith("_sync"):
         return _sync_round(kind, url, token, state, calls, clients)
-    coro: Callable[[], Awaitable[tuple[float, float]]] = (
-        lambda: _async_round(kind, url, state, calls, clients))
-    return loop.run_until_complete(coro())
+    return loop.run_until_complete(_async_round(kind, url, state, calls, clients))
 
 
 def main() -> int:

@@ -435,7 +435,7 @@ def run_script(client: RedisClient, script: Script, keys: Sequence[str],
         redis.exceptions.RedisError: as ``EVALSHA`` (convert with :func:`redis_boundary`).
     """
     try:
-        return client.evalsha(script.sha, len(keys), *keys, *args)  # type: ignore[no-untyped-call]
+        return client.evalsha(script.sha, len(keys), *keys, *args)
     except NoScriptError:
         return script(keys=keys, args=args, client=client)
 
