@@ -106,6 +106,8 @@ __all__ = [
     "one_member_stalls",
     "process_availability",
     "recoveries",
+    "second_host_faults",
+    "split_cells",
 ]
 
 #: A gap between acknowledged commits longer than this (seconds) is an outage.
@@ -333,6 +335,25 @@ def recoveries(history: Sequence[Event], logs: StoredLogs | None = None, *,
     return out
 
 
+def second_host_faults(faults: Sequence[Fault], cause: Fault | None, start: float,
+                       end: float) -> list[Any]:
+    """The windows of the faults on a host other than ``cause``'s that are open
+    at some moment of ``(start, end)``, healing included (a restarted host is
+    back once its heal ended).
+
+    A failover that overlaps one ran with one survivor fewer than the cluster
+    was sized for: with 3 hosts, one host takes over alone, and beyond its warm
+    spares each activation first starts a worker. The availability report keeps
+    these apart (``alone`` and ``overlapped`` in :func:`_by_kind`), so a figure
+    of one fault at a time is not mixed with one of two.
+    """
+    own = cause.host if cause is not None else None
+    return sorted((f.window for f in faults
+                   if f is not cause and f.host is not None and f.host != own
+                   and f.start < end and f.end > start),
+                  key=lambda w: (w is None, w if isinstance(w, int) else 0))
+
+
 def failovers(history: Sequence[Event], logs: StoredLogs | None = None
               ) -> list[dict[str, Any]]:
     """Every owner change seen in acknowledged tokens, timed from owner loss.
@@ -341,7 +362,9 @@ def failovers(history: Sequence[Event], logs: StoredLogs | None = None
         One dict per change: ``process``, ``kind`` (of the causing fault, or
         ``"unattributed"``), ``window``, ``host`` (the fault's), ``token_before``,
         ``token_after``, ``t_loss``, ``t_last_old`` (old owner's last commit),
-        ``t_new`` (new owner's first commit), ``seconds`` (``t_new - t_loss``).
+        ``t_new`` (new owner's first commit), ``seconds`` (``t_new - t_loss``),
+        ``overlapping``: the windows of faults on *other* hosts open at some
+        moment of ``(t_loss, t_new)`` (:func:`second_host_faults`).
     """
     faults = fault_windows(history)
     out: list[dict[str, Any]] = []
@@ -372,7 +395,8 @@ def failovers(history: Sequence[Event], logs: StoredLogs | None = None
                         "host": cause.host if cause is not None else None,
                         "token_before": best, "token_after": token, "t_loss": _r(loss),
                         "t_last_old": _r(last_old), "t_new": _r(t),
-                        "seconds": _r(t - loss)})
+                        "seconds": _r(t - loss),
+                        "overlapping": second_host_faults(faults, cause, loss, t)})
             best, tenure, last_old = token, t, t
     return sorted(out, key=lambda f: (f["t_new"], f["process"]))
 
@@ -465,7 +489,24 @@ def _by_kind(events: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         done = [float(r["seconds"]) for r in rows if r["seconds"] is not None]
         out[kind] = {**distribution(done), "unrecovered": len(rows) - len(done),
                      "outages": sum(bool(r.get("outage")) for r in rows)}
+        if any("overlapping" in r for r in rows):  # failovers: one host fault or two
+            alone = [float(r["seconds"]) for r in rows
+                     if r["seconds"] is not None and not r.get("overlapping")]
+            twice = [float(r["seconds"]) for r in rows
+                     if r["seconds"] is not None and r.get("overlapping")]
+            out[kind]["alone"] = distribution(alone)
+            out[kind]["overlapped"] = distribution(twice)
     return out
+
+
+def split_cells(row: dict[str, Any]) -> dict[str, str]:
+    """The ``alone`` and ``overlapped`` figures of a failover row as table cells."""
+    if "alone" not in row:
+        return {}
+    a, o = row["alone"], row["overlapped"]
+    return {"alone: n / p90": f"{a['count']} / {a['p90']}",
+            "with a second host fault: n / p90 / max":
+                f"{o['count']} / {o['p90']} / {o['max']}"}
 
 
 def availability_report(history: Sequence[Event], logs: StoredLogs | None = None, *,
@@ -554,9 +595,12 @@ def markdown_tables(section: dict[str, Any], *, max_processes: int | None = None
                         "any owner), seconds", "recovery"),
                        ("Failover per fault kind (owner loss -> first commit on the new "
                         "owner), seconds", "failover")):
-        rows = [{"kind": k, **v} for k, v in (section.get(key, {}).get("by_kind") or {}).items()]
-        parts += ["", f"### {title}", "",
-                  _md(rows, ["kind", "count", "p50", "p90", "max", "unrecovered"])]
+        rows = [{"kind": k, **v, **split_cells(v)}
+                for k, v in (section.get(key, {}).get("by_kind") or {}).items()]
+        columns = ["kind", "count", "p50", "p90", "max", "unrecovered"]
+        if any("alone" in v for v in (section.get(key, {}).get("by_kind") or {}).values()):
+            columns += ["alone: n / p90", "with a second host fault: n / p90 / max"]
+        parts += ["", f"### {title}", "", _md(rows, columns)]
     stalls = section.get("stalls") or {}
     events = sorted(stalls.get("events") or [], key=lambda x: -x["seconds"])
     parts += ["", f"### Cluster stalls (no process committed for more than {thr} s "

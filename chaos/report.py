@@ -24,7 +24,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .availability import DEFAULT_THRESHOLD_S, availability_report, fault_windows, markdown_tables
+from .availability import (
+    DEFAULT_THRESHOLD_S,
+    availability_report,
+    fault_windows,
+    markdown_tables,
+    split_cells,
+)
 from .breakdown import STEPS, breakdown_markdown, breakdown_report
 from .checker import CheckResult, build_context
 from .failed import CAUSES, failed_markdown, failed_requests
@@ -439,9 +445,11 @@ def write_html(path: Path, report: dict[str, Any], png: bytes | None) -> None:
         ("Time to recovery per fault kind (s)", _table(
             [{"kind": k, **v} for k, v in availability.get("recovery", {}).get(
                 "by_kind", {}).items()], ["kind", "count", "p50", "p90", "max", "unrecovered"])),
-        ("Failover per fault kind (s)", _table(
-            [{"kind": k, **v} for k, v in availability.get("failover", {}).get(
-                "by_kind", {}).items()], ["kind", "count", "p50", "p90", "max", "unrecovered"])),
+        ("Failover per fault kind (s); alone: no fault on another host meanwhile", _table(
+            [{"kind": k, **v, **split_cells(v)} for k, v in availability.get(
+                "failover", {}).get("by_kind", {}).items()],
+            ["kind", "count", "p50", "p90", "max", "unrecovered", "alone: n / p90",
+             "with a second host fault: n / p90 / max"])),
         ("Failover breakdown per fault kind (p50 / p90 / max, s)", _table(
             [{"kind": k, "count": v["count"],
               **{s: _dist(v["steps"][s]) for s in STEPS},

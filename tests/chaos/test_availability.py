@@ -259,6 +259,23 @@ def test_failover_from_owner_loss_to_the_new_owners_first_commit() -> None:
     ]
 
 
+def test_a_failover_during_a_fault_on_another_host_is_reported_apart() -> None:
+    """P's owner h1 is killed at 10 while h2 is paused (8..12): P's failover
+    (4.2 s) ran with one survivor and is ``overlapped``; Q's cut-etcd on h2 at
+    30 ran alone, and so did P's unattributed owner change at 44.5."""
+    h = history(run_with_faults(), fault("pause-host", 9, 8.0, 12.0, "h2"))
+    got = {(f["process"], f["kind"]): f["overlapping"] for f in failovers(h)}
+    assert got == {(P, "kill-host"): [9], (Q, "cut-etcd"): [], (P, "unattributed"): []}
+    fo = availability_report(h)["failover"]["by_kind"]
+    assert fo["kill-host"]["alone"]["count"] == 0
+    assert fo["kill-host"]["overlapped"] == {"count": 1, "p50": 4.2, "p90": 4.2, "max": 4.2}
+    assert fo["cut-etcd"]["alone"]["p90"] == 5.0 and fo["cut-etcd"]["overlapped"]["count"] == 0
+    # the faults of the same host, or of no host, are not a second host fault
+    assert [f["overlapping"] for f in failovers(run_with_faults())] == [[], [], []]
+    assert "| kill-host | 1 | 4.2 | 4.2 | 4.2 | 0 | 0 / None | 1 / 4.2 / 4.2 |" in \
+        markdown_tables(availability_report(h))
+
+
 def test_report_tables_per_fault_kind() -> None:
     report = availability_report(run_with_faults())
     rec = report["recovery"]["by_kind"]
