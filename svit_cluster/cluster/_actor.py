@@ -107,7 +107,8 @@ class ProcessActor:
     worker; after :meth:`unbind` it is a spare again.
 
     Args:
-        config: :meth:`ClusterConfig.to_dict` output.
+        config: the cluster's configuration (pickled by Ray as the frozen
+            dataclass it is).
         host: the host this actor is pinned to.
         process_id: the process ("" for a spare).
         token: the fencing token from the etcd ownership record (0 for a spare).
@@ -124,11 +125,11 @@ class ProcessActor:
     """
 
     def __init__(
-        self, config: dict[str, Any], host: str, process_id: str, token: int, agent_name: str,
+        self, config: ClusterConfig, host: str, process_id: str, token: int, agent_name: str,
         niceness: int | None = None,
     ) -> None:
         self._niceness = niceness
-        self.cfg = ClusterConfig.from_dict(config)
+        self.cfg = config
         self.host = host
         self.process_id = process_id
         self.token = token

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -219,14 +218,6 @@ class ClusterConfig:
 
     def redis_for(self, host: str) -> str:
         return self.host_endpoints.get(host, {}).get("redis", self.redis_url)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> ClusterConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in doc.items() if k in names})
 
     @classmethod
     def from_cluster_json(cls, path: str | Path) -> ClusterConfig:

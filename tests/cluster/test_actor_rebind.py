@@ -45,7 +45,7 @@ def _actor(redis: RedisServer, monkeypatch: pytest.MonkeyPatch, left: list[Any],
            **cfg: Any) -> ProcessActor:
     config = ClusterConfig(cluster=f"rb{next(_n)}", redis_url=redis.url,
                            reasoner={"enabled": False}, direct_transport=False, **cfg)
-    actor = ProcessActor(config.to_dict(), "h1", "", 0, "agent:h1")
+    actor = ProcessActor(config, "h1", "", 0, "agent:h1")
 
     async def leave(reason: str, token: int) -> None:
         left.append((reason, token))

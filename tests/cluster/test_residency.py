@@ -158,7 +158,7 @@ class FakeLease:
 
 def _agent(world: World, monkeypatch: pytest.MonkeyPatch, *, max_active: int,
            max_starting: int = 1, spares: int = 0, pss_mib: float = 1e9) -> HostAgent:
-    agent = HostAgent(ClusterConfig().to_dict(), "h1")
+    agent = HostAgent(ClusterConfig(), "h1")
     agent.lease = FakeLease()
     agent.budget = Budget(max_active, pss_mib, max_starting, "test")
     agent.spare_target = spares
