@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from svit_cluster.control import DEFAULT_RECEIPTS
 from svit_cluster.defaults import (
@@ -26,6 +26,7 @@ from svit_cluster.defaults import (
 )
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
+from svit_cluster.values import JsonValue
 
 if TYPE_CHECKING:  # pydantic-settings loads only where the environment is read
     from svit_cluster.settings import ClusterSettings
@@ -153,12 +154,12 @@ class ClusterConfig:
             (``svit_cluster.store.connect(cluster=True)``). Env
             ``SVIT_REDIS_CLUSTER`` (the chart's ``redis.external.cluster``);
             cluster.json ``redis.cluster`` (default False).
-        reasoner: the reasoning loop's settings
+        reasoner: the reasoning loop's settings, a JSON object
             (``svit_cluster.reasoning.ReasonerConfig`` fields; default: the
             simulated reasoner). May hold an API key: kept out of ``repr``.
             From the environment: ``SVIT_REASONER_KIND``, ``_BASE_URL``,
             ``_MODEL``, ``_API_KEY_ENV``, ``_INSTRUCTIONS``.
-        ports: the deployment's port registry settings
+        ports: the deployment's port registry settings, a JSON object
             (``svit_cluster.ports.PortsConfig``: which ports, allowlists,
             limits; default ``{}`` grants nothing). From ``cluster.json``
             ``ports`` or ``SVIT_PORTS_JSON``.
@@ -201,8 +202,8 @@ class ClusterConfig:
     max_events: int = DEFAULT_MAX_EVENTS
     redis_allow_unverified_eviction_policy: bool = False
     redis_cluster: bool = False
-    reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
-    ports: dict[str, Any] = field(default_factory=dict)
+    reasoner: dict[str, JsonValue] = field(default_factory=dict, repr=False)
+    ports: dict[str, JsonValue] = field(default_factory=dict)
     direct_transport: bool = True
     max_active_per_host: int = DEFAULT_MAX_ACTIVE_PER_HOST
     max_actors_pss_mib: float = DEFAULT_MAX_ACTORS_PSS_MIB

@@ -29,7 +29,8 @@ from typing import Any, Generic, TypedDict, TypeVar
 from svit_cluster.cluster._direct import DirectEndpoint
 from svit_cluster.control import ControlAnswer
 from svit_cluster.errors import InternalError, SvitError
-from svit_cluster.values import Script, Value
+from svit_cluster.store import RestoreStats
+from svit_cluster.values import JsonValue, Script, Value
 
 __all__ = [
     "STALE_OWNER_CODES",
@@ -70,19 +71,21 @@ class Outcome(Generic[T]):
 
     Attributes:
         value: the answer when the call succeeded, else None.
-        _wire: the error's wire form ``{code, message, fields}`` when it
-            failed, else None (read it through :attr:`error` / :attr:`code`).
+        _wire: the error's wire form ``{code, message, fields}``
+            (``SvitError.to_wire``: JSON, its fields the error's JSON-safe
+            ones) when it failed, else None (read it through :attr:`error` /
+            :attr:`code`).
     """
 
     value: T | None = None
-    _wire: dict[str, Any] | None = field(default=None, repr=False)
+    _wire: dict[str, JsonValue] | None = field(default=None, repr=False)
 
     # Pickled as a plain tuple: every request-path answer crosses Ray this way,
     # and the generated slots-dataclass state functions cost several times more.
-    def __getstate__(self) -> tuple[T | None, dict[str, Any] | None]:
+    def __getstate__(self) -> tuple[T | None, dict[str, JsonValue] | None]:
         return (self.value, self._wire)
 
-    def __setstate__(self, state: tuple[T | None, dict[str, Any] | None]) -> None:
+    def __setstate__(self, state: tuple[T | None, dict[str, JsonValue] | None]) -> None:
         object.__setattr__(self, "value", state[0])
         object.__setattr__(self, "_wire", state[1])
 
@@ -210,8 +213,8 @@ class Started:
     Attributes:
         version: the process's version once restored or created.
         root_hash: its state's root hash (hex).
-        restore: ``{"snapshot_version", "tail_entries", "duration_s"}`` of a
-            restore (``duration_s`` in seconds), empty after a create.
+        restore: what the restore read (snapshot version and size, tail
+            entries replayed, ``duration_s`` in seconds); None after a create.
         direct: the actor's direct-transport endpoint when it listens
             (``bind_start_serve`` only), else None.
         pid: the actor's worker process id (``bind_start_serve`` only), else None.
@@ -219,7 +222,7 @@ class Started:
 
     version: int
     root_hash: str
-    restore: Mapping[str, float | int]
+    restore: RestoreStats | None = None
     direct: DirectEndpoint | None = None
     pid: int | None = None
 
@@ -279,10 +282,11 @@ class Appended:
 
 @dataclass(frozen=True, slots=True)
 class Dropped:
-    """An inbox head dead-lettered: ``dropped`` the dead letter
+    """An inbox head dead-lettered: ``dropped`` the dead letter as plain JSON
+    ``{inbox_hash, message_id, message, reason, version}``
     (``ProcessController.drop_inbox_head``), ``version`` the version after it."""
 
-    dropped: dict[str, Any]
+    dropped: dict[str, JsonValue]
     version: int
 
     def to_json(self) -> dict[str, Any]:
@@ -292,10 +296,9 @@ class Dropped:
 
 @dataclass(frozen=True, slots=True)
 class Read:
-    """One observation of a state path: ``value`` tagged
-    (``svit_cluster.process.encode_value``) at ``version``."""
+    """One observation of a state path: its ``value`` at ``version``."""
 
-    value: Any
+    value: Value
     version: int
 
 

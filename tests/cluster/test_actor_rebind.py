@@ -82,7 +82,7 @@ async def test_a_reused_worker_serves_only_its_current_binding(
     assert (await actor.control(10, _body(a, 1, "r2"), "p")).route_moved
     # B's state is B's own
     mine = await actor.state(12, "/memory/count")
-    assert mine.unwrap() == Read({"type": "integer", "value": 0}, 0)
+    assert mine.unwrap() == Read(0, 0)
     assert await actor.watch(10) is False  # an ended binding's watch answers at once
     assert left == []
     await actor.unbind(12)

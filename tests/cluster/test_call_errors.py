@@ -158,7 +158,7 @@ class FakeLease:
 
 
 #: What a spare's ``bind_start_serve`` answers when it starts the process.
-STARTED: Outcome[Started] = Outcome.ok(Started(0, "0" * 64, {}))
+STARTED: Outcome[Started] = Outcome.ok(Started(0, "0" * 64))
 
 
 def agent() -> HostAgent:

@@ -75,7 +75,7 @@ class FakeWorker:
         assert not self.token, f"{self.name} bound twice"
         self.token, self.process_id, self.ended = token, process_id, asyncio.Event()
         self.world.bound.append((self.name, process_id))
-        return Outcome.ok(Started(0, "0" * 64, {}, pid=self.pid))
+        return Outcome.ok(Started(0, "0" * 64, pid=self.pid))
 
     async def unbind(self, token: int, only_if_idle: bool = True) -> Unbound:
         await asyncio.sleep(self.world.unbind_s)
