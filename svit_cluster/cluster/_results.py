@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Generic, TypedDict, TypeVar
 
 from svit_cluster.cluster._direct import DirectEndpoint
 from svit_cluster.control import ControlAnswer
@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 #: Error codes with which an actor answers when it no longer serves the binding
 #: the caller routed to (passivated, fenced out, its host's lease lost): the
@@ -134,7 +135,7 @@ class Outcome(Generic[T]):
         fields = self._wire.get("fields")
         return isinstance(fields, Mapping) and bool(fields.get("route_moved"))
 
-    def failure(self) -> Outcome[Any]:
+    def failure(self) -> Outcome[U]:
         """This answer's error in an outcome of any value type (for a failed
         answer passed on as another call's answer)."""
         return Outcome(None, self._wire)
@@ -275,7 +276,7 @@ class Appended:
     appended: bool
     version: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         """``{"appended", "version"}`` (the gateway's answer)."""
         return {"appended": self.appended, "version": self.version}
 
@@ -289,7 +290,7 @@ class Dropped:
     dropped: dict[str, JsonValue]
     version: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         """``{"dropped", "version"}`` (the gateway's answer)."""
         return {"dropped": self.dropped, "version": self.version}
 
@@ -426,7 +427,7 @@ class ActorInfo(TypedDict):
     loop: LoopInfo | None
 
 
-def control_frame(outcome: Outcome[ControlAnswer]) -> tuple[dict[str, Any], bytes]:
+def control_frame(outcome: Outcome[ControlAnswer]) -> tuple[dict[str, JsonValue], bytes]:
     """A control outcome as a direct-transport answer frame: ``(meta, payload)``,
     meta ``{"status", "code", "token", "host"}`` and payload the response bytes
     (not copied), or meta ``{"error": wire}`` and an empty payload."""
@@ -437,7 +438,7 @@ def control_frame(outcome: Outcome[ControlAnswer]) -> tuple[dict[str, Any], byte
              "host": answer.host}, answer.body)
 
 
-def control_from_frame(meta: dict[str, Any], payload: bytes) -> Outcome[ControlAnswer]:
+def control_from_frame(meta: dict[str, object], payload: bytes) -> Outcome[ControlAnswer]:
     """The inverse of :func:`control_frame` (the gateway's side; ``payload``
     is not copied). An ``error`` that is not a wire map becomes ``internal``.
 
