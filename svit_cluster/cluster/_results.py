@@ -15,6 +15,13 @@ control answer as JSON meta plus the response bytes; :func:`control_frame` and
 :func:`control_from_frame` convert between that frame and an :class:`Outcome`
 without copying the bytes.
 
+Nothing untyped crosses: the constructors and public methods of the Ray actors
+(``ProcessActor``, ``HostAgent``) take and answer only declared shapes (frozen
+dataclasses such as this module's and ``ClusterConfig``, the TypedDicts of the
+status answers, ``Value`` and ``JsonValue``, scalars), never ``Any`` or a bare
+container (``tests/cluster/test_boundary_types.py`` walks them); mypy checks
+this module without explicit ``Any``.
+
 These types are not versioned: a gateway and the hosts it calls run the same
 release (a mixed-version cluster answers ``internal`` where the two sides'
 answers differ), so an upgrade replaces the gateways and the hosts together.
