@@ -68,8 +68,15 @@ from svit_cluster.errors import (
     SvitError,
     UnavailableError,
 )
-from svit_cluster.process import Process, encode_value, to_plain_json
-from svit_cluster.store import StoreConfig, connect, load_backend_factory, redis_boundary
+from svit_cluster.process import Process, to_plain_json
+from svit_cluster.store import (
+    RestoreStats,
+    StoreConfig,
+    connect,
+    load_backend_factory,
+    redis_boundary,
+)
+from svit_cluster.values import Value
 
 if TYPE_CHECKING:  # the ports package loads only where a registry is built
     from svit_cluster.ports import PortCallRecord
@@ -107,7 +114,8 @@ class ProcessActor:
     worker; after :meth:`unbind` it is a spare again.
 
     Args:
-        config: :meth:`ClusterConfig.to_dict` output.
+        config: the cluster's configuration (pickled by Ray as the frozen
+            dataclass it is).
         host: the host this actor is pinned to.
         process_id: the process ("" for a spare).
         token: the fencing token from the etcd ownership record (0 for a spare).
@@ -124,11 +132,11 @@ class ProcessActor:
     """
 
     def __init__(
-        self, config: dict[str, Any], host: str, process_id: str, token: int, agent_name: str,
+        self, config: ClusterConfig, host: str, process_id: str, token: int, agent_name: str,
         niceness: int | None = None,
     ) -> None:
         self._niceness = niceness
-        self.cfg = ClusterConfig.from_dict(config)
+        self.cfg = config
         self.host = host
         self.process_id = process_id
         self.token = token
@@ -345,16 +353,12 @@ class ProcessActor:
         # this claim is kept because it is also the receipts load (one script),
         # which lets every activation make a single round trip (the commit).
         backend.claim()
-        restore: dict[str, float | int] = {}
+        restore: RestoreStats | None = None
         if create is None:
             proc = backend.restore()
             if proc is None:
                 raise NotFound(f"unknown process {self.process_id}")
-            stats = backend.last_restore
-            if stats is not None:
-                restore = {"snapshot_version": stats.snapshot_version,
-                           "tail_entries": stats.tail_entries,
-                           "duration_s": stats.duration_s}
+            restore = backend.last_restore
         elif create.snapshot is not None:
             proc = Process.restore(create.snapshot)
             if proc.id != self.process_id:
@@ -680,7 +684,7 @@ class ProcessActor:
             return control_frame(Outcome.fail(InvalidInput("direct transport: bad request frame")))
         return control_frame(await self.control(token, payload, partition, trace))
 
-    async def inbox(self, token: int, message: Any, dedup_key: str | None,
+    async def inbox(self, token: int, message: Value, dedup_key: str | None,
                     trace: str | None = None) -> Outcome[Appended]:
         """Commit ``message`` to ``/inbox``: :class:`Appended`
         (``trace``: as :meth:`control`)."""
@@ -711,11 +715,11 @@ class ProcessActor:
         return result
 
     async def state(self, token: int, path: str) -> Outcome[Read]:
-        """:class:`Read` (the tagged value and its version) from one observation."""
+        """:class:`Read` (the value and its version) from one observation."""
         def run() -> Read:
             assert self._ctrl is not None
             value, version = self._ctrl.read_versioned(path)
-            return Read(encode_value(value), version)
+            return Read(value, version)
 
         return await self._run(token, run)
 

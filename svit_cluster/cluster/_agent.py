@@ -132,7 +132,8 @@ class HostAgent:
     part's attribute of the same name.
 
     Args:
-        config: :meth:`ClusterConfig.to_dict` output.
+        config: the cluster's configuration (pickled by Ray as the frozen
+            dataclass it is).
         host: this host's name (its Ray node carries the ``svit_host:<host>`` resource).
     """
 
@@ -150,8 +151,8 @@ class HostAgent:
     worker_starts = _OnPart("pool", "worker_starts")
     worker_reuses = _OnPart("pool", "worker_reuses")
 
-    def __init__(self, config: dict[str, Any], host: str) -> None:
-        self.cfg = ClusterConfig.from_dict(config)
+    def __init__(self, config: ClusterConfig, host: str) -> None:
+        self.cfg = config
         self.host = host
         self.activations = 0
         self.started_at = time.time()

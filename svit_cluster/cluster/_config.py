@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from svit_cluster.control import DEFAULT_RECEIPTS
 from svit_cluster.defaults import (
@@ -27,6 +26,7 @@ from svit_cluster.defaults import (
 )
 from svit_cluster.errors import ConfigurationError
 from svit_cluster.store import DEFAULT_SNAPSHOT_EVERY
+from svit_cluster.values import JsonValue
 
 if TYPE_CHECKING:  # pydantic-settings loads only where the environment is read
     from svit_cluster.settings import ClusterSettings
@@ -154,12 +154,12 @@ class ClusterConfig:
             (``svit_cluster.store.connect(cluster=True)``). Env
             ``SVIT_REDIS_CLUSTER`` (the chart's ``redis.external.cluster``);
             cluster.json ``redis.cluster`` (default False).
-        reasoner: the reasoning loop's settings
+        reasoner: the reasoning loop's settings, a JSON object
             (``svit_cluster.reasoning.ReasonerConfig`` fields; default: the
             simulated reasoner). May hold an API key: kept out of ``repr``.
             From the environment: ``SVIT_REASONER_KIND``, ``_BASE_URL``,
             ``_MODEL``, ``_API_KEY_ENV``, ``_INSTRUCTIONS``.
-        ports: the deployment's port registry settings
+        ports: the deployment's port registry settings, a JSON object
             (``svit_cluster.ports.PortsConfig``: which ports, allowlists,
             limits; default ``{}`` grants nothing). From ``cluster.json``
             ``ports`` or ``SVIT_PORTS_JSON``.
@@ -202,8 +202,8 @@ class ClusterConfig:
     max_events: int = DEFAULT_MAX_EVENTS
     redis_allow_unverified_eviction_policy: bool = False
     redis_cluster: bool = False
-    reasoner: dict[str, Any] = field(default_factory=dict, repr=False)
-    ports: dict[str, Any] = field(default_factory=dict)
+    reasoner: dict[str, JsonValue] = field(default_factory=dict, repr=False)
+    ports: dict[str, JsonValue] = field(default_factory=dict)
     direct_transport: bool = True
     max_active_per_host: int = DEFAULT_MAX_ACTIVE_PER_HOST
     max_actors_pss_mib: float = DEFAULT_MAX_ACTORS_PSS_MIB
@@ -219,14 +219,6 @@ class ClusterConfig:
 
     def redis_for(self, host: str) -> str:
         return self.host_endpoints.get(host, {}).get("redis", self.redis_url)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any]) -> ClusterConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in doc.items() if k in names})
 
     @classmethod
     def from_cluster_json(cls, path: str | Path) -> ClusterConfig:

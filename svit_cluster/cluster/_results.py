@@ -15,6 +15,13 @@ control answer as JSON meta plus the response bytes; :func:`control_frame` and
 :func:`control_from_frame` convert between that frame and an :class:`Outcome`
 without copying the bytes.
 
+Nothing untyped crosses: the constructors and public methods of the Ray actors
+(``ProcessActor``, ``HostAgent``) take and answer only declared shapes (frozen
+dataclasses such as this module's and ``ClusterConfig``, the TypedDicts of the
+status answers, ``Value`` and ``JsonValue``, scalars), never ``Any`` or a bare
+container (``tests/cluster/test_boundary_types.py`` walks them); mypy checks
+this module without explicit ``Any``.
+
 These types are not versioned: a gateway and the hosts it calls run the same
 release (a mixed-version cluster answers ``internal`` where the two sides'
 answers differ), so an upgrade replaces the gateways and the hosts together.
@@ -24,12 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Generic, TypedDict, TypeVar
 
 from svit_cluster.cluster._direct import DirectEndpoint
 from svit_cluster.control import ControlAnswer
 from svit_cluster.errors import InternalError, SvitError
-from svit_cluster.values import Script, Value
+from svit_cluster.store import RestoreStats
+from svit_cluster.values import JsonValue, Script, Value
 
 __all__ = [
     "STALE_OWNER_CODES",
@@ -55,6 +63,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 #: Error codes with which an actor answers when it no longer serves the binding
 #: the caller routed to (passivated, fenced out, its host's lease lost): the
@@ -70,19 +79,21 @@ class Outcome(Generic[T]):
 
     Attributes:
         value: the answer when the call succeeded, else None.
-        _wire: the error's wire form ``{code, message, fields}`` when it
-            failed, else None (read it through :attr:`error` / :attr:`code`).
+        _wire: the error's wire form ``{code, message, fields}``
+            (``SvitError.to_wire``: JSON, its fields the error's JSON-safe
+            ones) when it failed, else None (read it through :attr:`error` /
+            :attr:`code`).
     """
 
     value: T | None = None
-    _wire: dict[str, Any] | None = field(default=None, repr=False)
+    _wire: dict[str, JsonValue] | None = field(default=None, repr=False)
 
     # Pickled as a plain tuple: every request-path answer crosses Ray this way,
     # and the generated slots-dataclass state functions cost several times more.
-    def __getstate__(self) -> tuple[T | None, dict[str, Any] | None]:
+    def __getstate__(self) -> tuple[T | None, dict[str, JsonValue] | None]:
         return (self.value, self._wire)
 
-    def __setstate__(self, state: tuple[T | None, dict[str, Any] | None]) -> None:
+    def __setstate__(self, state: tuple[T | None, dict[str, JsonValue] | None]) -> None:
         object.__setattr__(self, "value", state[0])
         object.__setattr__(self, "_wire", state[1])
 
@@ -131,7 +142,7 @@ class Outcome(Generic[T]):
         fields = self._wire.get("fields")
         return isinstance(fields, Mapping) and bool(fields.get("route_moved"))
 
-    def failure(self) -> Outcome[Any]:
+    def failure(self) -> Outcome[U]:
         """This answer's error in an outcome of any value type (for a failed
         answer passed on as another call's answer)."""
         return Outcome(None, self._wire)
@@ -210,8 +221,8 @@ class Started:
     Attributes:
         version: the process's version once restored or created.
         root_hash: its state's root hash (hex).
-        restore: ``{"snapshot_version", "tail_entries", "duration_s"}`` of a
-            restore (``duration_s`` in seconds), empty after a create.
+        restore: what the restore read (snapshot version and size, tail
+            entries replayed, ``duration_s`` in seconds); None after a create.
         direct: the actor's direct-transport endpoint when it listens
             (``bind_start_serve`` only), else None.
         pid: the actor's worker process id (``bind_start_serve`` only), else None.
@@ -219,7 +230,7 @@ class Started:
 
     version: int
     root_hash: str
-    restore: Mapping[str, float | int]
+    restore: RestoreStats | None = None
     direct: DirectEndpoint | None = None
     pid: int | None = None
 
@@ -272,30 +283,30 @@ class Appended:
     appended: bool
     version: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         """``{"appended", "version"}`` (the gateway's answer)."""
         return {"appended": self.appended, "version": self.version}
 
 
 @dataclass(frozen=True, slots=True)
 class Dropped:
-    """An inbox head dead-lettered: ``dropped`` the dead letter
+    """An inbox head dead-lettered: ``dropped`` the dead letter as plain JSON
+    ``{inbox_hash, message_id, message, reason, version}``
     (``ProcessController.drop_inbox_head``), ``version`` the version after it."""
 
-    dropped: dict[str, Any]
+    dropped: dict[str, JsonValue]
     version: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         """``{"dropped", "version"}`` (the gateway's answer)."""
         return {"dropped": self.dropped, "version": self.version}
 
 
 @dataclass(frozen=True, slots=True)
 class Read:
-    """One observation of a state path: ``value`` tagged
-    (``svit_cluster.process.encode_value``) at ``version``."""
+    """One observation of a state path: its ``value`` at ``version``."""
 
-    value: Any
+    value: Value
     version: int
 
 
@@ -423,7 +434,7 @@ class ActorInfo(TypedDict):
     loop: LoopInfo | None
 
 
-def control_frame(outcome: Outcome[ControlAnswer]) -> tuple[dict[str, Any], bytes]:
+def control_frame(outcome: Outcome[ControlAnswer]) -> tuple[dict[str, JsonValue], bytes]:
     """A control outcome as a direct-transport answer frame: ``(meta, payload)``,
     meta ``{"status", "code", "token", "host"}`` and payload the response bytes
     (not copied), or meta ``{"error": wire}`` and an empty payload."""
@@ -434,7 +445,7 @@ def control_frame(outcome: Outcome[ControlAnswer]) -> tuple[dict[str, Any], byte
              "host": answer.host}, answer.body)
 
 
-def control_from_frame(meta: dict[str, Any], payload: bytes) -> Outcome[ControlAnswer]:
+def control_from_frame(meta: dict[str, object], payload: bytes) -> Outcome[ControlAnswer]:
     """The inverse of :func:`control_frame` (the gateway's side; ``payload``
     is not copied). An ``error`` that is not a wire map becomes ``internal``.
 

@@ -55,7 +55,7 @@ from svit_cluster.errors import (
 )
 from svit_cluster.events import RedisSignalSource
 from svit_cluster.gateway import GatewayMetrics
-from svit_cluster.process import Script, Value, decode_value, encode_value
+from svit_cluster.process import Script, Value, encode_value
 from svit_cluster.reasoning import ReasonerConfig
 from svit_cluster.store import ProcessKeys, QueuedPage, connect, list_processes, list_queued
 
@@ -824,7 +824,7 @@ class RayRouter:
     async def state(self, process_id: str, path: str) -> tuple[Value, int]:
         read: Read
         _, read = await self._call_process(process_id, "state", path)
-        return decode_value(read.value), int(read.version)
+        return read.value, read.version
 
     async def request_status(self, process_id: str, partition: str, client_id: str,
                              request_id: str) -> dict[str, Any]:

@@ -153,7 +153,7 @@ class WorkerPool:
             max_restarts=0,
             max_concurrency=64,
             lifetime="detached",
-        ).remote(self.cfg.to_dict(), self.host, "", 0, agent_name(self.host),
+        ).remote(self.cfg, self.host, "", 0, agent_name(self.host),
                  PROCESS_ACTOR_NICENESS)
         return name, handle
 

@@ -51,7 +51,7 @@ def start_agents(config: ClusterConfig, hosts: list[str], *, timeout_s: float = 
             num_cpus=0,
             max_restarts=0,
             max_concurrency=256,
-        ).remote(config.to_dict(), host)
+        ).remote(config, host)
         handles.append(handle)
     refs = [h.start.remote() for h in handles]
     statuses: list[dict[str, object]] = ray.get(refs, timeout=timeout_s)

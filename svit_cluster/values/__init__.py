@@ -8,7 +8,7 @@ scripts with the Lisp), so neither needs the other's internals.
 * Values: :data:`Value`, :class:`Script`, :func:`encode_value`, :func:`decode_value`,
   :func:`from_plain_json`, :func:`to_plain_json`, :func:`canonical_json`,
   :func:`values_equal`, :func:`kind_of`, :func:`utf8_len`; integers are 64-bit
-  (:data:`I64_MIN` .. :data:`I64_MAX`).
+  (:data:`I64_MIN` .. :data:`I64_MAX`). :data:`JsonValue`: a JSON document.
 * Paths and ids: :data:`Path`, :data:`ROOT_KEYS`, :func:`parse_path`,
   :func:`format_path`, :func:`validate_process_id`, :func:`validate_address`,
   :func:`validate_script_name`, :func:`is_guest_writable`.
@@ -30,6 +30,7 @@ from svit_cluster.values._paths import (
 from svit_cluster.values._values import (
     I64_MAX,
     I64_MIN,
+    JsonValue,
     Script,
     Value,
     canonical_json,
@@ -50,6 +51,7 @@ __all__ = [
     "I64_MIN",
     "MAX_DELAY_MS",
     "ROOT_KEYS",
+    "JsonValue",
     "Limits",
     "Path",
     "Script",

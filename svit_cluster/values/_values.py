@@ -33,6 +33,7 @@ __all__ = [
     "I64_MAX",
     "I64_MIN",
     "MAX_WALK_DEPTH",
+    "JsonValue",
     "Script",
     "Value",
     "canonical_json",
@@ -74,6 +75,12 @@ class Script:
 
 
 Value: TypeAlias = bool | int | float | str | list["Value"] | dict[str, "Value"] | Script | None
+
+#: A JSON document as :func:`json.loads` builds it (no script, unlike :data:`Value`):
+#: the shape of settings documents and of error fields on the wire.
+JsonValue: TypeAlias = (
+    bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
+)
 
 
 def kind_of(value: object) -> str:

@@ -31,7 +31,7 @@ def test_actor_uses_the_configured_backend_factory(
     config = ClusterConfig(redis_url=redis_target.url, redis_cluster=redis_target.cluster,
                            backend_factory=factory)
     pid = f"svit://acme/{unique('actor-factory')}"
-    actor = ProcessActor(config.to_dict(), "h1", pid, 1, "agent-h1")
+    actor = ProcessActor(config, "h1", pid, 1, "agent-h1")
     answer = actor._start_sync(CreateSpec(memory={"count": 0}))
     assert answer.version == 0, answer
     newer = RedisBackend(rclient, pid, 2, StoreConfig())

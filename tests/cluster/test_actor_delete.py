@@ -26,7 +26,7 @@ pytestmark = pytest.mark.servers
 _n = itertools.count(1)
 
 
-def _actor(cfg: dict[str, Any], host: str, pid: str, token: int,
+def _actor(cfg: ClusterConfig, host: str, pid: str, token: int,
            left: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch) -> ProcessActor:
     actor = ProcessActor(cfg, host, pid, token, f"agent-{host}")
 
@@ -39,7 +39,7 @@ def _actor(cfg: dict[str, Any], host: str, pid: str, token: int,
 
 async def test_only_the_current_owner_deletes_and_the_delete_is_final(
         redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    cfg = ClusterConfig(cluster=f"del{next(_n)}", redis_url=redis_server.url).to_dict()
+    cfg = ClusterConfig(cluster=f"del{next(_n)}", redis_url=redis_server.url)
     pid = f"svit://t/actor-del-{next(_n)}"
     left: list[tuple[str, str]] = []
     a = _actor(cfg, "h1", pid, 5, left, monkeypatch)

@@ -45,7 +45,7 @@ def _actor(redis: RedisServer, monkeypatch: pytest.MonkeyPatch, left: list[Any],
            **cfg: Any) -> ProcessActor:
     config = ClusterConfig(cluster=f"rb{next(_n)}", redis_url=redis.url,
                            reasoner={"enabled": False}, direct_transport=False, **cfg)
-    actor = ProcessActor(config.to_dict(), "h1", "", 0, "agent:h1")
+    actor = ProcessActor(config, "h1", "", 0, "agent:h1")
 
     async def leave(reason: str, token: int) -> None:
         left.append((reason, token))
@@ -82,7 +82,7 @@ async def test_a_reused_worker_serves_only_its_current_binding(
     assert (await actor.control(10, _body(a, 1, "r2"), "p")).route_moved
     # B's state is B's own
     mine = await actor.state(12, "/memory/count")
-    assert mine.unwrap() == Read({"type": "integer", "value": 0}, 0)
+    assert mine.unwrap() == Read(0, 0)
     assert await actor.watch(10) is False  # an ended binding's watch answers at once
     assert left == []
     await actor.unbind(12)

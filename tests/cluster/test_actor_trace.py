@@ -37,7 +37,7 @@ async def test_actor_records_the_callers_trace_in_the_commit(redis_server: Any) 
 
     pid = f"svit://t/actor-trace-{next(_ids)}-{id(object())}"
     cfg = ClusterConfig(redis_url=redis_server.url, reasoner={"enabled": False})
-    actor = ProcessActor(cfg.to_dict(), "h1", pid, 7, "agent-h1")
+    actor = ProcessActor(cfg, "h1", pid, 7, "agent-h1")
     started = await actor.start(CreateSpec(memory={"count": 0},
                                            scripts={"inc": Script(INCREMENT)}))
     version = started.unwrap().version

@@ -27,7 +27,7 @@ async def test_shutdown_revokes_the_lease_and_unregisters_at_once(
 ) -> None:
     config = ClusterConfig(cluster=f"sd-{uuid.uuid4().hex[:8]}",
                            etcd_endpoint=etcd_server.endpoint, lease_ttl_s=30)
-    agent = HostAgent(config.to_dict(), "h0")
+    agent = HostAgent(config, "h0")
     await agent._join()
     lease = agent.lease
     assert lease is not None and lease.state is LeaseState.HELD
@@ -62,7 +62,7 @@ async def test_an_agent_outside_ray_joins_without_starting_ray(etcd_server: Etcd
     assert not ray.is_initialized(), "an earlier test left this process connected to Ray"
     config = ClusterConfig(cluster=f"nr-{uuid.uuid4().hex[:8]}",
                            etcd_endpoint=etcd_server.endpoint, lease_ttl_s=30)
-    agent = HostAgent(config.to_dict(), "h0")
+    agent = HostAgent(config, "h0")
     await agent._join()
     client = open_client(etcd_server.endpoint)
     try:

@@ -158,11 +158,11 @@ class FakeLease:
 
 
 #: What a spare's ``bind_start_serve`` answers when it starts the process.
-STARTED: Outcome[Started] = Outcome.ok(Started(0, "0" * 64, {}))
+STARTED: Outcome[Started] = Outcome.ok(Started(0, "0" * 64))
 
 
 def agent() -> HostAgent:
-    a = HostAgent(ClusterConfig().to_dict(), "h1")
+    a = HostAgent(ClusterConfig(), "h1")
     a.lease = FakeLease()
     killed: list[Any] = []
     a.pool.kill = killed.append  # type: ignore[method-assign]

@@ -346,7 +346,7 @@ class _Agent:
         ep = (await self.actor.direct_endpoint()).unwrap()
         endpoint = DirectEndpoint(ep.host, ep.port, ep.secret, self.endpoint_token)
         return Outcome.ok(Activated(ServeStatus.SERVING, "a", 7, "svit:a:p",
-                                    Started(3, "0" * 64, {}, direct=endpoint)))
+                                    Started(3, "0" * 64, direct=endpoint)))
 
 
 @pytest.mark.parametrize("endpoint_token", [7, 8])

@@ -50,7 +50,7 @@ class Handle:
 class Agent:
     """A host agent whose ``activate`` starts and serves a real process actor."""
 
-    def __init__(self, host: str, router: RayRouter, cfg: dict[str, Any],
+    def __init__(self, host: str, router: RayRouter, cfg: ClusterConfig,
                  tokens: itertools.count[int]) -> None:
         self.host, self.router, self.cfg, self.tokens = host, router, cfg, tokens
         self.actors: list[ProcessActor] = []
@@ -91,7 +91,7 @@ async def test_ray_router_fork_with_history_copies_the_prefix_once(
     cache._apply(host_key(cluster, "h1"), json.dumps({"host": "h1"}).encode(), 1)
     cache.ready.set()
     router = RayRouter(cfg, cache)
-    agent = Agent("h1", router, cfg.to_dict(), itertools.count(5))
+    agent = Agent("h1", router, cfg, itertools.count(5))
     router._handles[agent_name("h1")] = Handle(agent)
     client = connect(redis_server.url)
     parent, child, retried = (f"svit://t/forkh-{n}-{x}" for x in ("p", "c", "r"))

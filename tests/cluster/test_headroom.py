@@ -45,7 +45,7 @@ async def test_an_agent_sizes_its_spares_to_a_peers_processes_and_publishes_them
         etcd_server: EtcdServer) -> None:
     cfg = ClusterConfig(cluster=unique("headroom"), etcd_endpoint=etcd_server.endpoint,
                         lease_ttl_s=3)
-    agent = HostAgent(cfg.to_dict(), "h1")
+    agent = HostAgent(cfg, "h1")
     refills: list[int] = []
     # no Ray here: the refill is recorded, not run
     agent.pool.refill = lambda: refills.append(agent.pool.wanted())  # type: ignore[method-assign]

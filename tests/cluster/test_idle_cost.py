@@ -78,7 +78,7 @@ class _Ownership(str):
 
 
 def _agent_serving(pid: str) -> tuple[HostAgent, FakeActorHandle, FakeOwners]:
-    agent = HostAgent(ClusterConfig().to_dict(), "h1")
+    agent = HostAgent(ClusterConfig(), "h1")
     agent.pool.kill = lambda handle: None  # type: ignore[method-assign]
     handle, owners = FakeActorHandle(), FakeOwners()
     agent.actors[pid] = ServedActor(7, handle, owners, _Ownership("ownership"))  # type: ignore[arg-type]
@@ -136,7 +136,7 @@ def _recording_actor(passivate_after_s: float,
                      monkeypatch: Any) -> tuple[ProcessActor, list[str]]:
     """An unbound ProcessActor whose ``_leave`` only records the reason."""
     config = ClusterConfig(passivate_after_s=passivate_after_s,
-                           reasoner={"enabled": False}).to_dict()
+                           reasoner={"enabled": False})
     actor = ProcessActor(config, "h1", "svit://t/p", 1, "agent:h1")
     left: list[str] = []
 

@@ -34,7 +34,7 @@ async def test_lease_survives_a_blocked_agent_event_loop(
                            etcd_endpoint=etcd_server.endpoint,
                            redis_url=redis_server.url,
                            lease_ttl_s=TTL_S)
-    agent = HostAgent(config.to_dict(), "h0")
+    agent = HostAgent(config, "h0")
     agent.spare_target = 0  # no Ray actors
     await agent.start()
     lease = agent.lease
@@ -69,7 +69,7 @@ async def test_an_overloaded_agent_sheds_new_activations(
     config = ClusterConfig(cluster=f"ov-{uuid.uuid4().hex[:8]}",
                            etcd_endpoint=etcd_server.endpoint,
                            redis_url=redis_server.url, lease_ttl_s=TTL_S)
-    agent = HostAgent(config.to_dict(), "h0")
+    agent = HostAgent(config, "h0")
     agent.spare_target = 0
     agent.max_activations = 2
     await agent.start()
@@ -111,7 +111,7 @@ async def test_an_activation_gives_up_when_the_host_stops_being_able_to_serve(
     config = ClusterConfig(cluster=f"hd-{uuid.uuid4().hex[:8]}",
                            etcd_endpoint=etcd_server.endpoint,
                            redis_url=redis_server.url, lease_ttl_s=TTL_S)
-    agent = HostAgent(config.to_dict(), "h0")
+    agent = HostAgent(config, "h0")
     agent.spare_target = 0
     await agent.start()
     hang = asyncio.Event()

@@ -50,7 +50,7 @@ class RecordingHandle:
 
 
 def test_the_agent_suspends_resumes_and_fences_out_on_lease_states() -> None:
-    agent = HostAgent(ClusterConfig().to_dict(), "h1")
+    agent = HostAgent(ClusterConfig(), "h1")
     handle = RecordingHandle()
     agent.actors["svit://t/p"] = ServedActor(1, handle, None, None)  # type: ignore[arg-type]
     agent.supervisor.on_lease(LeaseState.SUSPENDED)
@@ -71,7 +71,7 @@ class _CertainLease:
 
 
 def _served_agent(lease: Any) -> tuple[HostAgent, RecordingHandle]:
-    agent = HostAgent(ClusterConfig().to_dict(), "h1")
+    agent = HostAgent(ClusterConfig(), "h1")
     agent.leases.lease = lease
     handle = RecordingHandle()
     agent.actors["svit://t/p"] = ServedActor(1, handle, None, None)  # type: ignore[arg-type]
@@ -143,7 +143,7 @@ async def test_etcd_out_of_reach_for_less_than_the_certain_time_holds_the_actors
 
 
 async def test_a_suspended_actor_refuses_work_and_serves_again_when_resumed() -> None:
-    config = ClusterConfig(reasoner={"enabled": False}).to_dict()
+    config = ClusterConfig(reasoner={"enabled": False})
     actor = ProcessActor(config, "h1", "svit://t/p", 1, "svit:h1:agent")
     actor._ctrl = object()  # type: ignore[assignment]  # a stand-in: never called here
     work = lambda: {"ok": True}  # noqa: E731
@@ -175,7 +175,7 @@ async def test_a_reused_worker_starts_its_next_binding_unsuspended() -> None:
     the new (HELD) lease it must serve, and a late notice for its old binding
     must not suspend the new one (every request of the rebound process was
     refused as suspended, and its start failed the fence guard)."""
-    config = ClusterConfig(reasoner={"enabled": False}).to_dict()
+    config = ClusterConfig(reasoner={"enabled": False})
     actor = ProcessActor(config, "h1", "svit://t/p", 1, "svit:h1:agent")
     actor._ctrl = object()  # type: ignore[assignment]  # a stand-in: never called here
     await actor.suspend("host lease suspended", 5, 1)

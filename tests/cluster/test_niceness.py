@@ -49,5 +49,5 @@ def test_an_actor_built_in_process_leaves_its_host_alone() -> None:
     from svit_cluster.cluster import ClusterConfig, ProcessActor
 
     before = os.nice(0)
-    ProcessActor(ClusterConfig(cluster="unit").to_dict(), "h1", "", 0, "agent:h1")
+    ProcessActor(ClusterConfig(cluster="unit"), "h1", "", 0, "agent:h1")
     assert os.nice(0) == before

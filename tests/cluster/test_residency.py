@@ -75,7 +75,7 @@ class FakeWorker:
         assert not self.token, f"{self.name} bound twice"
         self.token, self.process_id, self.ended = token, process_id, asyncio.Event()
         self.world.bound.append((self.name, process_id))
-        return Outcome.ok(Started(0, "0" * 64, {}, pid=self.pid))
+        return Outcome.ok(Started(0, "0" * 64, pid=self.pid))
 
     async def unbind(self, token: int, only_if_idle: bool = True) -> Unbound:
         await asyncio.sleep(self.world.unbind_s)
@@ -158,7 +158,7 @@ class FakeLease:
 
 def _agent(world: World, monkeypatch: pytest.MonkeyPatch, *, max_active: int,
            max_starting: int = 1, spares: int = 0, pss_mib: float = 1e9) -> HostAgent:
-    agent = HostAgent(ClusterConfig().to_dict(), "h1")
+    agent = HostAgent(ClusterConfig(), "h1")
     agent.lease = FakeLease()
     agent.budget = Budget(max_active, pss_mib, max_starting, "test")
     agent.spare_target = spares

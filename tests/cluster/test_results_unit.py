@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from svit_cluster.cluster._config import ClusterConfig
 from svit_cluster.cluster._direct import DirectEndpoint
 from svit_cluster.cluster._results import (
     STALE_OWNER_CODES,
@@ -40,6 +41,8 @@ from svit_cluster.errors import (
     UnavailableError,
     error_class,
 )
+from svit_cluster.store import RestoreStats
+from svit_cluster.values import Script
 
 FIELDS: dict[str, Any] = {"token": 7, "route_moved": False, "nested": {"a": [1, "b"]}}
 
@@ -90,9 +93,9 @@ def test_route_moved_reads_the_errors_field() -> None:
 
 
 def test_a_value_unwraps_and_an_empty_outcome_is_internal() -> None:
-    ok = Outcome.ok(Read({"type": "integer", "value": 1}, 3))
+    ok = Outcome.ok(Read(1, 3))
     assert not ok.failed and ok.error is None and ok.code is None
-    assert ok.unwrap() == Read({"type": "integer", "value": 1}, 3)
+    assert ok.unwrap() == Read(1, 3)
     with pytest.raises(InternalError):
         Outcome().unwrap()
     failed = Outcome.fail(FencedError("newer owner"))
@@ -100,18 +103,18 @@ def test_a_value_unwraps_and_an_empty_outcome_is_internal() -> None:
 
 
 @pytest.mark.parametrize("value", [
-    Started(3, "ab" * 32, {"snapshot_version": 2, "tail_entries": 1, "duration_s": 0.01},
+    Started(3, "ab" * 32, RestoreStats(2, 512, 1, 0.01),
             DirectEndpoint("10.0.0.1", 4000, "s" * 64, 7), 1234),
     Unbound(False, busy=True),
     Appended(False, 4),
-    Dropped({"message_id": "m1"}, 5),
-    Read({"type": "string", "value": "x"}, 6),
+    Dropped({"message_id": "m1", "message": {"content": ["hi", 1.0]}}, 5),
+    Read({"n": [1, 2.0, "x", None, True], "lib": Script("(define (main input) 1)", "doc")}, 6),
     Snapshot(b"\x00snap", 9),
     Residency(30.0, False),
     Deleted(1, 4, "h1", 9),
     RequestStatus(True, 3, 1),
     ControlAnswer(b'{"outcome":{}}', "committed", None, 7, "h1"),
-    Activated(ServeStatus.SERVING, "h1", 7, "svit:h1:1", Started(0, "0" * 64, {})),
+    Activated(ServeStatus.SERVING, "h1", 7, "svit:h1:1", Started(0, "0" * 64)),
 ], ids=lambda v: type(v).__name__)
 def test_every_answer_type_survives_pickle(value: Any) -> None:
     assert _again(Outcome.ok(value)) == Outcome.ok(value)
@@ -122,6 +125,15 @@ def test_every_answer_type_survives_pickle(value: Any) -> None:
 ], ids=lambda v: type(v).__name__)
 def test_answers_without_an_outcome_survive_pickle(value: Any) -> None:
     assert _again(value) == value
+
+
+def test_the_cluster_config_survives_pickle() -> None:
+    """Process actors and host agents are built with the config itself."""
+    config = ClusterConfig(cluster="c1", host_endpoints={"h1": {"etcd": "127.0.0.1:1"}},
+                           reasoner={"kind": "simulated", "enabled": False},
+                           ports={"http": {"allow": ["https://example.org/"]}})
+    again = _again(config)
+    assert again == config and again.etcd_for("h1") == "127.0.0.1:1"
 
 
 def test_the_control_frame_round_trips_without_copying_the_body() -> None:

@@ -20,7 +20,7 @@ from svit_cluster.errors import NotFound, UnavailableError
 
 
 def test_unpark_retries_unavailable_and_stops_at_a_final_answer() -> None:
-    agent = HostAgent(ClusterConfig().to_dict(), "h1")
+    agent = HostAgent(ClusterConfig(), "h1")
     answers: dict[str, list[Outcome[Activated]]] = {
         # busy twice, then serving
         "svit://t/busy": [Outcome.fail(UnavailableError("no lease yet")),

@@ -81,7 +81,7 @@ ACTOR_FORBIDDEN_MODULES = ("opentelemetry.sdk",)
 _SERVING_ACTOR = (
     "svit_cluster.cluster._actor; import asyncio; "
     "from svit_cluster.cluster import ClusterConfig, ProcessActor; "
-    "cfg = ClusterConfig(redis_url='redis://127.0.0.1:9/0').to_dict(); "
+    "cfg = ClusterConfig(redis_url='redis://127.0.0.1:9/0'); "
     "asyncio.run(ProcessActor(cfg, 'h1', '', 0, 'agent:h1').warm()); "
     "from svit_cluster.store import StoreConfig, connect, load_backend_factory; "
     "from svit_cluster.events import RedisEventLog; "

@@ -265,7 +265,7 @@ async def test_agent_reconcile_releases_a_restored_record_it_does_not_serve(
     from svit_cluster.cluster._agent import HostAgent
 
     p = f"svit://test/{unique('p')}"
-    cfg = ClusterConfig(cluster=cluster, etcd_endpoint=fresh_etcd.endpoint).to_dict()
+    cfg = ClusterConfig(cluster=cluster, etcd_endpoint=fresh_etcd.endpoint)
     agent_a, agent_b = HostAgent(cfg, "a"), HostAgent(cfg, "b")
     agent_a.lease = await make_lease(fresh_etcd, ttl_s=30, safety_margin_s=1)
     agent_b.lease = await make_lease(fresh_etcd, ttl_s=30, safety_margin_s=1)

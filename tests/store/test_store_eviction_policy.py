@@ -212,13 +212,13 @@ async def test_a_host_agent_refuses_to_join_over_an_evicting_redis(
     from svit_cluster.cluster._agent import HostAgent
 
     config = ClusterConfig(redis_url=lru_redis.url, etcd_endpoint="127.0.0.1:9")
-    agent = HostAgent(config.to_dict(), "h1")
+    agent = HostAgent(config, "h1")
     with pytest.raises(ConfigurationError) as info:
         await agent.start()
     assert "maxmemory-policy is allkeys-lru" in str(info.value)
     assert agent.lease is None
     # Redis unreachable at start: only a warning (each connection checks again).
-    down = HostAgent(ClusterConfig(redis_url="redis://127.0.0.1:9/0").to_dict(), "h2")
+    down = HostAgent(ClusterConfig(redis_url="redis://127.0.0.1:9/0"), "h2")
     with caplog.at_level(logging.WARNING, logger="svit_cluster.cluster._agent"):
         down._check_redis()
     assert any("eviction policy" in r.getMessage() for r in caplog.records)
