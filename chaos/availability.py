@@ -339,7 +339,7 @@ def second_host_faults(faults: Sequence[Fault], cause: Fault | None, start: floa
                        end: float) -> list[Any]:
     """The windows of the faults on a host other than ``cause``'s that are open
     at some moment of ``(start, end)``, healing included (a restarted host is
-    back once its heal ended).
+    back once its heal ended), in the order the faults began.
 
     A failover that overlaps one ran with one survivor fewer than the cluster
     was sized for: with 3 hosts, one host takes over alone, and beyond its warm
@@ -348,10 +348,9 @@ def second_host_faults(faults: Sequence[Fault], cause: Fault | None, start: floa
     of one fault at a time is not mixed with one of two.
     """
     own = cause.host if cause is not None else None
-    return sorted((f.window for f in faults
-                   if f is not cause and f.host is not None and f.host != own
-                   and f.start < end and f.end > start),
-                  key=lambda w: (w is None, w if isinstance(w, int) else 0))
+    return [f.window for f in faults
+            if f is not cause and f.host is not None and f.host != own
+            and f.start < end and f.end > start]
 
 
 def failovers(history: Sequence[Event], logs: StoredLogs | None = None
