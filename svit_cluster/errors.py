@@ -39,12 +39,15 @@ __all__ = [
     "InternalError",
     "InvalidControlId",
     "InvalidInput",
+    "InvalidMount",
     "InvalidPath",
     "InvalidProcessId",
     "InvalidScriptName",
     "InvalidSnapshot",
     "InvalidTransaction",
     "LimitExceeded",
+    "MountDenied",
+    "MountUnavailable",
     "NotFound",
     "OutcomeUnknownError",
     "PayloadTooLarge",
@@ -80,6 +83,9 @@ class ErrorCode(StrEnum):
     EXECUTION_LIMIT_EXCEEDED = "execution_limit_exceeded"
     RESOURCE_LIMIT_EXCEEDED = "resource_limit_exceeded"
     SCRIPT_FAILED = "script_failed"
+    INVALID_MOUNT = "invalid_mount"
+    MOUNT_UNAVAILABLE = "mount_unavailable"
+    MOUNT_DENIED = "mount_denied"
     INVALID_CONTROL_ID = "invalid_control_id"
     INVALID_CONTROL_CONFIGURATION = "invalid_control_configuration"
     # process core
@@ -348,6 +354,28 @@ class ScriptNotFound(NotFound, code=ErrorCode.SCRIPT_NOT_FOUND):
 
 class InvalidPath(InvalidInput, code=ErrorCode.INVALID_PATH):
     """A path is malformed, or its parent does not exist or is not a container."""
+
+
+class InvalidMount(InvalidInput, code=ErrorCode.INVALID_MOUNT):
+    """A mount name, descriptor or source is malformed, or its source cannot be resolved."""
+
+
+class MountUnavailable(SvitError, code=ErrorCode.MOUNT_UNAVAILABLE):
+    """The addressed mount has no attached provider here, or its source failed.
+
+    A restored process keeps each mount's descriptor, never its authority: the
+    serving host re-attaches the providers its operator granted. Retry later, or
+    ask the operator to grant the mount (reference: ``MountUnavailable``).
+    """
+
+    http_status = 503
+
+
+class MountDenied(SvitError, code=ErrorCode.MOUNT_DENIED):
+    """The mount exists but does not grant this operation (a write to a read-only
+    mount, a symbolic link or special file inside a folder mount)."""
+
+    http_status = 403
 
 
 class ExecutionLimitExceeded(LimitExceeded, code=ErrorCode.EXECUTION_LIMIT_EXCEEDED):

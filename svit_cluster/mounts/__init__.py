@@ -1,0 +1,48 @@
+"""Mounts: external data below ``/mounts/<name>``, granted by the operator, never by a guest.
+
+The committed root holds each mount's descriptor; the serving host attaches
+the providers (:class:`MountProvider`) its operator granted on every
+activation of the process, on any host. Writes to a writable mount are
+recorded in the activation's transaction and applied after the fenced commit
+(:class:`MountRegistry`). Reference semantics: ``crates/svit/src/mounts.rs``
+and ``crates/svit/tests/mounts.rs``; ours and the differences:
+docs/conformance.md, "Mounts".
+"""
+
+from svit_cluster.mounts._model import (
+    ACCESS_MODES,
+    LOCALITIES,
+    MAX_MOUNTS,
+    MountDescriptor,
+    MountFence,
+    MountNode,
+    MountPath,
+    MountProvider,
+    validate_mount_name,
+)
+from svit_cluster.mounts._registry import (
+    MOUNT_OPS,
+    MountOp,
+    MountRegistry,
+    check_mounts_value,
+    split_mount_path,
+)
+from svit_cluster.mounts._value import ValueMount
+
+__all__ = [
+    "ACCESS_MODES",
+    "LOCALITIES",
+    "MAX_MOUNTS",
+    "MOUNT_OPS",
+    "MountDescriptor",
+    "MountFence",
+    "MountNode",
+    "MountOp",
+    "MountPath",
+    "MountProvider",
+    "MountRegistry",
+    "ValueMount",
+    "check_mounts_value",
+    "split_mount_path",
+    "validate_mount_name",
+]
