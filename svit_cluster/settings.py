@@ -197,6 +197,8 @@ class ClusterSettings(StoreSettings):
             ``defaults.RETENTION_MIN..RETENTION_MAX``).
         ports_json: ``SVIT_PORTS_JSON``: the port registry settings
             (``svit_cluster.ports.PortsConfig``) as a JSON object; validated.
+        mounts_json: ``SVIT_MOUNTS_JSON``: the mount grants
+            (``svit_cluster.mounts.MountsConfig``) as a JSON list; validated.
         reasoner_kind, reasoner_base_url, reasoner_model, reasoner_api_key_env,
             reasoner_instructions: ``SVIT_REASONER_*``: the reasoning loop's
             settings (``svit_cluster.reasoning.ReasonerConfig`` fields); unset
@@ -222,6 +224,7 @@ class ClusterSettings(StoreSettings):
                                   le=RETENTION_MAX)
     max_events: int = Field(default=DEFAULT_MAX_EVENTS, ge=RETENTION_MIN, le=RETENTION_MAX)
     ports_json: str = ""
+    mounts_json: str = Field(default="", repr=False)
     reasoner_kind: str | None = None
     reasoner_base_url: str | None = None
     reasoner_model: str | None = None
@@ -249,6 +252,22 @@ class ClusterSettings(StoreSettings):
         if not isinstance(doc, dict):
             raise ValueError("must be a JSON object")
         return raw
+
+    @field_validator("mounts_json")
+    @classmethod
+    def _mounts(cls, raw: str) -> str:
+        """A JSON list; its grants are checked by ``svit_cluster.mounts.MountsConfig``
+        when the cluster config is built (``ClusterConfig.from_settings``)."""
+        if not raw.strip():
+            return ""
+        doc = json.loads(raw)  # ValueError: reported as "Value error, ..."
+        if not isinstance(doc, list):
+            raise ValueError("must be a JSON list of mount grants")
+        return raw
+
+    def mounts(self) -> list[Any]:
+        """``mounts_json`` as a list (``[]`` when unset)."""
+        return list(json.loads(self.mounts_json)) if self.mounts_json else []
 
     def ports(self) -> dict[str, Any]:
         """``ports_json`` as a mapping (``{}`` when unset)."""

@@ -152,10 +152,16 @@ class _Session:
         self.new_timers: list[dict[str, Any]] = []
 
     # -- reads ----------------------------------------------------------------
+    # Below /mounts/<name> the process's attached providers answer (the mount's
+    # current content: a write this activation made reaches it at the commit).
     def read(self, path: str) -> Value:
+        if path.startswith("/mounts/"):
+            return self.process.read(path)
         return _value_or_none(lookup_node(self.wc.root, parse_path(path)))
 
     def discover(self, path: str) -> Value:
+        if path.startswith("/mounts/"):
+            return list(self.process.discover(path))
         node = lookup_node(self.wc.root, parse_path(path))
         if isinstance(node, MapNode):
             return list(node.keys())
@@ -166,6 +172,8 @@ class _Session:
                            code=ErrorCode.INVALID_PATH)
 
     def stat(self, path: str) -> Value:
+        if path.startswith("/mounts/"):
+            return self.process.stat(path)
         node = lookup_node(self.wc.root, parse_path(path))
         if node is None:
             return None
@@ -180,12 +188,16 @@ class _Session:
             raise LimitExceeded("too many staged scripts (max_staged_scripts)")
 
     def write(self, path: str, value: Value) -> None:
+        if self.process.stage_mount_write(self.wc, path, value):
+            return
         segs = self.wc.write(path, value)
         if segs[0] == "lib":
             self.staged_scripts.add(segs[1])
             self._count_library_change()
 
     def remove(self, path: str) -> None:
+        if self.process.stage_mount_write(self.wc, path, None):
+            return
         segs = self.wc.remove(path)
         if segs[0] == "lib":
             self._count_library_change()

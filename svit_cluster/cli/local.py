@@ -98,6 +98,11 @@ def _progress(message: str) -> None:
               type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="JSON file with the ports block (http/llm/spawn, allowlists, limits); "
                    "default: no port is granted.")
+@click.option("--mounts", "mounts_file", default=None,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="JSON file with the mount grants: a list of {name, kind (folder, "
+                   "writable_folder, sql_query, value), source, processes: [id patterns]} "
+                   "(see docs/mounts.md); default: nothing is mounted.")
 @click.option("--redis-cluster", "redis_cluster", default=None, metavar="M[xR]",
               help="Run a Redis Cluster of M masters (>= 3) with R replicas each "
                    "(e.g. 3x1) instead of one redis-server.")
@@ -122,7 +127,8 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
        passivate_after_s: float, dispatchers: int, webhook_hosts: tuple[str, ...],
        reasoner_kind: str, reasoner_url: str | None, model: str | None,
        reasoner_key_env: str, instructions: str | None, ports_file: Path | None,
-       redis_cluster: str | None, etcd_members: int, max_active_per_host: int,
+       mounts_file: Path | None, redis_cluster: str | None, etcd_members: int,
+       max_active_per_host: int,
        signal_retention: int, max_events: int, output: str) -> None:
     """Start a complete local cluster in the background and wait until it is healthy.
 
@@ -140,6 +146,10 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
         ports = json.loads(ports_file.read_text()) if ports_file is not None else {}
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--ports") from None
+    try:
+        mounts = json.loads(mounts_file.read_text()) if mounts_file is not None else []
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--mounts") from None
     masters, replicas = 0, 0
     if redis_cluster is not None:
         m, _, r = redis_cluster.lower().partition("x")
@@ -154,6 +164,7 @@ def up(state_dir: Path, hosts: int, lease_ttl_s: int, snapshot_every: int,
                         dispatch_options={"webhook_hosts": list(webhook_hosts)},
                         reasoner=reasoner,
                         ports=ports if isinstance(ports, dict) else {"invalid": ports},
+                        mounts=mounts,
                         redis_masters=masters, redis_replicas=replicas,
                         etcd_members=etcd_members,
                         max_active_per_host=max_active_per_host,

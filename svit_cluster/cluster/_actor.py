@@ -68,7 +68,7 @@ from svit_cluster.errors import (
     SvitError,
     UnavailableError,
 )
-from svit_cluster.process import Process, to_plain_json
+from svit_cluster.process import Process, Transaction, mount_ops, to_plain_json
 from svit_cluster.store import (
     RestoreStats,
     StoreConfig,
@@ -377,7 +377,42 @@ class ProcessActor:
         # Replace /ports by this host's grants before serving (a stale catalog
         # from a snapshot, a fork or another host never stays).
         self._ctrl.grant_ports()
+        self._attach_mounts(proc, backend)
         return Started(proc.version, proc.root_hash, restore)
+
+    def _attach_mounts(self, proc: Process, backend: Any) -> None:
+        """Commit the operator's mount grants for this process (``mounts.refresh``,
+        if they changed) and attach their providers under this owner's token.
+
+        A writable folder is fenced: attaching takes the fence with this token
+        (a frozen earlier owner's late write is refused from then on) and
+        re-applies the committed writes the last owner left unapplied, read
+        back from the log, before the process serves. A mount that cannot be
+        attached (a source down, a newer owner) stays detached: its paths
+        answer ``mount_unavailable``; everything else is served.
+        """
+        from svit_cluster.mounts import MountsConfig
+
+        grants = MountsConfig.parse(self.cfg.mounts).for_process(self.process_id)
+        providers: dict[str, Any] = {}
+        for grant in grants:
+            try:
+                providers[grant.name] = grant.provider(proc.limits)
+            except SvitError as exc:
+                log.error("mount %s of %s not attached: %s", grant.name, self.process_id, exc)
+        assert self._ctrl is not None
+        self._ctrl.grant_mounts({n: p.descriptor() for n, p in providers.items()})
+
+        def history(after: int) -> list[tuple[int, list[Any]]]:
+            return [(e.version, mount_ops(Transaction.decode(e.record)))
+                    for e in backend.entries(after_version=after)]
+
+        for name, provider in providers.items():
+            try:
+                proc.attach_mount(name, provider, process_id=self.process_id,
+                                  token=self.token, head_version=proc.version, history=history)
+            except SvitError as exc:
+                log.error("mount %s of %s not attached: %s", name, self.process_id, exc)
 
     def _copy_history(self, client: Any, backend: Any, history: ForkHistory) -> None:
         """Copy a history fork's event prefix before the child exists in the store.

@@ -163,6 +163,11 @@ class ClusterConfig:
             (``svit_cluster.ports.PortsConfig``: which ports, allowlists,
             limits; default ``{}`` grants nothing). From ``cluster.json``
             ``ports`` or ``SVIT_PORTS_JSON``.
+        mounts: the deployment's mount grants, a JSON list
+            (``svit_cluster.mounts.MountsConfig``: which mounts, their
+            sources, which processes get them; default ``[]`` mounts
+            nothing). From ``cluster.json`` ``mounts`` or ``SVIT_MOUNTS_JSON``.
+            May hold a database DSN: kept out of ``repr``.
         direct_transport: the gateway sends control requests to a process
             actor over the actor's own socket (Ray stays the control plane;
             :mod:`svit_cluster.cluster._direct`), falling back to a Ray call
@@ -204,6 +209,7 @@ class ClusterConfig:
     redis_cluster: bool = False
     reasoner: dict[str, JsonValue] = field(default_factory=dict, repr=False)
     ports: dict[str, JsonValue] = field(default_factory=dict)
+    mounts: list[JsonValue] = field(default_factory=list, repr=False)
     direct_transport: bool = True
     max_active_per_host: int = DEFAULT_MAX_ACTIVE_PER_HOST
     max_actors_pss_mib: float = DEFAULT_MAX_ACTORS_PSS_MIB
@@ -239,6 +245,7 @@ class ClusterConfig:
             max_events=int(doc.get("max_events", DEFAULT_MAX_EVENTS)),
             reasoner=dict(doc.get("reasoner") or {}),
             ports=dict(doc.get("ports") or {}),
+            mounts=list(doc.get("mounts") or []),
             direct_transport=bool(doc.get("direct_transport", True)),
             max_active_per_host=int(doc.get("max_active_per_host",
                                             DEFAULT_MAX_ACTIVE_PER_HOST)),
@@ -270,6 +277,7 @@ class ClusterConfig:
             ConfigurationError: ``SVIT_PORTS_JSON`` is not a valid port registry
                 (``svit_cluster.ports.PortsConfig``); the message names it.
         """
+        from svit_cluster.mounts import MountsConfig
         from svit_cluster.ports import PortsConfig
 
         try:
@@ -277,6 +285,11 @@ class ClusterConfig:
         except ConfigurationError as exc:
             raise ConfigurationError(
                 f"bad setting SVIT_PORTS_JSON: {exc.message}") from None
+        try:
+            MountsConfig.parse(env.mounts())
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"bad setting SVIT_MOUNTS_JSON: {exc.message}") from None
         return cls(
             cluster=env.cluster,
             etcd_endpoint=env.etcd_endpoints,  # every member: open_client fails over
@@ -291,6 +304,7 @@ class ClusterConfig:
             redis_cluster=env.redis_cluster,
             reasoner=env.reasoner(),
             ports=env.ports(),
+            mounts=env.mounts(),
             max_active_per_host=env.max_active_per_host,
             max_actors_pss_mib=env.max_actors_pss_mib,
             max_starting_per_host=env.max_starting_per_host,

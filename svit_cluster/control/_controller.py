@@ -457,6 +457,25 @@ class ProcessController:
                 return None
             return self._durable_commit(transition, None, ())
 
+    def grant_mounts(self, descriptors: Mapping[str, Any]) -> Change | None:
+        """Replace ``/mounts`` by the operator's grants for this process (one
+        ``mounts.refresh`` commit, if it differs).
+
+        Args:
+            descriptors: name -> :class:`~svit_cluster.mounts.MountDescriptor`.
+
+        Returns:
+            The change, or None when ``/mounts`` already matched.
+
+        Raises:
+            FencedError, UnavailableError: as :meth:`execute`.
+        """
+        with self._lock:
+            transition = self._process.mounts_transition(dict(descriptors))
+            if transition is None:
+                return None
+            return self._durable_commit(transition, None, ())
+
     def append_inbox(self, message: Any, *, dedup_key: str | None = None
                      ) -> tuple[bool, int, Change | None]:
         """Commit ``message`` to ``/inbox`` at the serialization point.

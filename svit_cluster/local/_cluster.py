@@ -57,6 +57,7 @@ from svit_cluster.local._servers import (
     stop_pid,
     wait_exited,
 )
+from svit_cluster.mounts import MountsConfig
 from svit_cluster.ports import PortsConfig
 from svit_cluster.reasoning import ReasonerConfig
 from svit_cluster.store import CLUSTER_ENV, DEFAULT_SNAPSHOT_EVERY
@@ -113,6 +114,10 @@ class ClusterSpec:
         ports: the deployment's port registry (``svit_cluster.ports.PortsConfig``
             fields: which ports, their allowlists and limits; default ``{}``
             grants nothing). Recorded in ``cluster.json`` for every host.
+        mounts: the deployment's mount grants (``svit_cluster.mounts.MountsConfig``:
+            a list; default ``[]`` mounts nothing). Recorded in ``cluster.json``
+            for every host (use ``dsn_env``, not ``dsn``, for a database
+            password: cluster.json is a plain file).
         redis_masters: 0 (default) starts one redis-server; 3 or more start a
             Redis Cluster of that many masters (``up --redis-cluster MxR``).
         redis_replicas: replicas per master of that Redis Cluster (0..4).
@@ -143,6 +148,7 @@ class ClusterSpec:
     dispatch_options: dict[str, Any] = field(default_factory=dict)
     reasoner: dict[str, Any] = field(default_factory=dict)
     ports: dict[str, Any] = field(default_factory=dict)
+    mounts: list[Any] = field(default_factory=list)
     redis_masters: int = 0
     redis_replicas: int = 0
     etcd_members: int = 1
@@ -183,6 +189,7 @@ class ClusterSpec:
                                      "cluster.json: set api_key_env instead")
         ReasonerConfig.from_dict(self.reasoner)
         PortsConfig.parse(self.ports)
+        MountsConfig.parse(self.mounts)
         return self
 
 
@@ -272,6 +279,7 @@ class LocalCluster:
             "max_events": spec.max_events,
             "max_request_bytes": spec.max_request_bytes,
             "ports": dict(spec.ports),
+            "mounts": list(spec.mounts),
             "tokens": {"admin": admin, "local": tenant},
             "reasoner": dict(spec.reasoner),
             "tokens_file": str(tokens_file),
@@ -502,6 +510,7 @@ class LocalCluster:
             max_request_bytes=doc["max_request_bytes"],
             cluster=doc["cluster"],
             ports=dict(doc.get("ports") or {}),
+            mounts=list(doc.get("mounts") or []),
             max_active_per_host=int(doc.get("max_active_per_host", DEFAULT_MAX_ACTIVE_PER_HOST)),
             signal_retention=int(doc.get("signal_retention", DEFAULT_SIGNAL_RETENTION)),
             max_events=int(doc.get("max_events", DEFAULT_MAX_EVENTS)),

@@ -9,6 +9,7 @@ and ``crates/svit/tests/mounts.rs``; ours and the differences:
 docs/conformance.md, "Mounts".
 """
 
+from svit_cluster.mounts._config import MountGrant, MountsConfig
 from svit_cluster.mounts._model import (
     ACCESS_MODES,
     LOCALITIES,
@@ -36,11 +37,13 @@ __all__ = [
     "MOUNT_OPS",
     "MountDescriptor",
     "MountFence",
+    "MountGrant",
     "MountNode",
     "MountOp",
     "MountPath",
     "MountProvider",
     "MountRegistry",
+    "MountsConfig",
     "ValueMount",
     "check_mounts_value",
     "split_mount_path",

@@ -24,6 +24,7 @@ from svit_cluster.process._inbox import (
     prepare_inbox_close,
     prepare_inbox_drop,
 )
+from svit_cluster.process._mounted import mount_ops
 from svit_cluster.process._namespace import (
     LANGUAGE,
     MAX_PENDING_TIMERS,
@@ -115,6 +116,7 @@ __all__ = [
     "get_node",
     "inbox_closed",
     "lookup_node",
+    "mount_ops",
     "node_from_value",
     "parse_path",
     "prepare_inbox_ack",

@@ -6,6 +6,7 @@ from typing import Any
 
 from svit_cluster.errors import ErrorCode, InvalidInput, SvitError
 from svit_cluster.lisp import compile_script
+from svit_cluster.mounts import check_mounts_value
 from svit_cluster.process._transaction import LEGACY_TRANSACTION_FORMAT, TRANSACTION_FORMAT
 from svit_cluster.process._tree import (
     EMPTY_MAP,
@@ -16,6 +17,7 @@ from svit_cluster.process._tree import (
     ScriptNode,
     get_node,
     node_from_value,
+    value_from_node,
 )
 from svit_cluster.values import (
     MAX_DELAY_MS,
@@ -97,7 +99,8 @@ OUTBOX_WINDOW = 256
 _LEGACY_INTENT_FIELDS = frozenset({"id", "to", "body"})
 
 #: Root sections reserved for features this host does not have; they stay empty.
-RESERVED_ROOTS = ("children", "mounts", "tasks")
+#: (``/mounts`` holds mount descriptors: :func:`svit_cluster.mounts.check_mounts_value`.)
+RESERVED_ROOTS = ("children", "tasks")
 
 #: The fields of one ``/ports/<name>`` descriptor (reference: docs/ports.md,
 #: "Registry and catalog"). The catalog is descriptive only: the host installs
@@ -141,6 +144,7 @@ def build_root(
     memory: Value = None,
     scripts: dict[str, Script] | None = None,
     parent: str | None = None,
+    mounts: dict[str, Value] | None = None,
 ) -> MapNode:
     """Build a fresh root map.
 
@@ -150,6 +154,8 @@ def build_root(
         memory: initial ``/memory`` map (plain values) or None for empty.
         scripts: initial ``/lib`` entries.
         parent: lineage parent id (set by fork).
+        mounts: ``/mounts``: name -> descriptor record (``{access, kind,
+            locality, source}``).
 
     ``/system/identity/authenticated`` is always false: the address in process
     metadata is never a credential (reference: process.rs identity).
@@ -179,6 +185,8 @@ def build_root(
         inbox=ArrayNode(()),
         system=system,
     )
+    if mounts:
+        items["mounts"] = node_from_value(dict(mounts))
     return MapNode.from_items(items)
 
 
@@ -212,6 +220,8 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
     * the root is a map with exactly :data:`~svit_cluster.process.ROOT_KEYS`;
     * ``/memory`` and ``/thread`` are maps, ``/inbox`` is an array, and every
       reserved section (:data:`RESERVED_ROOTS`) is an empty map;
+    * ``/mounts`` maps mount names to descriptors ``{access, kind, locality,
+      source}`` (:func:`~svit_cluster.mounts.check_mounts_value`);
     * ``/ports`` is a port catalog: at most :data:`MAX_PORTS` entries, each a
       map with exactly :data:`PORT_DESCRIPTOR_FIELDS` whose ``name`` is its
       key (a catalog of another host is accepted here and replaced by the
@@ -254,6 +264,13 @@ def validate_root(root: Node, process_id: str, limits: Limits) -> None:
         node = root.get(key)
         if not isinstance(node, MapNode) or len(node) != 0:
             raise _root_error(f"/{key}", "is reserved and must be an empty map")
+    mounts = root.get("mounts")
+    if not isinstance(mounts, MapNode):
+        raise _root_error("/mounts", "must be a map")
+    try:
+        check_mounts_value(value_from_node(mounts))
+    except SvitError as exc:
+        raise _root_error("/mounts", exc.message) from None
     check_port_catalog(root.get("ports"))
     lib = root.get("lib")
     if not isinstance(lib, MapNode):

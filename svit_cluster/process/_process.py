@@ -16,9 +16,17 @@ from svit_cluster.errors import (
     CorruptData,
     ErrorCode,
     InvalidInput,
+    InvalidMount,
     LimitExceeded,
     SvitError,
 )
+from svit_cluster.mounts import (
+    MountDescriptor,
+    MountProvider,
+    MountRegistry,
+    validate_mount_name,
+)
+from svit_cluster.process._mounted import committed_mounts, mount_ops, mount_target
 from svit_cluster.process._namespace import (
     MAX_VERSION,
     SNAPSHOT_FORMAT,
@@ -80,7 +88,7 @@ class Process:
         chain_head: ``event_hash`` of the last record (:data:`GENESIS_HASH` first).
     """
 
-    __slots__ = ("_chain_head", "_id", "_limits", "_position", "_root", "_version")
+    __slots__ = ("_chain_head", "_id", "_limits", "_mounts", "_position", "_root", "_version")
 
     def __init__(
         self,
@@ -99,6 +107,8 @@ class Process:
         self._limits = (limits or Limits()).validate()
         self._position = position
         self._chain_head = chain_head
+        #: Attached mount providers: runtime authority, never in a snapshot.
+        self._mounts = MountRegistry()
 
     # -- construction -----------------------------------------------------------
 
@@ -110,6 +120,7 @@ class Process:
         limits: Limits | None = None,
         memory: Value = None,
         scripts: dict[str, Script | str] | None = None,
+        mounts: dict[str, MountProvider] | None = None,
     ) -> Process:
         """Create a process at version 0.
 
@@ -119,6 +130,8 @@ class Process:
             memory: initial ``/memory`` map of plain values.
             scripts: initial ``/lib``: name -> :class:`Script` or source text;
                 each must compile (reference: scripts compile when stored).
+            mounts: name -> provider: each descriptor is committed under
+                ``/mounts/<name>`` (at version 0) and the provider attached.
 
         ``/system/identity/authenticated`` is always false (process metadata is
         never a credential).
@@ -137,12 +150,17 @@ class Process:
         }
         for name, script in lib.items():
             check_script(name, script, lim)
-        root = build_root(process_id, lim, memory=memory, scripts=lib)
+        providers = {validate_mount_name(n): p for n, p in (mounts or {}).items()}
+        root = build_root(process_id, lim, memory=memory, scripts=lib,
+                          mounts={n: p.descriptor().to_value() for n, p in providers.items()})
         if root.size > lim.max_tree_nodes:
             raise LimitExceeded("process tree exceeds max_tree_nodes")
         if root.text > lim.max_tree_text_bytes:
             raise LimitExceeded("process tree exceeds max_tree_text_bytes")
-        return cls(process_id, root, limits=lim)
+        proc = cls(process_id, root, limits=lim)
+        for name, provider in providers.items():
+            proc._mounts.attach(name, provider)
+        return proc
 
     # -- read side ------------------------------------------------------------------
 
@@ -175,13 +193,30 @@ class Process:
     def chain_head(self) -> str:
         return self._chain_head
 
+    @property
+    def mounts(self) -> MountRegistry:
+        """The attached mount providers (runtime state; see :meth:`attach_mount`)."""
+        return self._mounts
+
     def read(self, path: str) -> Value:
         """The plain value at ``path``; a missing key or index reads as ``None``.
 
+        Below ``/mounts/<name>`` the attached provider answers: a leaf reads as
+        its content, a directory and the mount root as their node records
+        (``svit_cluster.mounts.MountRegistry.read``).
+
         Raises:
             InvalidInput: (``invalid_path``) malformed path, a path through a
-                scalar, or a non-decimal array index (reference: path reads).
+                scalar, or a non-decimal array index (reference: path reads),
+                or a mount name that is not mounted.
+            InvalidMount: a malformed mount name.
+            MountUnavailable: no provider attached for the mount.
+            MountDenied: the path crosses a symbolic link or special file.
+            LimitExceeded: a mounted leaf over ``max_text_bytes``.
         """
+        target = mount_target(path)
+        if target is not None:
+            return self._mounts.read(committed_mounts(self._root), *target, self._limits)
         node = lookup_node(self._root, parse_path(path))
         return None if node is None else value_from_node(node)
 
@@ -199,7 +234,12 @@ class Process:
         Raises:
             InvalidInput: (``invalid_path``) nothing at ``path``, or a scalar or
                 script there (reference: discover needs a container).
+            MountUnavailable, MountDenied, LimitExceeded: as :meth:`read`,
+                below ``/mounts/<name>``.
         """
+        target = mount_target(path)
+        if target is not None:
+            return self._mounts.discover(committed_mounts(self._root), *target, self._limits)
         node = self.node(path)
         if isinstance(node, MapNode):
             return node.keys()
@@ -210,7 +250,13 @@ class Process:
                            code=ErrorCode.INVALID_PATH)
 
     def stat(self, path: str) -> dict[str, Value] | None:
-        """The facts record of the node at ``path`` (:func:`stat_record`), None when missing."""
+        """The facts record of the node at ``path`` (:func:`stat_record`, or the
+        mount's node record below ``/mounts/<name>``), None when missing."""
+        target = mount_target(path)
+        if target is not None:
+            record = self._mounts.stat(committed_mounts(self._root), *target, self._limits)
+            assert record is None or isinstance(record, dict)
+            return record
         node = self.node(path)
         if node is None:
             return None
@@ -219,8 +265,34 @@ class Process:
     # -- commits ------------------------------------------------------------------
 
     def working_copy(self) -> WorkingCopy:
-        """A fresh working copy over the current root (for activations)."""
+        """A fresh working copy over the current root (for activations).
+
+        Committed mount writes whose apply failed are re-applied first, so
+        nothing commits on top of a mount that is behind its log.
+
+        Raises:
+            MountUnavailable: such a write still fails.
+        """
+        self._mounts.flush()
         return WorkingCopy(self._root, self._limits)
+
+    def stage_mount_write(self, wc: WorkingCopy, path: str, value: Value | None) -> bool:
+        """Record a write (``value``) or removal (None) below ``/mounts/<name>`` in
+        ``wc``; False when ``path`` is not below a mount (nothing staged).
+
+        Raises:
+            InvalidInput: (``invalid_path``) not mounted, the mount root, a bad
+                target; (``invalid_value``) a bad value.
+            MountDenied: the mount is read-only.
+            MountUnavailable: no provider attached.
+            LimitExceeded: a value over the bounds.
+        """
+        target = mount_target(path)
+        if target is None:
+            return False
+        self._mounts.check_write(committed_mounts(self._root), *target, value, self._limits)
+        wc.mount_op("mount_remove" if value is None else "mount_write", path, value)
+        return True
 
     def seal(self, wc: WorkingCopy, source: str) -> Transition:
         """Seal a working copy into the next transition (not yet applied).
@@ -267,6 +339,12 @@ class Process:
         self._version = rec.process_version_after
         self._position = rec.position
         self._chain_head = rec.event_hash
+        # Writes follow the commit, never precede it: a mount write recorded
+        # in this transition reaches the mount only now (under the owner's
+        # fence where the mount has one).
+        ops = mount_ops(rec)
+        if ops:
+            self._mounts.apply(rec.process_version_after, ops, self._limits)
         return transition.change
 
     def ports_transition(self, catalog: dict[str, Value]) -> Transition | None:
@@ -297,6 +375,53 @@ class Process:
                 wc.host_set(f"/ports/{name}", catalog[name])
         return self.seal(wc, "ports.refresh")
 
+    def mounts_transition(self, descriptors: dict[str, MountDescriptor]) -> Transition | None:
+        """Seal the replacement of ``/mounts`` by the serving host's grants, if it differs.
+
+        Like ``/ports``: the operator's grants decide what is mounted, on every
+        activation of the process on any host; a changed grant is one
+        versioned ``mounts.refresh`` transition. Returns None when ``/mounts``
+        already holds exactly ``descriptors`` (re-attaching the same identity
+        is not a state transition).
+
+        Raises:
+            InvalidMount: a bad mount name.
+            LimitExceeded: tree bounds or the version limit.
+        """
+        wanted: dict[str, Value] = {validate_mount_name(n): d.to_value()
+                                    for n, d in descriptors.items()}
+        current = self.read("/mounts")
+        assert isinstance(current, dict)
+        if values_equal(current, wanted):
+            return None
+        wc = self.working_copy()
+        for name in sorted(current):
+            if name not in wanted:
+                wc.host_remove(f"/mounts/{name}")
+        for name in sorted(wanted):
+            if name not in current or not values_equal(current[name], wanted[name]):
+                wc.host_set(f"/mounts/{name}", wanted[name])
+        return self.seal(wc, "mounts.refresh")
+
+    def attach_mount(self, name: str, provider: MountProvider, **fence: Any) -> None:
+        """Attach ``provider`` to the committed mount ``name`` (not a state transition).
+
+        ``fence`` is passed to ``MountRegistry.attach`` (an owner's
+        ``process_id``, ``token``, ``head_version`` and ``history``).
+
+        Raises:
+            InvalidMount: ``name`` is not committed under ``/mounts``, or its
+                committed descriptor differs from the provider's.
+            MountUnavailable: the mount's fence is held by a newer owner.
+        """
+        committed = committed_mounts(self._root).get(validate_mount_name(name))
+        if committed is None:
+            raise InvalidMount(f"/mounts/{name} is not in the process root")
+        if committed != provider.descriptor():
+            raise InvalidMount(f"/mounts/{name}: the provider's identity differs from the "
+                               "committed descriptor")
+        self._mounts.attach(name, provider, limits=self._limits, **fence)
+
     def grant_ports(self, catalog: dict[str, Value]) -> Change | None:
         """Apply :meth:`ports_transition` in memory; None when unchanged."""
         transition = self.ports_transition(catalog)
@@ -308,7 +433,9 @@ class Process:
         return self.commit(self.seal(wc, source))
 
     def write(self, path: str, value: Value) -> Change:
-        """Host write of ``value`` at ``path`` (only below ``/memory`` or ``/lib/<name>``).
+        """Host write of ``value`` at ``path`` (only below ``/memory``, ``/lib/<name>``,
+        or a writable mount: recorded in the transaction, applied to the mount
+        after the commit).
 
         ``/memory`` itself may be written with a map. A script written to
         ``/lib/<name>`` must compile (reference: compiled on write).
@@ -322,6 +449,8 @@ class Process:
             LimitExceeded: tree bounds, script size/syntax limits, or the version limit.
         """
         def stage(wc: WorkingCopy) -> None:
+            if self.stage_mount_write(wc, path, value):
+                return
             segs = wc.write(path, value)
             if segs[0] == "lib":
                 node = get_node(wc.root, segs)
@@ -337,7 +466,11 @@ class Process:
             InvalidInput: (``invalid_path``) e.g. ``/memory`` itself, or nothing
                 at ``path`` (reference: a missing target is ``invalid_path``).
         """
-        return self._host_commit("host.remove", lambda wc: wc.remove(path))
+        def stage(wc: WorkingCopy) -> None:
+            if not self.stage_mount_write(wc, path, None):
+                wc.remove(path)
+
+        return self._host_commit("host.remove", stage)
 
     def inbox_append(self, message: Value) -> Change:
         """Append ``message`` to ``/inbox`` (one new version).
@@ -538,7 +671,13 @@ class Process:
             assert isinstance(opened, MapNode)
             root = opened
         validate_root(root, new_id, self._limits)
-        return Process(new_id, root, version=self._version, limits=self._limits)
+        child = Process(new_id, root, version=self._version, limits=self._limits)
+        # The child shares the providers the host attached (reference: forks
+        # share mounts), without the parent's fences: a fork in the cluster
+        # attaches its own grants when it is activated.
+        for name, provider in self._mounts.providers().items():
+            child._mounts.attach(name, provider)
+        return child
 
     def scripts(self) -> dict[str, Script]:
         """All stored scripts by name."""

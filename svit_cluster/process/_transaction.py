@@ -70,10 +70,12 @@ MAX_SOURCE_BYTES = 4096
 #: The ``source`` values svit_cluster writes (any other valid source is read).
 SOURCES = frozenset(
     {"activation", "host.write", "host.remove", "inbox.append", "inbox.ack", "host.event",
-     "ports.refresh"}
+     "ports.refresh", "mounts.refresh"}
 )
-_OPS_WITH_VALUE = frozenset({"set", "append"})
-_OPS = frozenset({"set", "remove", "append", "remove_front"})
+#: ``mount_write``/``mount_remove`` record a write below ``/mounts/<name>``: the
+#: root does not change; the owner applies it to the mount after the commit.
+_OPS_WITH_VALUE = frozenset({"set", "append", "mount_write"})
+_OPS = frozenset({"set", "remove", "append", "remove_front", "mount_write", "mount_remove"})
 _FIELDS = frozenset(
     {
         "format",
@@ -111,9 +113,11 @@ def _is_hex64(v: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Mutation:
-    """One typed change: ``op`` in ``set|remove|append|remove_front``.
+    """One typed change: ``op`` in ``set|remove|append|remove_front`` (the root),
+    or ``mount_write|mount_remove`` (a write below ``/mounts/<name>``, applied to
+    the mount after the commit; the root is unchanged).
 
-    ``value`` is set for ``set`` and ``append`` only.
+    ``value`` is set for ``set``, ``append`` and ``mount_write`` only.
     """
 
     op: str

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from svit_cluster.errors import ErrorCode, InvalidInput, LimitExceeded
+from svit_cluster.mounts import MOUNT_OPS, split_mount_path
 from svit_cluster.process._transaction import Mutation, Transaction
 from svit_cluster.process._tree import (
     ArrayNode,
@@ -150,6 +151,9 @@ def apply_mutation(root: Node, mut: Mutation, limits: Limits) -> Node:
         LimitExceeded: the value exceeds the value limits.
     """
     path = parse_path(mut.path)
+    if mut.op in MOUNT_OPS:
+        _check_mount_op(path, mut)
+        return root
     if mut.op in ("set", "remove") and not _host_managed(path):
         _check_writable(path, mut.path, removing=mut.op == "remove")
     if mut.op == "set":
@@ -176,10 +180,22 @@ def apply_mutation(root: Node, mut: Mutation, limits: Limits) -> Node:
     return set_node(root, path, ArrayNode(target.items[1:]))
 
 
+def _check_mount_op(path: Path, mut: Mutation) -> None:
+    """A recorded mount write names ``/mounts/<name>/<at least one segment>``
+    (and ``mount_write`` carries a value); it leaves the root unchanged."""
+    if len(path) < 3 or path[0] != "mounts":
+        raise InvalidInput(f"{mut.op} needs a path below /mounts/<name>, not {mut.path[:200]}",
+                           code=ErrorCode.INVALID_PATH)
+    split_mount_path(path)
+
+
 def _host_managed(path: Path) -> bool:
     """Paths only the host writes (``/thread/...``, ``/ports/...``,
-    ``/system/timers`` and below): allowed in records, never to guests."""
-    return (len(path) >= 2 and path[0] in ("thread", "ports")) or path[:2] == ("system", "timers")
+    ``/mounts/<name>`` descriptors, ``/system/timers`` and below): allowed in
+    records, never to guests."""
+    return ((len(path) >= 2 and path[0] in ("thread", "ports"))
+            or (len(path) == 2 and path[0] == "mounts")
+            or path[:2] == ("system", "timers"))
 
 
 def _check_writable(path: Path, text: str, *, removing: bool) -> None:
@@ -258,6 +274,16 @@ class WorkingCopy:
         mut = Mutation("remove", path_text)
         self._stage(apply_mutation(self.root, mut, self.limits), mut)
 
+    def mount_op(self, op: str, path_text: str, value: Value = None) -> None:
+        """Record ``mount_write`` (``value``) or ``mount_remove`` below ``/mounts/<name>``.
+
+        The root is unchanged: the caller checked the write against the
+        attached mount (``MountRegistry.check_write``); the owner applies it
+        to the mount after the commit.
+        """
+        mut = Mutation(op, path_text, value if op == "mount_write" else None)
+        self._stage(apply_mutation(self.root, mut, self.limits), mut)
+
     def remove_front(self, path_text: str) -> None:
         """Stage ``remove_front`` of the array at ``path`` (host-only: inbox acknowledge)."""
         mut = Mutation("remove_front", path_text)
@@ -289,6 +315,11 @@ class WorkingCopy:
                 key = format_path(path[:k])
                 if key in hashes:
                     break
+                if k > 2 and path[0] == "mounts":
+                    # Mounted content has no committed content hash: the
+                    # source lives outside the process (events reference).
+                    hashes[key] = None
+                    continue
                 node = get_node(new, path[:k])
                 hashes[key] = node.hex if node is not None else None
         return Change(version, tuple(changed), MappingProxyType(hashes))

@@ -21,7 +21,7 @@ EXPECTED = [
     "check_script",
     # the hashed tree
     "HASH_SCHEME", "Node", "ArrayNode", "MapNode", "ScriptNode", "get_node", "lookup_node",
-    "node_from_value", "value_from_node",
+    "node_from_value", "value_from_node", "mount_ops",
     # the inbox
     "CLOSED_PATH", "DEDUP_WINDOW", "dedup_slot", "inbox_closed", "prepare_inbox_ack",
     "prepare_inbox_append", "prepare_inbox_close", "prepare_inbox_drop",
