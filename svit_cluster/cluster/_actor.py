@@ -388,10 +388,11 @@ class ProcessActor:
         (a frozen earlier owner's late write is refused from then on) and
         re-applies the committed writes the last owner left unapplied, read
         back from the log, before the process serves. A mount that cannot be
-        attached (a source down, a newer owner) stays detached: its paths
-        answer ``mount_unavailable``; everything else is served.
+        attached (a source down, a fence held past its wait) stays detached:
+        its paths answer ``mount_unavailable`` and the attach is retried when
+        the mount is next used; everything else is served.
         """
-        from svit_cluster.mounts import MountsConfig
+        from svit_cluster.mounts import MountPath, MountsConfig
 
         grants = MountsConfig.parse(self.cfg.mounts).for_process(self.process_id)
         providers: dict[str, Any] = {}
@@ -408,11 +409,19 @@ class ProcessActor:
                     for e in backend.entries(after_version=after)]
 
         for name, provider in providers.items():
-            try:
+            def attach(name: str = name, provider: Any = provider) -> None:
                 proc.attach_mount(name, provider, process_id=self.process_id,
                                   token=self.token, head_version=proc.version, history=history)
+            try:
+                attach()
+                # Materialize what is cheap to prepare now (a query's rows),
+                # so the first activation does not pay for it; a failure here
+                # is the mount's to report when it is read.
+                provider.stat(MountPath(), proc.limits)
             except SvitError as exc:
-                log.error("mount %s of %s not attached: %s", name, self.process_id, exc)
+                log.error("mount %s of %s not attached yet: %s", name, self.process_id, exc)
+                if not proc.mounts.attached(name):
+                    proc.mounts.attach_later(name, attach)
 
     def _copy_history(self, client: Any, backend: Any, history: ForkHistory) -> None:
         """Copy a history fork's event prefix before the child exists in the store.

@@ -18,6 +18,7 @@ nothing.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -131,10 +132,17 @@ class MountRegistry:
     process root holds (``/mounts`` parsed by :func:`check_mounts_value`).
     """
 
-    __slots__ = ("_attached", "_pending")
+    __slots__ = ("_attached", "_clock", "_deferred", "_pending")
 
-    def __init__(self) -> None:
+    #: Seconds between two attempts of a deferred attach (:meth:`attach_later`).
+    RETRY_S = 1.0
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._attached: dict[str, _Attachment] = {}
+        self._clock = clock
+        #: Attaches that failed, retried when the mount is next used:
+        #: name -> (attempt, monotonic time of the next try).
+        self._deferred: dict[str, tuple[Callable[[], None], float]] = {}
         #: Committed mount writes whose apply failed: ``(version, ops)``, retried
         #: in order by :meth:`flush` before the next transaction.
         self._pending: list[tuple[int, list[MountOp], Limits]] = []
@@ -184,6 +192,25 @@ class MountRegistry:
         if not fence.apply(token, head_version, lambda: None):
             raise MountUnavailable(f"mount {name} is fenced by a newer owner")
 
+    def attach_later(self, name: str, attempt: Callable[[], None]) -> None:
+        """Retry a failed attach when mount ``name`` is next used (at most once
+        per :attr:`RETRY_S`): ``attempt`` calls :meth:`attach` (through
+        ``Process.attach_mount``) and raises while it still fails."""
+        self._deferred[name] = (attempt, self._clock())
+
+    def _ensure(self, name: str) -> None:
+        deferred = self._deferred.get(name)
+        if deferred is None or name in self._attached or self._clock() < deferred[1]:
+            return
+        attempt = deferred[0]
+        try:
+            attempt()
+        except SvitError as exc:
+            self._deferred[name] = (attempt, self._clock() + self.RETRY_S)
+            log.warning("mount %s still not attached: %s", name, exc)
+            return
+        self._deferred.pop(name, None)
+
     def attached(self, name: str) -> bool:
         return name in self._attached
 
@@ -200,6 +227,7 @@ class MountRegistry:
     # -- reads ------------------------------------------------------------------------
 
     def _descriptor(self, committed: dict[str, MountDescriptor], name: str) -> MountDescriptor:
+        self._ensure(name)
         try:
             return committed[name]
         except KeyError:

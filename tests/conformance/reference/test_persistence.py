@@ -179,3 +179,32 @@ def test_every_process_transition_has_a_replayable_uniform_transaction(
     assert resumed.version == version and resumed.root_hash == root_hash
     assert resumed.read("/inbox") == []
     assert resumed.activate("echo", "ready") == "ready"
+
+
+def test_a_resumed_process_reattaches_mount_authority_explicitly(rclient: redis.Redis) -> None:
+    from pathlib import Path
+
+    from svit_cluster.errors import InvalidMount, MountUnavailable
+    from svit_cluster.mounts import FolderMount
+
+    folder = Path(__file__).resolve().parent / "mount-data"
+    store = Store(rclient)
+    pid = "svit://local/persistence/mounts"
+    store.create(Process.create(pid, mounts={"files": FolderMount(folder, writable=False)}))
+
+    _, resumed = store.resume(pid)
+
+    # Descriptors persist; providers do not.
+    record = resumed.read("/mounts/files")
+    assert isinstance(record, dict) and record["attached"] is False
+    with pytest.raises(MountUnavailable):
+        resumed.read("/mounts/files/greeting.txt")
+    # A mount with a different identity is a state transition, not a reattach
+    # (ours: invalid_mount; the reference: InvalidPersistence).
+    with pytest.raises(InvalidMount):
+        resumed.attach_mount("files", FolderMount(folder, writable=True))
+
+    resumed.attach_mount("files", FolderMount(folder, writable=False))
+
+    assert resumed.read("/mounts/files/greeting.txt") == "hello from a real folder\n"
+    assert resumed.version == 0

@@ -30,9 +30,3 @@ def test_transaction_queries_fail_closed_outside_the_result_bound() -> None:
         '`entries()` only'
     )
 
-
-def test_a_resumed_process_reattaches_mount_authority_explicitly() -> None:
-    pytest.fail(
-        'feature absent: mounts: mount descriptors persist, providers are reattached '
-        'explicitly after resume'
-    )
