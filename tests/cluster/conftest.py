@@ -26,6 +26,9 @@ from svit_cluster.local import ClusterSpec, LocalCluster
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+#: Processes whose id starts with this get the ``workspace`` mount (``workspace``).
+MOUNTED_PREFIX = "svit://local/mounts-"
+
 
 @pytest.fixture(scope="package")
 def _etcd_hub() -> Iterator[tuple[ProcessProxyHub, dict[str, RemoteProxy]]]:
@@ -52,8 +55,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory,
             link = links[host] = hub.proxy(f"{host}/etcd", address, int(port))
         return link.address, redis_url
 
+    # A writable folder every host reaches (here: one directory of this
+    # machine), granted to the processes of test_mounts_cluster.py only.
+    workspace = state / "workspace"
+    workspace.mkdir()
+    mounts = [{"name": "workspace", "kind": "writable_folder", "source": str(workspace),
+               "processes": [f"{MOUNTED_PREFIX}*"]}]
     lc = LocalCluster.up(ClusterSpec(state_dir=state, hosts=3, lease_ttl_s=3,
-                                     snapshot_every=20, passivate_after_s=4.0),
+                                     snapshot_every=20, passivate_after_s=4.0,
+                                     mounts=mounts),
                          proxy_factory=etcd_proxy)
     try:
         yield lc
@@ -67,6 +77,13 @@ def etcd_links(cluster: LocalCluster,
                _etcd_hub: tuple[ProcessProxyHub, dict[str, RemoteProxy]]) -> dict[str, RemoteProxy]:
     """Host name -> the proxy of that host's link to etcd."""
     return _etcd_hub[1]
+
+
+@pytest.fixture(scope="package")
+def workspace(cluster: LocalCluster) -> Path:
+    """The directory granted as the writable folder mount ``workspace`` to the
+    processes whose id starts with :data:`MOUNTED_PREFIX`."""
+    return Path(cluster.doc["mounts"][0]["source"])
 
 
 @pytest.fixture(scope="package")
