@@ -41,8 +41,9 @@ def test_check_lists_every_package_with_its_reason_and_installs_nothing() -> Non
 
 def test_the_version_line_names_each_tool_and_its_bare_version() -> None:
     line = next(x for x in _check() if x.startswith("[setup] versions: "))
+    # PostgreSQL numbers its releases major.minor (15.14)
     assert re.fullmatch(r"\[setup\] versions: Python \d+\.\d+\.\d+, etcd \d+\.\d+\.\d+, "
-                        r"redis-server \d+\.\d+\.\d+", line), line
+                        r"redis-server \d+\.\d+\.\d+, postgres \d+\.\d+", line), line
 
 
 def test_the_readme_quick_start_names_every_package_setup_installs() -> None:

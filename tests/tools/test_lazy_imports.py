@@ -131,6 +131,10 @@ ALLOWED: dict[tuple[str, str], str] = {
                   "so the CLI's lighter commands do not pay for it",
     ("svit_cluster/local/__init__.py", "svit_cluster.local._status"):
         STARTUP + "cluster_status (and its etcd client) loads on first use",
+    # mount providers
+    ("svit_cluster/mounts/_sql.py", "psycopg"):
+        OPTIONAL + "psycopg is the `mounts` extra; only a sql-query mount running its "
+                   "query needs it (a host without it answers mount_unavailable)",
     # ports and reasoners, inside a process actor
     ("svit_cluster/ports/_builtin.py", "httpx"):
         STARTUP + "httpx loads in a process actor's worker only when an http port is "
