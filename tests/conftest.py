@@ -34,6 +34,7 @@ from svit_cluster.local import EtcdClusterServer, EtcdServer, RedisClusterServer
 from svit_cluster.ownership import HostLease, LeaseState, open_client
 from svit_cluster.store import StoreConfig, connect
 from svit_cluster.store._redis import CLUSTER_ENV, RedisClient
+from tests._postgres import PostgresServer, PostgresUnavailable
 from tests._support import unique
 
 
@@ -193,3 +194,26 @@ async def make_lease(
             await lease.close()
         for client in clients:
             await client.close()
+
+
+# -- PostgreSQL (sql_query mounts) ---------------------------------------------------
+# One server per session, started on a free loopback port and stopped by its PID at
+# teardown (SIGKILLed by Linux if pytest dies). Missing server binaries fail the
+# tests that need them, naming the Debian package: they are never skipped.
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresUnavailable as exc:
+        server.stop()
+        pytest.fail(str(exc), pytrace=False)
+    except BaseException:
+        server.stop()
+        raise
+    try:
+        yield server
+    finally:
+        server.stop()

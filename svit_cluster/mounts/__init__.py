@@ -9,7 +9,8 @@ and ``crates/svit/tests/mounts.rs``; ours and the differences:
 docs/conformance.md, "Mounts".
 """
 
-from svit_cluster.mounts._config import MountGrant, MountsConfig
+from typing import Any
+
 from svit_cluster.mounts._model import (
     ACCESS_MODES,
     LOCALITIES,
@@ -44,8 +45,27 @@ __all__ = [
     "MountProvider",
     "MountRegistry",
     "MountsConfig",
+    "SqlQueryMount",
     "ValueMount",
     "check_mounts_value",
     "split_mount_path",
     "validate_mount_name",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the grants (pydantic) and the query provider on first use (PEP 562):
+    the process core imports this package for the registry alone.
+
+    Raises:
+        AttributeError: ``name`` is not a public name of this package.
+    """
+    if name in ("MountGrant", "MountsConfig"):
+        from svit_cluster.mounts import _config
+
+        return getattr(_config, name)
+    if name == "SqlQueryMount":
+        from svit_cluster.mounts import _sql
+
+        return _sql.SqlQueryMount
+    raise AttributeError(f"module 'svit_cluster.mounts' has no attribute {name!r}")

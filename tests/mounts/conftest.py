@@ -1,10 +1,5 @@
-"""A real PostgreSQL server for the mount tests (``tests/_postgres.py``).
-
-One server per session, started on a free loopback port and stopped by its
-PID at teardown (SIGKILLed by Linux if pytest dies). Missing server binaries
-fail the tests that need them, naming the Debian package: they are never
-skipped.
-"""
+"""Tables on the session's real PostgreSQL server (the ``postgres`` fixture of
+``tests/conftest.py``) for the mount tests."""
 
 from __future__ import annotations
 
@@ -13,25 +8,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tests._postgres import PostgresServer, PostgresUnavailable
+from tests._postgres import PostgresServer
 from tests._support import unique
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
-    server = PostgresServer()
-    try:
-        server.start()
-    except PostgresUnavailable as exc:
-        server.stop()
-        pytest.fail(str(exc), pytrace=False)
-    except BaseException:
-        server.stop()
-        raise
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from svit_cluster.errors import (
 )
 from svit_cluster.mounts import FolderMount, SqlQueryMount
 from svit_cluster.process import Limits, Process
+from tests._postgres import PostgresServer
 
 FIXTURE = Path(__file__).resolve().parent / "mount-data"
 
@@ -229,15 +230,15 @@ def test_forked_processes_share_the_mounts_the_host_attached() -> None:
     assert child.read("/mounts/files/greeting.txt") == "hello from a real folder\n"
 
 
-def test_turso_query_mounts_report_cache_locality(postgres_dsn: str) -> None:
+def test_turso_query_mounts_report_cache_locality(postgres: PostgresServer) -> None:
     import psycopg
 
     table = f"items_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+    with psycopg.connect(postgres.admin_dsn(), autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute(f"CREATE TABLE {table} (id INTEGER, name TEXT)")
         conn.execute(f"INSERT INTO {table} VALUES (1, 'alpha'), (2, 'beta')")
-    catalog = SqlQueryMount(dsn=postgres_dsn, query=f"SELECT id, name FROM {table} ORDER BY id",
+    catalog = SqlQueryMount(dsn=postgres.dsn(), query=f"SELECT id, name FROM {table} ORDER BY id",
                             label="items by id")
     process = Process.create("svit://local/test/turso-mount", mounts={"catalog": catalog})
 
