@@ -366,6 +366,7 @@ Cross-field checks the JSON schema cannot express.
 {{- if and (not .Values.redis.enabled) .Values.redis.external.url .Values.redis.external.existingSecret -}}
 {{- fail "set only one of redis.external.url and redis.external.existingSecret" -}}
 {{- end -}}
+{{- include "svit.validateMounts" . -}}
 {{- end -}}
 
 {{/*
@@ -430,5 +431,148 @@ dispatcher yourself after rotating; the gateway re-reads its mounted file).
 {{- include (print .Template.BasePath "/secret-tokens.yaml") . | sha256sum -}}
 {{- else -}}
 external
+{{- end -}}
+{{- end -}}
+
+
+{{/*
+Mounts (values.yaml mounts:). Grant keys are camelCase in the values and
+MountsConfig's field names in SVIT_MOUNTS_JSON; only the keys a grant sets are
+rendered, so MountsConfig's defaults apply to the others. An inline "dsn" is
+never rendered (svit.validateMounts refuses it: it would land in the ConfigMap).
+*/}}
+{{- define "svit.mountGrantKeys" -}}
+{{- toJson (dict "name" "name" "kind" "kind" "processes" "processes" "source" "source" "label" "label" "dsnEnv" "dsn_env" "query" "query" "params" "params" "statementTimeoutMs" "statement_timeout_ms" "cacheTtlS" "cache_ttl_s" "value" "value") -}}
+{{- end -}}
+
+{{/* The grants as the JSON list svit_cluster.mounts.MountsConfig reads (SVIT_MOUNTS_JSON). */}}
+{{- define "svit.mountsJson" -}}
+{{- $keys := include "svit.mountGrantKeys" . | fromJson -}}
+{{- $out := list -}}
+{{- range $grant := ((.Values.mounts | default dict).grants | default list) -}}
+{{- $g := dict -}}
+{{- range $from, $to := $keys -}}
+{{- if hasKey $grant $from -}}
+{{- $_ := set $g $to (index $grant $from) -}}
+{{- end -}}
+{{- end -}}
+{{- if hasKey $g "statement_timeout_ms" -}}
+{{- $_ := set $g "statement_timeout_ms" (int64 $g.statement_timeout_ms) -}}
+{{- end -}}
+{{- $out = append $out $g -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/*
+Volumes, mounts and environment of the pods that run process actors: the Ray
+worker hosts (pods and kuberay modes). The head runs no svit actor (no CPUs, no
+svit_host resource) and the gateway only calls actors, so neither gets them.
+*/}}
+{{- define "svit.mountVolumes" -}}
+{{- range (.Values.mounts | default dict).volumes | default list }}
+- {{ toYaml (omit . "mountPath" "readOnly" "subPath") | indent 2 | trim }}
+{{- end }}
+{{- end -}}
+
+{{- define "svit.mountVolumeMounts" -}}
+{{- range (.Values.mounts | default dict).volumes | default list }}
+- name: {{ .name }}
+  mountPath: {{ .mountPath | quote }}
+  {{- if .readOnly }}
+  readOnly: true
+  {{- end }}
+  {{- with .subPath }}
+  subPath: {{ . | quote }}
+  {{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "svit.mountEnv" -}}
+{{- with (.Values.mounts | default dict).env }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Cross-field checks of mounts that the JSON schema cannot express: every folder
+grant's source lies on a shared volume mounted into every worker host; a
+sql_query grant reads its connection string from an environment variable the
+worker hosts have; nothing secret reaches the ConfigMap.
+*/}}
+{{- define "svit.validateMounts" -}}
+{{- $m := .Values.mounts | default dict -}}
+{{- $volumes := $m.volumes | default list -}}
+{{- $envNames := list -}}
+{{- range $e := ($m.env | default list) -}}
+{{- if hasPrefix "SVIT_" $e.name -}}
+{{- fail (printf "mounts.env %s: names starting with SVIT_ are svit's own settings; choose another name for the connection string" $e.name) -}}
+{{- end -}}
+{{- $envNames = append $envNames $e.name -}}
+{{- end -}}
+{{- range $e := (.Values.runtime.extraEnv | default list) -}}
+{{- $envNames = append $envNames $e.name -}}
+{{- end -}}
+{{- $volNames := list -}}
+{{- range $i, $v := $volumes -}}
+{{- if has $v.name (list "tmp" "dshm") -}}
+{{- fail (printf "mounts.volumes[%d]: the name %q is taken by the chart's scratch volumes (tmp, dshm); choose another" $i $v.name) -}}
+{{- end -}}
+{{- if has $v.name $volNames -}}
+{{- fail (printf "mounts.volumes[%d]: the volume name %q is used twice" $i $v.name) -}}
+{{- end -}}
+{{- $volNames = append $volNames $v.name -}}
+{{- $sources := keys (omit $v "name" "mountPath" "readOnly" "subPath") | sortAlpha -}}
+{{- if ne (len $sources) 1 -}}
+{{- fail (printf "mounts.volumes[%d] (%s) needs exactly one volume source, e.g. persistentVolumeClaim: {claimName: ...}; it has %d (%s)" $i $v.name (len $sources) (join ", " $sources)) -}}
+{{- end -}}
+{{- end -}}
+{{- $names := list -}}
+{{- range $i, $g := ($m.grants | default list) -}}
+{{- $where := printf "mounts.grants[%d] (%s)" $i $g.name -}}
+{{- if not $g.processes -}}
+{{- fail (printf "%s needs processes: at least one fnmatch pattern on the process id (\"svit://acme/*\"); nothing is granted to every process by default" $where) -}}
+{{- end -}}
+{{- if has $g.name $names -}}
+{{- fail (printf "%s: the mount name %s is granted twice; mount names must be unique" $where $g.name) -}}
+{{- end -}}
+{{- $names = append $names $g.name -}}
+{{- if hasKey $g "dsn" -}}
+{{- fail (printf "%s: an inline dsn would be rendered into the ConfigMap; put the connection string in a Secret, expose it with mounts.env (valueFrom.secretKeyRef) and name that variable in dsnEnv" $where) -}}
+{{- end -}}
+{{- if eq $g.kind "sql_query" -}}
+{{- if not $g.dsnEnv -}}
+{{- fail (printf "%s: a sql_query grant needs dsnEnv, the environment variable holding the connection string (set it with mounts.env from a Secret)" $where) -}}
+{{- end -}}
+{{- if not (has $g.dsnEnv $envNames) -}}
+{{- fail (printf "%s: dsnEnv %s is not set on the worker hosts; add it to mounts.env (valueFrom.secretKeyRef) or runtime.extraEnv" $where $g.dsnEnv) -}}
+{{- end -}}
+{{- end -}}
+{{- if has $g.kind (list "folder" "writable_folder") -}}
+{{- $src := $g.source | default "" -}}
+{{- if or (not (hasPrefix "/" $src)) (regexMatch "(^|/)\\.\\.?(/|$)|//" $src) -}}
+{{- fail (printf "%s: source %q must be a clean absolute directory path (no . or .. segments, no //)" $where $src) -}}
+{{- end -}}
+{{- $best := dict -}}
+{{- range $v := $volumes -}}
+{{- $mp := trimSuffix "/" $v.mountPath -}}
+{{- if or (eq $src $mp) (hasPrefix (printf "%s/" $mp) $src) -}}
+{{- if or (not $best.mountPath) (gt (len $mp) (len (trimSuffix "/" $best.mountPath))) -}}
+{{- $best = $v -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $best.mountPath -}}
+{{- $paths := list -}}
+{{- range $v := $volumes -}}{{- $paths = append $paths $v.mountPath -}}{{- end -}}
+{{- fail (printf "%s: source %s is not under any mounts.volumes[].mountPath (%s); mount a shared volume (ReadWriteMany for a writable_folder) there, so every worker host sees the same directory" $where $src (default "none" (join ", " $paths))) -}}
+{{- end -}}
+{{- if hasKey $best "emptyDir" -}}
+{{- fail (printf "%s: source %s is on the emptyDir volume %s, a different directory in every pod; use a shared volume (ReadWriteMany for a writable_folder)" $where $src $best.name) -}}
+{{- end -}}
+{{- if and (eq $g.kind "writable_folder") $best.readOnly -}}
+{{- fail (printf "%s: source %s is on the read-only volume %s; a writable_folder needs it mounted read-write" $where $src $best.name) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
