@@ -25,7 +25,8 @@ def _name(requirement: str) -> str:
 
 def _required() -> set[str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    reqs = list(project["dependencies"]) + list(project["optional-dependencies"]["cluster"])
+    extras = project["optional-dependencies"]
+    reqs = list(project["dependencies"]) + list(extras["cluster"]) + list(extras["mounts"])
     names = {_name(r) for r in reqs}
     # extras of a dependency bring their own packages (uvicorn[standard] -> uvloop, ...)
     if any("uvicorn[standard]" in r.replace(" ", "") for r in reqs):
