@@ -29,6 +29,7 @@ from svit_cluster.mounts._registry import (
     check_mounts_value,
     split_mount_path,
 )
+from svit_cluster.mounts._sql import SqlQueryMount
 from svit_cluster.mounts._value import ValueMount
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Import the grants (pydantic) and the query provider on first use (PEP 562):
+    """Import the grants (pydantic) on first use (PEP 562):
     the process core imports this package for the registry alone.
 
     Raises:
@@ -64,8 +65,4 @@ def __getattr__(name: str) -> Any:
         from svit_cluster.mounts import _config
 
         return getattr(_config, name)
-    if name == "SqlQueryMount":
-        from svit_cluster.mounts import _sql
-
-        return _sql.SqlQueryMount
     raise AttributeError(f"module 'svit_cluster.mounts' has no attribute {name!r}")

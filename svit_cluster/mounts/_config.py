@@ -25,7 +25,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from svit_cluster.errors import ConfigurationError, MountUnavailable, SvitError
+from svit_cluster.mounts._folder import FolderMount
 from svit_cluster.mounts._model import MAX_MOUNTS, MountProvider, validate_mount_name
+from svit_cluster.mounts._sql import SqlQueryMount
 from svit_cluster.mounts._value import ValueMount
 from svit_cluster.values import Limits
 
@@ -106,13 +108,9 @@ class MountGrant(BaseModel):
                 or exceeds ``limits``.
         """
         if self.kind in ("folder", "writable_folder"):
-            from svit_cluster.mounts._folder import FolderMount
-
             return FolderMount(self.source or "", writable=self.kind == "writable_folder")
         if self.kind == "value":
             return ValueMount("value", self.label or self.name, self.value, limits)
-        from svit_cluster.mounts._sql import SqlQueryMount
-
         dsn = (self.dsn.get_secret_value() if self.dsn is not None
                else os.environ.get(self.dsn_env or ""))
         if not dsn:

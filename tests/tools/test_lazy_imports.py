@@ -92,6 +92,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     # Ray hosting
     ("svit_cluster/cluster/_actor.py", "ray"): _RAY,
     ("svit_cluster/cluster/_actor.py", "svit_cluster.events"): _ACTOR_DATA_PATH,
+    ("svit_cluster/cluster/_actor.py", "svit_cluster.mounts"): _ACTOR_DATA_PATH,
     ("svit_cluster/cluster/_actor.py", "svit_cluster.ports"): _ACTOR_DATA_PATH,
     ("svit_cluster/cluster/_actor.py", "svit_cluster.reasoning"): _ACTOR_DATA_PATH,
     ("svit_cluster/cluster/_agent.py", "ray"): _RAY,
@@ -99,6 +100,9 @@ ALLOWED: dict[tuple[str, str], str] = {
         STARTUP + "every process actor's worker imports the cluster package (to "
                   "unpickle ProcessActor) before its warm-up; only launchers call "
                   "ClusterConfig.from_settings",
+    ("svit_cluster/cluster/_config.py", "svit_cluster.mounts"):
+        STARTUP + "as svit_cluster.ports just above: only launchers validate the "
+                  "mount grants in ClusterConfig.from_settings",
     ("svit_cluster/cluster/_config.py", "svit_cluster.settings"): _WORKER_SETTINGS,
     ("svit_cluster/cluster/_health.py", "ray"): _RAY,
     ("svit_cluster/cluster/_host_lease.py", "ray"): _RAY,
@@ -132,6 +136,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("svit_cluster/local/__init__.py", "svit_cluster.local._status"):
         STARTUP + "cluster_status (and its etcd client) loads on first use",
     # mount providers
+    ("svit_cluster/mounts/__init__.py", "svit_cluster.mounts._config"):
+        STARTUP + "the grants are pydantic models; the process core imports this "
+                  "package for the mount registry alone (PEP 562 names)",
     ("svit_cluster/mounts/_sql.py", "psycopg"):
         OPTIONAL + "psycopg is the `mounts` extra; only a sql-query mount running its "
                    "query needs it (a host without it answers mount_unavailable)",
