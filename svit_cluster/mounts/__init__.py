@@ -11,6 +11,8 @@ docs/conformance.md, "Mounts".
 
 from typing import Any
 
+from svit_cluster.mounts._fence import FolderFence
+from svit_cluster.mounts._folder import FolderMount
 from svit_cluster.mounts._model import (
     ACCESS_MODES,
     LOCALITIES,
@@ -37,6 +39,8 @@ __all__ = [
     "LOCALITIES",
     "MAX_MOUNTS",
     "MOUNT_OPS",
+    "FolderFence",
+    "FolderMount",
     "MountDescriptor",
     "MountFence",
     "MountGrant",

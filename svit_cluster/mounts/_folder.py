@@ -46,6 +46,7 @@ from svit_cluster.errors import (
 from svit_cluster.mounts._fence import (
     DIRECTORY_FLAGS,
     RESERVED_NAME,
+    TEMP_PREFIX,
     FolderFence,
     fsync_directory,
     replace_file,
@@ -344,7 +345,9 @@ class FolderMount:
             with _fs("listing"), os.scandir(fd) as entries:
                 for entry in entries:
                     name = entry.name
-                    if path.is_root and _is_reserved(name):
+                    if (path.is_root and _is_reserved(name)) or name.startswith(TEMP_PREFIX):
+                        # The fence state, and a write's temporary file left by
+                        # a crash between create and rename, are not content.
                         continue
                     try:
                         name.encode("utf-8")

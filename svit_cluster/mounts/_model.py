@@ -154,7 +154,8 @@ class MountPath:
             raise InvalidInput("mount path is too deep", code=ErrorCode.INVALID_PATH)
         for seg in segments:
             if (seg in ("", ".", "..") or "\\" in seg or "\0" in seg
-                    or len(seg.encode("utf-8")) > _MAX_SEGMENT_BYTES):
+                    or len(seg.encode("utf-8", "surrogatepass")) > _MAX_SEGMENT_BYTES
+                    or any("\ud800" <= ch <= "\udfff" for ch in seg)):
                 raise InvalidInput(f"invalid mount path segment: {seg[:80]!r}",
                                    code=ErrorCode.INVALID_PATH)
         return cls(tuple(segments))

@@ -320,14 +320,24 @@ class MountRegistry:
                 a mount that is behind its log).
         """
         while self._pending:
-            self._apply_ops(*self._pending[0])
+            version, ops, limits = self._pending[0]
+            try:
+                self._apply_ops(version, ops, limits)
+            except MountUnavailable:
+                raise
+            except SvitError as exc:
+                log.error("committed mount writes of version %d cannot be applied, left "
+                          "behind the log: %s", version, exc)
             self._pending.pop(0)
 
     def apply(self, version: int, ops: list[MountOp], limits: Limits) -> None:
         """Apply the mount writes of the committed ``version``, in record order.
 
-        Never raises: a failed apply is logged and kept for :meth:`flush`; a
-        write the fence refuses (a newer owner exists) is logged and dropped.
+        Never raises: an apply that failed for a transient reason
+        (``mount_unavailable``: the volume, the lock) is logged and kept for
+        :meth:`flush`; one that cannot succeed (its target's directory removed
+        from outside) is logged and dropped; a write the fence refuses (a newer
+        owner exists) is logged and dropped.
         """
         if not ops:
             return
@@ -336,9 +346,16 @@ class MountRegistry:
             return
         try:
             self._apply_ops(version, ops, limits)
-        except SvitError as exc:
+        except MountUnavailable as exc:
             log.error("committed mount writes of version %d not applied yet: %s", version, exc)
             self._pending.append((version, ops, limits))
+        except SvitError as exc:
+            # Not transient (the target's directory was removed from outside,
+            # a link was planted there): retrying cannot succeed, and holding
+            # it would block every later commit. The folder stays behind the
+            # log for this write; the error names it.
+            log.error("committed mount writes of version %d cannot be applied, left "
+                      "behind the log: %s", version, exc)
 
     def _apply_ops(self, version: int, ops: list[MountOp], limits: Limits) -> None:
         by_name: dict[str, list[MountOp]] = {}

@@ -217,6 +217,7 @@ def test_the_lazy_imports_inside_one_package_are_these() -> None:
         ("svit_cluster/cluster/serve.py", "svit_cluster.cluster.bootstrap"),
         ("svit_cluster/local/__init__.py", "svit_cluster.local._cluster"),
         ("svit_cluster/local/__init__.py", "svit_cluster.local._status"),
+        ("svit_cluster/mounts/__init__.py", "svit_cluster.mounts._config"),
         ("svit_cluster/reasoning/__init__.py", "svit_cluster.reasoning._openai"),
         ("svit_cluster/reasoning/_config.py", "svit_cluster.reasoning._openai"),
     ]
