@@ -14,9 +14,14 @@ orders them the way the commit log does:
 * every read-modify-write of that state, and every apply step, runs under an
   exclusive ``flock`` of the sibling ``<sha256(process_id)>.lock``: the check
   "is my token still the highest?" and the writes it admits are one critical
-  section, so no newer owner can take the fence between them. The lock is
-  reached through a turnstile (``<sha256(process_id)>.gate``) so that an owner
-  applying a long backlog cannot starve a newer owner's :meth:`begin`;
+  section, so no newer owner can take the fence between them;
+* a newer owner announces itself before it waits for the lock, in
+  ``<sha256(process_id)>.want`` (the highest token that asked): an apply
+  under a lower token then refuses at once, so an owner applying a long
+  backlog cannot starve the takeover. A waiter holds nothing while it
+  waits: an owner frozen (SIGSTOP) while waiting for the lock blocks no one;
+  one frozen *holding* it blocks a takeover until it resumes or dies (the
+  takeover fails after ``lock_timeout_s`` and is retried);
 * a token lower than the stored one applies nothing (:meth:`FolderFence.apply`
   returns False) and cannot take the fence (:meth:`FolderFence.begin` raises).
 
@@ -167,11 +172,11 @@ class FolderFence:
     Attributes:
         state_path: ``<root>/.svit/fences/<sha256(process_id) hex>.json``.
         lock_path: the same with ``.lock`` in place of ``.json`` (and
-            ``.gate`` beside it, the turnstile in front of the lock).
+            ``.want`` beside it, the highest token that asked for the fence).
 
     Every operation opens the directories again (without following links,
     creating them with mode 0700), takes the lock, and releases it by closing
-    the lock file; the state, lock and gate files are created with mode 0600.
+    the lock file; the state, lock and want files are created with mode 0600.
     The rule is the commit log's: a lower fencing token than one already seen
     changes nothing. The reference (``crates/svit/src/mounts.rs``,
     ``FolderMount``) has a single owner and no fence.
@@ -205,6 +210,7 @@ class FolderFence:
             ValueError: ``token`` is not a non-negative integer.
         """
         _check_int("token", token, 0)
+        self._announce(token)
         with self._locked() as fences:
             state = self._read(fences)
             stored, applied = state if state is not None else (0, -1)
@@ -224,9 +230,10 @@ class FolderFence:
         while it writes. The stored token becomes ``max(stored, token)``.
 
         Returns:
-            False when the stored token is higher than ``token`` (``step`` did
-            not run); True when ``step`` ran or ``version`` was already applied
-            (``step`` did not run).
+            False when the stored token, or a token that asked for the fence
+            (:meth:`begin`), is higher than ``token`` (``step`` did not run);
+            True when ``step`` ran or ``version`` was already applied (``step``
+            did not run).
 
         Raises:
             whatever ``step`` raises: the watermark is then not advanced, so the
@@ -241,7 +248,7 @@ class FolderFence:
         with self._locked() as fences:
             state = self._read(fences)
             stored, applied = state if state is not None else (0, -1)
-            if stored > token:
+            if stored > token or self._wanted(fences) > token:
                 return False
             if applied >= version:
                 return True
@@ -262,12 +269,8 @@ class FolderFence:
     # -- the lock ------------------------------------------------------------------
 
     @contextmanager
-    def _locked(self) -> Iterator[int]:
-        """Hold the exclusive lock and yield the open fences directory.
-
-        Only this block's own file-system errors become MountUnavailable: an
-        error raised by the caller's body (``step``) propagates unchanged.
-        """
+    def _fences(self) -> Iterator[int]:
+        """The open fences directory (created if missing, never through a link)."""
         with ExitStack() as stack:
             with _unavailable("open the fence directory", self.lock_path):
                 root = os.open(self._root, DIRECTORY_FLAGS)
@@ -276,26 +279,54 @@ class FolderFence:
                 stack.callback(os.close, reserved)
                 fences = open_directory(FENCE_DIR[1], reserved, create=True)
                 stack.callback(os.close, fences)
+            yield fences
+
+    @contextmanager
+    def _locked(self) -> Iterator[int]:
+        """Hold the exclusive lock and yield the open fences directory.
+
+        Only this block's own file-system errors become MountUnavailable: an
+        error raised by the caller's body (``step``) propagates unchanged.
+        """
+        with ExitStack() as stack:
+            fences = stack.enter_context(self._fences())
             with _unavailable("open the fence lock", self.lock_path):
-                gate = os.open(f"{self._digest}.gate", _LOCK_FLAGS, 0o600, dir_fd=fences)
-                stack.callback(os.close, gate)
                 lock = os.open(f"{self._digest}.lock", _LOCK_FLAGS, 0o600, dir_fd=fences)
                 # Closing the descriptor releases the lock (flock belongs to the
                 # open file description, which only this descriptor holds).
                 stack.callback(os.close, lock)
-            # The gate is a turnstile: a waiter holds it while it waits for the
-            # lock, so an owner that releases the lock and asks again at once
-            # (catching up a long history) queues behind the waiter instead of
-            # winning every time against its polling. Order: gate, then lock;
-            # the gate is let go as soon as the lock is granted or refused, so
-            # no one waits for the gate while holding the lock.
-            deadline = time.monotonic() + self._timeout
-            self._acquire(gate, deadline)
-            try:
-                self._acquire(lock, deadline)
-            finally:
-                fcntl.flock(gate, fcntl.LOCK_UN)
+            self._acquire(lock, time.monotonic() + self._timeout)
             yield fences
+
+    def _announce(self, token: int) -> None:
+        """Record that ``token`` asks for the fence (``.want`` = the highest such
+        token), before waiting for the lock: from now on every apply under a
+        lower token refuses, so a takeover is not starved by a stale owner's
+        backlog. Written without the lock (only ever raised: two newer owners
+        racing both leave a token above the stale one)."""
+        with self._fences() as fences:
+            if self._wanted(fences) >= token:
+                return
+            with _unavailable("announce the fence token", self.lock_path):
+                replace_file(fences, f"{self._digest}.want", str(token).encode("ascii"),
+                             create_mode=0o600)
+
+    def _wanted(self, fences: int) -> int:
+        """The highest token that asked for the fence (0: none; an unreadable
+        file counts as none: the stored token still fences)."""
+        try:
+            fd = os.open(f"{self._digest}.want",
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=fences)
+        except OSError:
+            return 0
+        try:
+            text = os.read(fd, 32).decode("ascii", "replace").strip()
+        except OSError:
+            return 0
+        finally:
+            os.close(fd)
+        return int(text) if text.isdecimal() else 0
 
     def _acquire(self, fd: int, deadline: float) -> None:
         """Take an exclusive flock of ``fd``, polling until ``deadline`` (monotonic seconds)."""

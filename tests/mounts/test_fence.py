@@ -321,8 +321,36 @@ def test_two_processes_with_one_token_serialize_and_keep_the_watermark_monotonic
     # the union of both schedules' applied versions leaves no gap it could see.
     assert set(range(n)) - set(versions) <= {v for v in range(n) if v % 3 != 0}
     assert fence_of(mount).state() == (1, n - 1)
-    # The turnstile let both in: the one that started behind applied some too.
-    assert len({pid for pid, _, _ in entries}) == 2
+
+
+@pytest.mark.timeout(120)
+def test_an_owner_frozen_while_waiting_for_the_lock_blocks_no_takeover(
+        mount: FolderMount, tmp_path: Path) -> None:
+    """An old owner waits for the lock to apply its committed version (the lock is
+    held here), and is frozen there (SIGSTOP). A newer owner takes the fence at
+    once: a waiter holds nothing. Resumed, the old owner applies nothing."""
+    log, go = tmp_path / "log", tmp_path / "go"
+    fence = fence_of(mount, lock_timeout_s=30.0)
+    fence.begin(1)
+    go.touch()
+    with open(fence.lock_path, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        old = _worker("race", mount.root, PID, "1", "7", "1", "1", str(log), str(go))
+        try:
+            time.sleep(1.0)  # the worker started and polls the held lock
+            assert old.poll() is None and _log(log) == []
+            os.kill(old.pid, signal.SIGSTOP)
+            fcntl.flock(held, fcntl.LOCK_UN)
+            started = time.monotonic()
+            assert fence_of(mount, lock_timeout_s=5.0).begin(2) == -1
+            assert time.monotonic() - started < 2.0
+            os.kill(old.pid, signal.SIGCONT)
+            out, err = old.communicate(timeout=60)
+        finally:
+            _stop(old)
+    assert out.strip() == "refused 7", err
+    assert _log(log) == []
+    assert fence_of(mount).state() == (2, -1)
 
 
 @pytest.mark.timeout(120)
