@@ -136,6 +136,12 @@ class MountRegistry:
 
     #: Seconds between two attempts of a deferred attach (:meth:`attach_later`).
     RETRY_S = 1.0
+    #: A fenced mount's watermark advances at least every this many committed
+    #: versions, writes or not, while nothing is pending: the watermark then
+    #: stays within the log tail a new owner reads (the store keeps at least
+    #: its trim margin, 16 entries, below the newest snapshot), so a takeover
+    #: never mistakes versions trimmed long after they were applied for a gap.
+    WATERMARK_EVERY = 16
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._attached: dict[str, _Attachment] = {}
@@ -180,7 +186,9 @@ class MountRegistry:
         seen = watermark
         for version, ops in (history(watermark) if history is not None else ()):
             mine = [op for op in ops if op.name == name]
-            if version > watermark + 1 and seen == watermark:
+            # -1: no owner ever applied a write of this process here (the
+            # fence is new), so nothing earlier can be missing.
+            if version > watermark + 1 and seen == watermark >= 0:
                 # The records between the watermark and the oldest one kept
                 # were trimmed: any write they held is not re-applied.
                 log.error("mount %s is behind the log: versions %d..%d were trimmed before "
@@ -331,7 +339,9 @@ class MountRegistry:
             self._pending.pop(0)
 
     def apply(self, version: int, ops: list[MountOp], limits: Limits) -> None:
-        """Apply the mount writes of the committed ``version``, in record order.
+        """Apply the mount writes of the committed ``version``, in record order
+        (called for every committed version: one without writes may advance
+        the watermarks, see :attr:`WATERMARK_EVERY`).
 
         Never raises: an apply that failed for a transient reason
         (``mount_unavailable``: the volume, the lock) is logged and kept for
@@ -340,6 +350,8 @@ class MountRegistry:
         owner exists) is logged and dropped.
         """
         if not ops:
+            if not self._pending and version % self.WATERMARK_EVERY == 0:
+                self._advance(version)
             return
         if self._pending:
             self._pending.append((version, ops, limits))
@@ -356,6 +368,16 @@ class MountRegistry:
             # log for this write; the error names it.
             log.error("committed mount writes of version %d cannot be applied, left "
                       "behind the log: %s", version, exc)
+
+    def _advance(self, version: int) -> None:
+        """Move every fenced mount's watermark to ``version`` (nothing to write)."""
+        for name, att in self._attached.items():
+            if att.fence is None:
+                continue
+            try:
+                att.fence.apply(att.token, version, lambda: None)
+            except SvitError as exc:
+                log.warning("mount %s: watermark not advanced to %d: %s", name, version, exc)
 
     def _apply_ops(self, version: int, ops: list[MountOp], limits: Limits) -> None:
         by_name: dict[str, list[MountOp]] = {}

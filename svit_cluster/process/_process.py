@@ -342,9 +342,7 @@ class Process:
         # Writes follow the commit, never precede it: a mount write recorded
         # in this transition reaches the mount only now (under the owner's
         # fence where the mount has one).
-        ops = mount_ops(rec)
-        if ops:
-            self._mounts.apply(rec.process_version_after, ops, self._limits)
+        self._mounts.apply(rec.process_version_after, mount_ops(rec), self._limits)
         return transition.change
 
     def ports_transition(self, catalog: dict[str, Value]) -> Transition | None:

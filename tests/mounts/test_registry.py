@@ -139,13 +139,33 @@ def test_a_new_owner_reapplies_the_committed_writes_above_the_watermark() -> Non
 
 def test_a_trimmed_gap_above_the_watermark_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     fence = Fence()
+    fence.token, fence.applied = 1, 3  # an earlier owner applied up to version 3
     files = Files(fence)
     reg = MountRegistry()
     with caplog.at_level(logging.ERROR, logger="svit_cluster.mounts"):
-        reg.attach("ws", files, process_id="p", token=1, head_version=30,
+        reg.attach("ws", files, process_id="p", token=2, head_version=30,
                    history=lambda after: [(25, [put("a", "25")])])
-    assert "versions 0..24 were trimmed" in caplog.text
+    assert "versions 4..24 were trimmed" in caplog.text
     assert files.files == {"/a": "25"} and fence.applied == 30
+
+
+def test_a_new_fence_reports_no_gap_and_an_idle_owner_keeps_its_watermark_in_the_tail(
+        caplog: pytest.LogCaptureFixture) -> None:
+    fence = Fence()
+    files = Files(fence)
+    reg = MountRegistry()
+    with caplog.at_level(logging.ERROR, logger="svit_cluster.mounts"):
+        # A grant added to a process whose log starts at 500: nothing is missing.
+        reg.attach("ws", files, process_id="p", token=1, head_version=510,
+                   history=lambda after: [(v, []) for v in range(500, 511)])
+    assert "trimmed" not in caplog.text and fence.applied == 510
+    for version in range(511, 560):  # commits without mount writes
+        reg.apply(version, [], LIMITS)
+    assert fence.applied == 544  # the last multiple of WATERMARK_EVERY
+    files.fail = 1
+    reg.apply(560, [put("a", "x")], LIMITS)  # fails: pending
+    reg.apply(576, [], LIMITS)
+    assert fence.applied == 544  # never past a pending write
 
 
 def test_a_failed_attach_is_retried_when_the_mount_is_next_used() -> None:
