@@ -44,7 +44,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from svit_cluster.defaults import (
@@ -241,27 +241,19 @@ class ClusterSettings(StoreSettings):
     def _every_member(cls, raw: str) -> str:
         return ",".join(f"{host}:{port}" for host, port in parse_endpoints(raw))
 
-    @field_validator("ports_json")
+    @field_validator("ports_json", "mounts_json")
     @classmethod
-    def _ports(cls, raw: str) -> str:
-        """A JSON object; its fields are checked by ``svit_cluster.ports.PortsConfig``
-        when the cluster config is built (``ClusterConfig.from_settings``)."""
+    def _json_block(cls, raw: str, info: ValidationInfo) -> str:
+        """``ports_json`` a JSON object, ``mounts_json`` a JSON list; their fields
+        are checked by ``svit_cluster.ports.PortsConfig`` and
+        ``svit_cluster.mounts.MountsConfig`` when the cluster config is built
+        (``ClusterConfig.from_settings``)."""
         if not raw.strip():
             return ""
         doc = json.loads(raw)  # ValueError: reported as "Value error, ..."
-        if not isinstance(doc, dict):
+        if info.field_name == "ports_json" and not isinstance(doc, dict):
             raise ValueError("must be a JSON object")
-        return raw
-
-    @field_validator("mounts_json")
-    @classmethod
-    def _mounts(cls, raw: str) -> str:
-        """A JSON list; its grants are checked by ``svit_cluster.mounts.MountsConfig``
-        when the cluster config is built (``ClusterConfig.from_settings``)."""
-        if not raw.strip():
-            return ""
-        doc = json.loads(raw)  # ValueError: reported as "Value error, ..."
-        if not isinstance(doc, list):
+        if info.field_name == "mounts_json" and not isinstance(doc, list):
             raise ValueError("must be a JSON list of mount grants")
         return raw
 
@@ -392,7 +384,9 @@ def load_settings(cls: type[S]) -> S:
         first = exc.errors()[0]
         name = ENV_PREFIX + str(first["loc"][0]).upper() if first["loc"] else ENV_PREFIX + "*"
         value = first.get("input")
-        shown = f"={value[:200]!r}" if isinstance(value, str) else ""
+        # SVIT_MOUNTS_JSON may hold a database DSN with its password: never echoed.
+        secret = name == ENV_PREFIX + "MOUNTS_JSON"
+        shown = f"={value[:200]!r}" if isinstance(value, str) and not secret else ""
         raise ConfigurationError(f"bad setting {name}{shown}: {first['msg']}") from None
 
 

@@ -360,18 +360,7 @@ class Process:
             LimitExceeded: tree bounds or the version limit.
         """
         check_port_catalog(node_from_value(catalog))
-        current = self.read("/ports")
-        if values_equal(current, catalog):
-            return None
-        wc = self.working_copy()
-        assert isinstance(current, dict)
-        for name in sorted(current):
-            if name not in catalog:
-                wc.host_remove(f"/ports/{name}")
-        for name in sorted(catalog):
-            if name not in current or not values_equal(current[name], catalog[name]):
-                wc.host_set(f"/ports/{name}", catalog[name])
-        return self.seal(wc, "ports.refresh")
+        return self._replace_section("ports", catalog, "ports.refresh")
 
     def mounts_transition(self, descriptors: dict[str, MountDescriptor]) -> Transition | None:
         """Seal the replacement of ``/mounts`` by the serving host's grants, if it differs.
@@ -388,18 +377,24 @@ class Process:
         """
         wanted: dict[str, Value] = {validate_mount_name(n): d.to_value()
                                     for n, d in descriptors.items()}
-        current = self.read("/mounts")
+        return self._replace_section("mounts", wanted, "mounts.refresh")
+
+    def _replace_section(self, section: str, wanted: dict[str, Value],
+                         source: str) -> Transition | None:
+        """Seal ``/<section>`` = ``wanted`` entry by entry (removals, then changed
+        entries, in name order), or None when it already holds exactly that."""
+        current = self.read(f"/{section}")
         assert isinstance(current, dict)
         if values_equal(current, wanted):
             return None
         wc = self.working_copy()
         for name in sorted(current):
             if name not in wanted:
-                wc.host_remove(f"/mounts/{name}")
+                wc.host_remove(f"/{section}/{name}")
         for name in sorted(wanted):
             if name not in current or not values_equal(current[name], wanted[name]):
-                wc.host_set(f"/mounts/{name}", wanted[name])
-        return self.seal(wc, "mounts.refresh")
+                wc.host_set(f"/{section}/{name}", wanted[name])
+        return self.seal(wc, source)
 
     def attach_mount(self, name: str, provider: MountProvider, **fence: Any) -> None:
         """Attach ``provider`` to the committed mount ``name`` (not a state transition).
