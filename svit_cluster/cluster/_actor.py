@@ -25,6 +25,7 @@ failure is answered, never raised across the Ray boundary.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -64,6 +65,7 @@ from svit_cluster.errors import (
     ConflictError,
     FencedError,
     InvalidInput,
+    MountUnavailable,
     NotFound,
     SvitError,
     UnavailableError,
@@ -395,33 +397,44 @@ class ProcessActor:
         from svit_cluster.mounts import MountPath, MountsConfig
 
         grants = MountsConfig.parse(self.cfg.mounts).for_process(self.process_id)
+        # A grant is committed even when its provider cannot be built here (a
+        # folder not there yet): the process then sees it detached
+        # (``attached: false``, ``mount_unavailable``), not "not mounted".
         providers: dict[str, Any] = {}
+        descriptors = {g.name: g.descriptor() for g in grants}
         for grant in grants:
             try:
                 providers[grant.name] = grant.provider(proc.limits)
+                descriptors[grant.name] = providers[grant.name].descriptor()
             except SvitError as exc:
-                log.error("mount %s of %s not attached: %s", grant.name, self.process_id, exc)
+                log.error("mount %s of %s not attached yet: %s", grant.name,
+                          self.process_id, exc)
         assert self._ctrl is not None
-        self._ctrl.grant_mounts({n: p.descriptor() for n, p in providers.items()})
+        self._ctrl.grant_mounts(descriptors)
 
         def history(after: int) -> list[tuple[int, list[Any]]]:
             return [(e.version, mount_ops(Transaction.decode(e.record)))
                     for e in backend.entries(after_version=after)]
 
-        for name, provider in providers.items():
-            def attach(name: str = name, provider: Any = provider) -> None:
-                proc.attach_mount(name, provider, process_id=self.process_id,
+        for grant in grants:
+            def attach(grant: Any = grant) -> None:
+                provider = providers.get(grant.name) or grant.provider(proc.limits)
+                proc.attach_mount(grant.name, provider, process_id=self.process_id,
                                   token=self.token, head_version=proc.version, history=history)
+                # Materialize what is cheap to prepare now (a query's rows), so
+                # the first activation does not pay for it; a failure here is
+                # the mount's to report when it is read.
+                with contextlib.suppress(SvitError):
+                    provider.stat(MountPath(), proc.limits)
             try:
+                if grant.name not in providers:
+                    raise MountUnavailable(f"mount {grant.name} has no provider yet")
                 attach()
-                # Materialize what is cheap to prepare now (a query's rows),
-                # so the first activation does not pay for it; a failure here
-                # is the mount's to report when it is read.
-                provider.stat(MountPath(), proc.limits)
             except SvitError as exc:
-                log.error("mount %s of %s not attached yet: %s", name, self.process_id, exc)
-                if not proc.mounts.attached(name):
-                    proc.mounts.attach_later(name, attach)
+                if providers.get(grant.name) is not None:
+                    log.error("mount %s of %s not attached yet: %s", grant.name,
+                              self.process_id, exc)
+                proc.mounts.attach_later(grant.name, attach)
 
     def _copy_history(self, client: Any, backend: Any, history: ForkHistory) -> None:
         """Copy a history fork's event prefix before the child exists in the store.

@@ -189,7 +189,7 @@ class ClusterSpec:
                                      "cluster.json: set api_key_env instead")
         ReasonerConfig.from_dict(self.reasoner)
         PortsConfig.parse(self.ports)
-        MountsConfig.parse(self.mounts)
+        MountsConfig.parse(self.mounts).check_sources()
         return self
 
 

@@ -26,7 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from svit_cluster.errors import ConfigurationError, MountUnavailable, SvitError
 from svit_cluster.mounts._folder import FolderMount
-from svit_cluster.mounts._model import MAX_MOUNTS, MountProvider, validate_mount_name
+from svit_cluster.mounts._model import (
+    MAX_MOUNTS,
+    MountDescriptor,
+    MountProvider,
+    validate_mount_name,
+)
 from svit_cluster.mounts._sql import SqlQueryMount
 from svit_cluster.mounts._value import ValueMount
 from svit_cluster.values import Limits
@@ -94,6 +99,18 @@ class MountGrant(BaseModel):
         if self.kind in ("folder", "writable_folder") and not os.path.isabs(self.source or ""):
             raise ValueError("a folder mount's source must be an absolute path")
 
+    def descriptor(self) -> MountDescriptor:
+        """The identity this grant commits under ``/mounts/<name>``, known without
+        reaching the source (so a mount whose source is down still shows, as
+        ``attached: false``). A folder's source is its path with links resolved
+        as far as they exist, as :class:`FolderMount` reports it."""
+        if self.kind in ("folder", "writable_folder"):
+            return MountDescriptor("folder", os.path.realpath(self.source or ""), "local",
+                                   "read-write" if self.kind == "writable_folder" else "read")
+        if self.kind == "value":
+            return MountDescriptor("value", self.label or self.name, "cache", "read")
+        return MountDescriptor("sql-query", self.label or self.name, "cache", "read")
+
     def matches(self, process_id: str) -> bool:
         """Whether this grant applies to ``process_id``."""
         return any(fnmatch.fnmatchcase(process_id, p) for p in self.processes)
@@ -143,18 +160,51 @@ class MountsConfig(BaseModel):
         """Validate a plain ``mounts`` list of grants (None or ``[]`` mounts nothing).
 
         Raises:
-            ConfigurationError: an unknown key, a missing field, a bad name or
-                value; the message names the grant and the field.
+            ConfigurationError: not a list; or unknown keys, missing fields, bad
+                names or values: every problem (at most 8), each naming its
+                grant (index and name) and field.
         """
+        if doc is not None and not isinstance(doc, list):
+            raise ConfigurationError("bad mount grants: expected a JSON list of grants "
+                                     "(docs/mounts.md)")
+        grants = list(doc or [])
         try:
-            return cls.model_validate({"grants": list(doc or [])})
+            return cls.model_validate({"grants": grants})
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"][1:]) or "mounts"
-            raise ConfigurationError(f"bad mounts setting {where}: {first['msg']}") from None
-        except TypeError:
-            raise ConfigurationError("mounts must be a list of grants") from None
+            problems = [_problem(grants, err) for err in exc.errors()[:8]]
+            raise ConfigurationError("bad mount grants: " + "; ".join(problems)
+                                     + " (docs/mounts.md)") from None
+
+    def check_sources(self) -> None:
+        """Check, on this machine, that every folder grant's source is a directory
+        (``svit-cluster up``: every local host shares this file system; a
+        Kubernetes host checks nothing here, its volumes exist only in its pods).
+
+        Raises:
+            ConfigurationError: the first folder source that is not a directory.
+        """
+        for g in self.grants:
+            if g.kind in ("folder", "writable_folder") and not os.path.isdir(g.source or ""):
+                raise ConfigurationError(
+                    f"bad mount grants: grant {g.name}: source {g.source} is not a "
+                    "directory on this machine; create it first")
 
     def for_process(self, process_id: str) -> list[MountGrant]:
         """The grants that apply to ``process_id``, in configuration order."""
         return [g for g in self.grants if g.matches(process_id)]
+
+
+def _problem(grants: list[Any], err: Any) -> str:
+    """One validation problem: ``grant 0 (workspace), field processes: Field required``."""
+    loc = list(err["loc"])[1:]  # ("grants", index, field...) without "grants"
+    where = "grants"
+    if loc and isinstance(loc[0], int):
+        index = loc.pop(0)
+        entry = grants[index] if index < len(grants) else None
+        name = entry.get("name") if isinstance(entry, dict) else None
+        where = f"grant {index}" + (f" ({name})" if isinstance(name, str) else "")
+    field = ".".join(str(p) for p in loc)
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err.get("type") == "model_type":
+        msg = "must be an object of grant fields"
+    return f"{where}{', field ' + field if field else ''}: {msg}"

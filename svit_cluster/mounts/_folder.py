@@ -456,7 +456,8 @@ class FolderMount:
         data = self._check_args(path, value, limits)
         with self._directory(path.segments[:-1]) as fd:
             if fd is None:
-                raise _invalid_path(f"the parent of {path.display()[:200]} is not a directory")
+                raise _invalid_path(f"no directory holds {path.display()[:200]} in the mount "
+                                    "(a write creates no directories)")
             if self._target(fd, path) is None and data is None:
                 raise _invalid_path(f"nothing to remove at {path.display()[:200]}")
 
@@ -478,7 +479,8 @@ class FolderMount:
             raise InvalidInput("folder mount writes take text", code=ErrorCode.INVALID_VALUE)
         with self._directory(path.segments[:-1]) as fd:
             if fd is None:
-                raise _invalid_path(f"the parent of {path.display()[:200]} is not a directory")
+                raise _invalid_path(f"no directory holds {path.display()[:200]} in the mount "
+                                    "(a write creates no directories)")
             existing = self._target(fd, path)
             mode = stat.S_IMODE(existing.st_mode) & 0o777 if existing is not None else None
             with _fs("writing a leaf"):

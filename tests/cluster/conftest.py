@@ -28,6 +28,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 #: Processes whose id starts with this get the ``workspace`` mount (``workspace``).
 MOUNTED_PREFIX = "svit://local/mounts-"
+#: ... and these the ``late`` mount (a folder a test removes and creates again).
+LATE_PREFIX = "svit://local/late-mount-"
 
 
 @pytest.fixture(scope="package")
@@ -59,8 +61,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory,
     # machine), granted to the processes of test_mounts_cluster.py only.
     workspace = state / "workspace"
     workspace.mkdir()
+    late = state / "late"
+    late.mkdir()
     mounts = [{"name": "workspace", "kind": "writable_folder", "source": str(workspace),
-               "processes": [f"{MOUNTED_PREFIX}*"]}]
+               "processes": [f"{MOUNTED_PREFIX}*"]},
+              {"name": "late", "kind": "writable_folder", "source": str(late),
+               "processes": [f"{LATE_PREFIX}*"]}]
     lc = LocalCluster.up(ClusterSpec(state_dir=state, hosts=3, lease_ttl_s=3,
                                      snapshot_every=20, passivate_after_s=4.0,
                                      mounts=mounts),

@@ -30,7 +30,7 @@ from svit_cluster.demo import _owner_processes, _signal
 from svit_cluster.local import LocalCluster
 from svit_cluster.local._status import cluster_status
 from svit_cluster.store import RedisBackend, connect
-from tests.cluster.conftest import MOUNTED_PREFIX
+from tests.cluster.conftest import LATE_PREFIX, MOUNTED_PREFIX
 
 pytestmark = pytest.mark.cluster
 
@@ -148,6 +148,29 @@ def test_a_frozen_old_owner_writes_nothing_to_the_folder(
         assert fence["token"] == new["token"]
         assert c.state(pid, "/memory/last")[0] == "a2"
         late.join(timeout=30)
+
+
+def test_a_folder_missing_when_the_process_starts_shows_detached_then_attaches(
+        cluster: LocalCluster, gateway: tuple[str, str]) -> None:
+    late = Path(cluster.doc["mounts"][1]["source"])
+    pid = f"{LATE_PREFIX}{uuid.uuid4().hex[:8]}"
+    late.rmdir()
+    try:
+        with _client(gateway, "mounts-late-folder") as c:
+            c.create_process(pid, memory={}, scripts={"put": PUT, "get": GET})
+            record, _ = c.state(pid, "/mounts/late")
+            assert record["attached"] is False and record["kind"] == "folder"
+            out = c.activate_until_committed(pid, "get",
+                                             {"path": "/mounts/late/a.txt"}).outcome
+            assert out.status == "rejected" and out.failure.code == "mount_unavailable"
+            late.mkdir()
+            time.sleep(1.2)  # the attach is retried at most once a second
+            out = c.activate_until_committed(pid, "put", {"path": "/mounts/late/a.txt",
+                                                          "text": "here"}).outcome
+            assert out.status == "committed", out
+            assert (late / "a.txt").read_text() == "here"
+    finally:
+        late.mkdir(exist_ok=True)
 
 
 def _put_quietly(gateway: tuple[str, str], pid: str, name: str, text: str) -> None:

@@ -32,22 +32,42 @@ def test_nothing_is_mounted_by_default_and_grants_match_process_ids(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("grant", "names"), [
-    ({"name": "a b", "kind": "value", "processes": ["*"]}, "0.name"),
+    ({"name": "a b", "kind": "value", "processes": ["*"]}, "grant 0 (a b), field name"),
     ({"name": "ws", "kind": "folder", "processes": ["*"]}, "needs source"),
     ({"name": "ws", "kind": "folder", "source": "relative/dir", "processes": ["*"]},
      "absolute path"),
-    ({"name": "ws", "kind": "value", "processes": []}, "0.processes"),
-    ({"name": "ws", "kind": "value"}, "0.processes"),
-    ({"name": "ws", "kind": "value", "processes": ["*"], "sourec": "/x"}, "0.sourec"),
-    ({"name": "ws", "kind": "nfs", "processes": ["*"]}, "0.kind"),
+    ({"name": "ws", "kind": "value", "processes": []}, "grant 0 (ws), field processes"),
+    ({"name": "ws", "kind": "value"}, "grant 0 (ws), field processes: Field required"),
+    ({"name": "ws", "kind": "value", "processes": ["*"], "sourec": "/x"},
+     "grant 0 (ws), field sourec: Extra inputs"),
+    ({"name": "ws", "kind": "nfs", "processes": ["*"]}, "grant 0 (ws), field kind"),
+    # a typo in a required field names both the typo and the missing field
+    ({"name": "ws", "kind": "value", "procesess": ["*"]},
+     "field processes: Field required; grant 0 (ws), field procesess: Extra inputs"),
+    (5, "grant 0: must be an object of grant fields"),
     ({"name": "q", "kind": "sql_query", "label": "l", "query": "SELECT 1",
       "processes": ["*"]}, "exactly one of dsn and dsn_env"),
 ])
-def test_a_bad_grant_is_refused_naming_the_grant_and_the_field(grant: dict[str, object],
+def test_a_bad_grant_is_refused_naming_the_grant_and_the_field(grant: object,
                                                                 names: str) -> None:
     with pytest.raises(ConfigurationError) as info:
         MountsConfig.parse([grant])
     assert names in info.value.message
+
+
+def test_a_folder_source_missing_on_this_machine_is_refused_by_check_sources(
+        tmp_path: Path) -> None:
+    config = MountsConfig.parse([{"name": "ws", "kind": "writable_folder",
+                                  "source": str(tmp_path / "absent"), "processes": ["*"]}])
+    with pytest.raises(ConfigurationError, match="ws: source .*absent is not a directory"):
+        config.check_sources()
+    # The grant's identity is known without the folder: committed, shown detached.
+    assert config.grants[0].descriptor().to_value() == {
+        "access": "read-write", "kind": "folder", "locality": "local",
+        "source": str(tmp_path / "absent")}
+    (tmp_path / "absent").mkdir()
+    config.check_sources()
+    assert config.grants[0].provider(Limits()).descriptor() == config.grants[0].descriptor()
 
 
 def test_duplicate_names_and_a_non_list_are_refused() -> None:
