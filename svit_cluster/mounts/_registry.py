@@ -118,6 +118,12 @@ def _detached_record(name: str, descriptor: MountDescriptor) -> dict[str, Value]
     }
 
 
+def _detached(name: str) -> MountUnavailable:
+    return MountUnavailable(f"mount provider is not attached: {name}; this host retries "
+                            "the attach when the mount is next used (its log says why "
+                            "it failed)")
+
+
 @dataclass(slots=True)
 class _Attachment:
     provider: MountProvider
@@ -245,7 +251,7 @@ class MountRegistry:
     def _provider(self, name: str) -> MountProvider:
         att = self._attached.get(name)
         if att is None:
-            raise MountUnavailable(f"mount provider is not attached: {name}")
+            raise _detached(name)
         return att.provider
 
     def read(self, committed: dict[str, MountDescriptor], name: str, path: MountPath,
@@ -264,7 +270,7 @@ class MountRegistry:
         if name not in self._attached:
             if path.is_root:
                 return _detached_record(name, descriptor)
-            raise MountUnavailable(f"mount provider is not attached: {name}")
+            raise _detached(name)
         provider = self._provider(name)
         if path.is_root:
             return _node_record(name, descriptor, path, provider.stat(path, limits))
@@ -283,7 +289,7 @@ class MountRegistry:
         if name not in self._attached:
             if path.is_root:
                 return _detached_record(name, descriptor)
-            raise MountUnavailable(f"mount provider is not attached: {name}")
+            raise _detached(name)
         node = self._provider(name).stat(path, limits)
         if node is None and not path.is_root:
             return None
@@ -386,7 +392,7 @@ class MountRegistry:
         for name, mine in by_name.items():
             att = self._attached.get(name)
             if att is None:
-                raise MountUnavailable(f"mount provider is not attached: {name}")
+                raise _detached(name)
             step = _steps(att.provider, mine, limits)
             try:
                 if att.fence is None:
