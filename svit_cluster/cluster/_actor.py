@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -394,7 +395,7 @@ class ProcessActor:
         its paths answer ``mount_unavailable`` and the attach is retried when
         the mount is next used; everything else is served.
         """
-        from svit_cluster.mounts import MountPath, MountsConfig
+        from svit_cluster.mounts import MountsConfig
 
         grants = MountsConfig.parse(self.cfg.mounts).for_process(self.process_id)
         # A grant is committed even when its provider cannot be built here (a
@@ -421,11 +422,13 @@ class ProcessActor:
                 provider = providers.get(grant.name) or grant.provider(proc.limits)
                 proc.attach_mount(grant.name, provider, process_id=self.process_id,
                                   token=self.token, head_version=proc.version, history=history)
-                # Materialize what is cheap to prepare now (a query's rows), so
-                # the first activation does not pay for it; a failure here is
-                # the mount's to report when it is read.
-                with contextlib.suppress(SvitError):
-                    provider.stat(MountPath(), proc.limits)
+                # Materialize a query's rows in the background, so the first
+                # activation need not wait for them and a slow or down database
+                # never delays the start (the provider keeps the rows, or the
+                # failure, for its cache TTL; a failure is the mount's to report
+                # when it is read).
+                threading.Thread(target=_warm, args=(provider, proc.limits),
+                                 name=f"warm-mount-{grant.name}", daemon=True).start()
             try:
                 if grant.name not in providers:
                     raise MountUnavailable(f"mount {grant.name} has no provider yet")
@@ -898,3 +901,11 @@ class ProcessActor:
                 "loop": None if loop is None else {
                     "state": loop.state, "turns_completed": loop.turns_completed,
                     "turns_failed": loop.turns_failed}}
+
+
+def _warm(provider: Any, limits: Any) -> None:
+    """Resolve a mount's root once (a query runs and its rows are kept)."""
+    from svit_cluster.mounts import MountPath
+
+    with contextlib.suppress(SvitError):
+        provider.stat(MountPath(), limits)
