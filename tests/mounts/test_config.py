@@ -59,7 +59,7 @@ def test_a_folder_source_missing_on_this_machine_is_refused_by_check_sources(
         tmp_path: Path) -> None:
     config = MountsConfig.parse([{"name": "ws", "kind": "writable_folder",
                                   "source": str(tmp_path / "absent"), "processes": ["*"]}])
-    with pytest.raises(ConfigurationError, match="ws: source .*absent is not a directory"):
+    with pytest.raises(ConfigurationError, match=r"ws: source .*absent is not a directory"):
         config.check_sources()
     # The grant's identity is known without the folder: committed, shown detached.
     assert config.grants[0].descriptor().to_value() == {
