@@ -252,6 +252,8 @@ class RayRouter:
         self.rehomer = Rehomer(self._route, self.host_watch.is_dead,
                                grace_s=float(config.lease_ttl_s))
         cache.on_orphaned = self.rehomer.add
+        cache.on_host_joined = self._host_joined
+        self._prewarming: set[asyncio.Task[None]] = set()
         #: Activates owner-less processes with a queued inbox (see :mod:`._redrive`).
         self.redrive = InboxRedrive(self._queued_page, self._owned, self.rehomer.add_id,
                                     _redrive_backoff(config))
@@ -293,7 +295,7 @@ class RayRouter:
 
     async def close(self) -> None:
         """Stop the node watch (if started) and close the direct-transport connections."""
-        for asking in list(self._direct_asking.values()):
+        for asking in [*self._direct_asking.values(), *self._prewarming]:
             asking.cancel()
         for key in list(self._direct):
             self._drop_direct(key)
@@ -322,6 +324,27 @@ class RayRouter:
                 raise UnavailableError(f"actor {name} is not registered") from exc
             self._handles[name] = handle
         return handle
+
+    def _host_joined(self, host: str) -> None:
+        """A new registration of ``host``: forget the handle of its earlier agent
+        (a restarted host's agent is a new actor under the same name, and a call
+        through the old handle fails and marks the host suspect for a lease TTL,
+        just when it could take a failed host's processes), and resolve and call
+        the new one now, in the background, so the first activation there does
+        not wait for Ray to learn where the new actor lives."""
+        self._handles.pop(agent_name(host), None)
+        self.host_watch.clear(host)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # the cache filled before the gateway's loop runs
+            return
+        task = loop.create_task(self._prewarm(host))
+        self._prewarming.add(task)
+        task.add_done_callback(self._prewarming.discard)
+
+    async def _prewarm(self, host: str) -> None:
+        with contextlib.suppress(SvitError):
+            await self._call(agent_name(host), "ping", timeout_s=30)
 
     async def _reconcile(self, route: Route) -> None:
         """Ask the owner's agent to release the route if its actor died (best effort)."""

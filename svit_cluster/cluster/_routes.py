@@ -68,6 +68,13 @@ class RouteCache:
         #: record). Seen only while the watch runs: a deletion missed while it
         #: was broken is not reported.
         self.on_orphaned: Callable[[Route], None] | None = None
+        #: Called with a host's name when a new registration of it appears (a
+        #: host that joined, or came back after its lease ended: its agent may
+        #: be a new actor under the old name).
+        self.on_host_joined: Callable[[str], None] | None = None
+        #: host -> create revision of the registration seen last (kept after a
+        #: deletion, so the next registration counts as new).
+        self._host_revisions: dict[str, int] = {}
         self._gone_revision = 0
         self._gone_hosts: set[str] = set()
         self._gone_routes: list[Route] = []
@@ -173,10 +180,17 @@ class RouteCache:
                 if deleted_at:
                     self._note_gone(deleted_at, host=host)
             else:
+                joined = self._host_revisions.get(host) != create_revision
+                self._host_revisions[host] = create_revision
                 try:
                     self.hosts[host] = dict(json.loads(value))
                 except (ValueError, TypeError):
                     self.hosts[host] = {"host": host}
+                if joined and self.on_host_joined is not None:
+                    try:
+                        self.on_host_joined(host)
+                    except Exception:  # a listener's fault must not break the watch
+                        log.exception("on_host_joined failed for %s", host)
         self.changed.set()
 
     def _note_gone(self, revision: int, *, host: str | None = None,

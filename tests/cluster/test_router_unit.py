@@ -121,6 +121,42 @@ def fake_cluster(hosts: list[str], *, call_timeout_s: float = 5.0
 # -- the route cache ---------------------------------------------------------------------
 
 
+async def test_a_new_registration_of_a_host_forgets_its_old_agent_and_prewarms_the_new(
+) -> None:
+    """A restarted host's agent is a new actor under the old name: the handle of
+    the old one is dropped (a call through it would fail and make the host
+    suspect for a TTL), the host is no longer suspect, and the new agent is
+    resolved and called at once, in the background."""
+    router, agents = fake_cluster(["a", "b"])
+
+    class Pinged(FakeAgent):
+        pings = 0
+
+        async def ping(self) -> bool:
+            Pinged.pings += 1
+            return True
+
+    new = Pinged("b", router)
+    resolved: list[str] = []
+
+    async def handle(name: str) -> Any:
+        resolved.append(name)
+        router._handles[name] = FakeHandle(new)
+        return router._handles[name]
+
+    router._handle = handle  # type: ignore[method-assign]
+    router.host_watch.mark_unanswering("b")
+    router.cache._apply(host_key(CLUSTER, "b"), json.dumps({"host": "b"}).encode(), 2)
+    assert agent_name("b") not in router._handles
+    assert "b" not in router.host_watch.excluded()
+    await asyncio.gather(*router._prewarming)
+    assert resolved == [agent_name("b")] and Pinged.pings == 1
+    # the same registration seen again (a reload): nothing to do
+    router.cache._apply(host_key(CLUSTER, "b"), json.dumps({"host": "b"}).encode(), 2)
+    assert not router._prewarming and router._handles[agent_name("b")]._target is new
+    assert agents["a"] is not None
+
+
 def test_route_cache_applies_owner_and_host_records_and_deletes() -> None:
     cache = routes_cache(["a", "b"])
     value = json.dumps({"host": "a", "address": "svit:a:1"}).encode()
@@ -427,8 +463,10 @@ async def test_a_host_whose_spares_are_still_starting_is_placed_on_last() -> Non
     record says it is not warm yet (no spare up), so two processes placed at
     once both go to the warm host's spares, not to cold starts on the lighter."""
     router, _ = fake_cluster(["b", "c"])
+    # An update of c's record keeps its create revision (1: etcd's, for a key
+    # rewritten under the same lease); a new revision would be a new registration.
     router.cache._apply(host_key(CLUSTER, "c"),
-                        json.dumps({"host": "c", "warm": False}).encode(), 4)
+                        json.dumps({"host": "c", "warm": False}).encode(), 1)
     for n, host in enumerate(["b"] * 5 + ["c"] * 2):
         router.cache._apply(owner_key(CLUSTER, f"svit://t/old-{n}"),
                             json.dumps({"host": host, "address": f"svit:{host}:{n}"}).encode(), 3)
@@ -436,7 +474,7 @@ async def test_a_host_whose_spares_are_still_starting_is_placed_on_last() -> Non
     assert sorted(r.host for r in routes) == ["b", "b"]
     # once warm, it is the lighter host again
     router.cache._apply(host_key(CLUSTER, "c"),
-                        json.dumps({"host": "c", "warm": True}).encode(), 5)
+                        json.dumps({"host": "c", "warm": True}).encode(), 1)
     assert (await router._route("svit://t/2")).host == "c"
 
 
@@ -624,7 +662,7 @@ async def test_a_host_whose_record_states_more_spares_takes_that_many_warm() -> 
     third would go to the other host."""
     router, agents = fake_cluster(["b", "c"])
     router.cache._apply(host_key(CLUSTER, "c"),
-                        json.dumps({"host": "c", "warm": True, "spares": 3}).encode(), 4)
+                        json.dumps({"host": "c", "warm": True, "spares": 3}).encode(), 1)
     activating, hosts = await _three_placed_at_once(router, agents)
     assert activating == {"c": 3}
     assert hosts == ["c", "c", "c"]
@@ -636,12 +674,12 @@ async def test_a_host_whose_spares_are_taken_is_cold_until_its_record_says_they_
     host; once its record says 3 ready, it is the lighter host again."""
     router, _ = fake_cluster(["b", "c"])
     router.cache._apply(host_key(CLUSTER, "c"), json.dumps(
-        {"host": "c", "warm": True, "spares": 3, "ready": 0}).encode(), 4)
+        {"host": "c", "warm": True, "spares": 3, "ready": 0}).encode(), 1)
     for n, host in enumerate(["b"] * 5 + ["c"] * 2):
         router.cache._apply(owner_key(CLUSTER, f"svit://t/old-{n}"),
                             json.dumps({"host": host, "address": f"svit:{host}:{n}"}).encode(), 3)
     routes = await asyncio.gather(*(router._route(f"svit://t/{n}") for n in range(2)))
     assert sorted(r.host for r in routes) == ["b", "b"]
     router.cache._apply(host_key(CLUSTER, "c"), json.dumps(
-        {"host": "c", "warm": True, "spares": 3, "ready": 3}).encode(), 5)
+        {"host": "c", "warm": True, "spares": 3, "ready": 3}).encode(), 1)
     assert (await router._route("svit://t/2")).host == "c"
