@@ -8,6 +8,7 @@ sentinel's inode.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -284,10 +285,20 @@ def test_write_checks(root: Path) -> None:
     assert os.listdir(root / "dir") == ["keep.txt"]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="uid 0 ignores permission bits")
-def test_a_file_the_file_system_denies_reads_as_mount_denied(root: Path) -> None:
+def test_a_file_the_file_system_denies_reads_as_mount_denied(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EACCES from the file system is mount_denied. Tests run as root, which
+    ignores permission bits, so the refusal is injected where the leaf is opened."""
     (root / "locked.txt").write_text("x")
     os.chmod(root / "locked.txt", 0)
+    real_open = os.open
+
+    def deny(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if path == "locked.txt":
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", deny)
     with pytest.raises(MountDenied):
         FolderMount(root, writable=False).read(p("locked.txt"), LIMITS)
 
