@@ -16,6 +16,10 @@ import contextlib
 import time
 from typing import Any, ClassVar
 
+import redis
+
+from svit_cluster.errors import ErrorCode, SvitError
+
 from ..errors import HarnessError
 from ..spec import NemesisSpec
 from ..stale import InFlight, StaleWriter
@@ -79,19 +83,27 @@ class PauseOwner(Nemesis):
     ``pause-host`` does, :func:`restart_if_died`), so later faults aimed at it
     find its raylet and agent again.
 
-    Heal raises :class:`HarnessError` (the run is inconclusive, with the reason)
-    when no process has an owner, the owner changed while it was being paused,
-    or no other host committed within the deadline; the host is resumed (and
-    restarted if it died) first.
+    Inject reads the fence and seals the change in Redis, which another window
+    may have down (``kill-redis``, ``cut-redis`` overlap it): it retries those
+    reads for ``redis_wait_s`` (default ``10 * lease TTL + 10`` s), before it
+    pauses anything.
+
+    Inject or heal raise :class:`HarnessError` (the run is inconclusive, with the
+    reason) when no process has an owner, the owner changed while it was being
+    paused, Redis stayed unreachable past ``redis_wait_s``, or no other host
+    committed within the deadline; the host is resumed (and restarted if it
+    died) first.
     """
 
     # the node may have died while paused: heal restarts it
     heal_timeout_factor = 4.0
     poll_s: ClassVar[float] = 0.02
 
-    def __init__(self, spec: NemesisSpec, *, claim_timeout_s: float | None = None) -> None:
+    def __init__(self, spec: NemesisSpec, *, claim_timeout_s: float | None = None,
+                 redis_wait_s: float | None = None) -> None:
         super().__init__(spec)
         self.claim_timeout_s = claim_timeout_s
+        self.redis_wait_s = redis_wait_s
         self.host: str | None = None
         self.inflight: InFlight | None = None
 
@@ -102,6 +114,22 @@ class PauseOwner(Nemesis):
 
     def inject(self, ctx: NemesisContext) -> dict[str, Any]:
         stale = self._stale(ctx)
+        wait = (self.redis_wait_s if self.redis_wait_s is not None
+                else 10 * ctx.target.lease_ttl_s + 10)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return self._inject_once(ctx, stale)
+            except (SvitError, redis.RedisError, OSError) as exc:
+                # Only Redis reads ran: nothing is paused yet, a retry is safe.
+                if isinstance(exc, SvitError) and exc.code != ErrorCode.UNAVAILABLE:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise HarnessError(f"pause-owner: Redis unreachable for {wait:.0f} s "
+                                       f"before the pause ({exc})", stage="inject") from exc
+                time.sleep(0.2)
+
+    def _inject_once(self, ctx: NemesisContext, stale: StaleWriter) -> dict[str, Any]:
         for process in ctx.processes:
             host = ctx.target.owner(process)
             token = stale.fence(process) if host is not None else 0

@@ -8,6 +8,7 @@ fence and the checker are real.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,3 +176,38 @@ def test_a_paused_owner_whose_node_died_is_restarted(rclient: redis.Redis) -> No
     with pytest.raises(HarnessError, match="no other host committed"):
         nemesis.heal(ctx)
     assert target.calls == ["pause h1", "resume h1", "restart h1"]
+
+
+def test_redis_down_at_inject_is_waited_for_then_the_owner_is_paused(
+        fresh_redis: Any) -> None:
+    """A ``kill-redis`` window overlapping the inject (seed 42 ended inconclusive
+    on "redis fence failed ... Connection refused"): the Redis reads are retried
+    until Redis is back, and only then is the owner paused."""
+    client = redis.Redis.from_url(fresh_redis.url)
+    target, ctx, _ = owned_process(client, fenced=True)
+    fresh_redis.stop()
+    nemesis = PauseOwner(NemesisSpec("pause-owner"), claim_timeout_s=30, redis_wait_s=20)
+    answer: dict[str, Any] = {}
+    injecting = threading.Thread(target=lambda: answer.update(nemesis.inject(ctx)))
+    injecting.start()
+    time.sleep(1.0)
+    assert target.calls == [] and not answer  # waiting for Redis, nothing paused
+    # started from this thread: the server dies with the thread that started it
+    fresh_redis.start()
+    injecting.join(30)
+    injected = answer
+    assert injected["host"] == "h1" and injected["token"] == 1
+    assert target.calls[0] == "pause h1"
+    nemesis.heal(ctx)
+    for thread in target.threads:
+        thread.join(10)
+
+
+def test_redis_down_past_the_wait_is_a_harness_error_before_any_pause(
+        fresh_redis: Any) -> None:
+    client = redis.Redis.from_url(fresh_redis.url)
+    target, ctx, _ = owned_process(client, fenced=True)
+    fresh_redis.stop()
+    with pytest.raises(HarnessError, match="Redis unreachable for 1 s before the pause"):
+        PauseOwner(NemesisSpec("pause-owner"), redis_wait_s=1.0).inject(ctx)
+    assert target.calls == []
