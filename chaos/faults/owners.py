@@ -83,14 +83,15 @@ class PauseOwner(Nemesis):
     ``pause-host`` does, :func:`restart_if_died`), so later faults aimed at it
     find its raylet and agent again.
 
-    Inject reads the fence and seals the change in Redis, which another window
-    may have down (``kill-redis``, ``cut-redis`` overlap it): it retries those
-    reads for ``redis_wait_s`` (default ``10 * lease TTL + 10`` s), before it
-    pauses anything.
+    Inject reads the owners in etcd and the fence and state in Redis, which
+    another window may have down (``kill-redis``, ``cut-redis``, an etcd
+    majority) or in the middle of a failover (no owner recorded): it retries
+    for ``wait_s`` (default ``10 * lease TTL + 10`` s), before it pauses
+    anything.
 
     Inject or heal raise :class:`HarnessError` (the run is inconclusive, with the
-    reason) when no process has an owner, the owner changed while it was being
-    paused, Redis stayed unreachable past ``redis_wait_s``, or no other host
+    reason) when no process had an owner or Redis stayed unreachable for
+    ``wait_s``, the owner changed while it was being paused, or no other host
     committed within the deadline; the host is resumed (and restarted if it
     died) first.
     """
@@ -100,10 +101,10 @@ class PauseOwner(Nemesis):
     poll_s: ClassVar[float] = 0.02
 
     def __init__(self, spec: NemesisSpec, *, claim_timeout_s: float | None = None,
-                 redis_wait_s: float | None = None) -> None:
+                 wait_s: float | None = None) -> None:
         super().__init__(spec)
         self.claim_timeout_s = claim_timeout_s
-        self.redis_wait_s = redis_wait_s
+        self.wait_s = wait_s
         self.host: str | None = None
         self.inflight: InFlight | None = None
 
@@ -114,22 +115,29 @@ class PauseOwner(Nemesis):
 
     def inject(self, ctx: NemesisContext) -> dict[str, Any]:
         stale = self._stale(ctx)
-        wait = (self.redis_wait_s if self.redis_wait_s is not None
-                else 10 * ctx.target.lease_ttl_s + 10)
+        wait = self.wait_s if self.wait_s is not None else 10 * ctx.target.lease_ttl_s + 10
         deadline = time.monotonic() + wait
         while True:
             try:
-                return self._inject_once(ctx, stale)
+                injected = self._inject_once(ctx, stale)
             except (SvitError, redis.RedisError, OSError) as exc:
-                # Only Redis reads ran: nothing is paused yet, a retry is safe.
+                # Only reads ran: nothing is paused yet, a retry is safe.
                 if isinstance(exc, SvitError) and exc.code != ErrorCode.UNAVAILABLE:
                     raise
                 if time.monotonic() >= deadline:
-                    raise HarnessError(f"pause-owner: Redis unreachable for {wait:.0f} s "
+                    raise HarnessError(f"pause-owner: Redis unreachable for {wait:g} s "
                                        f"before the pause ({exc})", stage="inject") from exc
-                time.sleep(0.2)
+            else:
+                if injected is not None:
+                    return injected
+                if time.monotonic() >= deadline:
+                    raise HarnessError(f"pause-owner: no process had an owner for {wait:g} s "
+                                       "(etcd down, or every process between owners)",
+                                       stage="inject")
+            time.sleep(0.2)
 
-    def _inject_once(self, ctx: NemesisContext, stale: StaleWriter) -> dict[str, Any]:
+    def _inject_once(self, ctx: NemesisContext, stale: StaleWriter) -> dict[str, Any] | None:
+        """Seal and pause on the first owned process; None when none has an owner."""
         for process in ctx.processes:
             host = ctx.target.owner(process)
             token = stale.fence(process) if host is not None else 0
@@ -145,7 +153,7 @@ class PauseOwner(Nemesis):
             self.host, self.inflight = host, inflight
             return {"host": host, "process": process, "token": token,
                     "expected": inflight.proc.version, "rid": inflight.rid}
-        raise HarnessError("pause-owner: no process has an owner yet", stage="inject")
+        return None
 
     def heal(self, ctx: NemesisContext) -> dict[str, Any]:
         host, inflight = self.host, self.inflight

@@ -150,8 +150,8 @@ def test_a_stopped_run_only_resumes(rclient: redis.Redis) -> None:
 def test_no_owner_anywhere_is_a_harness_error(rclient: redis.Redis) -> None:
     target, ctx, _ = owned_process(rclient, fenced=True)
     ctx.processes = ["svit://chaos/unowned"]
-    with pytest.raises(HarnessError, match="no process has an owner"):
-        PauseOwner(NemesisSpec("pause-owner")).inject(ctx)
+    with pytest.raises(HarnessError, match=r"no process had an owner for 0\.5 s"):
+        PauseOwner(NemesisSpec("pause-owner"), wait_s=0.5).inject(ctx)
     assert target.calls == []
 
 
@@ -186,7 +186,7 @@ def test_redis_down_at_inject_is_waited_for_then_the_owner_is_paused(
     client = redis.Redis.from_url(fresh_redis.url)
     target, ctx, _ = owned_process(client, fenced=True)
     fresh_redis.stop()
-    nemesis = PauseOwner(NemesisSpec("pause-owner"), claim_timeout_s=30, redis_wait_s=20)
+    nemesis = PauseOwner(NemesisSpec("pause-owner"), claim_timeout_s=30, wait_s=20)
     answer: dict[str, Any] = {}
     injecting = threading.Thread(target=lambda: answer.update(nemesis.inject(ctx)))
     injecting.start()
@@ -209,5 +209,5 @@ def test_redis_down_past_the_wait_is_a_harness_error_before_any_pause(
     target, ctx, _ = owned_process(client, fenced=True)
     fresh_redis.stop()
     with pytest.raises(HarnessError, match="Redis unreachable for 1 s before the pause"):
-        PauseOwner(NemesisSpec("pause-owner"), redis_wait_s=1.0).inject(ctx)
+        PauseOwner(NemesisSpec("pause-owner"), wait_s=1.0).inject(ctx)
     assert target.calls == []
