@@ -148,6 +148,11 @@ class ProcessActor:
         #: host-wide, so kept across bindings.
         self._lease_seq = 0
         self._client: Any = None  # the pooled Redis client, opened by warm or start
+        #: Held while a request is counted in or out (:meth:`_admit`) and while
+        #: passivation or :meth:`unbind` checks that none is in flight.
+        self._admitting = threading.Lock()
+        #: The actor's event loop, for work a direct-transport thread hands back.
+        self._aloop: asyncio.AbstractEventLoop | None = None
         #: Bindings this worker has served (its agent stops reusing it past a bound).
         self.bindings = 0
         self._reset_binding()
@@ -239,8 +244,8 @@ class ProcessActor:
 
         With ``only_if_idle`` (least-recently-used passivation), nothing happens
         while a request is in flight or a reasoning turn runs: the check and
-        the end of the binding happen in one step of the actor's event loop,
-        so no request can start in between. Requests that arrive later name
+        the closing of the binding happen under the lock every request is
+        admitted under, so no request can start in between. Requests that arrive later name
         ``token`` and are refused (``unavailable``, ``route_moved``).
 
         The caller (the agent) then releases the etcd ownership record. Commits
@@ -254,10 +259,11 @@ class ProcessActor:
         if token != self.token or not token:
             return Unbound(False, token=self.token)
         loop = self._loop
-        if only_if_idle and (self._inflight > 0 or (loop is not None and loop.busy)):
-            return Unbound(False, busy=True)
-        if self._closed is None:
-            self._closed = ActorClosed.PASSIVATED
+        with self._admitting:
+            if only_if_idle and (self._inflight > 0 or (loop is not None and loop.busy)):
+                return Unbound(False, busy=True)
+            if self._closed is None:
+                self._closed = ActorClosed.PASSIVATED
         self._ended.set()
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None and watchdog is not asyncio.current_task():
@@ -556,9 +562,12 @@ class ProcessActor:
                 if delay <= 0:
                     # Not while the host lease is SUSPENDED: the release could not
                     # reach etcd, and the lease may still come back HELD.
-                    if (self._inflight == 0 and self._suspended is None
-                            and not self._holding):
-                        self._closed = ActorClosed.PASSIVATED
+                    with self._admitting:
+                        idle = (self._inflight == 0 and self._suspended is None
+                                and not self._holding and self._closed is None)
+                        if idle:
+                            self._closed = ActorClosed.PASSIVATED
+                    if idle:
                         await self._leave("passivated", self.token)
                         return
                     delay = period  # a request is under way: its end moves the deadline
@@ -648,39 +657,90 @@ class ProcessActor:
 
     # -- requests ---------------------------------------------------------------------
 
+    def _admit(self, token: int) -> SvitError | None:
+        """Count a request of the binding of ``token`` in, or say why it is refused
+        (``unavailable``: another binding, closed, suspended; ``not_found``:
+        deleted). Under ``_admitting``: a request admitted here is counted
+        before passivation or :meth:`unbind` looks at ``_inflight`` (they run
+        on the actor's loop, direct-transport requests on their own threads)."""
+        if token != self.token or not token:
+            return UnavailableError(
+                f"this actor does not serve owner token {token} (now {self.token or 'none'}); "
+                "its route moved, retry", route_moved=True)
+        with self._admitting:
+            if self._closed is ActorClosed.DELETED:
+                return NotFound(f"process {self.process_id} was deleted")
+            if self._closed is not None or self._ctrl is None:
+                # nothing ran: the router may send it to the current owner at once
+                return UnavailableError(f"{self.process_id} is not served here: "
+                                        f"{self._closed_text() or 'starting'}",
+                                        route_moved=True)
+            if self._suspended is not None:
+                return UnavailableError(f"{self.process_id} is not served now: "
+                                        f"{self._suspended}; retry",
+                                        lease_state="suspended")
+            self._inflight += 1
+            self._last_used = time.monotonic()
+        return None
+
+    def _done(self) -> None:
+        with self._admitting:
+            self._inflight -= 1
+            self._last_used = time.monotonic()
+
+    async def _fenced(self, token: int) -> None:
+        """This binding's commit was fenced: stop serving it and ask to be released."""
+        self._closed = ActorClosed.FENCED
+        await self._stop_loop()
+        await self._leave("fenced", token)
+
     async def _run(self, token: int, fn: Callable[[], T]) -> Outcome[T]:
         """Run ``fn`` in a thread for the binding of ``token``: its value, or the
-        refusal (``unavailable``: another binding, closed, suspended;
-        ``not_found``: deleted) or the project error it raised."""
-        if token != self.token or not token:
-            return Outcome.fail(UnavailableError(
-                f"this actor does not serve owner token {token} (now {self.token or 'none'}); "
-                "its route moved, retry", route_moved=True))
-        if self._closed is ActorClosed.DELETED:
-            return Outcome.fail(NotFound(f"process {self.process_id} was deleted"))
-        if self._closed is not None or self._ctrl is None:
-            # nothing ran: the router may send it to the current owner at once
-            return Outcome.fail(UnavailableError(f"{self.process_id} is not served here: "
-                                                 f"{self._closed_text() or 'starting'}",
-                                                 route_moved=True))
-        if self._suspended is not None:
-            return Outcome.fail(UnavailableError(f"{self.process_id} is not served now: "
-                                                 f"{self._suspended}; retry",
-                                                 lease_state="suspended"))
-        self._inflight += 1
-        self._last_used = time.monotonic()
+        refusal (:meth:`_admit`) or the project error it raised."""
+        refused = self._admit(token)
+        if refused is not None:
+            return Outcome.fail(refused)
         try:
             return Outcome.ok(await asyncio.to_thread(fn))
         except FencedError as exc:
-            self._closed = ActorClosed.FENCED
-            await self._stop_loop()
-            await self._leave("fenced", token)
+            await self._fenced(token)
             return Outcome.fail(exc)
         except SvitError as exc:
             return Outcome.fail(exc)
         finally:
-            self._inflight -= 1
-            self._last_used = time.monotonic()
+            self._done()
+
+    def _run_here(self, token: int, fn: Callable[[], T]) -> Outcome[T]:
+        """:meth:`_run` on the calling (direct-transport) thread. A fenced
+        commit closes the binding at once; stopping its loop and asking for the
+        release run on the actor's loop, not awaited."""
+        refused = self._admit(token)
+        if refused is not None:
+            return Outcome.fail(refused)
+        try:
+            return Outcome.ok(fn())
+        except FencedError as exc:
+            self._closed = ActorClosed.FENCED
+            if self._aloop is not None:
+                asyncio.run_coroutine_threadsafe(self._fenced(token), self._aloop)
+            return Outcome.fail(exc)
+        except SvitError as exc:
+            return Outcome.fail(exc)
+        finally:
+            self._done()
+
+    def _control_fn(self, body: bytes, partition: str, trace: str | None
+                    ) -> Callable[[], ControlAnswer]:
+        def run() -> ControlAnswer:
+            ctrl = self._ctrl
+            assert ctrl is not None
+            request = decode_request(body)
+            if trace is not None:
+                log.debug("activation %s request %s/%s trace %s", self.process_id,
+                          request.client_id, request.request_id, trace)
+            return ControlAnswer.of(ctrl.execute(request, tenant=partition),
+                                    token=self.token, host=self.host)
+        return run
 
     async def control(self, token: int, body: bytes, partition: str, trace: str | None = None
                       ) -> Outcome[ControlAnswer]:
@@ -693,17 +753,8 @@ class ProcessActor:
         activation and its commit run as its children (:mod:`svit_cluster.tracing`);
         an invalid one is ignored.
         """
-        def run() -> ControlAnswer:
-            assert self._ctrl is not None
-            request = decode_request(body)
-            if trace is not None:
-                log.debug("activation %s request %s/%s trace %s", self.process_id,
-                          request.client_id, request.request_id, trace)
-            response = self._ctrl.execute(request, tenant=partition)
-            return ControlAnswer.of(response, token=self.token, host=self.host)
-
         with tracing.use_traceparent(trace):  # to_thread copies the context
-            return await self._run(token, run)
+            return await self._run(token, self._control_fn(body, partition, trace))
 
     async def direct_endpoint(self) -> Outcome[DirectEndpoint]:
         """Open (once) the direct transport for :meth:`control` and return where it is.
@@ -725,24 +776,28 @@ class ProcessActor:
 
             node_ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
             self._direct = DirectServer(self._direct_request, node_ip)
+            self._aloop = asyncio.get_running_loop()
         try:
-            endpoint = await self._direct.start()
+            endpoint = self._direct.start()
         except OSError as exc:
             return Outcome.fail(UnavailableError(f"direct transport cannot listen: {exc}"))
         return Outcome.ok(DirectEndpoint(endpoint.host, endpoint.port, endpoint.secret,
                                          self.token))
 
-    async def _direct_request(self, meta: dict[str, Any], payload: bytes
-                              ) -> tuple[dict[str, Any], bytes]:
-        """One direct-transport request: ``control`` only; the answer is
-        :meth:`control`'s outcome as a frame (:func:`~._results.control_frame`:
-        the response bytes are the payload, not copied)."""
+    def _direct_request(self, meta: dict[str, Any], payload: bytes
+                        ) -> tuple[dict[str, Any], bytes]:
+        """One direct-transport request, on its connection's thread: ``control``
+        only, with :meth:`control`'s guards and answer, as a frame
+        (:func:`~._results.control_frame`: the response bytes are the payload,
+        not copied)."""
         partition, trace, token = meta.get("partition"), meta.get("trace"), meta.get("token")
         if (meta.get("op") != "control" or not isinstance(partition, str)
                 or type(token) is not int
                 or not (trace is None or isinstance(trace, str))):
             return control_frame(Outcome.fail(InvalidInput("direct transport: bad request frame")))
-        return control_frame(await self.control(token, payload, partition, trace))
+        with tracing.use_traceparent(trace):
+            return control_frame(self._run_here(token, self._control_fn(payload, partition,
+                                                                        trace)))
 
     async def inbox(self, token: int, message: Value, dedup_key: str | None,
                     trace: str | None = None) -> Outcome[Appended]:

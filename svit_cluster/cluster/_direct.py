@@ -43,13 +43,16 @@ import hmac
 import json
 import logging
 import secrets
+import socket
 import struct
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 __all__ = [
     "HELLO_TIMEOUT_S",
+    "MAX_CONNECTIONS",
     "MAX_HELLO_META_BYTES",
     "MAX_META_BYTES",
     "MAX_PAYLOAD_BYTES",
@@ -58,7 +61,10 @@ __all__ = [
     "DirectServer",
     "DirectUnreachable",
     "FrameError",
+    "SyncHandler",
+    "frame_bytes",
     "read_frame",
+    "read_frame_from",
     "write_frame",
 ]
 
@@ -77,18 +83,66 @@ HELLO_TIMEOUT_S = 10.0
 #: can make the actor buffer no more than this.
 MAX_HELLO_META_BYTES = 512
 
-#: ``(meta, payload) -> (meta, payload)``: what the actor runs for one request.
-Handler = Callable[[dict[str, Any], bytes], Awaitable[tuple[dict[str, Any], bytes]]]
+#: Connections one actor serves at once (each holds a thread); the gateway keeps
+#: at most 64 per actor in flight (:class:`DirectClient`).
+MAX_CONNECTIONS = 256
+
+#: ``(meta, payload) -> (meta, payload)``: what the actor runs for one request,
+#: on the connection's thread.
+SyncHandler = Callable[[dict[str, Any], bytes], tuple[dict[str, Any], bytes]]
 
 
 class FrameError(Exception):
     """A frame that breaks the wire format (too large, meta not a JSON object)."""
 
 
+def frame_bytes(meta: dict[str, Any], payload: bytes = b"") -> bytes:
+    """One frame: header, meta, payload."""
+    head = json.dumps(meta, separators=(",", ":")).encode()
+    return _HEADER.pack(len(head), len(payload)) + head + payload
+
+
 def write_frame(writer: asyncio.StreamWriter, meta: dict[str, Any], payload: bytes = b"") -> None:
     """Queue one frame on ``writer`` (the caller drains)."""
-    head = json.dumps(meta, separators=(",", ":")).encode()
-    writer.write(_HEADER.pack(len(head), len(payload)) + head + payload)
+    writer.write(frame_bytes(meta, payload))
+
+
+def _check_lengths(meta_len: int, payload_len: int, max_meta_bytes: int,
+                   max_payload_bytes: int) -> None:
+    if meta_len > max_meta_bytes or payload_len > max_payload_bytes:
+        raise FrameError(f"frame too large ({meta_len} + {payload_len} bytes)")
+
+
+def _meta_of(raw: bytes) -> dict[str, Any]:
+    try:
+        meta = json.loads(raw)
+    except ValueError as exc:
+        raise FrameError("frame meta is not JSON") from exc
+    if not isinstance(meta, dict):
+        raise FrameError("frame meta is not a JSON object")
+    return meta
+
+
+def read_frame_from(stream: BinaryIO, *, max_meta_bytes: int = MAX_META_BYTES,
+                    max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> tuple[dict[str, Any], bytes]:
+    """:func:`read_frame` from a blocking binary stream (a socket's ``makefile("rb")``).
+
+    Raises:
+        EOFError: the peer closed the connection (before or inside a frame).
+        OSError: the socket failed or timed out.
+        FrameError: as :func:`read_frame`.
+    """
+    meta_len, payload_len = _HEADER.unpack(_read_exactly(stream, _HEADER.size))
+    _check_lengths(meta_len, payload_len, max_meta_bytes, max_payload_bytes)
+    meta = _meta_of(_read_exactly(stream, meta_len))
+    return meta, _read_exactly(stream, payload_len) if payload_len else b""
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes:
+    data = stream.read(size)
+    if len(data) != size:
+        raise EOFError(f"connection closed after {len(data)} of {size} bytes")
+    return data
 
 
 async def read_frame(reader: asyncio.StreamReader, *, max_meta_bytes: int = MAX_META_BYTES,
@@ -103,14 +157,8 @@ async def read_frame(reader: asyncio.StreamReader, *, max_meta_bytes: int = MAX_
             ``meta`` is not a JSON object.
     """
     meta_len, payload_len = _HEADER.unpack(await reader.readexactly(_HEADER.size))
-    if meta_len > max_meta_bytes or payload_len > max_payload_bytes:
-        raise FrameError(f"frame too large ({meta_len} + {payload_len} bytes)")
-    try:
-        meta = json.loads(await reader.readexactly(meta_len))
-    except ValueError as exc:
-        raise FrameError("frame meta is not JSON") from exc
-    if not isinstance(meta, dict):
-        raise FrameError("frame meta is not a JSON object")
+    _check_lengths(meta_len, payload_len, max_meta_bytes, max_payload_bytes)
+    meta = _meta_of(await reader.readexactly(meta_len))
     payload = await reader.readexactly(payload_len) if payload_len else b""
     return meta, payload
 
@@ -137,63 +185,109 @@ class DirectEndpoint:
 
 class DirectServer:
     """The actor's side: accepts authenticated connections and runs ``handler``
-    for each request frame, one at a time per connection.
+    for each request frame, one at a time per connection, on that connection's
+    own thread.
+
+    The request runs on the thread that read it, and its answer is written
+    from there: one thread wakes per request. (Served on the actor's asyncio
+    loop, a request woke that loop and then an executor thread for the
+    blocking commit.) The actor's loop is left to Ray's calls (``hold``,
+    ``suspend``, ``fence_out``), which never wait behind a commit.
 
     Args:
-        handler: runs one request; must not raise (errors are answered in ``meta``).
+        handler: runs one request on the connection's thread; must not raise
+            (errors are answered in ``meta``).
         host: the address to listen on (the node's IP; port chosen by the OS).
+        max_connections: connections served at once (default
+            :data:`MAX_CONNECTIONS`); one more is closed at once, and its
+            client falls back to Ray.
     """
 
-    def __init__(self, handler: Handler, host: str) -> None:
+    def __init__(self, handler: SyncHandler, host: str, *,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.handler = handler
         self.host = host
+        self.max_connections = max_connections
         self.secret = secrets.token_hex(32)
-        self._server: asyncio.Server | None = None
-        self._conns: set[asyncio.StreamWriter] = set()
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._port = 0
+        self._conns: set[socket.socket] = set()
 
-    async def start(self) -> DirectEndpoint:
-        """Listen (once) on the running loop; returns the endpoint.
+    def start(self) -> DirectEndpoint:
+        """Listen (once; again after :meth:`close`) and return the endpoint.
+        Threads: one accepting, one per open connection (daemons).
 
         Raises:
             OSError: the address cannot be bound.
         """
-        if self._server is None:
-            self._server = await asyncio.start_server(self._serve, self.host, 0)
-        port = int(self._server.sockets[0].getsockname()[1])
-        return DirectEndpoint(self.host, port, self.secret)
+        with self._lock:
+            if self._listener is None:
+                listener = socket.create_server((self.host, 0), backlog=128)
+                self._listener, self._port = listener, int(listener.getsockname()[1])
+                threading.Thread(target=self._accept, args=(listener,), daemon=True,
+                                 name="svit-direct-accept").start()
+            return DirectEndpoint(self.host, self._port, self.secret)
 
     def close(self) -> None:
-        """Stop listening and drop every connection (idempotent)."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for writer in list(self._conns):
-            writer.close()
-        self._conns.clear()
+        """Stop listening and drop every connection (idempotent). A request
+        running now finishes, but its answer is not sent."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+            conns = list(self._conns)
+            self._conns.clear()
+        # shutdown wakes the thread blocked in accept / recv on it; that thread
+        # closes the socket (closing it here could hand its number to a new file).
+        for sock in ([listener] if listener is not None else []) + conns:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._conns.add(writer)
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return  # closed (shutdown wakes accept with EINVAL)
+                with self._lock:
+                    serving = (self._listener is listener
+                               and len(self._conns) < self.max_connections)
+                    if serving:
+                        self._conns.add(conn)
+                if not serving:
+                    conn.close()
+                    continue
+                threading.Thread(target=self._serve, args=(conn,), daemon=True,
+                                 name="svit-direct-conn").start()
+        finally:
+            listener.close()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        stream = conn.makefile("rb")
         try:
             # A peer that connects but does not identify itself is dropped.
-            hello, _ = await asyncio.wait_for(
-                read_frame(reader, max_meta_bytes=MAX_HELLO_META_BYTES, max_payload_bytes=0),
-                timeout=HELLO_TIMEOUT_S)
+            conn.settimeout(HELLO_TIMEOUT_S)
+            hello, _ = read_frame_from(stream, max_meta_bytes=MAX_HELLO_META_BYTES,
+                                       max_payload_bytes=0)
             offered = str(hello.get("secret", "")).encode()
             if not hmac.compare_digest(offered, self.secret.encode()):
                 log.warning("direct transport: refused a connection with a wrong secret")
                 return
+            conn.settimeout(None)
             while True:
-                meta, payload = await read_frame(reader)
-                answer, body = await self.handler(meta, payload)
-                write_frame(writer, answer, body)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+                meta, payload = read_frame_from(stream)
+                answer, body = self.handler(meta, payload)
+                conn.sendall(frame_bytes(answer, body))
+        except (EOFError, OSError):  # the peer went, a hello timeout, or close()
             pass
         except FrameError as exc:
             log.warning("direct transport: dropped a connection: %s", exc)
         finally:
-            self._conns.discard(writer)
-            writer.close()
+            with self._lock:
+                self._conns.discard(conn)
+            stream.close()
+            conn.close()
 
 
 class DirectUnreachable(Exception):

@@ -10,7 +10,10 @@ a server that does not answer makes it raise ``TimeoutError``.
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -31,18 +34,21 @@ from svit_cluster.control import ControlAnswer
 
 
 class Echo:
-    """A handler that answers ``{"seen": meta}`` + the payload reversed."""
+    """A handler that answers ``{"seen": meta}`` + the payload reversed (on the
+    server's connection thread); with ``hang``, it waits until ``release``."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.hang = False
+        self.release = threading.Event()
+        self._lock = threading.Lock()
 
-    async def __call__(self, meta: dict[str, Any], payload: bytes
-                       ) -> tuple[dict[str, Any], bytes]:
-        self.calls += 1
+    def __call__(self, meta: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        with self._lock:
+            self.calls += 1
         if self.hang:
-            await asyncio.sleep(30)
-        await asyncio.sleep(0.001)
+            self.release.wait(30)
+        time.sleep(0.001)
         return {"seen": meta}, payload[::-1]
 
 
@@ -50,7 +56,7 @@ def test_round_trip_and_concurrent_calls_get_their_own_answers() -> None:
     async def main() -> None:
         echo = Echo()
         server = DirectServer(echo, "127.0.0.1")
-        client = DirectClient(await server.start(), max_idle=2)
+        client = DirectClient(server.start(), max_idle=2)
         answers = await asyncio.gather(*(
             client.call({"op": "control", "n": n}, f"body-{n}".encode(), timeout_s=5)
             for n in range(20)))
@@ -71,7 +77,7 @@ def test_wrong_secret_is_refused_and_nothing_runs() -> None:
     async def main() -> None:
         echo = Echo()
         server = DirectServer(echo, "127.0.0.1")
-        good = await server.start()
+        good = server.start()
         bad = DirectClient(DirectEndpoint(good.host, good.port, "0" * 64))
         with pytest.raises(DirectUnreachable):
             await bad.call({"op": "control"}, b"x", timeout_s=5)
@@ -92,7 +98,7 @@ def test_an_unauthenticated_peer_cannot_make_the_actor_buffer_a_large_frame() ->
     async def main() -> None:
         echo = Echo()
         server = DirectServer(echo, "127.0.0.1")
-        ep = await server.start()
+        ep = server.start()
         for declared in (struct.pack(">II", 16, 64 << 20), struct.pack(">II", 4096, 0)):
             reader, writer = await asyncio.open_connection(ep.host, ep.port)
             writer.write(declared)
@@ -112,7 +118,7 @@ def test_closed_server_is_unreachable_and_silent_server_times_out() -> None:
     async def main() -> None:
         echo = Echo()
         server = DirectServer(echo, "127.0.0.1")
-        client = DirectClient(await server.start())
+        client = DirectClient(server.start())
         await client.call({"op": "control"}, b"1", timeout_s=5)  # leaves an idle connection
         server.close()  # the actor fenced out (or died): idle connection and listener gone
         with pytest.raises(DirectUnreachable):
@@ -123,10 +129,11 @@ def test_closed_server_is_unreachable_and_silent_server_times_out() -> None:
         hung = Echo()
         hung.hang = True
         server2 = DirectServer(hung, "127.0.0.1")
-        client2 = DirectClient(await server2.start())
+        client2 = DirectClient(server2.start())
         with pytest.raises(TimeoutError):
             await client2.call({"op": "control"}, b"4", timeout_s=0.2)
         assert client2._idle == []  # the timed-out connection is never reused
+        hung.release.set()
         server2.close()
 
     asyncio.run(main())
@@ -140,17 +147,20 @@ def test_calls_in_flight_are_bounded_and_a_silent_peer_is_dropped(
 
     async def main() -> None:
         inflight = peak = 0
+        lock = threading.Lock()
 
-        async def slow(meta: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        def slow(meta: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
             nonlocal inflight, peak
-            inflight += 1
-            peak = max(peak, inflight)
-            await asyncio.sleep(0.02)
-            inflight -= 1
+            with lock:
+                inflight += 1
+                peak = max(peak, inflight)
+            time.sleep(0.02)
+            with lock:
+                inflight -= 1
             return {}, payload
 
         server = DirectServer(slow, "127.0.0.1")
-        endpoint = await server.start()
+        endpoint = server.start()
         client = DirectClient(endpoint, max_connections=3)
         await asyncio.gather(*(client.call({}, b"x", timeout_s=5) for _ in range(12)))
         assert peak == 3
@@ -158,6 +168,81 @@ def test_calls_in_flight_are_bounded_and_a_silent_peer_is_dropped(
         reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
         assert await asyncio.wait_for(reader.read(), timeout=5) == b""
         writer.close()
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_requests_are_served_while_the_actors_event_loop_is_blocked() -> None:
+    """The hot path does not pass through the actor's asyncio loop: a request is
+    read, run and answered on its connection's thread, so it is served while
+    the loop the server was started from is busy (with the server on that
+    loop, this call could not be answered until the loop was free)."""
+    async def main() -> None:
+        server = DirectServer(Echo(), "127.0.0.1")
+        endpoint = server.start()
+        answered: list[bytes] = []
+
+        def call() -> None:
+            answered.append(asyncio.run(DirectClient(endpoint).call(
+                {"op": "control"}, b"abc", timeout_s=5))[1])
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        caller.join(timeout=5)  # blocks this (the server's) event loop meanwhile
+        assert answered == [b"cba"]
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_close_refuses_new_connections_and_drops_open_ones_with_a_request_running() -> None:
+    """``close`` ends listening at once and wakes every connection's thread; a
+    request running then finishes on its thread but is never answered (the
+    client sees a broken connection: fall back to Ray, repeat by request id),
+    and the server opens again on a later ``start``."""
+    async def main() -> None:
+        echo = Echo()
+        echo.hang = True
+        server = DirectServer(echo, "127.0.0.1")
+        endpoint = server.start()
+        call = asyncio.ensure_future(DirectClient(endpoint).call({"op": "control"}, b"x",
+                                                                 timeout_s=5))
+        while echo.calls == 0:
+            await asyncio.sleep(0.01)
+        server.close()
+        with pytest.raises(DirectUnreachable):
+            await call
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((endpoint.host, endpoint.port), timeout=2).close()
+        echo.release.set()
+        echo.hang = False
+        again = server.start()  # a resumed binding listens again, same secret
+        assert again.secret == endpoint.secret
+        assert (await DirectClient(again).call({"op": "x"}, b"ab", timeout_s=5))[1] == b"ba"
+        server.close()
+
+    asyncio.run(main())
+
+
+def test_connections_past_the_bound_are_closed_without_a_thread() -> None:
+    async def main() -> None:
+        server = DirectServer(Echo(), "127.0.0.1", max_connections=2)
+        endpoint = server.start()
+        first, second = DirectClient(endpoint), DirectClient(endpoint)
+        await first.call({}, b"1", timeout_s=5)  # each keeps its connection open
+        await second.call({}, b"2", timeout_s=5)
+        with pytest.raises(DirectUnreachable):
+            await DirectClient(endpoint).call({}, b"3", timeout_s=5)
+        first.close()  # a slot frees once the server sees that connection go
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                assert (await DirectClient(endpoint).call({}, b"4", timeout_s=5))[1] == b"4"
+                break
+            except DirectUnreachable:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
         server.close()
 
     asyncio.run(main())
@@ -216,20 +301,22 @@ class DirectActor:
         self.tokens: list[int] = []
         self.server = DirectServer(self._direct, "127.0.0.1")
 
-    async def control(self, token: int, body: bytes, partition: str,
-                      trace: str | None = None, via: str = "ray") -> Outcome[ControlAnswer]:
+    def _answer(self, token: int, body: bytes, partition: str, via: str
+                ) -> Outcome[ControlAnswer]:
         self.via.append(via)
         self.tokens.append(token)
         return Outcome.ok(ControlAnswer(b"R:" + body + partition.encode(), "committed",
                                         host="a", token=self.token))
 
-    async def _direct(self, meta: dict[str, Any], payload: bytes
-                      ) -> tuple[dict[str, Any], bytes]:
-        return control_frame(await self.control(meta["token"], payload, meta["partition"],
-                                                 meta["trace"], via="direct"))
+    async def control(self, token: int, body: bytes, partition: str,
+                      trace: str | None = None) -> Outcome[ControlAnswer]:
+        return self._answer(token, body, partition, "ray")
+
+    def _direct(self, meta: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        return control_frame(self._answer(meta["token"], payload, meta["partition"], "direct"))
 
     async def direct_endpoint(self) -> Outcome[DirectEndpoint]:
-        ep = await self.server.start()
+        ep = self.server.start()
         return Outcome.ok(DirectEndpoint(ep.host, ep.port, ep.secret, self.token))
 
 
@@ -313,17 +400,17 @@ async def test_a_direct_call_in_flight_is_abandoned_the_moment_its_owner_record_
     await asyncio.gather(*router._direct_asking.values())
     assert router._direct[route.actor, 7] is not None
 
-    paused = asyncio.Event()
+    paused, release = threading.Event(), threading.Event()
 
-    async def hang(meta: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+    def hang(meta: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         paused.set()
-        await asyncio.sleep(30)  # SIGSTOPped host: no answer
-        raise AssertionError("unreachable")
+        release.wait(30)  # SIGSTOPped host: no answer
+        return {}, b""
 
     actor.server.handler = hang
     loop = asyncio.get_running_loop()
     call = asyncio.ensure_future(router._control_call(route, b"late", "t", None))
-    await asyncio.wait_for(paused.wait(), 2.0)
+    assert await asyncio.to_thread(paused.wait, 2.0)
     started = loop.time()
     router.cache._apply(key, None, 0)  # its host's lease is gone
     with pytest.raises(RouteMoved):
@@ -331,6 +418,8 @@ async def test_a_direct_call_in_flight_is_abandoned_the_moment_its_owner_record_
     assert loop.time() - started < 1.0
     assert (route.actor, 7) not in router._direct  # the connection went with it
     assert router.cache._movers == {}
+    release.set()
+    actor.server.close()
 
 
 class _Agent:
