@@ -351,7 +351,9 @@ class DirectClient:
         reader, writer = conn
         try:
             write_frame(writer, meta, payload)
-            answer = await asyncio.wait_for(self._exchange(reader, writer), timeout=timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await writer.drain()
+                answer = await read_frame(reader)
         except BaseException as exc:
             writer.close()
             if isinstance(exc, TimeoutError):  # an OSError subclass: keep it apart
@@ -365,12 +367,6 @@ class DirectClient:
         else:
             writer.close()
         return answer
-
-    @staticmethod
-    async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-                        ) -> tuple[dict[str, Any], bytes]:
-        await writer.drain()
-        return await read_frame(reader)
 
     def close(self) -> None:
         """Close every idle connection; later calls raise :class:`DirectUnreachable`."""

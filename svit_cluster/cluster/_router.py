@@ -184,28 +184,51 @@ class RouteMoved(UnavailableError):
 
 async def _unless(call: Any, abandon: asyncio.Future[None], timeout_s: float,
                   what: str) -> Any:
-    """Await ``call`` for at most ``timeout_s`` seconds unless ``abandon`` is done first.
+    """Await ``call`` (a coroutine or an awaitable such as a Ray ``ObjectRef``) for
+    at most ``timeout_s`` seconds unless ``abandon`` is done first.
+
+    ``call`` runs in the calling task (no task of its own: this is on every
+    request's path); ``abandon`` finishing cancels that task, and the
+    cancellation is turned into :class:`RouteMoved` here.
 
     Raises:
-        RouteMoved: ``abandon`` finished first (``call`` is left to finish or
-            fail on its own; its result is dropped).
+        RouteMoved: ``abandon`` finished first (``call`` is cancelled; when it
+            was already done before the call, ``call`` never starts).
         TimeoutError: neither within ``timeout_s``.
+        asyncio.CancelledError: the calling task was cancelled from outside.
     """
-    task = asyncio.ensure_future(call)
+    if abandon.done():
+        if asyncio.iscoroutine(call):
+            call.close()
+        raise _abandoned(what)
+    task = asyncio.current_task()
+    assert task is not None
+    state = {"waiting": True, "moved": False}
+
+    def on_abandon(_: asyncio.Future[None]) -> None:
+        if state["waiting"]:  # not once ``call`` has ended (the callback comes a step later)
+            state["moved"] = True
+            task.cancel()
+
+    abandon.add_done_callback(on_abandon)
     try:
-        done, _ = await asyncio.wait({task, abandon}, timeout=timeout_s,
-                                     return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
+        async with asyncio.timeout(timeout_s):
+            return await call
+    except asyncio.CancelledError:
+        if state["moved"] and task.uncancel() == 0:
+            raise _abandoned(what) from None
         raise
-    if task in done:
-        return task.result()
-    task.cancel()
-    if abandon in done:
-        raise RouteMoved(f"{what} abandoned: the process's owner record moved (its host's "
-                         "lease is gone or it was released); outcome unknown, retry with "
-                         "the same request id", route_moved=True)
-    raise TimeoutError(f"{what} did not answer within {timeout_s} s")
+    except TimeoutError as exc:
+        raise TimeoutError(f"{what} did not answer within {timeout_s} s") from exc
+    finally:
+        state["waiting"] = False
+        abandon.remove_done_callback(on_abandon)
+
+
+def _abandoned(what: str) -> RouteMoved:
+    return RouteMoved(f"{what} abandoned: the process's owner record moved (its host's "
+                      "lease is gone or it was released); outcome unknown, retry with "
+                      "the same request id", route_moved=True)
 
 
 class RayRouter:

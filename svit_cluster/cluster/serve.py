@@ -59,12 +59,19 @@ def http_stack() -> tuple[str, str]:
 
 
 def gateway_server_config(app: Any, *, host: str, port: int) -> Any:
-    """The ``uvicorn.Config`` of the gateway: :func:`http_stack`, warnings only, no lifespan."""
+    """The ``uvicorn.Config`` of the gateway: :func:`http_stack` (its HTTP protocol
+    sending each response in one write, :func:`svit_cluster.gateway.coalescing`),
+    warnings only, no lifespan."""
     import uvicorn
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    from svit_cluster.gateway import coalescing
 
     loop, http = http_stack()
+    protocol = coalescing(import_from_string(HTTP_PROTOCOLS[http]))
     return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
-                          loop=loop, http=http)
+                          loop=loop, http=protocol)
 
 
 def run_gateway(*, state_dir: Path | None, host: str, port: int,

@@ -19,6 +19,7 @@ from svit_cluster.gateway._auth import (
     tenant_of,
 )
 from svit_cluster.gateway._bytecap import DEFAULT_MAX_REQUEST_BYTES, ByteCapMiddleware
+from svit_cluster.gateway._coalesce import coalescing
 from svit_cluster.gateway._console import CONSOLE_CSP, ConsoleMiddleware
 from svit_cluster.gateway._cors import parse_origins
 from svit_cluster.gateway._metrics import GatewayMetrics
@@ -54,6 +55,7 @@ __all__ = [
     "Router",
     "TokenStore",
     "authorize",
+    "coalescing",
     "create_app",
     "install_log_redaction",
     "parse_origins",
