@@ -158,7 +158,11 @@ class ProcessActor:
         self._reset_binding()
 
     def _reset_binding(self) -> None:
-        """Forget everything of the current binding (process state, loop, socket)."""
+        """Forget everything of the current binding (process state, loop, socket,
+        the backend's own Redis connection)."""
+        close = getattr(getattr(self, "_backend", None), "close", None)
+        if close is not None:
+            close()
         #: Why the host lease is SUSPENDED (refusing work until it is HELD again).
         self._suspended: str | None = None
         #: The host lease is SUSPENDED but still certain: serve, do not passivate.
@@ -351,7 +355,8 @@ class ProcessActor:
             self.token,
             StoreConfig(max_receipts=self.cfg.max_receipts,
                         snapshot_every=self.cfg.snapshot_every,
-                        signal_retention=self.cfg.signal_retention),
+                        signal_retention=self.cfg.signal_retention,
+                        dedicated_connection=True),
             guard=self._guard,
         )
         self._events = RedisEventLog(client, self.process_id, self.token,

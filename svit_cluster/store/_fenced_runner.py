@@ -20,8 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import redis
+
 from svit_cluster.errors import FencedError, SvitError, UnavailableError
 from svit_cluster.store._keys import ProcessKeys
+from svit_cluster.store._lane import ScriptLane
 from svit_cluster.store._log_config import StoreConfig
 from svit_cluster.store._receipts import ReceiptCache
 from svit_cluster.store._redis import RedisClient, require_noeviction, run_replicated
@@ -65,6 +68,10 @@ class FencedRunner:
         self.scripts = Scripts.register(client)
         self.receipts = ReceiptCache(config.max_receipts)
         self._guard = guard
+        #: This owner's own connection for its scripts (``config.dedicated_connection``).
+        self.lane = (ScriptLane(client) if config.dedicated_connection
+                     and not config.wait_replicas and isinstance(client, redis.Redis)
+                     else None)
 
     def fenced(self, fence: bytes, op: str) -> FencedError:
         """The error for a script's ``fenced`` reply (``fence``: the stored fence).
@@ -105,6 +112,8 @@ class FencedRunner:
         client writes to may evict keys (:func:`require_noeviction`).
         """
         require_noeviction(self.client, keys[0], op=op, process_id=self.process_id)
+        if self.lane is not None:
+            return self.lane.run(script, keys, args)
         cfg = self.config
         reply, acked = run_replicated(self.client, script, keys, args,
                                       replicas=cfg.wait_replicas,

@@ -112,6 +112,13 @@ class RedisBackend:
         self._reader = LogReader(client, process_id, self.keys, cadence)
         #: The commit script's KEYS.
         self._commit_keys = self._writer.commit_keys
+        self._lane = runner.lane
+
+    def close(self) -> None:
+        """Close this owner's own Redis connection (``StoreConfig.dedicated_connection``);
+        idempotent, and a later write opens it again. The shared client stays open."""
+        if self._lane is not None:
+            self._lane.close()
 
     @property
     def last_restore(self) -> RestoreStats | None:

@@ -125,6 +125,13 @@ class StoreConfig:
         wait_timeout_ms: the ``WAIT`` timeout in ms,
             ``1..defaults.WAIT_TIMEOUT_MS_MAX`` (default from
             ``SVIT_REDIS_WAIT_TIMEOUT_MS``, else ``defaults.DEFAULT_WAIT_TIMEOUT_MS``).
+        dedicated_connection: run this owner's write scripts on one connection
+            of its own (:class:`~svit_cluster.store._lane.ScriptLane`, opened on
+            first use, closed by ``RedisBackend.close``) instead of a pooled
+            connection per script: less CPU per commit. For a process actor,
+            which serves one process at a time; off by default, so a runtime
+            holding many backends on one client does not hold a connection
+            each. Ignored with ``wait_replicas`` or a Redis Cluster client.
 
     Raises:
         ConfigurationError: a value is out of range.
@@ -139,6 +146,7 @@ class StoreConfig:
     signal_retention: int = DEFAULT_SIGNAL_RETENTION
     wait_replicas: int = field(default_factory=_wait_replicas_default)
     wait_timeout_ms: int = field(default_factory=_wait_timeout_default)
+    dedicated_connection: bool = False
 
     def __post_init__(self) -> None:
         validate_receipt_limit(self.max_receipts)

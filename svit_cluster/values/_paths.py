@@ -132,7 +132,11 @@ def validate_process_id(process_id: object) -> str:
         or len(process_id) == len("svit://")
         or len(process_id) > _MAX_PROCESS_ID_BYTES
         or not 0 <= _utf8_len(process_id) <= _MAX_PROCESS_ID_BYTES
-        or any(ch.isspace() or not ch.isprintable() for ch in process_id)
+        # No whitespace, no control or separator character. Every whitespace
+        # character but the ASCII space is non-printable (str.isprintable), so
+        # one C-level scan plus the space test is the same rule as a per-character
+        # isspace/isprintable loop (tests/values check every code point).
+        or not process_id.isprintable() or " " in process_id
     ):
         raise InvalidInput(
             f"invalid process id {process_id[:80]!r}: need svit://<rest>, no whitespace, "

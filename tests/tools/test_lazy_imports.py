@@ -121,6 +121,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("svit_cluster/cluster/serve.py", "svit_cluster.gateway"): _SERVE,
     ("svit_cluster/cluster/serve.py", "svit_cluster.ownership"): _SERVE,
     ("svit_cluster/cluster/serve.py", "uvicorn"): _SERVE,
+    ("svit_cluster/cluster/serve.py", "uvicorn.config"): _SERVE,
+    ("svit_cluster/cluster/serve.py", "uvicorn.importer"): _SERVE,
     ("svit_cluster/cluster/serve.py", "uvloop"):
         OPTIONAL + "uvloop has no wheels on some platforms; http_stack() then "
                    "falls back to asyncio",

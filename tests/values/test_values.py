@@ -432,3 +432,25 @@ def test_cyclic_and_deep_python_values_are_typed_errors() -> None:
             values_equal(bad, bad)  # type: ignore[arg-type]
         with pytest.raises(InvalidInput):
             canonical_json(bad)
+
+
+def test_process_id_character_rule_is_the_per_character_rule_for_every_code_point() -> None:
+    """``validate_process_id`` refuses exactly the ids holding a character that is
+    whitespace or not printable: checked for every Unicode code point (the
+    validator scans with ``str.isprintable`` plus a space test)."""
+    from svit_cluster.errors import InvalidInput
+    from svit_cluster.values._paths import validate_process_id
+
+    refused = []
+    for code in range(0x110000):
+        ch = chr(code)
+        if 0xD800 <= code <= 0xDFFF:
+            continue  # a lone surrogate is refused for its UTF-8 length already
+        try:
+            validate_process_id(f"svit://t/p{ch}q")
+        except InvalidInput:
+            refused.append(code)
+    expected = [code for code in range(0x110000) if not 0xD800 <= code <= 0xDFFF
+                and (chr(code).isspace() or not chr(code).isprintable())]
+    assert refused == expected
+    assert 0x20 in refused and 0xA0 in refused and 0x2028 in refused and 0x41 not in refused
