@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random as _random
 import re
 import secrets
 import sys
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from svit_cluster import __version__
@@ -130,7 +131,7 @@ class TraceContext:
 
     def child(self) -> TraceContext:
         """The same trace with a new random span id (the next hop)."""
-        return replace(self, span_id=secrets.token_hex(8))
+        return TraceContext(self.trace_id, _span_id(), self.flags, self.tracestate)
 
     def headers(self) -> dict[str, str]:
         """``{"traceparent": ..., "tracestate": ...}`` to send on (tracestate when set)."""
@@ -141,6 +142,13 @@ class TraceContext:
 
 
 _CURRENT: ContextVar[TraceContext | None] = ContextVar("svit_trace", default=None)
+
+
+def _span_id() -> str:
+    """A random non-zero span id (16 hex digits). Span ids need to be unique, not
+    secret (a trace id starting a trace comes from :mod:`secrets`), so they come
+    from :func:`random.getrandbits`, as OpenTelemetry's SDK draws them."""
+    return f"{_random.getrandbits(64) or 1:016x}"
 
 
 @dataclass(slots=True)
@@ -295,8 +303,11 @@ def span(name: str, *, root: bool = False, server: bool = False,
     tracer = _tracer()
     if tracer is None:
         ctx = parent.child() if parent is not None else TraceContext.new()
-        with use(ctx):
+        reset = _CURRENT.set(ctx)
+        try:
             yield Hop(ctx)
+        finally:
+            _CURRENT.reset(reset)
         return
     from opentelemetry import trace
 
