@@ -351,6 +351,7 @@ def prepare_activation(
     ports: PortHost | None = None,
     token: int = 0,
     wall_clock: Callable[[], int] = wall_clock_ms,
+    input_checked: bool = False,
 ) -> ActivationResult:
     """Run one activation against a working copy and seal it, without committing.
 
@@ -364,6 +365,9 @@ def prepare_activation(
         token: the owner's fencing token, recorded with each port call.
         wall_clock: the host's wall clock, ms since the epoch; read once per
             activation (timer ``due_ms`` stamps and ``/system/timers`` pruning).
+        input_checked: the caller already checked ``input`` against
+            ``process.limits`` (``node_from_value``, as the controller does
+            before its version check), so it is not checked again.
 
     Returns:
         An :class:`ActivationResult` whose ``transition`` must be committed.
@@ -382,7 +386,8 @@ def prepare_activation(
     meter = Meter(process.limits, clock=clock)
     session = _Session(process, wc, meter, ports, token, now_ms, pending)
     program = session._program(script)
-    session._check_input(input)
+    if not input_checked:
+        session._check_input(input)
     try:
         output = program.run_main(input, session, meter)
     except SvitError:

@@ -323,7 +323,8 @@ class ProcessController:
         try:
             result = prepare_activation(proc, cmd.script, cmd.input, clock=self._clock,
                                         ports=self._ports, token=self._token,
-                                        wall_clock=self._wall_clock)
+                                        wall_clock=self._wall_clock,
+                                        input_checked=True)  # by _validate, above
         except SvitError as exc:
             response = self._rejected(request, exc.code, exc.message)
             backend.put_receipt(self._receipt(tenant, request, fingerprint, response),
