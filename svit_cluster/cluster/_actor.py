@@ -668,11 +668,11 @@ class ProcessActor:
         deleted). Under ``_admitting``: a request admitted here is counted
         before passivation or :meth:`unbind` looks at ``_inflight`` (they run
         on the actor's loop, direct-transport requests on their own threads)."""
-        if token != self.token or not token:
-            return UnavailableError(
-                f"this actor does not serve owner token {token} (now {self.token or 'none'}); "
-                "its route moved, retry", route_moved=True)
         with self._admitting:
+            if token != self.token or not token:
+                return UnavailableError(
+                    f"this actor does not serve owner token {token} "
+                    f"(now {self.token or 'none'}); its route moved, retry", route_moved=True)
             if self._closed is ActorClosed.DELETED:
                 return NotFound(f"process {self.process_id} was deleted")
             if self._closed is not None or self._ctrl is None:
@@ -695,6 +695,8 @@ class ProcessActor:
 
     async def _fenced(self, token: int) -> None:
         """This binding's commit was fenced: stop serving it and ask to be released."""
+        if token != self.token:
+            return  # that binding already ended
         self._closed = ActorClosed.FENCED
         await self._stop_loop()
         await self._leave("fenced", token)
@@ -793,8 +795,7 @@ class ProcessActor:
                         ) -> tuple[dict[str, Any], bytes]:
         """One direct-transport request, on its connection's thread: ``control``
         only, with :meth:`control`'s guards and answer, as a frame
-        (:func:`~._results.control_frame`: the response bytes are the payload,
-        not copied)."""
+        (:func:`~._results.control_frame`: the response bytes are the payload)."""
         partition, trace, token = meta.get("partition"), meta.get("trace"), meta.get("token")
         if (meta.get("op") != "control" or not isinstance(partition, str)
                 or type(token) is not int

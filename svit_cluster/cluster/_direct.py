@@ -46,6 +46,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -86,6 +87,11 @@ MAX_HELLO_META_BYTES = 512
 #: Connections one actor serves at once (each holds a thread); the gateway keeps
 #: at most 64 per actor in flight (:class:`DirectClient`).
 MAX_CONNECTIONS = 256
+
+#: Seconds the accept thread waits after a failed ``accept`` (EMFILE, ENOBUFS, ...).
+ACCEPT_RETRY_S = 0.1
+#: Idle seconds before keepalive probes check that a connection's peer is alive.
+KEEPALIVE_IDLE_S = 60
 
 #: ``(meta, payload) -> (meta, payload)``: what the actor runs for one request,
 #: on the connection's thread.
@@ -247,8 +253,14 @@ class DirectServer:
             while True:
                 try:
                     conn, _ = listener.accept()
-                except OSError:
-                    return  # closed (shutdown wakes accept with EINVAL)
+                except OSError as exc:
+                    if self._listener is not listener:
+                        return  # closed (shutdown wakes accept with EINVAL)
+                    # out of descriptors or memory, or a network error accept(2)
+                    # says to retry: the listener stays, and so does its endpoint
+                    log.warning("direct transport: accept failed (%s); retrying", exc)
+                    time.sleep(ACCEPT_RETRY_S)
+                    continue
                 with self._lock:
                     serving = (self._listener is listener
                                and len(self._conns) < self.max_connections)
@@ -257,13 +269,28 @@ class DirectServer:
                 if not serving:
                     conn.close()
                     continue
-                threading.Thread(target=self._serve, args=(conn,), daemon=True,
-                                 name="svit-direct-conn").start()
+                try:
+                    threading.Thread(target=self._serve, args=(conn,), daemon=True,
+                                     name="svit-direct-conn").start()
+                except RuntimeError as exc:  # no thread could start: refuse this one
+                    log.warning("direct transport: cannot serve a connection: %s", exc)
+                    with self._lock:
+                        self._conns.discard(conn)
+                    conn.close()
         finally:
             listener.close()
 
     def _serve(self, conn: socket.socket) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A peer that vanished without closing (its host died) is detected by
+        # keepalive probes within about KEEPALIVE_IDLE_S + 3 x 10 s, which ends
+        # this thread and frees its slot.
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for option, value in ((getattr(socket, "TCP_KEEPIDLE", None), KEEPALIVE_IDLE_S),
+                              (getattr(socket, "TCP_KEEPINTVL", None), 10),
+                              (getattr(socket, "TCP_KEEPCNT", None), 3)):
+            if option is not None:
+                conn.setsockopt(socket.IPPROTO_TCP, option, value)
         stream = conn.makefile("rb")
         try:
             # A peer that connects but does not identify itself is dropped.

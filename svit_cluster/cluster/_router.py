@@ -211,18 +211,26 @@ async def _unless(call: Any, abandon: asyncio.Future[None], timeout_s: float,
             task.cancel()
 
     abandon.add_done_callback(on_abandon)
+    deadline = asyncio.timeout(timeout_s)
     try:
-        async with asyncio.timeout(timeout_s):
-            return await call
+        async with deadline:
+            result = await call
     except asyncio.CancelledError:
         if state["moved"] and task.uncancel() == 0:
             raise _abandoned(what) from None
         raise
     except TimeoutError as exc:
-        raise TimeoutError(f"{what} did not answer within {timeout_s} s") from exc
+        if deadline.expired():
+            raise TimeoutError(f"{what} did not answer within {timeout_s} s") from exc
+        raise  # the call's own TimeoutError, as it raised it
     finally:
         state["waiting"] = False
         abandon.remove_done_callback(on_abandon)
+    if state["moved"]:
+        # ``call`` swallowed the cancel and answered: keep its answer, and
+        # leave the task as it was (no cancel pending for a later await)
+        task.uncancel()
+    return result
 
 
 def _abandoned(what: str) -> RouteMoved:

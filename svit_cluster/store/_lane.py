@@ -49,13 +49,15 @@ class ScriptLane:
         client: a non-cluster client from :func:`~svit_cluster.store._redis.connect`.
 
     The connection opens on first use and stays open until :meth:`close`
-    (or until this object is collected).
+    (or until this object is collected); a connection lost in between is
+    opened again by the next script.
     """
 
     def __init__(self, client: redis.Redis) -> None:
         self._pool = client.connection_pool
         self._lock = threading.Lock()
         self._conn: Any = None
+        self._closed = False
 
     def run(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run registered ``script`` with ``keys`` and ``args``; its reply.
@@ -66,6 +68,9 @@ class ScriptLane:
         """
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         with self._lock:
+            if self._closed:
+                raise RedisConnectionError("the owner's Redis connection was closed "
+                                           "(its binding ended); nothing was sent")
             conn = self._conn
             if conn is None:
                 conn = self._conn = self._pool.make_connection()
@@ -83,6 +88,10 @@ class ScriptLane:
             except BaseException:
                 conn.disconnect()
                 raise
+            finally:
+                if self._closed:  # closed while this script ran: it was the last
+                    conn.disconnect()
+                    self._conn = None
 
     @staticmethod
     def _stale(conn: Any) -> bool:
@@ -104,8 +113,16 @@ class ScriptLane:
         return conn.read_response()
 
     def close(self) -> None:
-        """Close the connection (idempotent; a later :meth:`run` opens a new one)."""
-        with self._lock:
+        """Close the connection for good, without waiting (idempotent): a script
+        running now finishes and then closes it; a later :meth:`run` raises
+        ``ConnectionError`` before sending anything. (The actor calls this on
+        its event loop when a binding ends.)"""
+        self._closed = True
+        if not self._lock.acquire(blocking=False):
+            return  # a script runs: its end closes the connection
+        try:
             conn, self._conn = self._conn, None
+        finally:
+            self._lock.release()
         if conn is not None:
             conn.disconnect()

@@ -115,8 +115,10 @@ class RedisBackend:
         self._lane = runner.lane
 
     def close(self) -> None:
-        """Close this owner's own Redis connection (``StoreConfig.dedicated_connection``);
-        idempotent, and a later write opens it again. The shared client stays open."""
+        """Close this owner's own Redis connection (``StoreConfig.dedicated_connection``)
+        for good, without waiting for a script that is running (it closes the
+        connection when it ends); idempotent. A later write raises
+        ``unavailable`` before sending anything. The shared client stays open."""
         if self._lane is not None:
             self._lane.close()
 

@@ -248,6 +248,34 @@ def test_connections_past_the_bound_are_closed_without_a_thread() -> None:
     asyncio.run(main())
 
 
+def test_a_failed_accept_is_retried_and_connections_use_keepalive(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``accept`` that fails (EMFILE: out of descriptors) does not end
+    listening: the endpoint the actor advertised keeps serving."""
+    import errno
+
+    real = socket.socket.accept
+    failures = [OSError(errno.EMFILE, "Too many open files")]
+
+    def flaky(self: socket.socket) -> Any:
+        if failures:
+            raise failures.pop()
+        return real(self)
+
+    monkeypatch.setattr(socket.socket, "accept", flaky)
+
+    async def main() -> None:
+        server = DirectServer(Echo(), "127.0.0.1")
+        client = DirectClient(server.start())
+        assert (await client.call({}, b"ab", timeout_s=5))[1] == b"ba"
+        assert failures == []  # the first accept did fail
+        [conn] = list(server._conns)
+        assert conn.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        server.close()
+
+    asyncio.run(main())
+
+
 def test_oversized_or_malformed_frames_are_refused() -> None:
     async def main() -> None:
         reader = asyncio.StreamReader()

@@ -98,3 +98,35 @@ async def test_a_silent_call_times_out_and_an_outside_cancel_stays_a_cancel() ->
         await outer
     abandon.set_result(None)  # a move after the cancel finds nothing to cancel
     await asyncio.sleep(0.01)
+
+
+async def test_a_call_that_swallows_the_cancel_keeps_its_answer_and_leaves_no_cancel() -> None:
+    loop = asyncio.get_running_loop()
+    abandon: asyncio.Future[None] = loop.create_future()
+
+    async def stubborn() -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "answered anyway"  # as wait_for does when its inner call completes
+        return "slept"
+
+    loop.call_later(0.02, abandon.set_result, None)
+    assert await _unless(stubborn(), abandon, 5, "x") == "answered anyway"
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0.01)  # no cancel pending
+
+
+async def test_the_calls_own_timeout_error_passes_through_unchanged() -> None:
+    abandon: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    class RemoteTimeout(TimeoutError):
+        pass
+
+    async def call() -> None:
+        await asyncio.sleep(0)
+        raise RemoteTimeout("the actor's own deadline")
+
+    with pytest.raises(RemoteTimeout, match="the actor's own deadline"):
+        await _unless(call(), abandon, 5, "x")

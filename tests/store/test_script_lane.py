@@ -42,9 +42,33 @@ def test_the_lane_answers_as_the_pooled_call_does(single_rclient: RedisClient) -
         lane.run(script, [key], [True, 1])  # refused before sending, as redis-py does
     assert lane.run(script, [key], ["again", 2]) == [b"again", b"2"]
     lane.close()
+    lane.close()  # idempotent
+    with pytest.raises(RedisConnectionError, match="nothing was sent"):
+        lane.run(script, [key], ["after close", 3])
+    assert single_rclient.get(key) == b"again"
+
+
+def test_close_does_not_wait_for_a_running_script_which_then_closes_the_connection(
+        single_rclient: RedisClient) -> None:
+    import threading
+    import time
+
+    lane = ScriptLane(single_rclient)  # type: ignore[arg-type]
+    slow = single_rclient.register_script(
+        "local t = redis.call('TIME') local e = t[1] * 1000000 + t[2] + 300000 "
+        "while true do local n = redis.call('TIME') "
+        "if n[1] * 1000000 + n[2] > e then break end end return 'done'")
+    answers: list[bytes] = []
+    runner = threading.Thread(target=lambda: answers.append(
+        lane.run(slow, ["{svit-test}lane-slow"], [])))
+    runner.start()
+    time.sleep(0.1)  # the script is running on the server
+    started = time.monotonic()
     lane.close()
-    assert lane.run(script, [key], ["reopened", 3]) == [b"reopened", b"3"]
-    lane.close()
+    assert time.monotonic() - started < 0.05  # did not wait for the script
+    runner.join(5)
+    assert answers == [b"done"]  # the running script finished and answered
+    assert lane._conn is None  # and its end closed the connection
 
 
 def test_noscript_loads_the_script_and_one_connection_serves_every_call(
