@@ -195,10 +195,9 @@ class DirectServer:
     own thread.
 
     The request runs on the thread that read it, and its answer is written
-    from there: one thread wakes per request. (Served on the actor's asyncio
-    loop, a request woke that loop and then an executor thread for the
-    blocking commit.) The actor's loop is left to Ray's calls (``hold``,
-    ``suspend``, ``fence_out``), which never wait behind a commit.
+    from there: one thread wakes per request, and none of them is the actor's
+    asyncio loop, which is left to Ray's calls (``hold``, ``suspend``,
+    ``fence_out``): those never wait behind a commit.
 
     Args:
         handler: runs one request on the connection's thread; must not raise
