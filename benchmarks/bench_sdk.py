@@ -20,7 +20,7 @@ Each call is measured as this thread's CPU (``RUSAGE_THREAD``, user + system)
 and wall time; the clients run one at a time on the main thread (the async
 ones on an event loop there), so the thread's CPU is the client's. Prints one
 JSON document: per client the CPU ms per call (median over rounds), the wall
-ms per call, and ``sdk_over_bare`` (SDK CPU minus bare CPU, ms per call).
+ms per call, and ``sdk_over_bare_ms`` (SDK CPU minus bare CPU, ms per call).
 
 ``--quick`` (CI): 40 calls, 2 rounds.
 """
